@@ -1,0 +1,344 @@
+/*
+ * ccoll.h -- the public C API of ccoll, a collective communication library whose all-reduce can compress the data
+ * it moves.
+ *
+ * The API follows NCCL's shape and argument order, so a port from NCCL is mostly a rename (nccl -> cc). It is
+ * C99-clean: a C compiler with no CUDA headers can include it.
+ *
+ * Units: every count is in elements of the given datatype, never in bytes.
+ * Thread safety: a communicator is used by one thread at a time. Different communicators may be used from different
+ * threads at once (that is how ranks that are threads of one process work).
+ */
+#ifndef CCOLL_H_
+#define CCOLL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define CC_API
+#else
+/** Marks a symbol exported from libccoll; everything else is hidden. */
+#define CC_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Major version of this header. */
+#define CC_MAJOR 0
+/** Minor version of this header. */
+#define CC_MINOR 1
+/** Patch version of this header. */
+#define CC_PATCH 0
+/** Packs a version triple into one integer, comparable with `<`: CC_VERSION(0,1,0) == 100. */
+#define CC_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+/** The version of this header as one integer (see CC_VERSION). */
+#define CC_VERSION_CODE CC_VERSION(CC_MAJOR, CC_MINOR, CC_PATCH)
+
+/** Opaque handle to a communicator: one rank's view of a group of ranks. */
+typedef struct ccComm* ccComm_t;
+/** Opaque handle to a compressor: a codec description plus one gradient bucket's persistent state. */
+typedef struct ccCompressor* ccCompressor_t;
+/**
+ * A CUDA stream. Binary compatible with `cudaStream_t`, so CUDA users pass their stream without a cast. Host
+ * (CPU) buffers take NULL.
+ */
+typedef struct CUstream_st* ccStream_t;
+
+/** Size in bytes of a ccUniqueId. */
+#define CC_UNIQUE_ID_BYTES 128
+/**
+ * Identifies one group of ranks while it forms. Made by ccGetUniqueId on one rank and handed to every other rank
+ * by any means (MPI_Bcast, a file, a key-value store). It holds the bootstrap root's address and a random secret:
+ * treat it as a credential. Plain bytes: copy it with memcpy.
+ */
+typedef struct {
+  char internal[CC_UNIQUE_ID_BYTES]; /**< Opaque; do not interpret. */
+} ccUniqueId;
+
+/**
+ * Result codes. Values are explicit and never renumbered; new codes are added at the end.
+ */
+typedef enum {
+  ccSuccess = 0,            /**< The call did what it was asked. */
+  ccUnhandledCudaError = 1, /**< A CUDA runtime call failed. */
+  ccSystemError = 2,        /**< An operating-system call failed (socket, memory, thread). */
+  ccInternalError = 3,      /**< A bug in ccoll: please report it with the ccGetLastError sentence. */
+  ccInvalidArgument = 4,    /**< An argument has a bad value (NULL pointer, unknown datatype, ...). */
+  ccInvalidUsage = 5,       /**< The arguments are valid alone but not together, or not in this state. */
+  ccRemoteError = 6,        /**< Another rank failed, aborted or sent something malformed. */
+  ccInProgress = 7,         /**< A non-blocking operation has not finished yet. */
+  ccTimeout = 8,            /**< A peer did not answer within the configured timeout. */
+  ccNumResults = 9          /**< Number of result codes; not a result. */
+} ccResult_t;
+
+/**
+ * Datatypes. Values match NCCL's ncclDataType_t; the ones not listed are reserved and rejected.
+ */
+typedef enum {
+  ccInt32 = 2,    /**< 32-bit two's complement integer. */
+  ccInt64 = 4,    /**< 64-bit two's complement integer. */
+  ccFloat16 = 6,  /**< IEEE 754 binary16. */
+  ccFloat32 = 7,  /**< IEEE 754 binary32. */
+  ccFloat64 = 8,  /**< IEEE 754 binary64. */
+  ccBfloat16 = 9, /**< bfloat16: the upper half of a binary32. */
+  ccFloat = ccFloat32,   /**< Alias of ccFloat32. */
+  ccHalf = ccFloat16,    /**< Alias of ccFloat16. */
+  ccDouble = ccFloat64   /**< Alias of ccFloat64. */
+} ccDataType_t;
+
+/**
+ * Reduction operations. Values match NCCL's ncclRedOp_t.
+ * ccAvg divides the sum by the number of ranks (integer division for integer types, as NCCL does).
+ */
+typedef enum {
+  ccSum = 0,  /**< Sum. */
+  ccProd = 1, /**< Product. */
+  ccMax = 2,  /**< Maximum. NaN handling follows the C `>` comparison. */
+  ccMin = 3,  /**< Minimum. */
+  ccAvg = 4   /**< Sum divided by the number of ranks. */
+} ccRedOp_t;
+
+/** Transports between ranks. ccTransportAuto picks local within a process and the network otherwise. */
+typedef enum {
+  ccTransportAuto = 0,  /**< Local between ranks of one process, UCX between processes. */
+  ccTransportLocal = 1, /**< In-process only: every rank must be a thread of the same process. */
+  ccTransportUcx = 2,   /**< UCX for every pair of ranks. */
+  ccTransportNccl = 3   /**< NCCL (device buffers only). */
+} ccTransport_t;
+
+/** Collective algorithms. */
+typedef enum {
+  ccAlgoAuto = 0, /**< Tree for small messages, ring for large (threshold: CC_TREE_THRESHOLD). */
+  ccAlgoRing = 1, /**< Ring: reduce-scatter then all-gather, pipelined in slices. Bandwidth optimal. */
+  ccAlgoTree = 2  /**< Double binary tree: pipelined reduce to the roots, then broadcast. Latency optimal. */
+} ccAlgo_t;
+
+/** Marks an integer field of ccConfig_t as "not set": the environment variable or the default applies. */
+#define CC_CONFIG_UNDEF_INT (-2147483647 - 1)
+/** Magic value of ccConfig_t.magic. */
+#define CC_CONFIG_MAGIC 0xcc0c0f16u
+
+/**
+ * Communicator configuration for ccCommInitRankConfig. Always start from CC_CONFIG_INITIALIZER and set only the
+ * fields you want; unset fields take the matching environment variable, then the default. The library copies in
+ * min(size, sizeof(ccConfig_t)) bytes, so a program built against an older, shorter ccConfig_t keeps working.
+ */
+typedef struct {
+  size_t size;        /**< sizeof(ccConfig_t) as the caller was compiled. */
+  unsigned int magic; /**< Must be CC_CONFIG_MAGIC. */
+  unsigned int version; /**< CC_VERSION_CODE the caller was compiled with. */
+  int transport;      /**< A ccTransport_t; env CC_TRANSPORT. */
+  int algorithm;      /**< A ccAlgo_t for ccAllReduce; env CC_ALGO. */
+  int timeoutMs;      /**< How long a rank waits for a peer before failing with ccTimeout, in ms (> 0);
+                           env CC_TIMEOUT_MS. */
+  int blocking;       /**< 1: ccCommInitRankConfig returns when the communicator is ready. 0: it returns
+                           ccInProgress at once and ccCommGetAsyncError reports when init ends. Env CC_BLOCKING. */
+  int cudaDev;        /**< CUDA device the communicator is bound to; default the current device. */
+} ccConfig_t;
+
+/** Initial value of every ccConfig_t: all fields "not set". */
+#define CC_CONFIG_INITIALIZER                                                                              \
+  {                                                                                                        \
+    sizeof(ccConfig_t), CC_CONFIG_MAGIC, CC_VERSION_CODE, CC_CONFIG_UNDEF_INT, CC_CONFIG_UNDEF_INT,        \
+        CC_CONFIG_UNDEF_INT, CC_CONFIG_UNDEF_INT, CC_CONFIG_UNDEF_INT                                      \
+  }
+
+/**
+ * Traffic counters of one communicator, for logging compression ratios. Fill `size` with sizeof(ccCommStats_t)
+ * before the call; the library writes min(size, its own size) bytes.
+ */
+typedef struct {
+  size_t size;             /**< sizeof(ccCommStats_t) as the caller was compiled. */
+  uint64_t bytesSent;      /**< Payload bytes this rank has sent to peers since init. */
+  uint64_t bytesReceived;  /**< Payload bytes this rank has received from peers since init. */
+  uint64_t collectives;    /**< Collectives this rank has completed since init. */
+} ccCommStats_t;
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Version and errors                                                                                           */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/**
+ * Writes the library's version code (see CC_VERSION) to *version.
+ * @return ccInvalidArgument if version is NULL.
+ */
+CC_API ccResult_t ccGetVersion(int* version);
+
+/**
+ * A short, static description of a result code ("invalid argument"). Never NULL; unknown codes give
+ * "unknown result code".
+ */
+CC_API const char* ccGetErrorString(ccResult_t result);
+
+/**
+ * The last error sentence recorded on the calling thread, naming what failed and the values involved (for
+ * example "ccAllReduce: recvbuff is NULL but count is 7 on rank 2"). If the calling thread has recorded none and
+ * comm is not NULL, the last error recorded for comm by any thread (for example by a non-blocking init).
+ * Returns "" when there is nothing to report. The string stays valid until the next ccoll call on this thread.
+ * comm may be NULL.
+ */
+CC_API const char* ccGetLastError(ccComm_t comm);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Communicators                                                                                                */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/**
+ * Creates a unique id for a new group and starts its bootstrap root: a TCP listener in this process that lives
+ * until every rank has joined or the timeout (CC_TIMEOUT_MS) passes. Call it on one rank only and share the id.
+ * The listener binds to the interface named by CC_SOCKET_IFNAME (default: loopback, which only works within one
+ * host; set CC_SOCKET_IFNAME for multi-host jobs).
+ * @return ccInvalidArgument if uniqueId is NULL, ccSystemError if no socket could be opened.
+ */
+CC_API ccResult_t ccGetUniqueId(ccUniqueId* uniqueId);
+
+/**
+ * Creates this rank's communicator of a group of nranks ranks. Collective over the group: every rank calls it with
+ * the same id and nranks and a distinct rank in [0, nranks); it returns when all have joined. Ranks that are
+ * threads of one process must call it from different threads (or use ccCommInitAll).
+ * @param comm      out: the new communicator; set to NULL on failure.
+ * @param nranks    number of ranks (>= 1).
+ * @param commId    the id from ccGetUniqueId.
+ * @param rank      this rank, in [0, nranks).
+ */
+CC_API ccResult_t ccCommInitRank(ccComm_t* comm, int nranks, ccUniqueId commId, int rank);
+
+/**
+ * ccCommInitRank with a configuration. config may be NULL (all defaults). With config->blocking == 0 the call
+ * returns ccInProgress at once and *comm is valid for ccCommGetAsyncError, ccCommAbort and ccCommDestroy only,
+ * until ccCommGetAsyncError reports ccSuccess.
+ */
+CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId commId, int rank,
+                                       ccConfig_t* config);
+
+/**
+ * Creates ndev communicators of one group inside this process, one per rank, like ncclCommInitAll: comms[i] is
+ * rank i. Ranks use the in-process transport. devlist may be NULL (host ranks, or all on the current device).
+ * On failure no communicator is left alive and every comms[i] is NULL.
+ */
+CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist);
+
+/**
+ * Frees a communicator after its last collective has completed. Not collective: each rank frees its own. comm
+ * must not be used afterwards; a later call with it returns ccInvalidArgument. NULL is accepted and ignored.
+ */
+CC_API ccResult_t ccCommDestroy(ccComm_t comm);
+
+/**
+ * Aborts a communicator: every call pending on it, on this rank and on the ranks waiting for it, returns an
+ * error (ccRemoteError on the peers), then the communicator is freed. Safe to call from another thread while a
+ * collective on comm is blocked. NULL is accepted and ignored.
+ */
+CC_API ccResult_t ccCommAbort(ccComm_t comm);
+
+/** Writes the number of ranks of comm to *count. */
+CC_API ccResult_t ccCommCount(const ccComm_t comm, int* count);
+
+/** Writes this rank's index in comm to *rank. */
+CC_API ccResult_t ccCommUserRank(const ccComm_t comm, int* rank);
+
+/**
+ * Writes the communicator's asynchronous state to *asyncError: ccInProgress while a non-blocking init runs, the
+ * error that ended a failed init or an aborted communicator, else ccSuccess.
+ */
+CC_API ccResult_t ccCommGetAsyncError(ccComm_t comm, ccResult_t* asyncError);
+
+/**
+ * Copies comm's traffic counters into *stats (see ccCommStats_t). stats->size must be set by the caller.
+ */
+CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Collectives                                                                                                  */
+/* ------------------------------------------------------------------------------------------------------------ */
+/*
+ * Common rules:
+ * - Every rank of comm calls the collective, in the same order, with the same count, datatype and op.
+ * - Host buffers take stream == NULL; the call blocks until this rank's part is done and recvbuff holds the
+ *   result (like MPI_Allreduce).
+ * - Buffers may be NULL only when count is 0.
+ * - Results are deterministic: the same inputs give the same bits on every run, and every rank ends with
+ *   bitwise-identical output (floating-point sums are always added in the same order).
+ * - On error nothing is written to recvbuff when the error is found before communication starts (argument
+ *   checks); a failure during communication (timeout, dead peer) leaves recvbuff undefined.
+ */
+
+/**
+ * All-reduce: recvbuff[i] = op over ranks of sendbuff[i], for i in [0, count), on every rank.
+ * In place when sendbuff == recvbuff.
+ * @param compressor NULL for the exact all-reduce. Otherwise the compressor that owns this bucket's state (see
+ *                   the compression API); compressed all-reduce takes ccSum or ccAvg on floating-point data.
+ */
+CC_API ccResult_t ccAllReduce(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype,
+                              ccRedOp_t op, ccCompressor_t compressor, ccComm_t comm, ccStream_t stream);
+
+/**
+ * Reduce-scatter: sendbuff holds nranks * recvcount elements; rank r receives in recvbuff the reduction of block r
+ * (elements [r * recvcount, (r + 1) * recvcount)) over all ranks. In place when recvbuff == sendbuff +
+ * rank * recvcount (in elements).
+ */
+CC_API ccResult_t ccReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ccDataType_t datatype,
+                                  ccRedOp_t op, ccComm_t comm, ccStream_t stream);
+
+/**
+ * All-gather: each rank contributes sendcount elements; recvbuff (nranks * sendcount elements) receives rank r's
+ * contribution at offset r * sendcount on every rank. In place when sendbuff == recvbuff + rank * sendcount.
+ */
+CC_API ccResult_t ccAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ccDataType_t datatype,
+                              ccComm_t comm, ccStream_t stream);
+
+/**
+ * Broadcast: count elements of root's sendbuff are copied to recvbuff on every rank. sendbuff is read on root
+ * only (other ranks may pass NULL). In place when sendbuff == recvbuff.
+ */
+CC_API ccResult_t ccBroadcast(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype, int root,
+                              ccComm_t comm, ccStream_t stream);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Compressors                                                                                                  */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/** Compressor kinds. Explicit, gapped values: new kinds never renumber old ones. */
+typedef enum {
+  ccCompressCast16 = 10,    /**< 16-bit (bf16/fp16) wire, fp32 accumulation: the 16-bit baseline. */
+  ccCompressQuant = 20,     /**< Randomized-Hadamard rotation + b-bit quantization. */
+  ccCompressTopkChunk = 30, /**< Agreed top chunks by all-reduced norms, error feedback. */
+  ccCompressRandk = 40,     /**< Shared-seed random chunks, error feedback. */
+  ccCompressPowerSGD = 50   /**< Rank-r power iteration (low rank), error feedback. */
+} ccCompressorKind_t;
+
+/** Compressor parameters. Explicit, gapped values; bounds from ccCompressorGetParamBounds. */
+typedef enum {
+  ccParamBits = 100,       /**< Bits per quantized element. */
+  ccParamSeed = 900        /**< Seed of the counter-based random generator. */
+} ccCompressorParam_t;
+
+/**
+ * Creates a compressor of the given kind. Not built yet in this version: returns ccInvalidUsage and sets *comp to
+ * NULL.
+ */
+CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t kind);
+
+/** Creates a compressor from a spec string such as "quant:bits=4,mode=requant". Not built yet: ccInvalidUsage. */
+CC_API ccResult_t ccCompressorCreateFromString(ccCompressor_t* comp, const char* spec);
+
+/** Sets one parameter of a compressor. Not built yet: ccInvalidUsage. */
+CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t value);
+
+/** Reads one parameter of a compressor. Not built yet: ccInvalidUsage. */
+CC_API ccResult_t ccCompressorGetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t* value);
+
+/** Writes the inclusive bounds of a parameter. Not built yet: ccInvalidUsage. */
+CC_API ccResult_t ccCompressorGetParamBounds(ccCompressorParam_t param, int64_t* lo, int64_t* hi);
+
+/** Frees a compressor and its state. NULL is accepted and ignored. */
+CC_API ccResult_t ccCompressorDestroy(ccCompressor_t comp);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CCOLL_H_ */

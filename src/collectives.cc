@@ -1,0 +1,194 @@
+// C API entry points of the collectives: every argument is checked here, before any byte moves, so that bad input
+// gets a specific error and leaves recvbuff untouched; then the schedule runs.
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "ccoll.h"
+#include "collectives/algo.h"
+#include "collectives/reduce.h"
+#include "collectives/ring.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/memory.h"
+
+using ccoll::CollArgs;
+using ccoll::Fail;
+
+namespace {
+
+enum class Kind { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kAllReduce: return "ccAllReduce";
+    case Kind::kReduceScatter: return "ccReduceScatter";
+    case Kind::kAllGather: return "ccAllGather";
+    case Kind::kBroadcast: return "ccBroadcast";
+  }
+  return "?";
+}
+
+struct Call {
+  Kind kind;
+  const void* send;
+  void* recv;
+  size_t count;  // as the caller passed it
+  ccDataType_t dtype;
+  ccRedOp_t op;  // ignored for all-gather and broadcast
+  int root;      // broadcast only
+  ccCompressor_t compressor;
+  ccStream_t stream;
+};
+
+// Checks everything that can be checked locally. On success fills *args.
+ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
+  const char* fn = KindName(c.kind);
+  const int rank = comm->rank, n = comm->nranks;
+  int async = comm->asyncError.load();
+  if (async == ccInProgress) {
+    return Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished "
+                "(poll ccCommGetAsyncError)", fn, rank);
+  }
+  if (async != ccSuccess) {
+    return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
+                rank, ccGetErrorString(static_cast<ccResult_t>(async)));
+  }
+  size_t es = ccoll::DataTypeSize(c.dtype);
+  if (es == 0) {
+    return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn,
+                static_cast<int>(c.dtype), rank);
+  }
+  bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+  if (reduces && !ccoll::IsValidRedOp(c.op)) {
+    return Fail(ccInvalidArgument, "%s: op %d is not a ccRedOp_t (rank %d)", fn, static_cast<int>(c.op), rank);
+  }
+  // Elements that the largest buffer holds: per-rank counts are multiplied by nranks.
+  bool perRank = c.kind == Kind::kReduceScatter || c.kind == Kind::kAllGather;
+  const size_t kMaxBytes = static_cast<size_t>(1) << 62;
+  if (c.count > kMaxBytes / es / (perRank ? static_cast<size_t>(n) : 1)) {
+    return Fail(ccInvalidArgument, "%s: count %zu of %s%s overflows the address space (rank %d)", fn, c.count,
+                ccoll::DataTypeName(c.dtype), perRank ? " times nranks" : "", rank);
+  }
+  if (c.count > 0) {
+    bool needSend = c.kind != Kind::kBroadcast || rank == c.root;
+    if (needSend && c.send == nullptr) {
+      return Fail(ccInvalidArgument, "%s: sendbuff is NULL but count is %zu on rank %d", fn, c.count, rank);
+    }
+    if (c.recv == nullptr) {
+      return Fail(ccInvalidArgument, "%s: recvbuff is NULL but count is %zu on rank %d", fn, c.count, rank);
+    }
+  }
+  if (c.kind == Kind::kBroadcast && (c.root < 0 || c.root >= n)) {
+    return Fail(ccInvalidArgument, "%s: root %d is out of range for %d ranks (rank %d)", fn, c.root, n, rank);
+  }
+  if (c.compressor != nullptr) {
+    return Fail(ccInvalidUsage, "%s: compressor %p was passed, but compression is not built yet in this version "
+                "(pass NULL for the exact all-reduce)", fn, static_cast<void*>(c.compressor));
+  }
+  if (ccoll::IsDevicePointer(c.send) || ccoll::IsDevicePointer(c.recv)) {
+    return Fail(ccInvalidUsage, "%s: device buffers need the CUDA backend, which this version does not have yet "
+                "(rank %d)", fn, rank);
+  }
+  if (c.stream != nullptr) {
+    return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
+  }
+  if (perRank && c.count > 0 && c.send != c.recv) {
+    // The only overlap allowed is the in-place layout; anything else would read what the call has written.
+    const char* s = static_cast<const char*>(c.send);
+    const char* r = static_cast<const char*>(c.recv);
+    size_t sendBytes = c.count * es * (c.kind == Kind::kReduceScatter ? n : 1);
+    size_t recvBytes = c.count * es * (c.kind == Kind::kAllGather ? n : 1);
+    const char* inPlace = c.kind == Kind::kReduceScatter ? s + rank * c.count * es : r + rank * c.count * es;
+    bool overlap = s < r + recvBytes && r < s + sendBytes;
+    if (overlap && (c.kind == Kind::kReduceScatter ? r : s) != inPlace) {
+      return Fail(ccInvalidArgument, "%s: sendbuff and recvbuff overlap but are not the in-place layout (%s == "
+                  "%s + rank * count) on rank %d", fn, c.kind == Kind::kReduceScatter ? "recvbuff" : "sendbuff",
+                  c.kind == Kind::kReduceScatter ? "sendbuff" : "recvbuff", rank);
+    }
+  }
+  if (!perRank && c.count > 0 && c.send != nullptr && c.send != c.recv) {
+    const char* s = static_cast<const char*>(c.send);
+    const char* r = static_cast<const char*>(c.recv);
+    size_t bytes = c.count * es;
+    if (s < r + bytes && r < s + bytes) {
+      return Fail(ccInvalidArgument, "%s: sendbuff and recvbuff overlap without being equal (in place means "
+                  "sendbuff == recvbuff) on rank %d", fn, rank);
+    }
+  }
+  args->send = c.send;
+  args->recv = c.recv;
+  args->count = c.count;
+  args->dtype = c.dtype;
+  args->op = c.op;
+  args->root = c.root;
+  args->eltSize = es;
+  return ccSuccess;
+}
+
+ccResult_t Run(ccComm* comm, const Call& c) {
+  const char* fn = KindName(c.kind);
+  try {
+    ccoll::CommUse use(comm);
+    if (comm == nullptr) return Fail(ccInvalidArgument, "%s: comm is NULL", fn);
+    if (!use.ok()) {
+      return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed, aborted or never "
+                  "initialized)", fn, static_cast<void*>(comm));
+    }
+    CollArgs args;
+    ccResult_t r = Validate(comm, c, &args);
+    if (r != ccSuccess) {
+      comm->RecordError(ccoll::LastError());
+      return r;
+    }
+    switch (c.kind) {
+      case Kind::kAllReduce: r = ccoll::AllReduce(comm, args); break;
+      case Kind::kReduceScatter: r = ccoll::RingReduceScatter(comm, args); break;
+      case Kind::kAllGather: r = ccoll::RingAllGather(comm, args); break;
+      case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;
+    }
+    if (r != ccSuccess) {
+      // A failure in the middle of a collective leaves the group out of step: the communicator is done for.
+      std::string sentence = std::string(fn) + ": " + ccoll::LastError();
+      ccoll::SetLastError(sentence);
+      comm->RecordError(sentence);
+      comm->asyncError = r;
+      comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
+      return r;
+    }
+    comm->collectives.fetch_add(1, std::memory_order_relaxed);
+    return ccSuccess;
+  } catch (const std::bad_alloc&) {
+    return Fail(ccSystemError, "%s: out of memory", fn);
+  } catch (const std::exception& e) {
+    return Fail(ccInternalError, "%s: unexpected exception: %s", fn, e.what());
+  } catch (...) {
+    return Fail(ccInternalError, "%s: unexpected exception", fn);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+CC_API ccResult_t ccAllReduce(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype,
+                              ccRedOp_t op, ccCompressor_t compressor, ccComm_t comm, ccStream_t stream) {
+  return Run(comm, Call{Kind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, compressor, stream});
+}
+
+CC_API ccResult_t ccReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ccDataType_t datatype,
+                                  ccRedOp_t op, ccComm_t comm, ccStream_t stream) {
+  return Run(comm, Call{Kind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, nullptr, stream});
+}
+
+CC_API ccResult_t ccAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ccDataType_t datatype,
+                              ccComm_t comm, ccStream_t stream) {
+  return Run(comm, Call{Kind::kAllGather, sendbuff, recvbuff, sendcount, datatype, ccSum, 0, nullptr, stream});
+}
+
+CC_API ccResult_t ccBroadcast(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype, int root,
+                              ccComm_t comm, ccStream_t stream) {
+  return Run(comm, Call{Kind::kBroadcast, sendbuff, recvbuff, count, datatype, ccSum, root, nullptr, stream});
+}
+
+}  // extern "C"

@@ -1,0 +1,37 @@
+// What every schedule receives: the arguments of one collective call, already validated by the entry point.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+struct CollArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // elements: all-reduce and broadcast total; reduce-scatter per rank out; all-gather per rank in
+  ccDataType_t dtype = ccFloat32;
+  ccRedOp_t op = ccSum;
+  int root = 0;
+  size_t eltSize = 4;
+};
+
+// Byte pointer arithmetic in elements.
+inline const char* At(const void* base, size_t elems, size_t eltSize) {
+  return static_cast<const char*>(base) + elems * eltSize;
+}
+inline char* At(void* base, size_t elems, size_t eltSize) { return static_cast<char*>(base) + elems * eltSize; }
+
+// Tag of message `index` of collective `seq`: both ends compute it from the schedule alone.
+inline uint64_t Tag(uint64_t seq, uint64_t index) { return (seq << 32) | (index & 0xffffffffu); }
+
+// Splits n items into `parts` nearly equal contiguous parts; the first n % parts get one more.
+inline size_t PartOffset(size_t n, int parts, int i) {
+  size_t base = n / parts, rem = n % parts;
+  return base * i + (static_cast<size_t>(i) < rem ? i : rem);
+}
+inline size_t PartSize(size_t n, int parts, int i) { return n / parts + (static_cast<size_t>(i) < n % parts ? 1 : 0); }
+
+}  // namespace ccoll

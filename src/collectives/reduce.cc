@@ -1,0 +1,80 @@
+#include "collectives/reduce.h"
+
+#include "collectives/reduce_op.h"
+
+namespace ccoll {
+namespace {
+
+template <typename T, typename Op>
+void ReduceLoop(T* dst, const T* a, const T* b, size_t count, Op op) {
+  using A = Arith<T>;
+  for (size_t i = 0; i < count; ++i) dst[i] = A::Store(op(A::Load(a[i]), A::Load(b[i])));
+}
+
+template <typename T>
+void ReduceTyped(void* dst, const void* a, const void* b, size_t count, ccRedOp_t op) {
+  auto* d = static_cast<T*>(dst);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  switch (op) {
+    case ccSum:
+    case ccAvg: ReduceLoop(d, x, y, count, OpSum()); break;
+    case ccProd: ReduceLoop(d, x, y, count, OpProd()); break;
+    case ccMax: ReduceLoop(d, x, y, count, OpMax()); break;
+    case ccMin: ReduceLoop(d, x, y, count, OpMin()); break;
+  }
+}
+
+}  // namespace
+
+void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) {
+  DispatchType(dtype, [&](auto tag) { ReduceTyped<decltype(tag)>(dst, a, b, count, op); });
+}
+
+void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks) {
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = Arith<T>;
+    T* p = static_cast<T*>(buf);
+    for (size_t i = 0; i < count; ++i) p[i] = A::Store(DivideByRanks(A::Load(p[i]), nranks));
+  });
+}
+
+size_t DataTypeSize(ccDataType_t dtype) {
+  switch (dtype) {
+    case ccInt32: return 4;
+    case ccInt64: return 8;
+    case ccFloat16: return 2;
+    case ccFloat32: return 4;
+    case ccFloat64: return 8;
+    case ccBfloat16: return 2;
+  }
+  return 0;
+}
+
+const char* DataTypeName(ccDataType_t dtype) {
+  switch (dtype) {
+    case ccInt32: return "int32";
+    case ccInt64: return "int64";
+    case ccFloat16: return "float16";
+    case ccFloat32: return "float32";
+    case ccFloat64: return "float64";
+    case ccBfloat16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+const char* RedOpName(ccRedOp_t op) {
+  switch (op) {
+    case ccSum: return "sum";
+    case ccProd: return "prod";
+    case ccMax: return "max";
+    case ccMin: return "min";
+    case ccAvg: return "avg";
+  }
+  return "unknown";
+}
+
+bool IsValidRedOp(ccRedOp_t op) { return op >= ccSum && op <= ccAvg; }
+
+}  // namespace ccoll

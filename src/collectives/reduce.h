@@ -1,0 +1,30 @@
+// Host loops of the exact reductions, dispatched once per call from (datatype, op) to a typed template.
+#pragma once
+
+#include <cstddef>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+// dst[i] = op(a[i], b[i]) for i < count. dst may be a or b (in place); other overlaps are not allowed.
+// ccAvg reduces as a sum here; FinishAvg divides once at the end.
+void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op);
+
+// buf[i] = buf[i] / nranks: the last step of ccAvg, done by the rank that owns the finished sum so every rank gets
+// the same bits.
+void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks);
+
+// Size in bytes of one element; 0 for an unknown datatype.
+size_t DataTypeSize(ccDataType_t dtype);
+const char* DataTypeName(ccDataType_t dtype);
+const char* RedOpName(ccRedOp_t op);
+bool IsValidRedOp(ccRedOp_t op);
+
+// Calls fn(T{}) with T the storage type of dtype. dtype must be valid.
+template <typename Fn>
+void DispatchType(ccDataType_t dtype, Fn&& fn);
+
+}  // namespace ccoll
+
+#include "collectives/reduce_dispatch.h"

@@ -1,0 +1,179 @@
+#include "collectives/ring.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/reduce.h"
+#include "core/comm.h"
+#include "core/error.h"
+
+namespace ccoll {
+namespace {
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Elements [begin, end) of chunk c's round k, clipped to the chunk.
+struct Slice {
+  size_t offset;  // element offset in the buffer
+  size_t count;
+};
+
+Slice ChunkSlice(size_t total, int nchunks, int chunk, size_t round, size_t sliceElems) {
+  size_t off = PartOffset(total, nchunks, chunk);
+  size_t size = PartSize(total, nchunks, chunk);
+  size_t begin = std::min(size, round * sliceElems);
+  size_t end = std::min(size, begin + sliceElems);
+  return Slice{off + begin, end - begin};
+}
+
+void CopyIfApart(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+}
+
+}  // namespace
+
+ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
+  const int n = comm->nranks, r = comm->rank;
+  const size_t es = a.eltSize;
+  if (n == 1) {
+    CopyIfApart(a.recv, a.send, a.count * es);
+    if (a.op == ccAvg) FinishAvgHost(a.recv, a.count, a.dtype, n);
+    return ccSuccess;
+  }
+  const uint64_t seq = ++comm->seq;
+  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
+  const size_t rounds = (PartSize(a.count, n, 0) + sliceElems - 1) / sliceElems;
+  char* scratch = comm->ScratchSlot(0);
+  Inflight io(comm);
+  Request* send = nullptr;
+  Request* recv = nullptr;
+  uint64_t msg = 0;
+  for (size_t k = 0; k < rounds; ++k) {
+    // Reduce-scatter: at step s, send chunk r-s (own data at s = 0, a partial sum after), receive chunk r-s-1 and
+    // add the local contribution. After n-1 steps chunk r+1 holds the full reduction.
+    for (int s = 0; s < n - 1; ++s, ++msg) {
+      Slice out = ChunkSlice(a.count, n, Mod(r - s, n), k, sliceElems);
+      Slice in = ChunkSlice(a.count, n, Mod(r - s - 1, n), k, sliceElems);
+      const void* src = s == 0 ? At(a.send, out.offset, es) : At(a.recv, out.offset, es);
+      CC_CHECK(io.Wait(&send));  // the previous step's send must be done before scratch / its chunk is reused
+      if (in.count > 0) CC_CHECK(io.Recv(prev, scratch, in.count * es, Tag(seq, msg), &recv));
+      if (out.count > 0) CC_CHECK(io.Send(next, src, out.count * es, Tag(seq, msg), &send));
+      CC_CHECK(io.Wait(&recv));
+      if (in.count > 0) {
+        ReduceHost(At(a.recv, in.offset, es), At(a.send, in.offset, es), scratch, in.count, a.dtype, a.op);
+      }
+    }
+    Slice owned = ChunkSlice(a.count, n, Mod(r + 1, n), k, sliceElems);
+    if (a.op == ccAvg && owned.count > 0) FinishAvgHost(At(a.recv, owned.offset, es), owned.count, a.dtype, n);
+    // All-gather: at step s, send chunk r+1-s (finished), receive chunk r-s straight into place.
+    for (int s = 0; s < n - 1; ++s, ++msg) {
+      Slice out = ChunkSlice(a.count, n, Mod(r + 1 - s, n), k, sliceElems);
+      Slice in = ChunkSlice(a.count, n, Mod(r - s, n), k, sliceElems);
+      if (in.count > 0) CC_CHECK(io.Recv(prev, At(a.recv, in.offset, es), in.count * es, Tag(seq, msg), &recv));
+      if (out.count > 0) CC_CHECK(io.Send(next, At(a.recv, out.offset, es), out.count * es, Tag(seq, msg), &send));
+      CC_CHECK(io.Wait(&recv));
+      CC_CHECK(io.Wait(&send));
+    }
+  }
+  return io.WaitAll();
+}
+
+ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& a) {
+  const int n = comm->nranks, r = comm->rank;
+  const size_t es = a.eltSize;
+  const size_t block = a.count;  // elements each rank ends with
+  if (n == 1) {
+    CopyIfApart(a.recv, a.send, block * es);
+    if (a.op == ccAvg) FinishAvgHost(a.recv, block, a.dtype, n);
+    return ccSuccess;
+  }
+  const uint64_t seq = ++comm->seq;
+  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
+  const size_t rounds = (block + sliceElems - 1) / sliceElems;
+  Inflight io(comm);
+  Request* send = nullptr;
+  Request* recv = nullptr;
+  uint64_t msg = 0;
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t off = k * sliceElems;
+    const size_t cnt = std::min(sliceElems, block - off);
+    // At step s, send block r-s-1 (own data at s = 0, a partial sum in scratch after) and receive block r-s-2;
+    // after n-1 steps block r is complete. Partial sums alternate between the two scratch slots.
+    for (int s = 0; s < n - 1; ++s, ++msg) {
+      int outBlock = Mod(r - s - 1, n), inBlock = Mod(r - s - 2, n);
+      const void* src = s == 0 ? At(a.send, outBlock * block + off, es) : comm->ScratchSlot((s - 1) % 2);
+      bool last = s == n - 2;
+      char* land = comm->ScratchSlot(s % 2);
+      CC_CHECK(io.Wait(&send));
+      CC_CHECK(io.Recv(prev, land, cnt * es, Tag(seq, msg), &recv));
+      CC_CHECK(io.Send(next, src, cnt * es, Tag(seq, msg), &send));
+      CC_CHECK(io.Wait(&recv));
+      // The send above may still read the other slot; the partial sum stays in `land` (or goes to recv at the end).
+      void* dst = last ? static_cast<void*>(At(a.recv, off, es)) : static_cast<void*>(land);
+      ReduceHost(dst, At(a.send, inBlock * block + off, es), land, cnt, a.dtype, a.op);
+    }
+    if (a.op == ccAvg) FinishAvgHost(At(a.recv, off, es), cnt, a.dtype, n);
+  }
+  return io.WaitAll();
+}
+
+ccResult_t RingAllGather(ccComm* comm, const CollArgs& a) {
+  const int n = comm->nranks, r = comm->rank;
+  const size_t es = a.eltSize;
+  const size_t block = a.count;
+  CopyIfApart(At(a.recv, r * block, es), a.send, block * es);
+  if (n == 1) return ccSuccess;
+  const uint64_t seq = ++comm->seq;
+  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
+  const size_t rounds = (block + sliceElems - 1) / sliceElems;
+  Inflight io(comm);
+  Request* send = nullptr;
+  Request* recv = nullptr;
+  uint64_t msg = 0;
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t off = k * sliceElems;
+    const size_t cnt = std::min(sliceElems, block - off);
+    for (int s = 0; s < n - 1; ++s, ++msg) {
+      int outBlock = Mod(r - s, n), inBlock = Mod(r - s - 1, n);
+      CC_CHECK(io.Recv(prev, At(a.recv, inBlock * block + off, es), cnt * es, Tag(seq, msg), &recv));
+      CC_CHECK(io.Send(next, At(a.recv, outBlock * block + off, es), cnt * es, Tag(seq, msg), &send));
+      CC_CHECK(io.Wait(&recv));
+      CC_CHECK(io.Wait(&send));
+    }
+  }
+  return io.WaitAll();
+}
+
+ccResult_t RingBroadcast(ccComm* comm, const CollArgs& a) {
+  const int n = comm->nranks, r = comm->rank;
+  const size_t es = a.eltSize;
+  if (r == a.root) CopyIfApart(a.recv, a.send, a.count * es);
+  if (n == 1 || a.count == 0) return ccSuccess;
+  const uint64_t seq = ++comm->seq;
+  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
+  const bool last = next == a.root;
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
+  const size_t rounds = (a.count + sliceElems - 1) / sliceElems;
+  Inflight io(comm);
+  const size_t kWindow = 8;  // sends in flight before this rank waits for the oldest
+  std::vector<Request*> sends(kWindow, nullptr);
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t off = k * sliceElems;
+    const size_t cnt = std::min(sliceElems, a.count - off);
+    if (r != a.root) {
+      Request* recv = nullptr;
+      CC_CHECK(io.Recv(prev, At(a.recv, off, es), cnt * es, Tag(seq, k), &recv));
+      CC_CHECK(io.Wait(&recv));
+    }
+    if (!last) {
+      CC_CHECK(io.Wait(&sends[k % kWindow]));
+      CC_CHECK(io.Send(next, At(a.recv, off, es), cnt * es, Tag(seq, k), &sends[k % kWindow]));
+    }
+  }
+  return io.WaitAll();
+}
+
+}  // namespace ccoll

@@ -1,0 +1,17 @@
+// Ring schedules, pipelined in slices of CC_SLICE_BYTES. Rank r sends to r+1 and receives from r-1.
+// Every chunk is reduced in a fixed order (starting at its owner's successor and walking the ring), so results are
+// deterministic, and the all-gather half copies the owner's finished bytes, so every rank ends bitwise identical.
+#pragma once
+
+#include "collectives/coll_args.h"
+
+struct ccComm;
+
+namespace ccoll {
+
+ccResult_t RingAllReduce(ccComm* comm, const CollArgs& args);
+ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& args);
+ccResult_t RingAllGather(ccComm* comm, const CollArgs& args);
+ccResult_t RingBroadcast(ccComm* comm, const CollArgs& args);
+
+}  // namespace ccoll

@@ -1,0 +1,307 @@
+#include "core/bootstrap.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ccoll {
+namespace {
+
+// Rank -> root, followed by infoLen bytes of blob.
+struct HelloHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint8_t secret[kSecretBytes];
+  int32_t rank;
+  int32_t nranks;
+  uint32_t infoLen;
+  uint32_t reserved;
+};
+
+// Root -> rank, followed (when status == 0) by nranks records of {uint32 len, len bytes}.
+struct ReplyHeader {
+  uint32_t magic;
+  uint32_t status;  // 0 ok; otherwise a ccResult_t
+  int32_t nranks;
+  uint32_t reserved;
+};
+
+bool SecretEqual(const uint8_t* a, const uint8_t* b) {
+  uint8_t diff = 0;  // constant time: do not leak how much of a guess was right
+  for (int i = 0; i < kSecretBytes; ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+// One accepted connection whose hello is still arriving.
+struct Pending {
+  int fd = -1;
+  Deadline deadline;
+  HelloHeader header{};
+  size_t got = 0;  // bytes of header + info received
+  std::string info;
+};
+
+class Root {
+ public:
+  Root(int listenFd, const uint8_t* secret, int timeoutMs) : listenFd_(listenFd), timeoutMs_(timeoutMs) {
+    std::memcpy(secret_, secret, kSecretBytes);
+  }
+  void Run();
+
+ private:
+  // Returns false when the connection must be dropped; sets *complete when the hello is whole and valid.
+  bool Advance(Pending* p, bool* complete);
+  bool Accept(Pending* p);
+  void Reply();
+
+  int listenFd_;
+  int timeoutMs_;
+  uint8_t secret_[kSecretBytes];
+  int nranks_ = -1;
+  std::vector<int> rankFd_;
+  std::vector<std::string> infos_;
+  int joined_ = 0;
+};
+
+bool Root::Advance(Pending* p, bool* complete) {
+  *complete = false;
+  char* hdr = reinterpret_cast<char*>(&p->header);
+  while (true) {
+    size_t want;
+    char* dst;
+    if (p->got < sizeof(HelloHeader)) {
+      want = sizeof(HelloHeader) - p->got;
+      dst = hdr + p->got;
+    } else {
+      size_t infoGot = p->got - sizeof(HelloHeader);
+      want = p->header.infoLen - infoGot;
+      if (want == 0) break;
+      dst = &p->info[infoGot];
+    }
+    ssize_t n = recv(p->fd, dst, want, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    p->got += static_cast<size_t>(n);
+    if (p->got == sizeof(HelloHeader)) {
+      const HelloHeader& h = p->header;
+      if (h.magic != kBootstrapMagic || h.version != kBootstrapVersion) {
+        CC_WARN("bootstrap root: dropped a connection with a bad magic/version (0x%x/%u)", h.magic, h.version);
+        return false;
+      }
+      if (!SecretEqual(h.secret, secret_)) {
+        CC_WARN("bootstrap root: dropped a connection that does not know the unique id's secret");
+        return false;
+      }
+      if (h.infoLen > kMaxRankInfoBytes || h.nranks < 1 || h.nranks > kMaxRanks || h.rank < 0 ||
+          h.rank >= h.nranks) {
+        CC_WARN("bootstrap root: dropped a hello with rank %d nranks %d info %u bytes", h.rank, h.nranks,
+                h.infoLen);
+        return false;
+      }
+      p->info.assign(h.infoLen, '\0');
+    }
+  }
+  *complete = true;
+  return true;
+}
+
+bool Root::Accept(Pending* p) {
+  const HelloHeader& h = p->header;
+  if (nranks_ < 0) {
+    nranks_ = h.nranks;
+    rankFd_.assign(nranks_, -1);
+    infos_.assign(nranks_, std::string());
+  }
+  ReplyHeader bad{kBootstrapMagic, static_cast<uint32_t>(ccInvalidUsage), nranks_, 0};
+  if (h.nranks != nranks_ || rankFd_[h.rank] >= 0) {
+    CC_WARN("bootstrap root: rank %d announced nranks %d (group has %d)%s", h.rank, h.nranks, nranks_,
+            h.nranks == nranks_ ? " but that rank already joined" : "");
+    SendAll(p->fd, &bad, sizeof(bad), DeadlineIn(1000), "bootstrap rejection");
+    return false;
+  }
+  rankFd_[h.rank] = p->fd;
+  infos_[h.rank] = std::move(p->info);
+  ++joined_;
+  CC_INFO(kLogBoot, "bootstrap root: rank %d of %d joined", h.rank, nranks_);
+  return true;
+}
+
+void Root::Reply() {
+  std::string payload;
+  for (const std::string& info : infos_) {
+    uint32_t len = static_cast<uint32_t>(info.size());
+    payload.append(reinterpret_cast<const char*>(&len), sizeof(len));
+    payload.append(info);
+  }
+  ReplyHeader ok{kBootstrapMagic, 0, nranks_, 0};
+  Deadline deadline = DeadlineIn(timeoutMs_);
+  for (int r = 0; r < nranks_; ++r) {
+    if (SendAll(rankFd_[r], &ok, sizeof(ok), deadline, "bootstrap reply") != ccSuccess ||
+        SendAll(rankFd_[r], payload.data(), payload.size(), deadline, "bootstrap reply") != ccSuccess) {
+      CC_WARN("bootstrap root: could not answer rank %d", r);
+    }
+  }
+}
+
+void Root::Run() {
+  Deadline end = DeadlineIn(timeoutMs_);
+  std::vector<Pending> pending;
+  const int kHandshakeMs = 10000;  // a connection must deliver its hello within this time
+  while (nranks_ < 0 || joined_ < nranks_) {
+    if (Clock::now() >= end) {
+      CC_WARN("bootstrap root: timed out after %d ms with %d of %d ranks joined", timeoutMs_, joined_, nranks_);
+      break;
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({listenFd_, POLLIN, 0});
+    for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    int r = poll(fds.data(), fds.size(), 100);
+    if (r < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        Pending p;
+        p.fd = fd;
+        p.deadline = DeadlineIn(kHandshakeMs);
+        pending.push_back(std::move(p));
+      }
+    }
+    std::vector<Pending> next;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending& p = pending[i];
+      bool keep = true;
+      bool complete = false;
+      if (i + 1 < fds.size() && fds[i + 1].revents != 0) keep = Advance(&p, &complete);
+      if (keep && !complete && Clock::now() >= p.deadline) {
+        CC_WARN("bootstrap root: dropped a connection that sent no complete hello within %d ms", kHandshakeMs);
+        keep = false;
+      }
+      if (keep && complete) {
+        if (!Accept(&p)) CloseFd(p.fd);
+        continue;
+      }
+      if (keep) {
+        next.push_back(std::move(p));
+      } else {
+        CloseFd(p.fd);
+      }
+    }
+    pending.swap(next);
+  }
+  for (Pending& p : pending) CloseFd(p.fd);
+  CloseFd(listenFd_);
+  if (nranks_ > 0 && joined_ == nranks_) Reply();
+  for (int fd : rankFd_) CloseFd(fd);
+}
+
+}  // namespace
+
+ccResult_t RandomBytes(void* out, size_t bytes) {
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Fail(ccSystemError, "cannot open /dev/urandom: %s", std::strerror(errno));
+  char* p = static_cast<char*>(out);
+  while (bytes > 0) {
+    ssize_t n = read(fd, p, bytes);
+    if (n <= 0) {
+      close(fd);
+      return Fail(ccSystemError, "cannot read /dev/urandom");
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  close(fd);
+  return ccSuccess;
+}
+
+ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, int timeoutMs, ccUniqueId* id) {
+  UniqueIdContent content{};
+  content.magic = kUniqueIdMagic;
+  content.version = kBootstrapVersion;
+  if (root != nullptr) {
+    content.root = *root;
+  } else {
+    CC_CHECK(ChooseBootstrapAddress(&content.root));
+  }
+  if (secret != nullptr) {
+    std::memcpy(content.secret, secret, kSecretBytes);
+  } else {
+    CC_CHECK(RandomBytes(content.secret, kSecretBytes));
+  }
+  int fd = -1;
+  CC_CHECK(Listen(&content.root, &fd));
+  try {
+    auto root = std::make_shared<Root>(fd, content.secret, timeoutMs);
+    std::thread([root] { root->Run(); }).detach();
+  } catch (const std::exception& e) {
+    CloseFd(fd);
+    return Fail(ccSystemError, "cannot start the bootstrap root thread: %s", e.what());
+  }
+  std::memset(id, 0, sizeof(*id));
+  std::memcpy(id->internal, &content, sizeof(content));
+  CC_INFO(kLogBoot, "bootstrap root listening on %s", ToString(content.root).c_str());
+  return ccSuccess;
+}
+
+ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out) {
+  std::memcpy(out, id.internal, sizeof(*out));
+  if (out->magic != kUniqueIdMagic || out->version != kBootstrapVersion ||
+      (out->root.family != AF_INET && out->root.family != AF_INET6) || out->root.port == 0) {
+    return Fail(ccInvalidArgument,
+                "the unique id is not one made by ccGetUniqueId of this ccoll version (magic 0x%x version %u)",
+                out->magic, out->version);
+  }
+  return ccSuccess;
+}
+
+ccResult_t BootstrapAllGather(const UniqueIdContent& id, int rank, int nranks, const std::string& myInfo,
+                              int timeoutMs, std::vector<std::string>* all) {
+  if (myInfo.size() > kMaxRankInfoBytes) {
+    return Fail(ccInternalError, "bootstrap blob of %zu bytes exceeds %u", myInfo.size(), kMaxRankInfoBytes);
+  }
+  Deadline deadline = DeadlineIn(timeoutMs);
+  int fd = -1;
+  CC_CHECK(Connect(id.root, deadline, &fd));
+  std::unique_ptr<int, void (*)(int*)> guard(&fd, [](int* f) { CloseFd(*f); });
+  HelloHeader hello{};
+  hello.magic = kBootstrapMagic;
+  hello.version = kBootstrapVersion;
+  std::memcpy(hello.secret, id.secret, kSecretBytes);
+  hello.rank = rank;
+  hello.nranks = nranks;
+  hello.infoLen = static_cast<uint32_t>(myInfo.size());
+  CC_CHECK(SendAll(fd, &hello, sizeof(hello), deadline, "the bootstrap hello"));
+  CC_CHECK(SendAll(fd, myInfo.data(), myInfo.size(), deadline, "the bootstrap hello"));
+  ReplyHeader reply{};
+  ccResult_t r = RecvAll(fd, &reply, sizeof(reply), deadline, "the bootstrap reply");
+  if (r != ccSuccess) {
+    return Fail(r, "rank %d of %d: no answer from the bootstrap root %s (%s); did every rank start?", rank, nranks,
+                ToString(id.root).c_str(), LastError().c_str());
+  }
+  if (reply.magic != kBootstrapMagic) return Fail(ccRemoteError, "bootstrap root sent a malformed reply");
+  if (reply.status != 0) {
+    return Fail(ccInvalidUsage, "rank %d: the bootstrap root rejected this rank (nranks %d, group has %d ranks, or "
+                "rank %d joined twice)", rank, nranks, reply.nranks, rank);
+  }
+  if (reply.nranks != nranks) {
+    return Fail(ccRemoteError, "bootstrap reply has %d ranks, expected %d", reply.nranks, nranks);
+  }
+  all->assign(nranks, std::string());
+  for (int i = 0; i < nranks; ++i) {
+    uint32_t len = 0;
+    CC_CHECK(RecvAll(fd, &len, sizeof(len), deadline, "the bootstrap reply"));
+    if (len > kMaxRankInfoBytes) return Fail(ccRemoteError, "bootstrap reply record %d is %u bytes", i, len);
+    (*all)[i].resize(len);
+    CC_CHECK(RecvAll(fd, &(*all)[i][0], len, deadline, "the bootstrap reply"));
+  }
+  return ccSuccess;
+}
+
+}  // namespace ccoll

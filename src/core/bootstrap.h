@@ -1,0 +1,46 @@
+// Bootstrap over TCP, like NCCL's: ccGetUniqueId starts a root listener whose address and a random secret travel
+// in the unique id; every rank connects to the root, proves it knows the secret, and receives the blobs of all
+// ranks (an all-gather of transport addresses). Connections that do not speak the protocol, or do not know the
+// secret, are dropped without disturbing the job.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ccoll.h"
+#include "core/socket.h"
+
+namespace ccoll {
+
+constexpr uint32_t kUniqueIdMagic = 0x44495543;   // "CUID"
+constexpr uint32_t kBootstrapMagic = 0x53424343;  // "CCBS"
+constexpr uint32_t kBootstrapVersion = 1;
+constexpr uint32_t kMaxRankInfoBytes = 1 << 16;   // bound on one rank's blob
+constexpr int kMaxRanks = 1 << 16;
+constexpr int kSecretBytes = 16;
+
+// The unique id's content (fits in CC_UNIQUE_ID_BYTES).
+struct UniqueIdContent {
+  uint32_t magic;
+  uint32_t version;
+  SocketAddress root;
+  uint8_t secret[kSecretBytes];
+};
+static_assert(sizeof(UniqueIdContent) <= CC_UNIQUE_ID_BYTES, "unique id too small");
+
+// Fills `secret` from the kernel's random source.
+ccResult_t RandomBytes(void* out, size_t bytes);
+
+// Starts a root listener thread on an address chosen by CC_SOCKET_IFNAME (or `root` when given, for CC_ROOT
+// launches) and writes the id. The thread ends once all ranks have been answered or after `timeoutMs`.
+ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, int timeoutMs, ccUniqueId* id);
+
+// Decodes and validates an id.
+ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out);
+
+// Joins the group: sends `myInfo` to the root and receives every rank's blob, index = rank.
+ccResult_t BootstrapAllGather(const UniqueIdContent& id, int rank, int nranks, const std::string& myInfo,
+                              int timeoutMs, std::vector<std::string>* all);
+
+}  // namespace ccoll

@@ -1,0 +1,275 @@
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+#include "core/bootstrap.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "transport/local.h"
+
+namespace ccoll {
+namespace {
+
+std::mutex gLiveMutex;
+std::unordered_set<ccComm*>& Live() {
+  static auto* live = new std::unordered_set<ccComm*>();
+  return *live;
+}
+
+// What each rank tells the others at bootstrap.
+struct RankInfo {
+  uint8_t processToken[16];  // random per process: equal tokens mean "same process, use the local transport"
+  int32_t pid;
+  char host[64];
+};
+
+const uint8_t* ProcessToken() {
+  static uint8_t token[16];
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (RandomBytes(token, sizeof(token)) != ccSuccess) {
+      uint64_t fallback[2] = {static_cast<uint64_t>(getpid()),
+                              static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
+      std::memcpy(token, fallback, sizeof(token));
+    }
+  });
+  return token;
+}
+
+std::string Hex(const uint8_t* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += digits[p[i] >> 4];
+    s += digits[p[i] & 15];
+  }
+  return s;
+}
+
+ccResult_t ParseTransport(const std::string& s, ccTransport_t* out) {
+  if (s == "auto") *out = ccTransportAuto;
+  else if (s == "local") *out = ccTransportLocal;
+  else if (s == "ucx") *out = ccTransportUcx;
+  else if (s == "nccl") *out = ccTransportNccl;
+  else return Fail(ccInvalidArgument, "CC_TRANSPORT=%s is not one of auto, local, ucx, nccl", s.c_str());
+  return ccSuccess;
+}
+
+ccResult_t ParseAlgo(const std::string& s, ccAlgo_t* out) {
+  if (s == "auto") *out = ccAlgoAuto;
+  else if (s == "ring") *out = ccAlgoRing;
+  else if (s == "tree") *out = ccAlgoTree;
+  else return Fail(ccInvalidArgument, "CC_ALGO=%s is not one of auto, ring, tree", s.c_str());
+  return ccSuccess;
+}
+
+}  // namespace
+
+const char* TransportName(ccTransport_t t) {
+  switch (t) {
+    case ccTransportAuto: return "auto";
+    case ccTransportLocal: return "local";
+    case ccTransportUcx: return "ucx";
+    case ccTransportNccl: return "nccl";
+  }
+  return "unknown";
+}
+
+const char* AlgoName(ccAlgo_t a) {
+  switch (a) {
+    case ccAlgoAuto: return "auto";
+    case ccAlgoRing: return "ring";
+    case ccAlgoTree: return "tree";
+  }
+  return "unknown";
+}
+
+ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
+  ccConfig_t cfg = CC_CONFIG_INITIALIZER;
+  if (user != nullptr) {
+    if (user->size < offsetof(ccConfig_t, transport) || user->magic != CC_CONFIG_MAGIC) {
+      return Fail(ccInvalidArgument,
+                  "ccConfig_t was not initialized with CC_CONFIG_INITIALIZER (size %zu, magic 0x%x)", user->size,
+                  user->size >= offsetof(ccConfig_t, version) ? user->magic : 0u);
+    }
+    std::memcpy(&cfg, user, user->size < sizeof(cfg) ? user->size : sizeof(cfg));
+  }
+  *out = CommConfig();
+  if (cfg.transport != CC_CONFIG_UNDEF_INT) {
+    if (cfg.transport < ccTransportAuto || cfg.transport > ccTransportNccl) {
+      return Fail(ccInvalidArgument, "ccConfig_t.transport %d is not a ccTransport_t", cfg.transport);
+    }
+    out->transport = static_cast<ccTransport_t>(cfg.transport);
+  } else {
+    CC_CHECK(ParseTransport(ParamString("CC_TRANSPORT"), &out->transport));
+  }
+  if (cfg.algorithm != CC_CONFIG_UNDEF_INT) {
+    if (cfg.algorithm < ccAlgoAuto || cfg.algorithm > ccAlgoTree) {
+      return Fail(ccInvalidArgument, "ccConfig_t.algorithm %d is not a ccAlgo_t", cfg.algorithm);
+    }
+    out->algorithm = static_cast<ccAlgo_t>(cfg.algorithm);
+  } else {
+    CC_CHECK(ParseAlgo(ParamString("CC_ALGO"), &out->algorithm));
+  }
+  int64_t timeout = cfg.timeoutMs != CC_CONFIG_UNDEF_INT ? cfg.timeoutMs : ParamInt("CC_TIMEOUT_MS");
+  if (timeout <= 0 || timeout > (1LL << 30)) {
+    return Fail(ccInvalidArgument, "timeout %lld ms is out of range (1 .. 2^30)", static_cast<long long>(timeout));
+  }
+  out->timeoutMs = static_cast<int>(timeout);
+  int64_t blocking = cfg.blocking != CC_CONFIG_UNDEF_INT ? cfg.blocking : ParamInt("CC_BLOCKING");
+  if (blocking != 0 && blocking != 1) {
+    return Fail(ccInvalidArgument, "blocking %lld must be 0 or 1", static_cast<long long>(blocking));
+  }
+  out->blocking = static_cast<int>(blocking);
+  out->cudaDev = cfg.cudaDev != CC_CONFIG_UNDEF_INT ? cfg.cudaDev : -1;
+  int64_t slice = ParamInt("CC_SLICE_BYTES");
+  if (slice < 64 || slice > (1LL << 30)) {
+    return Fail(ccInvalidArgument, "CC_SLICE_BYTES=%lld is out of range (64 .. 1G)", static_cast<long long>(slice));
+  }
+  out->sliceBytes = static_cast<size_t>(slice) & ~static_cast<size_t>(7);  // whole elements of every dtype
+  int64_t depth = ParamInt("CC_TREE_DEPTH");
+  if (depth < 1 || depth > 64) {
+    return Fail(ccInvalidArgument, "CC_TREE_DEPTH=%lld is out of range (1 .. 64)", static_cast<long long>(depth));
+  }
+  out->treeDepth = static_cast<int>(depth);
+  int64_t threshold = ParamInt("CC_TREE_THRESHOLD");
+  if (threshold < 0) return Fail(ccInvalidArgument, "CC_TREE_THRESHOLD=%lld is negative", (long long)threshold);
+  out->treeThreshold = static_cast<size_t>(threshold);
+  return ccSuccess;
+}
+
+ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
+  UniqueIdContent content;
+  CC_CHECK(BootstrapParseId(id, &content));
+  std::string key = Hex(content.secret, sizeof(content.secret)) + "@" + ToString(content.root);
+  std::unique_ptr<LocalTransport> local;
+  CC_CHECK(LocalTransport::Create(key, comm->rank, comm->nranks, &local));
+
+  RankInfo info{};
+  std::memcpy(info.processToken, ProcessToken(), sizeof(info.processToken));
+  info.pid = getpid();
+  gethostname(info.host, sizeof(info.host) - 1);
+  std::string blob(reinterpret_cast<const char*>(&info), sizeof(info));
+  std::vector<std::string> all;
+  CC_CHECK(BootstrapAllGather(content, comm->rank, comm->nranks, blob, comm->config.timeoutMs, &all));
+
+  comm->peers.assign(comm->nranks, nullptr);
+  for (int peer = 0; peer < comm->nranks; ++peer) {
+    if (peer == comm->rank) continue;
+    if (all[peer].size() < sizeof(RankInfo)) {
+      return Fail(ccRemoteError, "rank %d sent a %zu-byte bootstrap record (expected %zu)", peer, all[peer].size(),
+                  sizeof(RankInfo));
+    }
+    RankInfo theirs;
+    std::memcpy(&theirs, all[peer].data(), sizeof(theirs));
+    theirs.host[sizeof(theirs.host) - 1] = '\0';
+    bool sameProcess = std::memcmp(theirs.processToken, info.processToken, sizeof(info.processToken)) == 0;
+    ccTransport_t want = comm->config.transport;
+    if (want == ccTransportNccl) {
+      return Fail(ccInvalidUsage, "rank %d: transport nccl needs the CUDA backend and device buffers, which this "
+                  "version does not have yet", comm->rank);
+    }
+    if (want == ccTransportUcx || !sameProcess) {
+      return Fail(ccInvalidUsage,
+                  "rank %d: rank %d runs in another process (pid %d on %s) or transport ucx was asked for, but the "
+                  "UCX transport is not available in this build",
+                  comm->rank, peer, theirs.pid, theirs.host);
+    }
+    if (!local->PeerPresent(peer)) {
+      return Fail(ccInternalError, "rank %d: rank %d is in this process but not in its local group", comm->rank, peer);
+    }
+    comm->peers[peer] = local.get();
+  }
+  comm->transports.push_back(std::move(local));
+  comm->scratch.assign(comm->config.sliceBytes * ccComm::kScratchSlots, 0);
+  CC_INFO(kLogInit, "rank %d of %d ready: transport %s, algorithm %s, slice %zu bytes, timeout %d ms", comm->rank,
+          comm->nranks, TransportName(comm->config.transport), AlgoName(comm->config.algorithm),
+          comm->config.sliceBytes, comm->config.timeoutMs);
+  return ccSuccess;
+}
+
+Inflight::~Inflight() {
+  if (open_.empty()) return;
+  std::string reason = "rank " + std::to_string(comm_->rank) + " failed: " + LastError();
+  std::string keep = LastError();
+  comm_->Abort(reason.c_str());
+  for (Request* r : open_) r->owner->Wait(r, comm_->config.timeoutMs);
+  SetLastError(keep);  // the first failure is the one to report, not the aborts it caused
+}
+
+ccResult_t Inflight::Send(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
+  *req = nullptr;
+  CC_CHECK(comm_->peers[peer]->Isend(peer, buf, bytes, tag, req));
+  open_.push_back(*req);
+  comm_->bytesSent.fetch_add(bytes, std::memory_order_relaxed);
+  return ccSuccess;
+}
+
+ccResult_t Inflight::Recv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
+  *req = nullptr;
+  CC_CHECK(comm_->peers[peer]->Irecv(peer, buf, bytes, tag, req));
+  open_.push_back(*req);
+  comm_->bytesReceived.fetch_add(bytes, std::memory_order_relaxed);
+  return ccSuccess;
+}
+
+ccResult_t Inflight::Wait(Request** req) {
+  Request* r = *req;
+  if (r == nullptr) return ccSuccess;
+  *req = nullptr;
+  for (size_t i = 0; i < open_.size(); ++i) {
+    if (open_[i] == r) {
+      open_[i] = open_.back();
+      open_.pop_back();
+      break;
+    }
+  }
+  return r->owner->Wait(r, comm_->config.timeoutMs);
+}
+
+ccResult_t Inflight::WaitAll() {
+  while (!open_.empty()) {
+    Request* r = open_.back();
+    CC_CHECK(Wait(&r));
+  }
+  return ccSuccess;
+}
+
+void RegisterComm(ccComm* comm) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  Live().insert(comm);
+}
+
+void UnregisterComm(ccComm* comm) {
+  {
+    std::lock_guard<std::mutex> lock(gLiveMutex);
+    Live().erase(comm);
+  }
+  while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+bool AcquireComm(ccComm* comm) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  if (Live().count(comm) == 0) return false;
+  comm->activeCalls.fetch_add(1);
+  return true;
+}
+
+void ReleaseComm(ccComm* comm) { comm->activeCalls.fetch_sub(1); }
+
+}  // namespace ccoll
+
+void ccComm::Abort(const char* reason) {
+  for (auto& t : transports) t->Abort(reason);
+}
+
+void ccComm::RecordError(const std::string& sentence) {
+  std::lock_guard<std::mutex> lock(errorMutex);
+  lastError = sentence;
+}

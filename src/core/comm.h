@@ -1,0 +1,116 @@
+// The communicator: one rank's resolved configuration, its transports to every peer, scratch memory sized once at
+// init, traffic counters and error state. Schedules talk to peers only through the Isend/Irecv/Wait methods here.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ccoll.h"
+#include "transport/transport.h"
+
+namespace ccoll {
+
+// ccConfig_t after precedence (API field > environment > default) and validation.
+struct CommConfig {
+  ccTransport_t transport = ccTransportAuto;
+  ccAlgo_t algorithm = ccAlgoAuto;
+  int timeoutMs = 300000;
+  int blocking = 1;
+  int cudaDev = -1;
+  size_t sliceBytes = 256 << 10;
+  int treeDepth = 4;
+  size_t treeThreshold = 64 << 10;
+};
+
+// Copies min(config->size, sizeof) bytes of the caller's struct over CC_CONFIG_INITIALIZER, then resolves every
+// field. config may be NULL.
+ccResult_t ResolveConfig(const ccConfig_t* config, CommConfig* out);
+
+const char* TransportName(ccTransport_t t);
+const char* AlgoName(ccAlgo_t a);
+
+}  // namespace ccoll
+
+struct ccComm {
+  int rank = 0;
+  int nranks = 0;
+  ccoll::CommConfig config;
+
+  // Transports by peer rank (nullptr for this rank itself); owned by `transports`.
+  std::vector<ccoll::Transport*> peers;
+  std::vector<std::unique_ptr<ccoll::Transport>> transports;
+
+  // Scratch for schedules, allocated once at init: kScratchSlots slices.
+  static constexpr int kScratchSlots = 2;
+  std::vector<char> scratch;
+  char* ScratchSlot(int i) { return scratch.data() + static_cast<size_t>(i) * config.sliceBytes; }
+
+  uint64_t seq = 0;  // collectives started on this rank; the high bits of every tag
+
+  std::atomic<int> asyncError{ccSuccess};
+  std::thread initThread;
+  std::atomic<int> activeCalls{0};
+
+  std::atomic<uint64_t> bytesSent{0};
+  std::atomic<uint64_t> bytesReceived{0};
+  std::atomic<uint64_t> collectives{0};
+
+  std::mutex errorMutex;
+  std::string lastError;  // last error sentence recorded for this comm by any thread
+
+  // Fails every pending and future transfer on this rank and its peers.
+  void Abort(const char* reason);
+  void RecordError(const std::string& sentence);
+};
+
+namespace ccoll {
+
+// Joins the group named by `id`: bootstrap, transport selection, scratch. Runs in the caller's thread (blocking
+// init) or in comm->initThread (non-blocking init).
+ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id);
+
+// The live-communicator table. A call Acquire()s the comm for its duration so that destroy and abort wait for it.
+void RegisterComm(ccComm* comm);
+void UnregisterComm(ccComm* comm);
+bool AcquireComm(ccComm* comm);
+void ReleaseComm(ccComm* comm);
+
+// The transfers a schedule has posted. Schedules post and wait only through this, so that an early return on an
+// error never leaves a transfer pointing at a user buffer: the destructor then aborts the communicator (peers stop
+// too, at once) and waits for what is still open.
+class Inflight {
+ public:
+  explicit Inflight(ccComm* comm) : comm_(comm) {}
+  ~Inflight();
+  Inflight(const Inflight&) = delete;
+  Inflight& operator=(const Inflight&) = delete;
+
+  ccResult_t Send(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req);
+  ccResult_t Recv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req);
+  // Waits for req (nullptr: nothing to wait for) and sets it to nullptr.
+  ccResult_t Wait(Request** req);
+  // Waits for every open transfer.
+  ccResult_t WaitAll();
+
+ private:
+  ccComm* comm_;
+  std::vector<Request*> open_;
+};
+
+class CommUse {
+ public:
+  explicit CommUse(ccComm* comm) : comm_(AcquireComm(comm) ? comm : nullptr) {}
+  ~CommUse() {
+    if (comm_) ReleaseComm(comm_);
+  }
+  bool ok() const { return comm_ != nullptr; }
+
+ private:
+  ccComm* comm_;
+};
+
+}  // namespace ccoll

@@ -1,0 +1,127 @@
+#include "core/log.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "core/params.h"
+
+namespace ccoll {
+namespace {
+
+struct LogState {
+  LogLevel level = LogLevel::kWarn;
+  unsigned subsys = kLogAll;
+  FILE* out = stderr;
+  std::mutex mutex;
+  char host[64] = "";
+};
+
+unsigned SubsysBit(const std::string& name) {
+  if (name == "INIT") return kLogInit;
+  if (name == "BOOT" || name == "BOOTSTRAP") return kLogBoot;
+  if (name == "COLL") return kLogColl;
+  if (name == "TRANSPORT" || name == "NET") return kLogTransport;
+  if (name == "ALL") return kLogAll;
+  return 0;
+}
+
+unsigned ParseSubsys(const std::string& spec) {
+  bool exclude = !spec.empty() && spec[0] == '^';
+  unsigned mask = 0;
+  size_t start = exclude ? 1 : 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) comma = spec.size();
+    mask |= SubsysBit(spec.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return exclude ? ~mask : mask;
+}
+
+std::string ExpandFileName(const std::string& pattern, const char* host) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      char c = pattern[i + 1];
+      if (c == 'h') {
+        out += host;
+        ++i;
+        continue;
+      }
+      if (c == 'p') {
+        out += std::to_string(getpid());
+        ++i;
+        continue;
+      }
+    }
+    out += pattern[i];
+  }
+  return out;
+}
+
+LogState& State() {
+  static LogState* state = [] {
+    auto* s = new LogState();  // Never destroyed: logging may happen from static destructors.
+    gethostname(s->host, sizeof(s->host) - 1);
+    std::string level = ParamString("CC_DEBUG");
+    if (level == "NONE") s->level = LogLevel::kNone;
+    else if (level == "VERSION") s->level = LogLevel::kVersion;
+    else if (level == "INFO") s->level = LogLevel::kInfo;
+    else if (level == "TRACE") s->level = LogLevel::kTrace;
+    else s->level = LogLevel::kWarn;
+    s->subsys = ParseSubsys(ParamString("CC_DEBUG_SUBSYS"));
+    std::string file = ParamString("CC_DEBUG_FILE");
+    if (!file.empty()) {
+      std::string path = ExpandFileName(file, s->host);
+      FILE* f = std::fopen(path.c_str(), "a");
+      if (f != nullptr) s->out = f;
+    }
+    if (s->level == LogLevel::kVersion || s->level >= LogLevel::kInfo) {
+      std::fprintf(s->out, "%s:%d ccoll INFO ccoll version %s\n", s->host, getpid(), CCOLL_VERSION_STRING);
+    }
+    return s;
+  }();
+  return *state;
+}
+
+const char* LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kWarn: return "WARN";
+    case LogLevel::kInfo: return "INFO";
+    case LogLevel::kTrace: return "TRACE";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+bool LogEnabled(LogLevel level, unsigned subsys) {
+  LogState& s = State();
+  return level <= s.level && (subsys & s.subsys) != 0;
+}
+
+void LogMessage(LogLevel level, unsigned subsys, const char* file, int line, const char* fmt, ...) {
+  if (!LogEnabled(level, subsys)) return;
+  LogState& s = State();
+  char body[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(body, sizeof(body), fmt, ap);
+  va_end(ap);
+  const char* base = std::strrchr(file, '/');
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (level == LogLevel::kTrace) {
+    std::fprintf(s.out, "%s:%d ccoll %s %s:%d %s\n", s.host, getpid(), LevelName(level), base ? base + 1 : file, line,
+                 body);
+  } else {
+    std::fprintf(s.out, "%s:%d ccoll %s %s\n", s.host, getpid(), LevelName(level), body);
+  }
+  std::fflush(s.out);
+}
+
+}  // namespace ccoll

@@ -1,0 +1,132 @@
+#include "core/params.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/log.h"
+
+namespace ccoll {
+namespace {
+
+const ParamDef kParams[] = {
+    {"CC_DEBUG", ParamType::kString, "WARN", "Log level: NONE, VERSION, WARN, INFO or TRACE."},
+    {"CC_DEBUG_SUBSYS", ParamType::kString, "ALL",
+     "Comma-separated subsystems to log: INIT, BOOT, COLL, TRANSPORT, ALL; a leading ^ excludes."},
+    {"CC_DEBUG_FILE", ParamType::kString, "",
+     "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the pid."},
+    {"CC_TRANSPORT", ParamType::kString, "auto", "Transport between ranks: auto, local, ucx or nccl."},
+    {"CC_ALGO", ParamType::kString, "auto", "All-reduce algorithm: auto, ring or tree."},
+    {"CC_TIMEOUT_MS", ParamType::kInt, "300000",
+     "Milliseconds a rank waits for a peer (bootstrap and collectives) before failing with ccTimeout."},
+    {"CC_BLOCKING", ParamType::kInt, "1", "1: communicator init blocks; 0: it returns ccInProgress."},
+    {"CC_SLICE_BYTES", ParamType::kInt, "262144",
+     "Pipelining unit of ring and tree, in bytes (rounded down to whole elements). Scratch is a few slices."},
+    {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
+    {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",
+     "With CC_ALGO=auto, all-reduces of at most this many bytes use the tree, larger ones the ring."},
+    {"CC_SOCKET_IFNAME", ParamType::kString, "",
+     "Network interface for the bootstrap (prefix match; ^ excludes). Empty: loopback, one host only."},
+    {nullptr, ParamType::kInt, nullptr, nullptr}};
+
+const ParamDef* Find(const char* name) {
+  for (const ParamDef* p = kParams; p->name; ++p) {
+    if (std::strcmp(p->name, name) == 0) return p;
+  }
+  std::fprintf(stderr, "ccoll internal error: parameter %s is not registered\n", name);
+  std::abort();
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::unordered_map<std::string, int64_t> ints;
+  std::unordered_map<std::string, std::string> strings;
+};
+
+Cache& TheCache() {
+  static Cache* cache = new Cache();  // Never destroyed: parameters are read from atexit paths too.
+  return *cache;
+}
+
+}  // namespace
+
+const ParamDef* ParamTable() { return kParams; }
+
+bool ParseSize(const char* text, int64_t* value) {
+  if (text == nullptr || *text == '\0') return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || v < 0) return false;
+  int64_t mult = 1;
+  if (*end == 'K' || *end == 'k') {
+    mult = 1LL << 10;
+    ++end;
+  } else if (*end == 'M' || *end == 'm') {
+    mult = 1LL << 20;
+    ++end;
+  } else if (*end == 'G' || *end == 'g') {
+    mult = 1LL << 30;
+    ++end;
+  }
+  if (*end != '\0') return false;
+  if (v > INT64_MAX / mult) return false;
+  *value = v * mult;
+  return true;
+}
+
+bool ParamIsSet(const char* name) {
+  Find(name);
+  return std::getenv(name) != nullptr;
+}
+
+int64_t ParamInt(const char* name) {
+  const ParamDef* def = Find(name);
+  Cache& cache = TheCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.ints.find(name);
+  if (it != cache.ints.end()) return it->second;
+  int64_t value = 0;
+  ParseSize(def->defaultValue, &value);
+  const char* env = std::getenv(name);
+  if (env != nullptr) {
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(env, &end, 10);
+    int64_t sized = 0;
+    if (errno == 0 && end != env && *end == '\0') {
+      value = v;
+    } else if (ParseSize(env, &sized)) {
+      value = sized;
+    } else {
+      CC_WARN("%s=\"%s\" is not an integer; using the default %s", name, env, def->defaultValue);
+    }
+  }
+  cache.ints[name] = value;
+  return value;
+}
+
+std::string ParamString(const char* name) {
+  const ParamDef* def = Find(name);
+  Cache& cache = TheCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.strings.find(name);
+  if (it != cache.strings.end()) return it->second;
+  const char* env = std::getenv(name);
+  std::string value = env != nullptr ? env : def->defaultValue;
+  cache.strings[name] = value;
+  return value;
+}
+
+void PrintParams(FILE* out) {
+  std::fprintf(out, "%-20s %-7s %-10s %-10s %s\n", "name", "type", "default", "value", "doc");
+  for (const ParamDef* p = kParams; p->name; ++p) {
+    const char* env = std::getenv(p->name);
+    std::fprintf(out, "%-20s %-7s %-10s %-10s %s\n", p->name, p->type == ParamType::kInt ? "int" : "string",
+                 *p->defaultValue ? p->defaultValue : "\"\"", env ? env : "(default)", p->doc);
+  }
+}
+
+}  // namespace ccoll

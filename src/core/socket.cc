@@ -1,0 +1,227 @@
+#include "core/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/params.h"
+
+namespace ccoll {
+namespace {
+
+socklen_t ToSockaddr(const SocketAddress& a, sockaddr_storage* ss) {
+  std::memset(ss, 0, sizeof(*ss));
+  if (a.family == AF_INET6) {
+    auto* s6 = reinterpret_cast<sockaddr_in6*>(ss);
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(a.port);
+    std::memcpy(&s6->sin6_addr, a.addr, 16);
+    return sizeof(sockaddr_in6);
+  }
+  auto* s4 = reinterpret_cast<sockaddr_in*>(ss);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(a.port);
+  std::memcpy(&s4->sin_addr, a.addr, 4);
+  return sizeof(sockaddr_in);
+}
+
+void FromSockaddr(const sockaddr* sa, SocketAddress* a) {
+  std::memset(a, 0, sizeof(*a));
+  if (sa->sa_family == AF_INET6) {
+    auto* s6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    a->family = AF_INET6;
+    a->port = ntohs(s6->sin6_port);
+    std::memcpy(a->addr, &s6->sin6_addr, 16);
+  } else {
+    auto* s4 = reinterpret_cast<const sockaddr_in*>(sa);
+    a->family = AF_INET;
+    a->port = ntohs(s4->sin_port);
+    std::memcpy(a->addr, &s4->sin_addr, 4);
+  }
+}
+
+bool MatchesIfname(const std::string& spec, const char* name) {
+  bool exclude = !spec.empty() && spec[0] == '^';
+  std::string list = exclude ? spec.substr(1) : spec;
+  bool hit = false;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    std::string prefix = list.substr(start, comma - start);
+    if (!prefix.empty() && std::strncmp(name, prefix.c_str(), prefix.size()) == 0) hit = true;
+    start = comma + 1;
+  }
+  return exclude ? !hit : hit;
+}
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+}  // namespace
+
+std::string ToString(const SocketAddress& a) {
+  char host[INET6_ADDRSTRLEN] = "";
+  inet_ntop(a.family == AF_INET6 ? AF_INET6 : AF_INET, a.addr, host, sizeof(host));
+  return a.family == AF_INET6 ? "[" + std::string(host) + "]:" + std::to_string(a.port)
+                              : std::string(host) + ":" + std::to_string(a.port);
+}
+
+bool ParseSocketAddress(const std::string& text, SocketAddress* out) {
+  std::memset(out, 0, sizeof(*out));
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= text.size()) return false;
+  std::string host = text.substr(0, colon);
+  std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p <= 0 || p > 65535) return false;
+  out->port = static_cast<uint16_t>(p);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    out->family = AF_INET6;
+    return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), out->addr) == 1;
+  }
+  out->family = AF_INET;
+  return inet_pton(AF_INET, host.c_str(), out->addr) == 1;
+}
+
+ccResult_t ChooseBootstrapAddress(SocketAddress* out) {
+  std::string spec = ParamString("CC_SOCKET_IFNAME");
+  std::memset(out, 0, sizeof(*out));
+  if (spec.empty()) {
+    out->family = AF_INET;
+    uint32_t lo = htonl(INADDR_LOOPBACK);
+    std::memcpy(out->addr, &lo, 4);
+    return ccSuccess;
+  }
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return Fail(ccSystemError, "getifaddrs failed: %s", std::strerror(errno));
+  bool found = false;
+  for (ifaddrs* it = list; it != nullptr && !found; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP)) continue;
+    if (it->ifa_addr->sa_family != AF_INET && it->ifa_addr->sa_family != AF_INET6) continue;
+    if (!MatchesIfname(spec, it->ifa_name)) continue;
+    FromSockaddr(it->ifa_addr, out);
+    out->port = 0;
+    found = true;
+    CC_INFO(kLogBoot, "bootstrap interface %s address %s", it->ifa_name, ToString(*out).c_str());
+  }
+  freeifaddrs(list);
+  if (!found) return Fail(ccSystemError, "no network interface matches CC_SOCKET_IFNAME=%s", spec.c_str());
+  return ccSuccess;
+}
+
+ccResult_t Listen(SocketAddress* addr, int* fd) {
+  sockaddr_storage ss;
+  socklen_t len = ToSockaddr(*addr, &ss);
+  int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return Fail(ccSystemError, "socket() failed: %s", std::strerror(errno));
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    int err = errno;
+    close(s);
+    return Fail(ccSystemError, "cannot bind the bootstrap listener to %s: %s", ToString(*addr).c_str(),
+                std::strerror(err));
+  }
+  if (listen(s, 1024) != 0) {
+    int err = errno;
+    close(s);
+    return Fail(ccSystemError, "listen() failed: %s", std::strerror(err));
+  }
+  len = sizeof(ss);
+  getsockname(s, reinterpret_cast<sockaddr*>(&ss), &len);
+  FromSockaddr(reinterpret_cast<sockaddr*>(&ss), addr);
+  *fd = s;
+  return ccSuccess;
+}
+
+ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd) {
+  sockaddr_storage ss;
+  socklen_t len = ToSockaddr(addr, &ss);
+  int delayMs = 1;
+  while (true) {
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return Fail(ccSystemError, "socket() failed: %s", std::strerror(errno));
+    if (connect(s, reinterpret_cast<sockaddr*>(&ss), len) == 0) {
+      SetNoDelay(s);
+      *fd = s;
+      return ccSuccess;
+    }
+    int err = errno;
+    close(s);
+    bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN || err == EINTR || err == ENETUNREACH;
+    if (!retry) {
+      return Fail(ccSystemError, "cannot connect to the bootstrap root %s: %s", ToString(addr).c_str(),
+                  std::strerror(err));
+    }
+    if (Clock::now() >= deadline) {
+      return Fail(ccTimeout, "timed out connecting to the bootstrap root %s (last error: %s)",
+                  ToString(addr).c_str(), std::strerror(err));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+    delayMs = delayMs < 100 ? delayMs * 2 : 100;
+  }
+}
+
+ccResult_t SendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const char* what) {
+  const char* p = static_cast<const char*>(buf);
+  while (bytes > 0) {
+    pollfd pfd{fd, POLLOUT, 0};
+    int r = poll(&pfd, 1, RemainingMs(deadline));
+    if (r == 0) return Fail(ccTimeout, "timed out sending %s", what);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Fail(ccSystemError, "poll failed sending %s: %s", what, std::strerror(errno));
+    }
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Fail(ccRemoteError, "connection lost sending %s: %s", what, std::strerror(errno));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return ccSuccess;
+}
+
+ccResult_t RecvAll(int fd, void* buf, size_t bytes, Deadline deadline, const char* what) {
+  char* p = static_cast<char*>(buf);
+  while (bytes > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    int r = poll(&pfd, 1, RemainingMs(deadline));
+    if (r == 0) return Fail(ccTimeout, "timed out receiving %s", what);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Fail(ccSystemError, "poll failed receiving %s: %s", what, std::strerror(errno));
+    }
+    ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
+    if (n == 0) return Fail(ccRemoteError, "connection closed by the peer while receiving %s", what);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Fail(ccRemoteError, "connection lost receiving %s: %s", what, std::strerror(errno));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return ccSuccess;
+}
+
+void CloseFd(int fd) {
+  if (fd >= 0) close(fd);
+}
+
+}  // namespace ccoll

@@ -1,0 +1,47 @@
+// Thin, deadline-aware TCP helpers for the bootstrap. Every blocking operation takes an absolute deadline so a
+// silent peer is a ccTimeout, never a hang.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+inline Deadline DeadlineIn(int64_t ms) { return Clock::now() + std::chrono::milliseconds(ms); }
+inline int RemainingMs(Deadline d) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(left > 1 << 30 ? 1 << 30 : left);
+}
+
+// An IPv4 or IPv6 socket address in a fixed-size, byte-copyable form (it travels inside the unique id).
+struct SocketAddress {
+  uint16_t family;  // AF_INET or AF_INET6
+  uint16_t port;    // host byte order
+  uint8_t addr[16];
+};
+
+std::string ToString(const SocketAddress& a);
+// Parses "host:port" or "[v6]:port" with a numeric address.
+bool ParseSocketAddress(const std::string& text, SocketAddress* out);
+// The address of the interface CC_SOCKET_IFNAME names (prefix match, ^ to exclude), or loopback when unset.
+ccResult_t ChooseBootstrapAddress(SocketAddress* out);
+
+// Opens a listening socket on `addr` (port 0 picks a free port; the chosen port is written back).
+ccResult_t Listen(SocketAddress* addr, int* fd);
+// Connects to `addr`, retrying refused connections until the deadline (the listener may not be up yet).
+ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd);
+// Sends / receives exactly `bytes` bytes before the deadline.
+ccResult_t SendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const char* what);
+ccResult_t RecvAll(int fd, void* buf, size_t bytes, Deadline deadline, const char* what);
+void CloseFd(int fd);
+
+}  // namespace ccoll

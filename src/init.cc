@@ -1,0 +1,261 @@
+// C API entry points of versions, errors and communicators: argument checks, then the core.
+#include <cstring>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "ccoll.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/log.h"
+
+using ccoll::Fail;
+
+namespace {
+
+// Runs an API body, mapping any exception escaping it to a result code (no exception crosses the C boundary).
+template <typename Body>
+ccResult_t Guarded(const char* fn, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(ccSystemError, "%s: out of memory", fn);
+  } catch (const std::exception& e) {
+    return Fail(ccInternalError, "%s: unexpected exception: %s", fn, e.what());
+  } catch (...) {
+    return Fail(ccInternalError, "%s: unexpected exception", fn);
+  }
+}
+
+void DeleteComm(ccComm* comm) {
+  ccoll::UnregisterComm(comm);
+  if (comm->initThread.joinable()) comm->initThread.join();
+  delete comm;
+}
+
+ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config,
+                    const char* fn) {
+  if (out == nullptr) return Fail(ccInvalidArgument, "%s: comm (the output pointer) is NULL", fn);
+  *out = nullptr;
+  if (nranks < 1 || nranks > ccoll::kMaxRanks) {
+    return Fail(ccInvalidArgument, "%s: nranks %d is out of range (1 .. %d)", fn, nranks, ccoll::kMaxRanks);
+  }
+  if (rank < 0 || rank >= nranks) {
+    return Fail(ccInvalidArgument, "%s: rank %d is out of range for nranks %d", fn, rank, nranks);
+  }
+  ccoll::CommConfig cfg;
+  CC_CHECK(ccoll::ResolveConfig(config, &cfg));
+  ccoll::UniqueIdContent content;
+  CC_CHECK(ccoll::BootstrapParseId(id, &content));
+
+  auto* comm = new ccComm();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->config = cfg;
+  ccoll::RegisterComm(comm);
+  if (!cfg.blocking) {
+    comm->asyncError = ccInProgress;
+    comm->initThread = std::thread([comm, id] {
+      ccResult_t r = Guarded("ccCommInitRankConfig", [&] { return ccoll::CommSetup(comm, id); });
+      if (r != ccSuccess) comm->RecordError(ccoll::LastError());
+      comm->asyncError = r;
+    });
+    *out = comm;
+    return ccInProgress;
+  }
+  ccResult_t r = ccoll::CommSetup(comm, id);
+  if (r != ccSuccess) {
+    DeleteComm(comm);
+    return r;
+  }
+  *out = comm;
+  return ccSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+CC_API ccResult_t ccGetVersion(int* version) {
+  if (version == nullptr) return Fail(ccInvalidArgument, "ccGetVersion: version is NULL");
+  *version = CC_VERSION_CODE;
+  return ccSuccess;
+}
+
+CC_API const char* ccGetErrorString(ccResult_t result) {
+  switch (result) {
+    case ccSuccess: return "no error";
+    case ccUnhandledCudaError: return "unhandled cuda error (run with CC_DEBUG=INFO for details)";
+    case ccSystemError: return "unhandled system error (run with CC_DEBUG=INFO for details)";
+    case ccInternalError: return "internal error - please report this issue to the ccoll developers";
+    case ccInvalidArgument: return "invalid argument (run with CC_DEBUG=WARN for details)";
+    case ccInvalidUsage: return "invalid usage (run with CC_DEBUG=WARN for details)";
+    case ccRemoteError: return "remote process exited or there was a network error";
+    case ccInProgress: return "operation in progress";
+    case ccTimeout: return "timed out waiting for a peer";
+    case ccNumResults: break;
+  }
+  return "unknown result code";
+}
+
+CC_API const char* ccGetLastError(ccComm_t comm) {
+  static thread_local std::string copy;
+  copy = ccoll::LastError();
+  if (copy.empty() && comm != nullptr) {
+    ccoll::CommUse use(comm);
+    if (use.ok()) {
+      std::lock_guard<std::mutex> lock(comm->errorMutex);
+      copy = comm->lastError;
+    }
+  }
+  return copy.c_str();
+}
+
+CC_API ccResult_t ccGetUniqueId(ccUniqueId* uniqueId) {
+  return Guarded("ccGetUniqueId", [&] {
+    if (uniqueId == nullptr) return Fail(ccInvalidArgument, "ccGetUniqueId: uniqueId is NULL");
+    ccoll::CommConfig cfg;
+    CC_CHECK(ccoll::ResolveConfig(nullptr, &cfg));
+    return ccoll::BootstrapStartRoot(nullptr, nullptr, cfg.timeoutMs, uniqueId);
+  });
+}
+
+CC_API ccResult_t ccCommInitRank(ccComm_t* comm, int nranks, ccUniqueId commId, int rank) {
+  return Guarded("ccCommInitRank", [&] {
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    return InitRank(comm, nranks, commId, rank, &config, "ccCommInitRank");
+  });
+}
+
+CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId commId, int rank,
+                                       ccConfig_t* config) {
+  return Guarded("ccCommInitRankConfig",
+                 [&] { return InitRank(comm, nranks, commId, rank, config, "ccCommInitRankConfig"); });
+}
+
+CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist) {
+  return Guarded("ccCommInitAll", [&]() -> ccResult_t {
+    if (comms == nullptr) return Fail(ccInvalidArgument, "ccCommInitAll: comms is NULL");
+    if (ndev < 1 || ndev > ccoll::kMaxRanks) {
+      return Fail(ccInvalidArgument, "ccCommInitAll: ndev %d is out of range (1 .. %d)", ndev, ccoll::kMaxRanks);
+    }
+    for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+    ccUniqueId id;
+    CC_CHECK(ccGetUniqueId(&id));
+    std::vector<ccResult_t> results(ndev, ccSuccess);
+    std::vector<std::string> errors(ndev);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < ndev; ++i) {
+      threads.emplace_back([&, i] {
+        ccConfig_t config = CC_CONFIG_INITIALIZER;
+        config.blocking = 1;
+        if (devlist != nullptr) config.cudaDev = devlist[i];
+        results[i] = InitRank(&comms[i], ndev, id, i, &config, "ccCommInitAll");
+        if (results[i] != ccSuccess) errors[i] = ccoll::LastError();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < ndev; ++i) {
+      if (results[i] == ccSuccess) continue;
+      for (int j = 0; j < ndev; ++j) {
+        if (comms[j] != nullptr) DeleteComm(comms[j]);
+        comms[j] = nullptr;
+      }
+      ccoll::SetLastError("ccCommInitAll: rank " + std::to_string(i) + " failed: " + errors[i]);
+      return results[i];
+    }
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccCommDestroy(ccComm_t comm) {
+  return Guarded("ccCommDestroy", [&] {
+    if (comm == nullptr) return ccSuccess;
+    {
+      ccoll::CommUse use(comm);
+      if (!use.ok()) {
+        return Fail(ccInvalidArgument, "ccCommDestroy: comm %p is not a live communicator (destroyed twice?)",
+                    static_cast<void*>(comm));
+      }
+    }
+    DeleteComm(comm);
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccCommAbort(ccComm_t comm) {
+  return Guarded("ccCommAbort", [&] {
+    if (comm == nullptr) return ccSuccess;
+    {
+      ccoll::CommUse use(comm);
+      if (!use.ok()) {
+        return Fail(ccInvalidArgument, "ccCommAbort: comm %p is not a live communicator", static_cast<void*>(comm));
+      }
+      if (comm->asyncError.load() != ccInProgress) {  // a running init owns the transports until it ends
+        std::string reason = "rank " + std::to_string(comm->rank) + " aborted the communicator";
+        comm->Abort(reason.c_str());
+      }
+    }
+    DeleteComm(comm);  // waits for the calls the abort woke up to leave
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccCommCount(const ccComm_t comm, int* count) {
+  return Guarded("ccCommCount", [&] {
+    ccoll::CommUse use(comm);
+    if (comm == nullptr || !use.ok()) return Fail(ccInvalidArgument, "ccCommCount: comm is not a live communicator");
+    if (count == nullptr) return Fail(ccInvalidArgument, "ccCommCount: count is NULL");
+    *count = comm->nranks;
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccCommUserRank(const ccComm_t comm, int* rank) {
+  return Guarded("ccCommUserRank", [&] {
+    ccoll::CommUse use(comm);
+    if (comm == nullptr || !use.ok()) {
+      return Fail(ccInvalidArgument, "ccCommUserRank: comm is not a live communicator");
+    }
+    if (rank == nullptr) return Fail(ccInvalidArgument, "ccCommUserRank: rank is NULL");
+    *rank = comm->rank;
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccCommGetAsyncError(ccComm_t comm, ccResult_t* asyncError) {
+  return Guarded("ccCommGetAsyncError", [&] {
+    ccoll::CommUse use(comm);
+    if (comm == nullptr || !use.ok()) {
+      return Fail(ccInvalidArgument, "ccCommGetAsyncError: comm is not a live communicator");
+    }
+    if (asyncError == nullptr) return Fail(ccInvalidArgument, "ccCommGetAsyncError: asyncError is NULL");
+    *asyncError = static_cast<ccResult_t>(comm->asyncError.load());
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats) {
+  return Guarded("ccCommGetStats", [&] {
+    ccoll::CommUse use(comm);
+    if (comm == nullptr || !use.ok()) return Fail(ccInvalidArgument, "ccCommGetStats: comm is not a live communicator");
+    if (stats == nullptr) return Fail(ccInvalidArgument, "ccCommGetStats: stats is NULL");
+    if (stats->size < sizeof(size_t)) {
+      return Fail(ccInvalidArgument, "ccCommGetStats: stats->size %zu is too small; set it to sizeof(ccCommStats_t)",
+                  stats->size);
+    }
+    ccCommStats_t s;
+    s.size = sizeof(s);
+    s.bytesSent = comm->bytesSent.load();
+    s.bytesReceived = comm->bytesReceived.load();
+    s.collectives = comm->collectives.load();
+    size_t n = stats->size < sizeof(s) ? stats->size : sizeof(s);
+    std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t), reinterpret_cast<char*>(&s) + sizeof(size_t),
+                n - sizeof(size_t));
+    return ccSuccess;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,260 @@
+#include "transport/local.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ccoll {
+namespace {
+
+enum class State { kPosted, kCopying, kDone, kError };
+
+struct LocalRequest : Request {
+  bool isSend = false;
+  int self = 0;
+  int peer = 0;
+  uint64_t tag = 0;
+  void* buf = nullptr;
+  size_t bytes = 0;
+  State state = State::kPosted;
+  ccResult_t error = ccSuccess;
+  std::string message;
+};
+
+// Everything addressed to one rank: the sends other ranks posted to it that it has not received yet, and its
+// receives that no send has matched yet. The mutex guards both queues and the state of every request in them,
+// sends and receives alike; waiters of either kind sleep on the cv.
+struct Mailbox {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::deque<LocalRequest*>> unmatchedSends;  // by source rank
+  std::vector<std::deque<LocalRequest*>> postedRecvs;     // by source rank
+  bool present = false;
+};
+
+LocalRequest* TakeMatch(std::deque<LocalRequest*>* queue, uint64_t tag) {
+  for (auto it = queue->begin(); it != queue->end(); ++it) {
+    if ((*it)->tag == tag) {
+      LocalRequest* r = *it;
+      queue->erase(it);
+      return r;
+    }
+  }
+  return nullptr;
+}
+
+bool Remove(std::deque<LocalRequest*>* queue, LocalRequest* req) {
+  for (auto it = queue->begin(); it != queue->end(); ++it) {
+    if (*it == req) {
+      queue->erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+class LocalGroup {
+ public:
+  explicit LocalGroup(int nranks) : nranks(nranks) {
+    for (int i = 0; i < nranks; ++i) {
+      boxes.emplace_back(new Mailbox());
+      boxes.back()->unmatchedSends.resize(nranks);
+      boxes.back()->postedRecvs.resize(nranks);
+    }
+  }
+  const int nranks;
+  std::vector<std::unique_ptr<Mailbox>> boxes;
+  std::atomic<bool> aborted{false};
+  std::mutex abortMutex;
+  std::string abortReason;
+};
+
+namespace {
+
+std::mutex gRegistryMutex;
+std::map<std::string, std::weak_ptr<LocalGroup>>& Registry() {
+  static auto* registry = new std::map<std::string, std::weak_ptr<LocalGroup>>();
+  return *registry;
+}
+
+// Copies a matched pair outside the mailbox lock, then publishes the result under it.
+void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
+  bool sizeOk = send->bytes == recv->bytes;
+  if (sizeOk && send->bytes > 0) std::memcpy(recv->buf, send->buf, send->bytes);
+  std::lock_guard<std::mutex> lock(box->mutex);
+  if (sizeOk) {
+    send->state = State::kDone;
+    recv->state = State::kDone;
+  } else {
+    char msg[256];
+    std::snprintf(msg, sizeof(msg),
+                  "rank %d sent %zu bytes but rank %d expects %zu bytes (tag %llu): the ranks called the "
+                  "collective with different counts, datatypes or collectives",
+                  send->self, send->bytes, recv->self, recv->bytes, static_cast<unsigned long long>(send->tag));
+    for (LocalRequest* r : {send, recv}) {
+      r->state = State::kError;
+      r->error = ccInvalidUsage;
+      r->message = msg;
+    }
+  }
+  box->cv.notify_all();
+}
+
+}  // namespace
+
+ccResult_t LocalTransport::Create(const std::string& key, int rank, int nranks,
+                                  std::unique_ptr<LocalTransport>* out) {
+  std::shared_ptr<LocalGroup> group;
+  {
+    std::lock_guard<std::mutex> lock(gRegistryMutex);
+    auto& registry = Registry();
+    auto it = registry.find(key);
+    if (it != registry.end()) group = it->second.lock();
+    if (!group) {
+      group = std::make_shared<LocalGroup>(nranks);
+      registry[key] = group;
+    }
+    if (group->nranks != nranks) {
+      return Fail(ccInvalidUsage, "rank %d was initialized with nranks %d but another rank of this process used %d",
+                  rank, nranks, group->nranks);
+    }
+    Mailbox* box = group->boxes[rank].get();
+    std::lock_guard<std::mutex> boxLock(box->mutex);
+    if (box->present) {
+      return Fail(ccInvalidUsage, "rank %d joined the same group twice in this process", rank);
+    }
+    box->present = true;
+    // Drop registry entries whose groups are gone.
+    for (auto i = registry.begin(); i != registry.end();) {
+      i = i->second.expired() ? registry.erase(i) : std::next(i);
+    }
+  }
+  out->reset(new LocalTransport(std::move(group), rank));
+  return ccSuccess;
+}
+
+LocalTransport::~LocalTransport() {
+  Mailbox* box = group_->boxes[rank_].get();
+  std::lock_guard<std::mutex> lock(box->mutex);
+  box->present = false;
+}
+
+bool LocalTransport::PeerPresent(int peer) const {
+  Mailbox* box = group_->boxes[peer].get();
+  std::lock_guard<std::mutex> lock(box->mutex);
+  return box->present;
+}
+
+ccResult_t LocalTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
+  if (group_->aborted.load()) return AbortedError();
+  auto* r = new LocalRequest();
+  r->owner = this;
+  r->isSend = true;
+  r->self = rank_;
+  r->peer = peer;
+  r->tag = tag;
+  r->buf = const_cast<void*>(buf);
+  r->bytes = bytes;
+  Mailbox* box = group_->boxes[peer].get();
+  LocalRequest* match = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(box->mutex);
+    match = TakeMatch(&box->postedRecvs[rank_], tag);
+    if (match == nullptr) {
+      box->unmatchedSends[rank_].push_back(r);
+    } else {
+      r->state = State::kCopying;
+      match->state = State::kCopying;
+    }
+  }
+  if (match != nullptr) Complete(box, r, match);
+  *req = r;
+  return ccSuccess;
+}
+
+ccResult_t LocalTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
+  if (group_->aborted.load()) return AbortedError();
+  auto* r = new LocalRequest();
+  r->owner = this;
+  r->self = rank_;
+  r->peer = peer;
+  r->tag = tag;
+  r->buf = buf;
+  r->bytes = bytes;
+  Mailbox* box = group_->boxes[rank_].get();
+  LocalRequest* match = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(box->mutex);
+    match = TakeMatch(&box->unmatchedSends[peer], tag);
+    if (match == nullptr) {
+      box->postedRecvs[peer].push_back(r);
+    } else {
+      r->state = State::kCopying;
+      match->state = State::kCopying;
+    }
+  }
+  if (match != nullptr) Complete(box, match, r);
+  *req = r;
+  return ccSuccess;
+}
+
+ccResult_t LocalTransport::Wait(Request* request, int timeoutMs) {
+  auto* r = static_cast<LocalRequest*>(request);
+  std::unique_ptr<LocalRequest> owned(r);
+  Mailbox* box = group_->boxes[r->isSend ? r->peer : r->self].get();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  std::unique_lock<std::mutex> lock(box->mutex);
+  while (true) {
+    if (r->state == State::kDone) return ccSuccess;
+    if (r->state == State::kError) return Fail(r->error, "%s", r->message.c_str());
+    bool aborted = group_->aborted.load();
+    bool timedOut = std::chrono::steady_clock::now() >= deadline;
+    if (r->state == State::kPosted && (aborted || timedOut)) {
+      auto& queue = r->isSend ? box->unmatchedSends[r->self] : box->postedRecvs[r->peer];
+      Remove(&queue, r);
+      lock.unlock();
+      if (aborted) return AbortedError();
+      if (r->isSend) {
+        return Fail(ccTimeout, "rank %d timed out after %d ms waiting for rank %d to receive (tag %llu)", r->self,
+                    timeoutMs, r->peer, static_cast<unsigned long long>(r->tag));
+      }
+      return Fail(ccTimeout, "rank %d timed out after %d ms waiting for data from rank %d (tag %llu)", r->self,
+                  timeoutMs, r->peer, static_cast<unsigned long long>(r->tag));
+    }
+    if (r->state == State::kCopying) {
+      box->cv.wait(lock);  // a copy in progress finishes without waiting on anyone, even past the deadline
+    } else {
+      box->cv.wait_until(lock, deadline);
+    }
+  }
+}
+
+ccResult_t LocalTransport::AbortedError() {
+  std::lock_guard<std::mutex> lock(group_->abortMutex);
+  return Fail(ccRemoteError, "rank %d: %s", rank_, group_->abortReason.c_str());
+}
+
+void LocalTransport::Abort(const char* reason) {
+  {
+    std::lock_guard<std::mutex> lock(group_->abortMutex);
+    if (group_->aborted.load()) return;
+    group_->abortReason = reason;
+    group_->aborted.store(true);
+  }
+  for (auto& box : group_->boxes) {
+    std::lock_guard<std::mutex> lock(box->mutex);
+    box->cv.notify_all();
+  }
+}
+
+}  // namespace ccoll

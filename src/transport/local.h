@@ -1,0 +1,37 @@
+// The in-process transport: ranks that are threads of one process exchange data by a single memcpy from the
+// sender's buffer into the receiver's. Ranks find each other through a process-wide table keyed by the group's
+// secret (from the unique id), filled before the bootstrap all-gather completes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace ccoll {
+
+class LocalGroup;
+
+class LocalTransport : public Transport {
+ public:
+  // Registers `rank` in the process-wide group `key` (created by its first rank).
+  static ccResult_t Create(const std::string& key, int rank, int nranks, std::unique_ptr<LocalTransport>* out);
+  ~LocalTransport() override;
+
+  const char* Name() const override { return "local"; }
+  ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) override;
+  ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) override;
+  ccResult_t Wait(Request* req, int timeoutMs) override;
+  void Abort(const char* reason) override;
+
+  // True once every rank of the group has registered (used to check that peers really are in this process).
+  bool PeerPresent(int peer) const;
+
+ private:
+  ccResult_t AbortedError();
+  LocalTransport(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  std::shared_ptr<LocalGroup> group_;
+  int rank_;
+};
+
+}  // namespace ccoll

@@ -1,0 +1,35 @@
+// The transport interface: non-blocking, tagged sends and receives of byte ranges between ranks. Transports know
+// nothing of codecs or schedules. A send's buffer must stay untouched, and a receive's buffer unread, until the
+// request completes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+class Transport;
+
+// One pending send or receive. Owned by its transport; freed by Wait/Test once they report completion or error.
+struct Request {
+  Transport* owner = nullptr;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* Name() const = 0;
+  // Posts a send of `bytes` bytes to rank `peer`. Messages between one pair of ranks match in order of tags.
+  virtual ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) = 0;
+  // Posts a receive of exactly `bytes` bytes from rank `peer`; a send of another size is a ccInvalidUsage error on
+  // both sides (it means the ranks called with different counts or datatypes).
+  virtual ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) = 0;
+  // Blocks until `req` completes, fails, the transport is aborted, or `timeoutMs` passes. Frees req in all cases.
+  virtual ccResult_t Wait(Request* req, int timeoutMs) = 0;
+  // Makes every pending and future Wait on this transport, and on the peers waiting for this rank, fail.
+  virtual void Abort(const char* reason) = 0;
+};
+
+}  // namespace ccoll
