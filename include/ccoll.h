@@ -215,6 +215,15 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
                                        ccConfig_t* config);
 
 /**
+ * Creates this rank's communicator from the environment, for launchers without MPI (torchrun-like): CC_RANK (this
+ * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach). Rank 0 opens the
+ * bootstrap listener on CC_ROOT; the others connect to it, retrying until the timeout. CC_SECRET, when set to the
+ * same string on every rank, is the credential a joining rank must present (without it any process that can reach
+ * CC_ROOT could join). Collective over the group, like ccCommInitRank. config may be NULL.
+ */
+CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config);
+
+/**
  * Creates ndev communicators of one group inside this process, one per rank, like ncclCommInitAll: comms[i] is
  * rank i. Ranks use the in-process transport. devlist may be NULL (host ranks, or all on the current device).
  * On failure no communicator is left alive and every comms[i] is NULL.

@@ -1,4 +1,5 @@
 // C API entry points of versions, errors and communicators: argument checks, then the core.
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -9,6 +10,8 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/params.h"
+#include "core/socket.h"
 
 using ccoll::Fail;
 
@@ -133,6 +136,37 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
                                        ccConfig_t* config) {
   return Guarded("ccCommInitRankConfig",
                  [&] { return InitRank(comm, nranks, commId, rank, config, "ccCommInitRankConfig"); });
+}
+
+CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
+  return Guarded("ccCommInitFromEnv", [&]() -> ccResult_t {
+    if (comm == nullptr) return Fail(ccInvalidArgument, "ccCommInitFromEnv: comm (the output pointer) is NULL");
+    *comm = nullptr;
+    int64_t rank = ccoll::ParamInt("CC_RANK"), nranks = ccoll::ParamInt("CC_NRANKS");
+    std::string root = ccoll::ParamString("CC_ROOT");
+    if (rank < 0 || nranks < 1 || rank >= nranks || nranks > ccoll::kMaxRanks) {
+      return Fail(ccInvalidArgument, "ccCommInitFromEnv: CC_RANK=%lld and CC_NRANKS=%lld must satisfy 0 <= CC_RANK < "
+                  "CC_NRANKS (both set by the launcher)", static_cast<long long>(rank), static_cast<long long>(nranks));
+    }
+    ccoll::UniqueIdContent content{};
+    content.magic = ccoll::kUniqueIdMagic;
+    content.version = ccoll::kBootstrapVersion;
+    if (!ccoll::ParseSocketAddress(root, &content.root)) {
+      return Fail(ccInvalidArgument, "ccCommInitFromEnv: CC_ROOT=\"%s\" is not host:port", root.c_str());
+    }
+    std::string secret = ccoll::ParamString("CC_SECRET");
+    std::memcpy(content.secret, secret.data(), std::min<size_t>(secret.size(), sizeof(content.secret)));
+    ccUniqueId id;
+    if (rank == 0) {
+      ccoll::CommConfig cfg;
+      CC_CHECK(ccoll::ResolveConfig(config, &cfg));
+      CC_CHECK(ccoll::BootstrapStartRoot(&content.root, content.secret, cfg.timeoutMs, &id));
+    } else {
+      std::memset(&id, 0, sizeof(id));
+      std::memcpy(id.internal, &content, sizeof(content));
+    }
+    return InitRank(comm, static_cast<int>(nranks), id, static_cast<int>(rank), config, "ccCommInitFromEnv");
+  });
 }
 
 CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist) {

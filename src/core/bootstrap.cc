@@ -26,6 +26,12 @@ struct HelloHeader {
   uint32_t reserved;
 };
 
+// Rank -> root for every all-gather after the first, followed by len bytes.
+struct RoundHeader {
+  uint32_t magic;
+  uint32_t len;
+};
+
 // Root -> rank, followed (when status == 0) by nranks records of {uint32 len, len bytes}.
 struct ReplyHeader {
   uint32_t magic;
@@ -60,7 +66,9 @@ class Root {
   // Returns false when the connection must be dropped; sets *complete when the hello is whole and valid.
   bool Advance(Pending* p, bool* complete);
   bool Accept(Pending* p);
-  void Reply();
+  bool Reply();
+  // Reads every rank's next blob; false when the ranks are done (or one failed).
+  bool NextRound();
 
   int listenFd_;
   int timeoutMs_;
@@ -134,7 +142,36 @@ bool Root::Accept(Pending* p) {
   return true;
 }
 
-void Root::Reply() {
+bool Root::NextRound() {
+  Deadline deadline = DeadlineIn(timeoutMs_);
+  int closed = 0;
+  for (int r = 0; r < nranks_; ++r) {
+    RoundHeader h{};
+    char probe;
+    // A rank that closed its connection is done with the bootstrap; all ranks make the same choice.
+    pollfd pfd{rankFd_[r], POLLIN, 0};
+    if (poll(&pfd, 1, RemainingMs(deadline)) <= 0) {
+      CC_WARN("bootstrap root: rank %d neither continued nor left within %d ms", r, timeoutMs_);
+      return false;
+    }
+    ssize_t n = recv(rankFd_[r], &probe, 1, MSG_PEEK);
+    if (n <= 0) {
+      ++closed;
+      continue;
+    }
+    if (RecvAll(rankFd_[r], &h, sizeof(h), deadline, "a bootstrap round") != ccSuccess || h.magic != kBootstrapMagic ||
+        h.len > kMaxRankInfoBytes) {
+      CC_WARN("bootstrap root: rank %d sent a malformed round", r);
+      return false;
+    }
+    infos_[r].resize(h.len);
+    if (RecvAll(rankFd_[r], &infos_[r][0], h.len, deadline, "a bootstrap round") != ccSuccess) return false;
+  }
+  if (closed != 0 && closed != nranks_) CC_WARN("bootstrap root: %d of %d ranks left before a round", closed, nranks_);
+  return closed == 0;
+}
+
+bool Root::Reply() {
   std::string payload;
   for (const std::string& info : infos_) {
     uint32_t len = static_cast<uint32_t>(info.size());
@@ -147,8 +184,10 @@ void Root::Reply() {
     if (SendAll(rankFd_[r], &ok, sizeof(ok), deadline, "bootstrap reply") != ccSuccess ||
         SendAll(rankFd_[r], payload.data(), payload.size(), deadline, "bootstrap reply") != ccSuccess) {
       CC_WARN("bootstrap root: could not answer rank %d", r);
+      return false;
     }
   }
+  return true;
 }
 
 void Root::Run() {
@@ -198,7 +237,10 @@ void Root::Run() {
   }
   for (Pending& p : pending) CloseFd(p.fd);
   CloseFd(listenFd_);
-  if (nranks_ > 0 && joined_ == nranks_) Reply();
+  if (nranks_ > 0 && joined_ == nranks_) {
+    while (Reply() && NextRound()) {
+    }
+  }
   for (int fd : rankFd_) CloseFd(fd);
 }
 
@@ -261,47 +303,61 @@ ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out) {
   return ccSuccess;
 }
 
-ccResult_t BootstrapAllGather(const UniqueIdContent& id, int rank, int nranks, const std::string& myInfo,
-                              int timeoutMs, std::vector<std::string>* all) {
-  if (myInfo.size() > kMaxRankInfoBytes) {
-    return Fail(ccInternalError, "bootstrap blob of %zu bytes exceeds %u", myInfo.size(), kMaxRankInfoBytes);
+BootstrapSession::~BootstrapSession() { CloseFd(fd_); }
+
+ccResult_t BootstrapSession::AllGather(const std::string& mine, std::vector<std::string>* all) {
+  if (mine.size() > kMaxRankInfoBytes) {
+    return Fail(ccInternalError, "bootstrap blob of %zu bytes exceeds %u", mine.size(), kMaxRankInfoBytes);
   }
-  Deadline deadline = DeadlineIn(timeoutMs);
-  int fd = -1;
-  CC_CHECK(Connect(id.root, deadline, &fd));
-  std::unique_ptr<int, void (*)(int*)> guard(&fd, [](int* f) { CloseFd(*f); });
-  HelloHeader hello{};
-  hello.magic = kBootstrapMagic;
-  hello.version = kBootstrapVersion;
-  std::memcpy(hello.secret, id.secret, kSecretBytes);
-  hello.rank = rank;
-  hello.nranks = nranks;
-  hello.infoLen = static_cast<uint32_t>(myInfo.size());
-  CC_CHECK(SendAll(fd, &hello, sizeof(hello), deadline, "the bootstrap hello"));
-  CC_CHECK(SendAll(fd, myInfo.data(), myInfo.size(), deadline, "the bootstrap hello"));
+  Deadline deadline = DeadlineIn(timeoutMs_);
+  if (fd_ < 0) {
+    CC_CHECK(Connect(id_.root, deadline, &fd_));
+    HelloHeader hello{};
+    hello.magic = kBootstrapMagic;
+    hello.version = kBootstrapVersion;
+    std::memcpy(hello.secret, id_.secret, kSecretBytes);
+    hello.rank = rank_;
+    hello.nranks = nranks_;
+    hello.infoLen = static_cast<uint32_t>(mine.size());
+    CC_CHECK(SendAll(fd_, &hello, sizeof(hello), deadline, "the bootstrap hello"));
+  } else {
+    RoundHeader h{kBootstrapMagic, static_cast<uint32_t>(mine.size())};
+    CC_CHECK(SendAll(fd_, &h, sizeof(h), deadline, "a bootstrap round"));
+  }
+  CC_CHECK(SendAll(fd_, mine.data(), mine.size(), deadline, "a bootstrap blob"));
+  return ReceiveAll(all, deadline);
+}
+
+ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline deadline) {
   ReplyHeader reply{};
-  ccResult_t r = RecvAll(fd, &reply, sizeof(reply), deadline, "the bootstrap reply");
+  ccResult_t r = RecvAll(fd_, &reply, sizeof(reply), deadline, "the bootstrap reply");
   if (r != ccSuccess) {
-    return Fail(r, "rank %d of %d: no answer from the bootstrap root %s (%s); did every rank start?", rank, nranks,
-                ToString(id.root).c_str(), LastError().c_str());
+    return Fail(r, "rank %d of %d: no answer from the bootstrap root %s (%s); did every rank start?", rank_, nranks_,
+                ToString(id_.root).c_str(), LastError().c_str());
   }
   if (reply.magic != kBootstrapMagic) return Fail(ccRemoteError, "bootstrap root sent a malformed reply");
   if (reply.status != 0) {
     return Fail(ccInvalidUsage, "rank %d: the bootstrap root rejected this rank (nranks %d, group has %d ranks, or "
-                "rank %d joined twice)", rank, nranks, reply.nranks, rank);
+                "rank %d joined twice)", rank_, nranks_, reply.nranks, rank_);
   }
-  if (reply.nranks != nranks) {
-    return Fail(ccRemoteError, "bootstrap reply has %d ranks, expected %d", reply.nranks, nranks);
+  if (reply.nranks != nranks_) {
+    return Fail(ccRemoteError, "bootstrap reply has %d ranks, expected %d", reply.nranks, nranks_);
   }
-  all->assign(nranks, std::string());
-  for (int i = 0; i < nranks; ++i) {
+  all->assign(nranks_, std::string());
+  for (int i = 0; i < nranks_; ++i) {
     uint32_t len = 0;
-    CC_CHECK(RecvAll(fd, &len, sizeof(len), deadline, "the bootstrap reply"));
+    CC_CHECK(RecvAll(fd_, &len, sizeof(len), deadline, "the bootstrap reply"));
     if (len > kMaxRankInfoBytes) return Fail(ccRemoteError, "bootstrap reply record %d is %u bytes", i, len);
     (*all)[i].resize(len);
-    CC_CHECK(RecvAll(fd, &(*all)[i][0], len, deadline, "the bootstrap reply"));
+    CC_CHECK(RecvAll(fd_, &(*all)[i][0], len, deadline, "the bootstrap reply"));
   }
   return ccSuccess;
+}
+
+ccResult_t BootstrapAllGather(const UniqueIdContent& id, int rank, int nranks, const std::string& myInfo,
+                              int timeoutMs, std::vector<std::string>* all) {
+  BootstrapSession session(id, rank, nranks, timeoutMs);
+  return session.AllGather(myInfo, all);
 }
 
 }  // namespace ccoll

@@ -39,7 +39,29 @@ ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, 
 // Decodes and validates an id.
 ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out);
 
-// Joins the group: sends `myInfo` to the root and receives every rank's blob, index = rank.
+// One rank's connection to the root. The first all-gather joins the group; later ones (AllGather again) reuse the
+// connection, every rank the same number of times. Destroying the session tells the root this rank is done.
+class BootstrapSession {
+ public:
+  BootstrapSession(const UniqueIdContent& id, int rank, int nranks, int timeoutMs)
+      : id_(id), rank_(rank), nranks_(nranks), timeoutMs_(timeoutMs) {}
+  ~BootstrapSession();
+  BootstrapSession(const BootstrapSession&) = delete;
+  BootstrapSession& operator=(const BootstrapSession&) = delete;
+
+  // Sends `mine` and receives every rank's blob, index = rank.
+  ccResult_t AllGather(const std::string& mine, std::vector<std::string>* all);
+
+ private:
+  ccResult_t ReceiveAll(std::vector<std::string>* all, Deadline deadline);
+  UniqueIdContent id_;
+  int rank_;
+  int nranks_;
+  int timeoutMs_;
+  int fd_ = -1;
+};
+
+// A one-round session: join, all-gather once, leave.
 ccResult_t BootstrapAllGather(const UniqueIdContent& id, int rank, int nranks, const std::string& myInfo,
                               int timeoutMs, std::vector<std::string>* all);
 

@@ -12,6 +12,9 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "transport/local.h"
+#ifdef CCOLL_HAVE_UCX
+#include "transport/ucx.h"
+#endif
 
 namespace ccoll {
 namespace {
@@ -147,49 +150,82 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
 ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   UniqueIdContent content;
   CC_CHECK(BootstrapParseId(id, &content));
+  const int rank = comm->rank, n = comm->nranks;
+  const ccTransport_t want = comm->config.transport;
+  if (want == ccTransportNccl) {
+    return Fail(ccInvalidUsage, "rank %d: transport nccl needs the CUDA backend and device buffers, which this "
+                "version does not have yet", rank);
+  }
   std::string key = Hex(content.secret, sizeof(content.secret)) + "@" + ToString(content.root);
   std::unique_ptr<LocalTransport> local;
-  CC_CHECK(LocalTransport::Create(key, comm->rank, comm->nranks, &local));
+  CC_CHECK(LocalTransport::Create(key, rank, n, &local));
 
+  // Round 1: who is where.
+  BootstrapSession session(content, rank, n, comm->config.timeoutMs);
   RankInfo info{};
   std::memcpy(info.processToken, ProcessToken(), sizeof(info.processToken));
   info.pid = getpid();
   gethostname(info.host, sizeof(info.host) - 1);
-  std::string blob(reinterpret_cast<const char*>(&info), sizeof(info));
   std::vector<std::string> all;
-  CC_CHECK(BootstrapAllGather(content, comm->rank, comm->nranks, blob, comm->config.timeoutMs, &all));
+  CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
+  std::vector<RankInfo> infos(n);
+  bool anyRemote = false;  // the same answer on every rank: it decides whether round 2 happens
+  for (int peer = 0; peer < n; ++peer) {
+    if (all[peer].size() != sizeof(RankInfo)) {
+      return Fail(ccRemoteError, "rank %d: rank %d sent a %zu-byte bootstrap record (expected %zu)", rank, peer,
+                  all[peer].size(), sizeof(RankInfo));
+    }
+    std::memcpy(&infos[peer], all[peer].data(), sizeof(RankInfo));
+    infos[peer].host[sizeof(infos[peer].host) - 1] = '\0';
+    anyRemote |= std::memcmp(infos[peer].processToken, infos[0].processToken, sizeof(info.processToken)) != 0;
+  }
+  auto sameProcess = [&](int peer) {
+    return std::memcmp(infos[peer].processToken, info.processToken, sizeof(info.processToken)) == 0;
+  };
+  if (want == ccTransportLocal) {
+    for (int peer = 0; peer < n; ++peer) {
+      if (!sameProcess(peer)) {
+        return Fail(ccInvalidUsage, "rank %d: transport local was asked for, but rank %d runs in another process "
+                    "(pid %d on %s)", rank, peer, infos[peer].pid, infos[peer].host);
+      }
+    }
+  }
 
-  comm->peers.assign(comm->nranks, nullptr);
-  for (int peer = 0; peer < comm->nranks; ++peer) {
-    if (peer == comm->rank) continue;
-    if (all[peer].size() < sizeof(RankInfo)) {
-      return Fail(ccRemoteError, "rank %d sent a %zu-byte bootstrap record (expected %zu)", peer, all[peer].size(),
-                  sizeof(RankInfo));
+  comm->peers.assign(n, nullptr);
+  if (want == ccTransportUcx || anyRemote) {
+#ifdef CCOLL_HAVE_UCX
+    // Round 2: UCX worker addresses, then endpoints to every peer that UCX serves.
+    std::unique_ptr<UcxTransport> ucx;
+    CC_CHECK(UcxTransport::Create(rank, n, &ucx));
+    CC_CHECK(session.AllGather(ucx->Address(), &all));
+    std::vector<int> remote;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != rank && (want == ccTransportUcx || !sameProcess(peer))) remote.push_back(peer);
     }
-    RankInfo theirs;
-    std::memcpy(&theirs, all[peer].data(), sizeof(theirs));
-    theirs.host[sizeof(theirs.host) - 1] = '\0';
-    bool sameProcess = std::memcmp(theirs.processToken, info.processToken, sizeof(info.processToken)) == 0;
-    ccTransport_t want = comm->config.transport;
-    if (want == ccTransportNccl) {
-      return Fail(ccInvalidUsage, "rank %d: transport nccl needs the CUDA backend and device buffers, which this "
-                  "version does not have yet", comm->rank);
+    CC_CHECK(ucx->Connect(remote, all));
+    for (int peer : remote) comm->peers[peer] = ucx.get();
+    comm->transports.push_back(std::move(ucx));
+#else
+    for (int peer = 0; peer < n; ++peer) {
+      if (!sameProcess(peer) || want == ccTransportUcx) {
+        return Fail(ccInvalidUsage, "rank %d: rank %d runs in another process (pid %d on %s), but this build has no "
+                    "UCX transport (configure with -DCCOLL_ENABLE_UCX=ON and libucx-dev)", rank, peer,
+                    infos[peer].pid, infos[peer].host);
+      }
     }
-    if (want == ccTransportUcx || !sameProcess) {
-      return Fail(ccInvalidUsage,
-                  "rank %d: rank %d runs in another process (pid %d on %s) or transport ucx was asked for, but the "
-                  "UCX transport is not available in this build",
-                  comm->rank, peer, theirs.pid, theirs.host);
-    }
+#endif
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == rank || comm->peers[peer] != nullptr) continue;
     if (!local->PeerPresent(peer)) {
-      return Fail(ccInternalError, "rank %d: rank %d is in this process but not in its local group", comm->rank, peer);
+      return Fail(ccInternalError, "rank %d: rank %d is in this process but not in its local group", rank, peer);
     }
     comm->peers[peer] = local.get();
   }
   comm->transports.push_back(std::move(local));
   comm->scratch.assign(comm->config.sliceBytes * ccComm::kScratchSlots, 0);
-  CC_INFO(kLogInit, "rank %d of %d ready: transport %s, algorithm %s, slice %zu bytes, timeout %d ms", comm->rank,
-          comm->nranks, TransportName(comm->config.transport), AlgoName(comm->config.algorithm),
+  CC_INFO(kLogInit, "rank %d of %d ready: transport %s%s, algorithm %s, slice %zu bytes, timeout %d ms", rank, n,
+          TransportName(want), anyRemote ? " (ucx between processes)" : "", AlgoName(comm->config.algorithm),
           comm->config.sliceBytes, comm->config.timeoutMs);
   return ccSuccess;
 }

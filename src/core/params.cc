@@ -27,6 +27,12 @@ const ParamDef kParams[] = {
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
     {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",
      "With CC_ALGO=auto, all-reduces of at most this many bytes use the tree, larger ones the ring."},
+    {"CC_RANK", ParamType::kInt, "-1", "This rank, for ccCommInitFromEnv (launchers without MPI)."},
+    {"CC_NRANKS", ParamType::kInt, "-1", "Number of ranks, for ccCommInitFromEnv."},
+    {"CC_ROOT", ParamType::kString, "",
+     "host:port of the bootstrap root for ccCommInitFromEnv; rank 0 listens there, the others connect."},
+    {"CC_SECRET", ParamType::kString, "",
+     "Shared secret (up to 16 bytes are used) that ccCommInitFromEnv ranks present to the root."},
     {"CC_SOCKET_IFNAME", ParamType::kString, "",
      "Network interface for the bootstrap (prefix match; ^ excludes). Empty: loopback, one host only."},
     {nullptr, ParamType::kInt, nullptr, nullptr}};

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -95,7 +96,17 @@ bool ParseSocketAddress(const std::string& text, SocketAddress* out) {
     return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), out->addr) == 1;
   }
   out->family = AF_INET;
-  return inet_pton(AF_INET, host.c_str(), out->addr) == 1;
+  if (inet_pton(AF_INET, host.c_str(), out->addr) == 1) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
+  uint16_t port16 = out->port;
+  FromSockaddr(res->ai_addr, out);
+  out->port = port16;
+  freeaddrinfo(res);
+  return true;
 }
 
 ccResult_t ChooseBootstrapAddress(SocketAddress* out) {

@@ -30,7 +30,7 @@ struct SocketAddress {
 };
 
 std::string ToString(const SocketAddress& a);
-// Parses "host:port" or "[v6]:port" with a numeric address.
+// Parses "host:port" or "[v6]:port"; host is a numeric address or a name to resolve.
 bool ParseSocketAddress(const std::string& text, SocketAddress* out);
 // The address of the interface CC_SOCKET_IFNAME names (prefix match, ^ to exclude), or loopback when unset.
 ccResult_t ChooseBootstrapAddress(SocketAddress* out);

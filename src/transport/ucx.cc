@@ -1,0 +1,316 @@
+#include "transport/ucx.h"
+
+#include <sched.h>
+#include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ccoll {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct UcxRequest : Request {
+  void* handle = nullptr;  // UCX request, or nullptr when the operation completed at once
+  int peer = 0;
+  bool isSend = false;
+  size_t bytes = 0;
+  uint64_t tag = 0;
+};
+
+// UCX tags carry the source rank, so a receive matches only its peer's messages: [src:16][seq:24][index:24].
+uint64_t UcxTag(int src, uint64_t tag) {
+  return (static_cast<uint64_t>(src & 0xffff) << 48) | (((tag >> 32) & 0xffffffu) << 24) | (tag & 0xffffffu);
+}
+
+// Shared-memory transports cannot detect a dead peer, so UCX refuses them for UCP_ERR_HANDLING_MODE_PEER endpoints
+// and logs an error while saying so. ccoll then falls back to an endpoint without peer error handling (its timeout
+// still bounds every wait); this handler keeps that expected refusal out of the user's stderr.
+std::mutex gProbeMutex;
+
+ucs_log_func_rc_t QuietPeerModeRefusal(const char* file, unsigned line, const char* function, ucs_log_level_t level,
+                                       const ucs_log_component_config_t* comp, const char* format, va_list ap) {
+  if (level != UCS_LOG_LEVEL_ERROR) return UCS_LOG_FUNC_RC_CONTINUE;
+  char text[512];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof(text), format, copy);
+  va_end(copy);
+  if (std::strstr(text, "no peer failure handler") == nullptr) return UCS_LOG_FUNC_RC_CONTINUE;
+  CC_INFO(kLogTransport, "UCX: %s", text);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+}  // namespace
+
+struct UcxTransport::Impl {
+  struct PeerCtx {
+    Impl* impl;
+    int peer;
+  };
+
+  int rank = 0;
+  int nranks = 0;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::string address;
+  std::vector<ucp_ep_h> eps;
+  std::vector<std::unique_ptr<PeerCtx>> peerCtx;
+  std::vector<ucs_status_t> peerStatus;  // set by the error handler when a peer fails
+  std::atomic<bool> aborted{false};
+  std::mutex reasonMutex;
+  std::string abortReason;
+
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+    auto* ctx = static_cast<PeerCtx*>(arg);
+    ctx->impl->peerStatus[ctx->peer] = status;
+    CC_INFO(kLogTransport, "rank %d: UCX reports rank %d failed: %s", ctx->impl->rank, ctx->peer,
+            ucs_status_string(status));
+  }
+
+  // Progresses the worker until `handle` completes or `deadline`; returns its final status.
+  ucs_status_t Drive(void* handle, Clock::time_point deadline) {
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(handle)) == UCS_INPROGRESS && Clock::now() < deadline) {
+      if (ucp_worker_progress(worker) == 0) sched_yield();
+    }
+    return st;
+  }
+
+  void ForceClose(int peer) {
+    if (eps[peer] == nullptr) return;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* h = ucp_ep_close_nbx(eps[peer], &param);
+    eps[peer] = nullptr;
+    if (h != nullptr && !UCS_PTR_IS_ERR(h)) {
+      Drive(h, Clock::now() + std::chrono::seconds(5));
+      ucp_request_free(h);
+    }
+  }
+
+  // Ends a request that will not complete normally: cancels a receive, closes the endpoint under a send.
+  void Retire(UcxRequest* r) {
+    if (r->handle == nullptr) return;
+    if (r->isSend) {
+      ForceClose(r->peer);
+    } else {
+      ucp_request_cancel(worker, r->handle);
+    }
+    Drive(r->handle, Clock::now() + std::chrono::seconds(5));
+    ucp_request_free(r->handle);
+    r->handle = nullptr;
+  }
+
+  ~Impl() {
+    if (worker != nullptr) {
+      // Remote completion of everything this rank sent, so no peer misses data, then close the endpoints.
+      ucp_request_param_t param{};
+      void* h = ucp_worker_flush_nbx(worker, &param);
+      if (h != nullptr && !UCS_PTR_IS_ERR(h)) {
+        Drive(h, Clock::now() + std::chrono::seconds(5));
+        ucp_request_free(h);
+      }
+      for (size_t p = 0; p < eps.size(); ++p) ForceClose(static_cast<int>(p));
+      ucp_worker_destroy(worker);
+    }
+    if (context != nullptr) ucp_cleanup(context);
+  }
+};
+
+UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+UcxTransport::~UcxTransport() = default;
+
+ccResult_t UcxTransport::Create(int rank, int nranks, std::unique_ptr<UcxTransport>* out) {
+  auto impl = std::make_unique<Impl>();
+  impl->rank = rank;
+  impl->nranks = nranks;
+  impl->eps.assign(nranks, nullptr);
+  impl->peerStatus.assign(nranks, UCS_OK);
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_config_read failed: %s", rank, ucs_status_string(st));
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG;
+  st = ucp_init(&params, config, &impl->context);
+  ucp_config_release(config);
+  if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_init failed: %s", rank, ucs_status_string(st));
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;  // one thread uses a communicator at a time
+  st = ucp_worker_create(impl->context, &wparams, &impl->worker);
+  if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_worker_create failed: %s", rank, ucs_status_string(st));
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  st = ucp_worker_get_address(impl->worker, &addr, &len);
+  if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_worker_get_address failed: %s", rank, ucs_status_string(st));
+  impl->address.assign(reinterpret_cast<const char*>(addr), len);
+  ucp_worker_release_address(impl->worker, addr);
+  out->reset(new UcxTransport(std::move(impl)));
+  return ccSuccess;
+}
+
+const std::string& UcxTransport::Address() const { return impl_->address; }
+
+ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses) {
+  for (int peer : peers) {
+    if (addresses[peer].empty()) {
+      return Fail(ccRemoteError, "rank %d: rank %d sent no UCX worker address", impl_->rank, peer);
+    }
+    impl_->peerCtx.emplace_back(new Impl::PeerCtx{impl_.get(), peer});
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(addresses[peer].data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &Impl::OnPeerError;
+    params.err_handler.arg = impl_->peerCtx.back().get();
+    ucs_status_t st;
+    {
+      std::lock_guard<std::mutex> lock(gProbeMutex);
+      ucs_log_push_handler(&QuietPeerModeRefusal);
+      st = ucp_ep_create(impl_->worker, &params, &impl_->eps[peer]);
+      ucs_log_pop_handler();
+    }
+    if (st == UCS_ERR_UNREACHABLE) {
+      CC_INFO(kLogTransport, "rank %d: the UCX transports to rank %d cannot detect peer failure; a dead peer is "
+              "found by the timeout only", impl_->rank, peer);
+      params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
+      st = ucp_ep_create(impl_->worker, &params, &impl_->eps[peer]);
+    }
+    if (st != UCS_OK) {
+      return Fail(ccSystemError, "rank %d: cannot create a UCX endpoint to rank %d: %s", impl_->rank, peer,
+                  ucs_status_string(st));
+    }
+  }
+  return ccSuccess;
+}
+
+ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
+  Impl& m = *impl_;
+  if (m.aborted.load()) {
+    std::lock_guard<std::mutex> lock(m.reasonMutex);
+    return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
+  }
+  if (m.eps[peer] == nullptr || m.peerStatus[peer] != UCS_OK) {
+    return Fail(ccRemoteError, "rank %d: rank %d is unreachable (%s)", m.rank, peer,
+                ucs_status_string(m.peerStatus[peer] != UCS_OK ? m.peerStatus[peer] : UCS_ERR_NOT_CONNECTED));
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.memory_type = UCS_MEMORY_TYPE_HOST;
+  void* h = ucp_tag_send_nbx(m.eps[peer], buf, bytes, UcxTag(m.rank, tag), &param);
+  if (UCS_PTR_IS_ERR(h)) {
+    return Fail(ccRemoteError, "rank %d: sending %zu bytes to rank %d failed: %s", m.rank, bytes, peer,
+                ucs_status_string(UCS_PTR_STATUS(h)));
+  }
+  auto* r = new UcxRequest();
+  r->owner = this;
+  r->handle = h;
+  r->peer = peer;
+  r->isSend = true;
+  r->bytes = bytes;
+  r->tag = tag;
+  *req = r;
+  return ccSuccess;
+}
+
+ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
+  Impl& m = *impl_;
+  if (m.aborted.load()) {
+    std::lock_guard<std::mutex> lock(m.reasonMutex);
+    return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.memory_type = UCS_MEMORY_TYPE_HOST;
+  void* h = ucp_tag_recv_nbx(m.worker, buf, bytes, UcxTag(peer, tag), ~static_cast<ucp_tag_t>(0), &param);
+  if (UCS_PTR_IS_ERR(h)) {
+    return Fail(ccSystemError, "rank %d: posting a receive from rank %d failed: %s", m.rank, peer,
+                ucs_status_string(UCS_PTR_STATUS(h)));
+  }
+  auto* r = new UcxRequest();
+  r->owner = this;
+  r->handle = h;
+  r->peer = peer;
+  r->bytes = bytes;
+  r->tag = tag;
+  *req = r;
+  return ccSuccess;
+}
+
+ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
+  Impl& m = *impl_;
+  std::unique_ptr<UcxRequest> r(static_cast<UcxRequest*>(request));
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeoutMs);
+  int idle = 0;
+  while (r->handle != nullptr) {
+    ucs_status_t st;
+    ucp_tag_recv_info_t info{};
+    st = r->isSend ? ucp_request_check_status(r->handle) : ucp_tag_recv_request_test(r->handle, &info);
+    if (st != UCS_INPROGRESS) {
+      ucp_request_free(r->handle);
+      r->handle = nullptr;
+      if (st == UCS_ERR_MESSAGE_TRUNCATED || (st == UCS_OK && !r->isSend && info.length != r->bytes)) {
+        return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
+                    "called the collective with different counts, datatypes or collectives", m.rank, r->bytes,
+                    r->peer, static_cast<unsigned long long>(r->tag),
+                    st == UCS_OK ? (std::to_string(info.length) + " bytes").c_str() : "a larger message");
+      }
+      if (st != UCS_OK) {
+        return Fail(ccRemoteError, "rank %d: %s rank %d failed: %s", m.rank, r->isSend ? "sending to" : "receiving from",
+                    r->peer, ucs_status_string(st));
+      }
+      return ccSuccess;
+    }
+    if (m.aborted.load()) {
+      m.Retire(r.get());
+      std::lock_guard<std::mutex> lock(m.reasonMutex);
+      return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
+    }
+    if (m.peerStatus[r->peer] != UCS_OK) {
+      ucs_status_t why = m.peerStatus[r->peer];
+      m.Retire(r.get());
+      return Fail(ccRemoteError, "rank %d: rank %d died or became unreachable (%s)", m.rank, r->peer,
+                  ucs_status_string(why));
+    }
+    if (Clock::now() >= deadline) {
+      m.Retire(r.get());
+      return Fail(ccTimeout, "rank %d timed out after %d ms %s rank %d (tag %llu)", m.rank, timeoutMs,
+                  r->isSend ? "waiting for a send to" : "waiting for data from", r->peer,
+                  static_cast<unsigned long long>(r->tag));
+    }
+    if (ucp_worker_progress(m.worker) != 0) {
+      idle = 0;
+    } else if (++idle > 64) {
+      // Nothing moved for a while: let the other ranks on this machine's cores run instead of spinning.
+      if (idle > 4096) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      } else {
+        sched_yield();
+      }
+    }
+  }
+  return ccSuccess;
+}
+
+void UcxTransport::Abort(const char* reason) {
+  std::lock_guard<std::mutex> lock(impl_->reasonMutex);
+  if (impl_->aborted.load()) return;
+  impl_->abortReason = reason;
+  impl_->aborted.store(true);
+}
+
+}  // namespace ccoll

@@ -1,0 +1,39 @@
+// The UCX transport: ranks in other processes (or hosts) exchange data with UCP tagged messages. One UCP worker
+// per communicator, one endpoint per remote peer, created from worker addresses exchanged at bootstrap. Endpoints
+// use UCP_ERR_HANDLING_MODE_PEER, so a dead peer turns into an error instead of a hang. UCX_TLS and the other UCX_*
+// variables pass through to UCX untouched.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace ccoll {
+
+class UcxTransport : public Transport {
+ public:
+  // Creates the worker; Address() is then what peers need to connect.
+  static ccResult_t Create(int rank, int nranks, std::unique_ptr<UcxTransport>* out);
+  ~UcxTransport() override;
+
+  const std::string& Address() const;
+  // Creates endpoints to the given peers (addresses indexed by rank; others ignored).
+  ccResult_t Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses);
+
+  const char* Name() const override { return "ucx"; }
+  ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) override;
+  ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) override;
+  ccResult_t Wait(Request* req, int timeoutMs) override;
+  // Only sets a flag (safe from another thread): the waiting thread cancels its requests and returns.
+  void Abort(const char* reason) override;
+
+  struct Impl;
+
+ private:
+  explicit UcxTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ccoll
