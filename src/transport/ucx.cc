@@ -65,6 +65,8 @@ struct UcxTransport::Impl {
   std::vector<ucp_ep_h> eps;
   std::vector<std::unique_ptr<PeerCtx>> peerCtx;
   std::vector<ucs_status_t> peerStatus;  // set by the error handler when a peer fails
+  std::vector<char> peerMode;            // 1 where the endpoint has UCP_ERR_HANDLING_MODE_PEER
+  bool failed = false;                   // a wait failed: peers may be gone, do not wait for them at the end
   std::atomic<bool> aborted{false};
   std::mutex reasonMutex;
   std::string abortReason;
@@ -85,8 +87,10 @@ struct UcxTransport::Impl {
     return st;
   }
 
+  // Closes a peer-error-handling endpoint at once; its pending sends complete with an error. Endpoints without
+  // peer error handling cannot be force-closed: they stay until the worker goes.
   void ForceClose(int peer) {
-    if (eps[peer] == nullptr) return;
+    if (eps[peer] == nullptr || !peerMode[peer]) return;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -98,29 +102,46 @@ struct UcxTransport::Impl {
     }
   }
 
-  // Ends a request that will not complete normally: cancels a receive, closes the endpoint under a send.
+  // Ends a request that will not complete normally: cancels a receive; closes the endpoint under a send where it
+  // can, else releases the send to UCX (it never completes towards a dead peer). Never waits for a peer.
   void Retire(UcxRequest* r) {
+    failed = true;
     if (r->handle == nullptr) return;
     if (r->isSend) {
       ForceClose(r->peer);
     } else {
       ucp_request_cancel(worker, r->handle);
     }
-    Drive(r->handle, Clock::now() + std::chrono::seconds(5));
+    Drive(r->handle, Clock::now() + std::chrono::milliseconds(100));
     ucp_request_free(r->handle);
     r->handle = nullptr;
   }
 
   ~Impl() {
     if (worker != nullptr) {
-      // Remote completion of everything this rank sent, so no peer misses data, then close the endpoints.
-      ucp_request_param_t param{};
-      void* h = ucp_worker_flush_nbx(worker, &param);
-      if (h != nullptr && !UCS_PTR_IS_ERR(h)) {
-        Drive(h, Clock::now() + std::chrono::seconds(5));
-        ucp_request_free(h);
+      if (!failed) {
+        // Remote completion of everything this rank sent, so no peer misses data, then close the endpoints.
+        ucp_request_param_t param{};
+        void* h = ucp_worker_flush_nbx(worker, &param);
+        if (h != nullptr && !UCS_PTR_IS_ERR(h)) {
+          Drive(h, Clock::now() + std::chrono::seconds(5));
+          ucp_request_free(h);
+        }
       }
-      for (size_t p = 0; p < eps.size(); ++p) ForceClose(static_cast<int>(p));
+      for (size_t p = 0; p < eps.size(); ++p) {
+        if (eps[p] == nullptr) continue;
+        if (peerMode[p]) {
+          ForceClose(static_cast<int>(p));
+        } else if (!failed) {
+          ucp_request_param_t param{};  // flush close: the peer is alive, everything was delivered
+          void* h = ucp_ep_close_nbx(eps[p], &param);
+          if (h != nullptr && !UCS_PTR_IS_ERR(h)) {
+            Drive(h, Clock::now() + std::chrono::seconds(1));
+            ucp_request_free(h);
+          }
+          eps[p] = nullptr;
+        }
+      }
       ucp_worker_destroy(worker);
     }
     if (context != nullptr) ucp_cleanup(context);
@@ -136,6 +157,7 @@ ccResult_t UcxTransport::Create(int rank, int nranks, std::unique_ptr<UcxTranspo
   impl->nranks = nranks;
   impl->eps.assign(nranks, nullptr);
   impl->peerStatus.assign(nranks, UCS_OK);
+  impl->peerMode.assign(nranks, 0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_config_read failed: %s", rank, ucs_status_string(st));
@@ -182,6 +204,7 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
       st = ucp_ep_create(impl_->worker, &params, &impl_->eps[peer]);
       ucs_log_pop_handler();
     }
+    impl_->peerMode[peer] = st == UCS_OK;
     if (st == UCS_ERR_UNREACHABLE) {
       CC_INFO(kLogTransport, "rank %d: the UCX transports to rank %d cannot detect peer failure; a dead peer is "
               "found by the timeout only", impl_->rank, peer);
@@ -277,6 +300,9 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
     }
     if (m.aborted.load()) {
       m.Retire(r.get());
+      // Closing every endpoint makes the peers' UCX report this rank as failed, so they stop waiting for it now
+      // instead of at their timeout (where the transport can detect peer failure; shared memory cannot).
+      for (int p = 0; p < m.nranks; ++p) m.ForceClose(p);
       std::lock_guard<std::mutex> lock(m.reasonMutex);
       return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
     }

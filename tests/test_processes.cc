@@ -1,0 +1,231 @@
+// Exact collectives with ranks as processes (launched by mpirun; MPI only shares the unique id and compares
+// results across ranks). Every case checks the result against an fp64 reference computed from all ranks' inputs
+// (each rank can generate every rank's input) and checks that all ranks hold the same bytes.
+//
+//   mpirun -np 4 test_processes        (UCX_TLS picks shared memory or TCP)
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ccoll.h"
+#include "compress/float16.h"
+
+namespace {
+
+int gRank = 0, gRanks = 1, gPassed = 0, gFailed = 0;
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Input of `rank` at index i: small multiples of 1/8 (exact in every float type), or near 1 for products.
+bool IsInt(ccDataType_t t) { return t == ccInt32 || t == ccInt64; }
+
+// Input of `rank` at index i: small integers for integer types, small multiples of 1/8 (exact in every float type)
+// otherwise, and values in {-1, 1, 2} for products.
+double Input(int rank, size_t i, ccRedOp_t op, ccDataType_t t, uint64_t salt) {
+  uint64_t h = Mix((static_cast<uint64_t>(rank) << 40) ^ i ^ (salt << 20));
+  if (op == ccProd) return (h % 4 == 0) ? 2.0 : ((h % 4 == 1) ? -1.0 : 1.0);
+  int v = static_cast<int>(h % 65) - 32;
+  return IsInt(t) ? v : v / 8.0;
+}
+
+size_t Size(ccDataType_t t) {
+  switch (t) {
+    case ccInt32: case ccFloat32: return 4;
+    case ccInt64: case ccFloat64: return 8;
+    default: return 2;
+  }
+}
+
+void Store(void* buf, size_t i, ccDataType_t t, double v) {
+  switch (t) {
+    case ccInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case ccInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+    case ccFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case ccFloat64: static_cast<double*>(buf)[i] = v; break;
+    case ccFloat16: static_cast<ccoll::Half*>(buf)[i] = ccoll::FloatToHalf(static_cast<float>(v)); break;
+    case ccBfloat16: static_cast<ccoll::Bf16*>(buf)[i] = ccoll::FloatToBf16(static_cast<float>(v)); break;
+  }
+}
+
+double Load(const void* buf, size_t i, ccDataType_t t) {
+  switch (t) {
+    case ccInt32: return static_cast<const int32_t*>(buf)[i];
+    case ccInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case ccFloat32: return static_cast<const float*>(buf)[i];
+    case ccFloat64: return static_cast<const double*>(buf)[i];
+    case ccFloat16: return ccoll::HalfToFloat(static_cast<const ccoll::Half*>(buf)[i]);
+    case ccBfloat16: return ccoll::Bf16ToFloat(static_cast<const ccoll::Bf16*>(buf)[i]);
+  }
+  return 0;
+}
+
+double Eps(ccDataType_t t) {
+  switch (t) {
+    case ccFloat16: return std::ldexp(1.0, -11);
+    case ccBfloat16: return std::ldexp(1.0, -8);
+    case ccFloat32: return std::ldexp(1.0, -24);
+    case ccFloat64: return std::ldexp(1.0, -53);
+    default: return 0;
+  }
+}
+
+// op over ranks of Input(r, i); avg divides (integer types truncate like C).
+double Reference(size_t i, ccRedOp_t op, ccDataType_t t, uint64_t salt, double* magnitude) {
+  double acc = Input(0, i, op, t, salt);
+  *magnitude = std::fabs(acc);
+  for (int r = 1; r < gRanks; ++r) {
+    double x = Input(r, i, op, t, salt);
+    *magnitude += std::fabs(x);
+    switch (op) {
+      case ccSum: case ccAvg: acc += x; break;
+      case ccProd: acc *= x; break;
+      case ccMax: acc = x > acc ? x : acc; break;
+      case ccMin: acc = x < acc ? x : acc; break;
+    }
+  }
+  if (op == ccAvg) acc = IsInt(t) ? std::trunc(acc / gRanks) : acc / gRanks;
+  return acc;
+}
+
+// True when every rank's `bytes` bytes at buf are identical (compared through a hash all-gathered by MPI).
+bool SameOnAllRanks(const void* buf, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = static_cast<const unsigned char*>(buf);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  std::vector<uint64_t> all(gRanks);
+  MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  for (uint64_t x : all) {
+    if (x != all[0]) return false;
+  }
+  return true;
+}
+
+// Every rank reports; a case passes only if it passed on all ranks.
+void Report(bool okHere, const std::string& what) {
+  int ok = okHere ? 1 : 0, all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all) {
+    ++gPassed;
+  } else {
+    ++gFailed;
+    if (!okHere) std::fprintf(stderr, "rank %d FAILED: %s\n", gRank, what.c_str());
+  }
+}
+
+const char* Name(ccDataType_t t) {
+  switch (t) {
+    case ccInt32: return "int32"; case ccInt64: return "int64"; case ccFloat16: return "float16";
+    case ccFloat32: return "float32"; case ccFloat64: return "float64"; case ccBfloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+void AllReduceCase(ccComm_t comm, const char* algo, size_t count, ccDataType_t t, ccRedOp_t op, bool inPlace) {
+  const uint64_t salt = count * 131 + t * 7 + op;
+  size_t es = Size(t);
+  std::vector<char> send(count * es + 1), recv(count * es + 1);
+  for (size_t i = 0; i < count; ++i) Store(send.data(), i, t, Input(gRank, i, op, t, salt));
+  void* out = inPlace ? send.data() : recv.data();
+  char what[160];
+  std::snprintf(what, sizeof(what), "allreduce %s count %zu %s op %d%s", algo, count, Name(t), op,
+                inPlace ? " in-place" : "");
+  ccResult_t rc = ccAllReduce(send.data(), out, count, t, op, nullptr, comm, nullptr);
+  if (rc != ccSuccess) {
+    Report(false, std::string(what) + ": " + ccGetLastError(comm));
+    return;
+  }
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double mag;
+    double ref = Reference(i, op, t, salt, &mag);
+    double got = Load(out, i, t);
+    double tol = IsInt(t) ? 0 : gRanks * Eps(t) * (mag + std::fabs(ref)) + 1e-300;
+    if (!(std::fabs(got - ref) <= tol)) ++wrong;
+  }
+  Report(wrong == 0 && SameOnAllRanks(out, count * es), std::string(what) + ": " + std::to_string(wrong) + " wrong");
+}
+
+void OtherCollectives(ccComm_t comm, size_t count) {
+  const ccDataType_t t = ccFloat32;
+  // Reduce-scatter (in place: recvbuff = sendbuff + rank * count).
+  std::vector<float> send(count * gRanks), recv(count);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(Input(gRank, i, ccSum, t, 7));
+  bool ok = ccReduceScatter(send.data(), recv.data(), count, t, ccSum, comm, nullptr) == ccSuccess;
+  for (size_t i = 0; ok && i < count; ++i) {
+    double ref = 0;
+    for (int r = 0; r < gRanks; ++r) ref += Input(r, gRank * count + i, ccSum, t, 7);
+    ok = std::fabs(recv[i] - ref) <= gRanks * Eps(t) * 8 * gRanks;
+  }
+  Report(ok, "reducescatter count " + std::to_string(count));
+  // All-gather in place.
+  std::vector<float> gather(count * gRanks);
+  for (size_t i = 0; i < count; ++i) gather[gRank * count + i] = static_cast<float>(gRank * 1000 + i % 997);
+  ok = ccAllGather(gather.data() + gRank * count, gather.data(), count, t, comm, nullptr) == ccSuccess;
+  for (int r = 0; ok && r < gRanks; ++r) {
+    for (size_t i = 0; ok && i < count; ++i) ok = gather[r * count + i] == static_cast<float>(r * 1000 + i % 997);
+  }
+  Report(ok, "allgather count " + std::to_string(count));
+  // Broadcast from every root.
+  for (int root = 0; root < gRanks; ++root) {
+    std::vector<float> b(count, -1.0f);
+    if (gRank == root) {
+      for (size_t i = 0; i < count; ++i) b[i] = static_cast<float>(root + i % 13);
+    }
+    ok = ccBroadcast(b.data(), b.data(), count, t, root, comm, nullptr) == ccSuccess;
+    for (size_t i = 0; ok && i < count; ++i) ok = b[i] == static_cast<float>(root + i % 13);
+    Report(ok, "broadcast root " + std::to_string(root) + " count " + std::to_string(count));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &gRanks);
+  const ccDataType_t types[] = {ccInt32, ccInt64, ccFloat16, ccFloat32, ccFloat64, ccBfloat16};
+  const ccRedOp_t ops[] = {ccSum, ccProd, ccMax, ccMin, ccAvg};
+  const size_t counts[] = {0, 1, 7, 1023, (1u << 20) + 3};
+  for (int algo = ccAlgoRing; algo <= ccAlgoTree; ++algo) {
+    ccUniqueId id;
+    if (gRank == 0 && ccGetUniqueId(&id) != ccSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.algorithm = algo;
+    config.timeoutMs = 60000;
+    ccComm_t comm = nullptr;
+    ccResult_t rc = ccCommInitRankConfig(&comm, gRanks, id, gRank, &config);
+    Report(rc == ccSuccess, std::string("init: ") + ccGetLastError(nullptr));
+    if (rc != ccSuccess) break;
+    const char* name = algo == ccAlgoRing ? "ring" : "tree";
+    for (size_t count : counts) {
+      for (ccDataType_t t : types) {
+        for (ccRedOp_t op : ops) {
+          bool large = count > 4096;
+          if (large && !(op == ccSum || op == ccAvg)) continue;  // the large count: the ops that accumulate
+          for (int inPlace = 0; inPlace < (large ? 1 : 2); ++inPlace) AllReduceCase(comm, name, count, t, op, inPlace);
+        }
+      }
+    }
+    if (algo == ccAlgoRing) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{1023}, size_t{(1 << 18) + 1}}) OtherCollectives(comm, count);
+    }
+    ccCommStats_t stats;
+    stats.size = sizeof(stats);
+    Report(ccCommGetStats(comm, &stats) == ccSuccess && (gRanks == 1 || stats.bytesSent > 0), "stats");
+    Report(ccCommDestroy(comm) == ccSuccess, "destroy");
+  }
+  if (gRank == 0) std::printf("%d passed, %d failed\n", gPassed, gFailed);
+  MPI_Finalize();
+  return gFailed == 0 ? 0 : 1;
+}
