@@ -199,10 +199,18 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     CC_CHECK(UcxTransport::Create(rank, n, &ucx));
     CC_CHECK(session.AllGather(ucx->Address(), &all));
     std::vector<int> remote;
-    for (int peer = 0; peer < n; ++peer) {
-      if (peer != rank && (want == ccTransportUcx || !sameProcess(peer))) remote.push_back(peer);
+    std::vector<bool> peerErrors;
+    std::string mode = ParamString("CC_UCX_ERR_MODE");
+    if (mode != "auto" && mode != "peer" && mode != "none") {
+      return Fail(ccInvalidArgument, "CC_UCX_ERR_MODE=%s is not one of auto, peer, none", mode.c_str());
     }
-    CC_CHECK(ucx->Connect(remote, all));
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == rank || (want != ccTransportUcx && sameProcess(peer))) continue;
+      remote.push_back(peer);
+      bool sameHost = std::strcmp(infos[peer].host, info.host) == 0;
+      peerErrors.push_back(mode == "peer" || (mode == "auto" && !sameHost));
+    }
+    CC_CHECK(ucx->Connect(remote, all, peerErrors));
     for (int peer : remote) comm->peers[peer] = ucx.get();
     comm->transports.push_back(std::move(ucx));
 #else

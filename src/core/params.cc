@@ -33,6 +33,9 @@ const ParamDef kParams[] = {
      "host:port of the bootstrap root for ccCommInitFromEnv; rank 0 listens there, the others connect."},
     {"CC_SECRET", ParamType::kString, "",
      "Shared secret (up to 16 bytes are used) that ccCommInitFromEnv ranks present to the root."},
+    {"CC_UCX_ERR_MODE", ParamType::kString, "auto",
+     "UCX endpoint error handling: peer (a dead peer is detected by UCX; excludes shared memory), none (timeout "
+     "only), auto (peer between hosts, none within a host so shared memory can carry the data)."},
     {"CC_SOCKET_IFNAME", ParamType::kString, "",
      "Network interface for the bootstrap (prefix match; ^ excludes). Empty: loopback, one host only."},
     {nullptr, ParamType::kInt, nullptr, nullptr}};

@@ -184,8 +184,10 @@ ccResult_t UcxTransport::Create(int rank, int nranks, std::unique_ptr<UcxTranspo
 
 const std::string& UcxTransport::Address() const { return impl_->address; }
 
-ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses) {
-  for (int peer : peers) {
+ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses,
+                                 const std::vector<bool>& peerErrors) {
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int peer = peers[i];
     if (addresses[peer].empty()) {
       return Fail(ccRemoteError, "rank %d: rank %d sent no UCX worker address", impl_->rank, peer);
     }
@@ -197,8 +199,8 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &Impl::OnPeerError;
     params.err_handler.arg = impl_->peerCtx.back().get();
-    ucs_status_t st;
-    {
+    ucs_status_t st = UCS_ERR_UNREACHABLE;
+    if (peerErrors[i]) {
       std::lock_guard<std::mutex> lock(gProbeMutex);
       ucs_log_push_handler(&QuietPeerModeRefusal);
       st = ucp_ep_create(impl_->worker, &params, &impl_->eps[peer]);
@@ -206,8 +208,8 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
     }
     impl_->peerMode[peer] = st == UCS_OK;
     if (st == UCS_ERR_UNREACHABLE) {
-      CC_INFO(kLogTransport, "rank %d: the UCX transports to rank %d cannot detect peer failure; a dead peer is "
-              "found by the timeout only", impl_->rank, peer);
+      CC_INFO(kLogTransport, "rank %d: endpoint to rank %d without peer error handling (%s); a dead peer is found "
+              "by the timeout", impl_->rank, peer, peerErrors[i] ? "the transports cannot detect it" : "asked for");
       params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
       params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
       st = ucp_ep_create(impl_->worker, &params, &impl_->eps[peer]);
@@ -322,7 +324,7 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
       idle = 0;
     } else if (++idle > 64) {
       // Nothing moved for a while: let the other ranks on this machine's cores run instead of spinning.
-      if (idle > 4096) {
+      if (idle > (1 << 30)) {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       } else {
         sched_yield();

@@ -19,8 +19,10 @@ class UcxTransport : public Transport {
   ~UcxTransport() override;
 
   const std::string& Address() const;
-  // Creates endpoints to the given peers (addresses indexed by rank; others ignored).
-  ccResult_t Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses);
+  // Creates endpoints to the given peers (addresses indexed by rank; others ignored). peerErrors[i] asks for
+  // UCP_ERR_HANDLING_MODE_PEER towards peers[i] (falling back to none where the transports cannot provide it).
+  ccResult_t Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses,
+                     const std::vector<bool>& peerErrors);
 
   const char* Name() const override { return "ucx"; }
   ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) override;
