@@ -44,36 +44,44 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
   const size_t rounds = (PartSize(a.count, n, 0) + sliceElems - 1) / sliceElems;
-  char* scratch = comm->ScratchSlot(0);
   Inflight io(comm);
   Request* send = nullptr;
   Request* recv = nullptr;
   uint64_t msg = 0;
   for (size_t k = 0; k < rounds; ++k) {
     // Reduce-scatter: at step s, send chunk r-s (own data at s = 0, a partial sum after), receive chunk r-s-1 and
-    // add the local contribution. After n-1 steps chunk r+1 holds the full reduction.
-    for (int s = 0; s < n - 1; ++s, ++msg) {
+    // add the local contribution. After n-1 steps chunk r+1 holds the full reduction. The receive of step s+1 is
+    // posted before the reduction of step s, into the other scratch slot, so the transfer overlaps the arithmetic.
+    auto postRecv = [&](int s) -> ccResult_t {
+      Slice in = ChunkSlice(a.count, n, Mod(r - s - 1, n), k, sliceElems);
+      if (in.count == 0) return ccSuccess;
+      return io.Recv(prev, comm->ScratchSlot(s % 2), in.count * es, Tag(seq, msg + s), &recv);
+    };
+    CC_CHECK(postRecv(0));
+    for (int s = 0; s < n - 1; ++s) {
       Slice out = ChunkSlice(a.count, n, Mod(r - s, n), k, sliceElems);
       Slice in = ChunkSlice(a.count, n, Mod(r - s - 1, n), k, sliceElems);
       const void* src = s == 0 ? At(a.send, out.offset, es) : At(a.recv, out.offset, es);
-      CC_CHECK(io.Wait(&send));  // the previous step's send must be done before scratch / its chunk is reused
-      if (in.count > 0) CC_CHECK(io.Recv(prev, scratch, in.count * es, Tag(seq, msg), &recv));
-      if (out.count > 0) CC_CHECK(io.Send(next, src, out.count * es, Tag(seq, msg), &send));
+      CC_CHECK(io.Wait(&send));
+      if (out.count > 0) CC_CHECK(io.Send(next, src, out.count * es, Tag(seq, msg + s), &send));
       CC_CHECK(io.Wait(&recv));
+      if (s + 1 < n - 1) CC_CHECK(postRecv(s + 1));
       if (in.count > 0) {
-        ReduceHost(At(a.recv, in.offset, es), At(a.send, in.offset, es), scratch, in.count, a.dtype, a.op);
+        ReduceHost(At(a.recv, in.offset, es), At(a.send, in.offset, es), comm->ScratchSlot(s % 2), in.count,
+                   a.dtype, a.op);
       }
     }
+    msg += n - 1;
     Slice owned = ChunkSlice(a.count, n, Mod(r + 1, n), k, sliceElems);
     if (a.op == ccAvg && owned.count > 0) FinishAvgHost(At(a.recv, owned.offset, es), owned.count, a.dtype, n);
     // All-gather: at step s, send chunk r+1-s (finished), receive chunk r-s straight into place.
     for (int s = 0; s < n - 1; ++s, ++msg) {
       Slice out = ChunkSlice(a.count, n, Mod(r + 1 - s, n), k, sliceElems);
       Slice in = ChunkSlice(a.count, n, Mod(r - s, n), k, sliceElems);
+      CC_CHECK(io.Wait(&send));
       if (in.count > 0) CC_CHECK(io.Recv(prev, At(a.recv, in.offset, es), in.count * es, Tag(seq, msg), &recv));
       if (out.count > 0) CC_CHECK(io.Send(next, At(a.recv, out.offset, es), out.count * es, Tag(seq, msg), &send));
       CC_CHECK(io.Wait(&recv));
-      CC_CHECK(io.Wait(&send));
     }
   }
   return io.WaitAll();
