@@ -1,0 +1,216 @@
+#include "bench.h"
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "verify.h"
+
+namespace ccperf {
+namespace {
+
+// Elements after the end of every output that are poisoned and checked: a write past count is a bug.
+constexpr size_t kGuardBytes = 4096;
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<void, FreeDeleter>;
+
+Buffer Allocate(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return Buffer(nullptr);
+  return Buffer(p);
+}
+
+size_t PartBegin(size_t n, int parts, int i) {
+  size_t base = n / parts, rem = n % parts;
+  return base * i + (static_cast<size_t>(i) < rem ? i : rem);
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class RankRun {
+ public:
+  RankRun(const BenchSetup& setup, Group& group, AllReducer& reducer, Report* report)
+      : s_(setup), o_(setup.opts), group_(group), reducer_(reducer), report_(report) {
+    spec_.dtype = o_.dtype;
+    spec_.op = o_.op;
+    spec_.seed = o_.seed;
+    es_ = Info(o_.dtype).size;
+    guard_ = kGuardBytes / es_;
+  }
+
+  int Run() {
+    const size_t maxCount = o_.maxBytes / es_;
+    const size_t bufBytes = (maxCount + guard_) * es_;
+    send_ = Allocate(bufBytes);
+    if (!o_.inplace) recv_ = Allocate(bufBytes);
+    bool ok = send_ && (o_.inplace || recv_);
+    if (!ok) Complain("cannot allocate 2 x %zu bytes", bufBytes);
+    if (!group_.AllOk(ok)) return 1;
+    // Touch every page once, before anything is timed.
+    FillInput(spec_, group_.rank(), send_.get(), maxCount);
+    FillPoison(o_.dtype, send_.get(), maxCount, maxCount + guard_);
+    if (recv_) FillPoison(o_.dtype, recv_.get(), 0, maxCount + guard_);
+
+    bool failed = false;
+    for (size_t bytes = o_.minBytes; bytes <= o_.maxBytes;) {
+      if (!OneSize(bytes)) {
+        failed = true;
+        break;
+      }
+      if (o_.stepFactor < 2 || bytes > o_.maxBytes / o_.stepFactor) break;
+      bytes *= o_.stepFactor;
+    }
+    // Gather everyone's high-water mark while the buffers are still held.
+    std::vector<uint64_t> rss = group_.GatherU64(PeakRssBytes());
+    int code = failed ? 1 : 0;
+    if (report_ != nullptr) {
+      if (!report_->Footer()) code = 1;
+      if (s_.ranksShareProcess) {
+        report_->Line("peak RSS: %.1f MiB (VmHWM)", rss[0] / 1048576.0);
+      } else {
+        uint64_t sum = 0, max = 0;
+        for (uint64_t v : rss) {
+          sum += v;
+          max = v > max ? v : max;
+        }
+        report_->Line("peak RSS: %.1f MiB max per process, %.1f MiB all %d processes (VmHWM)", max / 1048576.0,
+                      sum / 1048576.0, group_.nranks());
+      }
+      if (!o_.jsonPath.empty()) {
+        std::string error;
+        if (!report_->WriteJson(o_.jsonPath, &error)) {
+          std::fprintf(stderr, "%s: %s\n", s_.program, error.c_str());
+          code = 1;
+        }
+      }
+    }
+    // Every rank returns the same code.
+    uint64_t c = static_cast<uint64_t>(code);
+    group_.Broadcast(&c, sizeof(c), 0);
+    return static_cast<int>(c);
+  }
+
+ private:
+  void Complain(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    std::fprintf(stderr, "%s: rank %d: %s\n", s_.program, group_.rank(), buf);
+  }
+
+  // `times` all-reduces; false (after saying why) at the first failure.
+  bool Repeat(int times, size_t count, size_t bytes, const char* phase) {
+    void* out = o_.inplace ? send_.get() : recv_.get();
+    for (int i = 0; i < times; ++i) {
+      if (!reducer_.Run(send_.get(), out, count)) {
+        Complain("all-reduce of %zu bytes failed (%s): %s", bytes, phase, reducer_.LastError().c_str());
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool OneSize(size_t requested) {
+    const int n = group_.nranks(), rank = group_.rank();
+    const size_t count = requested / es_;
+    const size_t bytes = count * es_;
+    void* out = o_.inplace ? send_.get() : recv_.get();
+    if (o_.inplace) FillInput(spec_, rank, send_.get(), count);  // earlier sizes overwrote it
+
+    if (!group_.AllOk(Repeat(o_.warmup, count, bytes, "warmup"))) return false;
+    uint64_t sent0 = 0, sent1 = 0;
+    bool counted = reducer_.BytesSent(&sent0);
+    group_.Barrier();
+    const double t0 = Now();
+    bool ok = Repeat(o_.iters, count, bytes, "timed");
+    ok = group_.AllOk(ok);  // also the closing barrier: rank 0's clock stops when the slowest rank is done
+    const double t1 = Now();
+    if (!ok) return false;
+    counted = reducer_.BytesSent(&sent1) && counted;
+    uint64_t wire[2] = {counted ? sent1 - sent0 : 0, counted ? 1u : 0u};
+    group_.SumU64(wire, 2);
+
+    Row row;
+    row.bytes = bytes;
+    row.count = count;
+    row.type = Info(o_.dtype).name;
+    row.redop = OpName(o_.op);
+    row.algo = s_.algoLabel;
+    row.codec = s_.codecLabel;
+    row.nranks = n;
+    row.inplace = o_.inplace;
+    row.timeUs = (t1 - t0) / o_.iters * 1e6;
+    const double seconds = (t1 - t0) / o_.iters;
+    row.algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
+    row.busbw = row.algbw * 2.0 * (n - 1) / n;
+    const double eltBits = 8.0 * es_;
+    if (wire[1] == static_cast<uint64_t>(n)) {
+      row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) / (static_cast<double>(o_.iters) * count) : 0;
+    } else {
+      row.wirebitsMeasured = false;  // nominal: what a ring moves per element
+      row.wirebits = eltBits * 2.0 * (n - 1) / n;
+    }
+
+    if (o_.check && !Check(count, bytes, out, &row)) return false;
+    if (report_ != nullptr) report_->AddRow(row);
+    return true;
+  }
+
+  // One more all-reduce from fresh inputs into a poisoned output, compared with the reference: rank r checks the r-th
+  // part of its own output, and the hashes of all outputs must agree, so every element of every rank is covered.
+  bool Check(size_t count, size_t bytes, void* out, Row* row) {
+    const int n = group_.nranks(), rank = group_.rank();
+    FillInput(spec_, rank, send_.get(), count);
+    if (!o_.inplace) FillPoison(o_.dtype, out, 0, count);
+    FillPoison(o_.dtype, out, count, count + guard_);
+    const uint64_t sendHash = o_.inplace ? 0 : HashBytes(send_.get(), bytes);
+    if (!group_.AllOk(Repeat(1, count, bytes, "check"))) return false;
+    const bool intact = o_.inplace || HashBytes(send_.get(), bytes) == sendHash;
+    const std::vector<uint64_t> hashes = group_.GatherU64(HashBytes(out, bytes));
+    CheckResult cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1),
+                                 s_.exactCheck);
+    double sq[2] = {cr.sqErr, cr.sqRef};
+    uint64_t counts[2] = {cr.wrong + CountNotPoison(o_.dtype, out, count, count + guard_), intact ? 0u : 1u};
+    group_.SumDoubles(sq, 2);
+    group_.SumU64(counts, 2);
+    row->checked = true;
+    row->error = Vnmse(sq[0], sq[1]);
+    row->wrong = counts[0];
+    row->sendIntact = counts[1] == 0;
+    row->identical = true;
+    for (uint64_t h : hashes) row->identical = row->identical && h == hashes[0];
+    // Restore the inputs for the next size (out of place they were never changed unless the check failed).
+    if (!o_.inplace && !row->sendIntact) FillInput(spec_, rank, send_.get(), o_.maxBytes / es_);
+    return true;
+  }
+
+  const BenchSetup& s_;
+  const Options& o_;
+  Group& group_;
+  AllReducer& reducer_;
+  Report* report_;
+  InputSpec spec_;
+  size_t es_ = 4;
+  size_t guard_ = 0;
+  Buffer send_, recv_;
+};
+
+}  // namespace
+
+int RunAllReduceBench(const BenchSetup& setup, Group& group, AllReducer& reducer, Report* report) {
+  RankRun run(setup, group, reducer, report);
+  return run.Run();
+}
+
+}  // namespace ccperf

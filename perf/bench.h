@@ -1,0 +1,39 @@
+// The all-reduce benchmark loop shared by ccoll's allreduce_perf and the MPI peer: per size, warm up, time the
+// iterations between barriers, then check one fresh call against the fp64 reference. It runs on every rank; the
+// all-reduce under test is behind AllReducer and the ranks' side channel behind Group.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "group.h"
+#include "options.h"
+#include "report.h"
+
+namespace ccperf {
+
+class AllReducer {
+ public:
+  virtual ~AllReducer() = default;
+  // One blocking all-reduce of count elements (opts' dtype and op); in place when send == recv. False on error.
+  virtual bool Run(const void* send, void* recv, size_t count) = 0;
+  // The sentence explaining the last failure of Run (called on the thread that called Run).
+  virtual std::string LastError() = 0;
+  // Payload bytes this rank has sent since it started, if the implementation counts them.
+  virtual bool BytesSent(uint64_t* bytes) = 0;
+};
+
+struct BenchSetup {
+  Options opts;
+  std::string algoLabel;      // the "algo" column
+  std::string codecLabel;     // the "codec" column
+  bool exactCheck = true;     // false for lossy codecs: #wrong counts only non-finite elements
+  bool ranksShareProcess = true;  // for the peak RSS line: one process, or one per rank
+  const char* program = "";   // prefix of error messages
+};
+
+// Runs every size on this rank. Rank 0 passes the report (the other ranks NULL) and prints the footer. Returns 0 when
+// every call succeeded and every check passed, 1 otherwise; the same on every rank.
+int RunAllReduceBench(const BenchSetup& setup, Group& group, AllReducer& reducer, Report* report);
+
+}  // namespace ccperf

@@ -1,0 +1,130 @@
+// mpi_allreduce_perf: the peer of allreduce_perf. The same sizes, inputs, timing, check and columns, with
+// MPI_Allreduce of the MPI library it is built against (one rank per process: mpirun -np N). MPI does not count the
+// bytes it sends, so the wirebits column is the nominal 2(n-1)/n * element bits of a ring.
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+
+#include "bench.h"
+#include "mpi_group.h"
+#include "options.h"
+#include "report.h"
+
+namespace {
+
+using ccperf::DType;
+using ccperf::Op;
+
+constexpr const char* kProgram = "mpi_allreduce_perf";
+
+// False (with *why) for what MPI cannot express.
+bool ToMpi(DType t, MPI_Datatype* out, std::string* why) {
+  switch (t) {
+    case DType::kFloat32: *out = MPI_FLOAT; return true;
+    case DType::kFloat64: *out = MPI_DOUBLE; return true;
+    case DType::kInt32: *out = MPI_INT32_T; return true;
+    case DType::kInt64: *out = MPI_INT64_T; return true;
+    default: break;
+  }
+  *why = std::string("MPI has no ") + ccperf::Info(t).name + " datatype (use float, double, int32 or int64)";
+  return false;
+}
+
+bool ToMpi(Op op, MPI_Op* out, std::string* why) {
+  switch (op) {
+    case Op::kSum: *out = MPI_SUM; return true;
+    case Op::kProd: *out = MPI_PROD; return true;
+    case Op::kMax: *out = MPI_MAX; return true;
+    case Op::kMin: *out = MPI_MIN; return true;
+    default: break;
+  }
+  *why = "MPI has no avg op (use sum, prod, max or min)";
+  return false;
+}
+
+class MpiAllReducer : public ccperf::AllReducer {
+ public:
+  MpiAllReducer(MPI_Datatype dtype, MPI_Op op) : dtype_(dtype), op_(op) {}
+
+  bool Run(const void* send, void* recv, size_t count) override {
+    if (count > static_cast<size_t>(INT_MAX)) {
+      error_ = "count " + std::to_string(count) + " does not fit MPI's int count";
+      return false;
+    }
+    const void* in = send == recv ? MPI_IN_PLACE : send;
+    int rc = MPI_Allreduce(in, recv, static_cast<int>(count), dtype_, op_, MPI_COMM_WORLD);
+    if (rc == MPI_SUCCESS) return true;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    error_ = std::string("MPI_Allreduce failed: ") + std::string(text, static_cast<size_t>(len));
+    return false;
+  }
+  std::string LastError() override { return error_; }
+  bool BytesSent(uint64_t*) override { return false; }
+
+ private:
+  MPI_Datatype dtype_;
+  MPI_Op op_;
+  std::string error_;
+};
+
+int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** argv) {
+  MPI_Datatype dtype;
+  MPI_Op op;
+  std::string why;
+  if (!ToMpi(o.dtype, &dtype, &why) || !ToMpi(o.op, &op, &why)) {
+    if (group.rank() == 0) std::fprintf(stderr, "%s: %s\n", kProgram, why.c_str());
+    return 2;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  ccperf::Report report(stdout);
+  if (group.rank() == 0) {
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    std::string first(lib, static_cast<size_t>(len));
+    first = first.substr(0, first.find_first_of("\n,"));
+    report.Line("%s: MPI_Allreduce benchmark (the peer of ccoll's allreduce_perf)", kProgram);
+    report.CommandAndArgs(argc, argv, o, "mpi");
+    report.Line("nranks: %d (MPI processes)", group.nranks());
+    report.Line("library: %s", first.c_str());
+    report.Line("time: us per all-reduce, mean of -n iterations timed on rank 0 between barriers, after -w warmup "
+                "iterations at each size; algbw = size / time; busbw = algbw * 2(n-1)/n");
+    report.Line("wirebits: nominal 2(n-1)/n * element bits (MPI does not count its bytes); error: vNMSE vs the fp64 "
+                "reference; #wrong: elements outside the dtype's rounding tolerance");
+    report.ColumnHeader();
+  }
+  ccperf::BenchSetup setup;
+  setup.opts = o;
+  setup.algoLabel = "mpi";
+  setup.codecLabel = "mpi";
+  setup.ranksShareProcess = false;
+  setup.program = kProgram;
+  MpiAllReducer reducer(dtype, op);
+  return ccperf::RunAllReduceBench(setup, group, reducer, group.rank() == 0 ? &report : nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int code = 0;
+  {
+    ccperf::MpiGroup group(MPI_COMM_WORLD);
+    const ccperf::ProgramInfo prog{kProgram, 0,
+                                   "Ranks are the MPI processes (mpirun -np N). Types: float, double, int32, int64; "
+                                   "ops: sum, prod, max, min.\n"};
+    ccperf::Options opts;
+    ccperf::ParseResult pr = ccperf::ParseOptions(argc, argv, prog, group.rank() == 0, &opts);
+    if (pr == ccperf::ParseResult::kRun) {
+      code = Body(opts, group, argc, argv);
+    } else {
+      code = pr == ccperf::ParseResult::kExitOk ? 0 : 2;
+    }
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,53 @@
+// Command-line options of the perf binaries: nccl-tests' flags where they apply, plus ccoll's algorithm and codec.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "datatype.h"
+
+namespace ccperf {
+
+struct Options {
+  size_t minBytes = 8;
+  size_t maxBytes = 64u << 20;
+  size_t stepFactor = 2;
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  DType dtype = DType::kFloat32;
+  Op op = Op::kSum;
+  std::string algo;           // "ring", "tree", "auto"; empty: not set (the library's environment/default applies)
+  std::string codec = "none";
+  int threads = 4;            // ranks as threads of this process
+  bool inplace = false;
+  uint64_t seed = 0x5eedu;
+  std::string jsonPath;       // empty: no JSON
+};
+
+// Which of the optional flags a program takes; the common ones (-b -e -f -n -w -c -d -o -I -S -J -h) always apply.
+enum OptionFlags : unsigned {
+  kFlagAlgo = 1u << 0,     // -a
+  kFlagCodec = 1u << 1,    // -z
+  kFlagThreads = 1u << 2,  // -t
+};
+
+struct ProgramInfo {
+  const char* name;     // for usage and the header
+  unsigned flags;       // OptionFlags
+  const char* notes;    // extra lines for -h, may be NULL
+};
+
+// What the caller does after parsing.
+enum class ParseResult { kRun, kExitOk, kExitUsage };
+
+// Parses argv into *opts. Messages (usage, errors) go to stderr/stdout only when `speak` (rank 0 of a launch).
+ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool speak, Options* opts);
+
+// "8", "64K", "256M", "1G" (K = 1024). False on anything else.
+bool ParseBytes(const char* text, size_t* out);
+// 1048576 -> "1M", 1536 -> "1536": the largest exact suffix.
+std::string FormatBytes(size_t bytes);
+
+}  // namespace ccperf
