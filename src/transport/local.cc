@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -17,6 +18,8 @@ namespace {
 
 enum class State { kPosted, kCopying, kDone, kError };
 
+constexpr int kSpinYields = 256;
+
 struct LocalRequest : Request {
   bool isSend = false;
   int self = 0;
@@ -24,7 +27,7 @@ struct LocalRequest : Request {
   uint64_t tag = 0;
   void* buf = nullptr;
   size_t bytes = 0;
-  State state = State::kPosted;
+  std::atomic<State> state{State::kPosted};  // written under the mailbox lock; read without it only to spin
   ccResult_t error = ccSuccess;
   std::string message;
 };
@@ -213,6 +216,12 @@ ccResult_t LocalTransport::Wait(Request* request, int timeoutMs) {
   std::unique_ptr<LocalRequest> owned(r);
   Mailbox* box = group_->boxes[r->isSend ? r->peer : r->self].get();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  // Peers usually answer within microseconds: yield a little before paying for a sleep and a wake-up.
+  for (int spin = 0; spin < kSpinYields && r->state.load(std::memory_order_acquire) != State::kDone &&
+                     r->state.load(std::memory_order_acquire) != State::kError && !group_->aborted.load();
+       ++spin) {
+    std::this_thread::yield();
+  }
   std::unique_lock<std::mutex> lock(box->mutex);
   while (true) {
     if (r->state == State::kDone) return ccSuccess;
