@@ -319,29 +319,74 @@ typedef enum {
   ccCompressPowerSGD = 50   /**< Rank-r power iteration (low rank), error feedback. */
 } ccCompressorKind_t;
 
-/** Compressor parameters. Explicit, gapped values; bounds from ccCompressorGetParamBounds. */
+/**
+ * Compressor parameters, set with ccCompressorSetParam (or by name in a spec string, given in brackets). Explicit,
+ * gapped values; ccCompressorGetParamBounds gives the valid range. A parameter that does not apply to a kind is
+ * rejected with ccInvalidArgument.
+ */
 typedef enum {
-  ccParamBits = 100,       /**< Bits per quantized element. */
-  ccParamSeed = 900        /**< Seed of the counter-based random generator. */
+  ccParamBits = 100,           /**< [bits] quant: bits per element, 1..8. Default 4. */
+  ccParamMode = 110,           /**< [mode] quant: ccQuantHomomorphic or ccQuantRequant. Default requant. */
+  ccParamRotation = 120,       /**< [rotation] quant: 0 none, 1 randomized Hadamard (rht). Default rht. */
+  ccParamRotationBlock = 121,  /**< [block] quant: rotation block, a power of two in 2^6..2^14. Default 1024. */
+  ccParamGroupSize = 130,      /**< [group] quant: elements per scale, 1..2^20; 0 = auto (requant 32,
+                                    homomorphic the rotation block). */
+  ccParamScaleFormat = 131,    /**< [scale] quant: scale storage, 0 fp32, 1 bf16, 2 fp16. Default bf16. */
+  ccParamClipPpm = 140,        /**< [clip] quant: target clip probability in parts per million (the spec string
+                                    takes a probability, e.g. clip=0.001); 0 = no clipping. Default 0. */
+  ccParamRounding = 150,       /**< [rounding] quant: 0 nearest, 1 stochastic, 2 correlated (stratified across
+                                    ranks; homomorphic mode). Default stochastic. */
+  ccParamGatherPayload = 160,  /**< [gather] quant homomorphic: all-gather 0 the exact integer sums or 1 the sums
+                                    requantized to `bits`. Default exact. */
+  ccParamDensityPpm = 200,     /**< [density] topk/randk: fraction of chunks sent, in parts per million (the spec
+                                    string takes a fraction, e.g. density=0.1). Default 100000. */
+  ccParamChunkSize = 210,      /**< [chunk] topk/randk: elements per chunk, 1..2^24. Default 1024. */
+  ccParamErrorFeedback = 220,  /**< [ef] topk/randk: 1 keeps what was not sent and adds it to the next call.
+                                    Default 1. */
+  ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16); topk/randk:
+                                    ccFloat32 or ccBfloat16 for the sent values (default f32). */
+  ccParamUnbiased = 240,       /**< [unbiased] randk: 1 scales sent values by 1/density (unbiased, higher
+                                    variance). Default 0. */
+  ccParamSeed = 900            /**< [seed] seed of the counter-based generator (rotation signs, dithers, random
+                                    chunks): the same on every rank. Default 0x5eed. */
 } ccCompressorParam_t;
 
+/** Values of ccParamMode. */
+typedef enum {
+  ccQuantHomomorphic = 0, /**< Agreed scales; integer codes are summed exactly in packed lanes (THC-style). */
+  ccQuantRequant = 1      /**< Each hop decodes, adds, and re-encodes with fresh scales (DynamiQ-style). */
+} ccQuantMode_t;
+
 /**
- * Creates a compressor of the given kind. Not built yet in this version: returns ccInvalidUsage and sets *comp to
- * NULL.
+ * Creates a compressor of the given kind with default parameters. A compressor is one gradient bucket's state on
+ * one rank: its error-feedback memory and call counter. Use one compressor per bucket per rank (ranks that are
+ * threads of one process need one each), with the same parameters on every rank, and pass it to every
+ * ccAllReduce of that bucket; it binds to the bucket's element count at its first use. Not thread-safe: one call at
+ * a time. ccCompressPowerSGD is reserved (ccInvalidUsage).
  */
 CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t kind);
 
-/** Creates a compressor from a spec string such as "quant:bits=4,mode=requant". Not built yet: ccInvalidUsage. */
+/**
+ * Creates a compressor from a spec string "kind[:name=value,...]", for example "quant:bits=4,mode=requant",
+ * "cast16:dtype=bf16", "topk:density=0.1,chunk=1024" or "randk:density=0.05,unbiased=1". Kinds: cast16, quant,
+ * topk, randk. Names are those in brackets in ccCompressorParam_t; a malformed spec is ccInvalidArgument with a
+ * sentence naming the offending part.
+ */
 CC_API ccResult_t ccCompressorCreateFromString(ccCompressor_t* comp, const char* spec);
 
-/** Sets one parameter of a compressor. Not built yet: ccInvalidUsage. */
+/** Sets one parameter. Out-of-range values and parameters that do not apply to the kind are ccInvalidArgument.
+    Changing a parameter after the first ccAllReduce resets the compressor's state (error feedback, counter). */
 CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t value);
 
-/** Reads one parameter of a compressor. Not built yet: ccInvalidUsage. */
+/** Reads one parameter's current value. */
 CC_API ccResult_t ccCompressorGetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t* value);
 
-/** Writes the inclusive bounds of a parameter. Not built yet: ccInvalidUsage. */
+/** Writes the inclusive bounds of a parameter. */
 CC_API ccResult_t ccCompressorGetParamBounds(ccCompressorParam_t param, int64_t* lo, int64_t* hi);
+
+/** Writes the compressor's spec string (every parameter, canonical form) into buf (size bytes, NUL-terminated).
+    Useful to log what ran. */
+CC_API ccResult_t ccCompressorGetSpec(ccCompressor_t comp, char* buf, size_t size);
 
 /** Frees a compressor and its state. NULL is accepted and ignored. */
 CC_API ccResult_t ccCompressorDestroy(ccCompressor_t comp);

@@ -6,6 +6,8 @@
 
 #include "ccoll.h"
 #include "collectives/algo.h"
+#include "collectives/compressed.h"
+#include "compress/compressor.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "core/comm.h"
@@ -83,8 +85,18 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
     return Fail(ccInvalidArgument, "%s: root %d is out of range for %d ranks (rank %d)", fn, c.root, n, rank);
   }
   if (c.compressor != nullptr) {
-    return Fail(ccInvalidUsage, "%s: compressor %p was passed, but compression is not built yet in this version "
-                "(pass NULL for the exact all-reduce)", fn, static_cast<void*>(c.compressor));
+    if (!ccoll::IsLiveCompressor(c.compressor)) {
+      return Fail(ccInvalidArgument, "%s: compressor %p is not a live compressor (destroyed?) on rank %d", fn,
+                  static_cast<void*>(c.compressor), rank);
+    }
+    if (c.dtype != ccFloat32) {
+      return Fail(ccInvalidUsage, "%s: compressed all-reduce takes float32 data, not %s (rank %d)", fn,
+                  ccoll::DataTypeName(c.dtype), rank);
+    }
+    if (c.op != ccSum && c.op != ccAvg) {
+      return Fail(ccInvalidUsage, "%s: compressed all-reduce takes op sum or avg, not %s (rank %d)", fn,
+                  ccoll::RedOpName(c.op), rank);
+    }
   }
   if (ccoll::IsDevicePointer(c.send) || ccoll::IsDevicePointer(c.recv)) {
     return Fail(ccInvalidUsage, "%s: device buffers need the CUDA backend, which this version does not have yet "
@@ -142,7 +154,10 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       return r;
     }
     switch (c.kind) {
-      case Kind::kAllReduce: r = ccoll::AllReduce(comm, args); break;
+      case Kind::kAllReduce:
+        r = c.compressor != nullptr ? ccoll::CompressedAllReduce(comm, args, c.compressor)
+                                    : ccoll::AllReduce(comm, args);
+        break;
       case Kind::kReduceScatter: r = ccoll::RingReduceScatter(comm, args); break;
       case Kind::kAllGather: r = ccoll::RingAllGather(comm, args); break;
       case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;

@@ -1,40 +1,248 @@
-// C API entry points of compressors. The codec layer is not built yet: every call that would create or use a
-// compressor says so, and the ones that free or take NULL behave as documented.
+// C API entry points of compressors: creation from a kind or a spec string, parameters with bounds, destruction.
+// The parameter table lives with the codecs (compress/compressor.h); this floor validates and reports.
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
 #include "ccoll.h"
+#include "compress/compressor.h"
 #include "core/error.h"
 
 using ccoll::Fail;
 
+namespace ccoll {
+
+// Live compressors, so a destroyed or foreign pointer is an error instead of undefined behaviour.
+std::mutex gLiveMutex;
+std::unordered_set<ccCompressor*>& Live() {
+  static auto* live = new std::unordered_set<ccCompressor*>();
+  return *live;
+}
+
+bool IsLiveCompressor(ccCompressor* c) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  return Live().count(c) != 0;
+}
+
+ccResult_t NewCompressor(ccCompressorKind_t kind, ccCompressor** out) {
+  if (kind == ccCompressPowerSGD) {
+    return Fail(ccInvalidUsage, "compressor kind powersgd (%d) is reserved: low-rank compression is not built yet",
+                static_cast<int>(kind));
+  }
+  unsigned bit = KindBit(kind);
+  if (bit == 0) {
+    return Fail(ccInvalidArgument, "compressor kind %d is not a ccCompressorKind_t (cast16 %d, quant %d, topk %d, "
+                "randk %d)", static_cast<int>(kind), ccCompressCast16, ccCompressQuant, ccCompressTopkChunk,
+                ccCompressRandk);
+  }
+  auto c = std::make_unique<ccCompressor>();
+  c->kind = kind;
+  for (const CompressorParamInfo* p = ParamInfoTable(); p->name; ++p) {
+    if (p->kinds & bit) c->values[p->param] = DefaultParamValue(kind, p->param);
+  }
+  *out = c.release();
+  return ccSuccess;
+}
+
+ccResult_t SetCompressorParam(ccCompressor* c, ccCompressorParam_t param, int64_t value, const char* fn) {
+  const CompressorParamInfo* info = FindParam(param);
+  if (info == nullptr) {
+    return Fail(ccInvalidArgument, "%s: parameter %d is not a ccCompressorParam_t", fn, static_cast<int>(param));
+  }
+  if (!(info->kinds & KindBit(c->kind))) {
+    return Fail(ccInvalidArgument, "%s: parameter %s does not apply to a %s compressor", fn, info->name,
+                KindName(c->kind));
+  }
+  if (value < info->lo || value > info->hi) {
+    return Fail(ccInvalidArgument, "%s: %s %lld is out of range %lld..%lld", fn, info->name,
+                static_cast<long long>(value), static_cast<long long>(info->lo), static_cast<long long>(info->hi));
+  }
+  if (param == ccParamRotationBlock && (value & (value - 1)) != 0) {
+    return Fail(ccInvalidArgument, "%s: block %lld is not a power of two", fn, static_cast<long long>(value));
+  }
+  if (param == ccParamValueType) {
+    bool ok = c->kind == ccCompressCast16 ? (value == ccBfloat16 || value == ccFloat16)
+                                          : (value == ccFloat32 || value == ccBfloat16);
+    if (!ok) {
+      return Fail(ccInvalidArgument, "%s: dtype %lld is not a wire type of %s (%s)", fn, static_cast<long long>(value),
+                  KindName(c->kind), c->kind == ccCompressCast16 ? "bf16 or fp16" : "f32 or bf16");
+    }
+  }
+  c->values[param] = value;
+  c->ResetState();
+  return ccSuccess;
+}
+
+ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
+  const char* fn = "ccCompressorCreateFromString";
+  std::string s(spec);
+  std::string kindName = s.substr(0, s.find(':'));
+  ccCompressorKind_t kind;
+  if (kindName == "cast16") kind = ccCompressCast16;
+  else if (kindName == "quant") kind = ccCompressQuant;
+  else if (kindName == "topk") kind = ccCompressTopkChunk;
+  else if (kindName == "randk") kind = ccCompressRandk;
+  else if (kindName == "powersgd") kind = ccCompressPowerSGD;
+  else {
+    return Fail(ccInvalidArgument, "%s: \"%s\": unknown compressor kind \"%s\" (cast16, quant, topk, randk)", fn, spec,
+                kindName.c_str());
+  }
+  ccCompressor* c = nullptr;
+  CC_CHECK(NewCompressor(kind, &c));
+  std::unique_ptr<ccCompressor> owned(c);
+  size_t pos = kindName.size();
+  if (pos < s.size()) {
+    ++pos;  // the ':'
+    if (pos >= s.size()) return Fail(ccInvalidArgument, "%s: \"%s\": nothing after ':'", fn, spec);
+    while (pos <= s.size()) {
+      size_t comma = s.find(',', pos);
+      if (comma == std::string::npos) comma = s.size();
+      std::string item = s.substr(pos, comma - pos);
+      size_t eq = item.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+        return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not name=value", fn, spec, item.c_str());
+      }
+      std::string name = item.substr(0, eq), text = item.substr(eq + 1);
+      const CompressorParamInfo* info = FindParamByName(name);
+      if (info == nullptr || !(info->kinds & KindBit(kind))) {
+        return Fail(ccInvalidArgument, "%s: \"%s\": %s has no parameter \"%s\"", fn, spec, kindName.c_str(),
+                    name.c_str());
+      }
+      int64_t value = 0;
+      if (!ParseParamValue(*info, text, &value)) {
+        return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not a valid value of %s", fn, spec, text.c_str(),
+                    name.c_str());
+      }
+      CC_CHECK(SetCompressorParam(c, info->param, value, fn));
+      pos = comma + 1;
+    }
+  }
+  *out = owned.release();
+  return ccSuccess;
+}
+
+}  // namespace ccoll
+
+namespace {
+
+ccResult_t Publish(ccCompressor* c, ccCompressor_t* out) {
+  std::lock_guard<std::mutex> lock(ccoll::gLiveMutex);
+  ccoll::Live().insert(c);
+  *out = c;
+  return ccSuccess;
+}
+
+template <typename Body>
+ccResult_t Guarded(const char* fn, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(ccSystemError, "%s: out of memory", fn);
+  } catch (const std::exception& e) {
+    return Fail(ccInternalError, "%s: unexpected exception: %s", fn, e.what());
+  }
+}
+
+}  // namespace
+
 extern "C" {
 
 CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t kind) {
-  if (comp != nullptr) *comp = nullptr;
-  return Fail(ccInvalidUsage, "ccCompressorCreate: compressor kind %d: compression is not built yet in ccoll %s",
-              static_cast<int>(kind), CCOLL_VERSION_STRING);
+  return Guarded("ccCompressorCreate", [&]() -> ccResult_t {
+    if (comp == nullptr) return Fail(ccInvalidArgument, "ccCompressorCreate: comp (the output pointer) is NULL");
+    *comp = nullptr;
+    ccCompressor* c = nullptr;
+    CC_CHECK(ccoll::NewCompressor(kind, &c));
+    return Publish(c, comp);
+  });
 }
 
 CC_API ccResult_t ccCompressorCreateFromString(ccCompressor_t* comp, const char* spec) {
-  if (comp != nullptr) *comp = nullptr;
-  return Fail(ccInvalidUsage, "ccCompressorCreateFromString: \"%s\": compression is not built yet in ccoll %s",
-              spec ? spec : "(null)", CCOLL_VERSION_STRING);
+  return Guarded("ccCompressorCreateFromString", [&]() -> ccResult_t {
+    if (comp == nullptr) {
+      return Fail(ccInvalidArgument, "ccCompressorCreateFromString: comp (the output pointer) is NULL");
+    }
+    *comp = nullptr;
+    if (spec == nullptr) return Fail(ccInvalidArgument, "ccCompressorCreateFromString: spec is NULL");
+    ccCompressor* c = nullptr;
+    CC_CHECK(ccoll::ParseCompressorSpec(spec, &c));
+    return Publish(c, comp);
+  });
 }
 
 CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t value) {
-  return Fail(ccInvalidUsage, "ccCompressorSetParam: compression is not built yet");
+  return Guarded("ccCompressorSetParam", [&]() -> ccResult_t {
+    if (comp == nullptr || !ccoll::IsLiveCompressor(comp)) {
+      return Fail(ccInvalidArgument, "ccCompressorSetParam: comp %p is not a live compressor",
+                  static_cast<void*>(comp));
+    }
+    return ccoll::SetCompressorParam(comp, param, value, "ccCompressorSetParam");
+  });
 }
 
 CC_API ccResult_t ccCompressorGetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t* value) {
-  return Fail(ccInvalidUsage, "ccCompressorGetParam: compression is not built yet");
+  return Guarded("ccCompressorGetParam", [&]() -> ccResult_t {
+    if (comp == nullptr || !ccoll::IsLiveCompressor(comp)) {
+      return Fail(ccInvalidArgument, "ccCompressorGetParam: comp %p is not a live compressor",
+                  static_cast<void*>(comp));
+    }
+    if (value == nullptr) return Fail(ccInvalidArgument, "ccCompressorGetParam: value is NULL");
+    auto it = comp->values.find(param);
+    if (it == comp->values.end()) {
+      const ccoll::CompressorParamInfo* info = ccoll::FindParam(param);
+      return Fail(ccInvalidArgument, "ccCompressorGetParam: parameter %s (%d) does not apply to a %s compressor",
+                  info ? info->name : "unknown", static_cast<int>(param), ccoll::KindName(comp->kind));
+    }
+    *value = it->second;
+    return ccSuccess;
+  });
 }
 
 CC_API ccResult_t ccCompressorGetParamBounds(ccCompressorParam_t param, int64_t* lo, int64_t* hi) {
-  return Fail(ccInvalidUsage, "ccCompressorGetParamBounds: compression is not built yet");
+  return Guarded("ccCompressorGetParamBounds", [&]() -> ccResult_t {
+    const ccoll::CompressorParamInfo* info = ccoll::FindParam(param);
+    if (info == nullptr) {
+      return Fail(ccInvalidArgument, "ccCompressorGetParamBounds: parameter %d is not a ccCompressorParam_t",
+                  static_cast<int>(param));
+    }
+    if (lo == nullptr || hi == nullptr) return Fail(ccInvalidArgument, "ccCompressorGetParamBounds: lo or hi is NULL");
+    *lo = info->lo;
+    *hi = info->hi;
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccCompressorGetSpec(ccCompressor_t comp, char* buf, size_t size) {
+  return Guarded("ccCompressorGetSpec", [&]() -> ccResult_t {
+    if (comp == nullptr || !ccoll::IsLiveCompressor(comp)) {
+      return Fail(ccInvalidArgument, "ccCompressorGetSpec: comp %p is not a live compressor", static_cast<void*>(comp));
+    }
+    std::string spec = ccoll::CompressorSpec(*comp);
+    if (buf == nullptr || size < spec.size() + 1) {
+      return Fail(ccInvalidArgument, "ccCompressorGetSpec: the spec needs %zu bytes, buf has %zu", spec.size() + 1,
+                  buf == nullptr ? size_t{0} : size);
+    }
+    std::memcpy(buf, spec.c_str(), spec.size() + 1);
+    return ccSuccess;
+  });
 }
 
 CC_API ccResult_t ccCompressorDestroy(ccCompressor_t comp) {
-  if (comp == nullptr) return ccSuccess;
-  return Fail(ccInvalidArgument, "ccCompressorDestroy: %p is not a compressor (none can exist yet)",
-              static_cast<void*>(comp));
+  return Guarded("ccCompressorDestroy", [&]() -> ccResult_t {
+    if (comp == nullptr) return ccSuccess;
+    {
+      std::lock_guard<std::mutex> lock(ccoll::gLiveMutex);
+      if (ccoll::Live().erase(comp) == 0) {
+        return Fail(ccInvalidArgument, "ccCompressorDestroy: %p is not a live compressor (destroyed twice?)",
+                    static_cast<void*>(comp));
+      }
+    }
+    delete comp;
+    return ccSuccess;
+  });
 }
 
 }  // extern "C"

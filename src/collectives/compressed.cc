@@ -1,0 +1,215 @@
+#include "collectives/compressed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "collectives/ring.h"
+#include "compress/codecs.h"
+#include "compress/compressor.h"
+#include "compress/rng.h"
+#include "compress/sparse.h"
+#include "core/comm.h"
+#include "core/error.h"
+
+namespace ccoll {
+namespace {
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+struct Slice {
+  size_t offset;
+  size_t count;
+};
+
+Slice ChunkSlice(size_t total, int nchunks, int chunk, size_t round, size_t sliceElems) {
+  size_t off = PartOffset(total, nchunks, chunk);
+  size_t size = PartSize(total, nchunks, chunk);
+  size_t begin = std::min(size, round * sliceElems);
+  size_t end = std::min(size, begin + sliceElems);
+  return Slice{off + begin, end - begin};
+}
+
+// The ring with a codec. `work` holds this rank's (prepared) data and ends holding the decoded result, identical
+// on every rank. `wire` has four slots of `slot` bytes: two for arriving messages, two for leaving ones.
+ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count, char* wire, size_t slot) {
+  const int n = comm->nranks, r = comm->rank;
+  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
+  const uint64_t seq = ++comm->seq;
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
+  const size_t rounds = (PartSize(count, n, 0) + sliceElems - 1) / sliceElems;
+  char* in[2] = {wire, wire + slot};
+  char* out[2] = {wire + 2 * slot, wire + 3 * slot};
+  Inflight io(comm);
+  uint64_t msg = 0;
+  for (size_t k = 0; k < rounds; ++k) {
+    Request* sent[2] = {nullptr, nullptr};  // the send that reads out[i]
+    Request* recv = nullptr;
+    size_t outBytes = 0;
+    // Reduce-scatter: step s sends chunk r-s (encoded at s = 0, the previous hop's result after) from out[s % 2]
+    // and receives chunk r-s-1 into in[s % 2]; the hop result goes to out[(s+1) % 2]. The last step's result is
+    // the owner's all-gather payload of chunk r+1.
+    {
+      Slice first = ChunkSlice(count, n, r, k, sliceElems);
+      if (first.count > 0) outBytes = codec.EncodeFirst(work + first.offset, first.offset, first.count, out[0]);
+    }
+    size_t payloadBytes = 0;
+    int payloadSlot = 0;
+    for (int s = 0; s < n - 1; ++s, ++msg) {
+      Slice o = ChunkSlice(count, n, Mod(r - s, n), k, sliceElems);
+      Slice i = ChunkSlice(count, n, Mod(r - s - 1, n), k, sliceElems);
+      if (i.count > 0) {
+        CC_CHECK(io.Recv(prev, in[s % 2], codec.HopBytes(i.offset, i.count), Tag(seq, msg), &recv));
+      }
+      if (o.count > 0) CC_CHECK(io.Send(next, out[s % 2], outBytes, Tag(seq, msg), &sent[s % 2]));
+      CC_CHECK(io.Wait(&recv));
+      const int dst = (s + 1) % 2;
+      CC_CHECK(io.Wait(&sent[dst]));  // out[dst] was sent two steps ago; it must be gone before it is rewritten
+      if (i.count == 0) {
+        outBytes = 0;
+      } else if (s < n - 2) {
+        outBytes = codec.Hop(in[s % 2], work + i.offset, i.offset, i.count, out[dst]);
+      } else {
+        payloadBytes = codec.ReduceFinal(in[s % 2], work + i.offset, i.offset, i.count, out[dst]);
+        codec.DecodeGather(out[dst], i.offset, i.count, work + i.offset);  // the owner decodes its own payload
+      }
+      payloadSlot = dst;
+    }
+    // All-gather: step t sends chunk r+1-t (the owner's payload at t = 0, then the one received at t-1, forwarded
+    // unchanged) and receives chunk r-t into in[t % 2], which every rank decodes into place.
+    Request* forwarded[2] = {nullptr, nullptr};  // the send that reads in[i]
+    for (int t = 0; t < n - 1; ++t, ++msg) {
+      Slice o = ChunkSlice(count, n, Mod(r + 1 - t, n), k, sliceElems);
+      Slice i = ChunkSlice(count, n, Mod(r - t, n), k, sliceElems);
+      CC_CHECK(io.Wait(&forwarded[t % 2]));
+      if (i.count > 0) {
+        CC_CHECK(io.Recv(prev, in[t % 2], codec.GatherBytes(i.offset, i.count), Tag(seq, msg), &recv));
+      }
+      if (o.count > 0) {
+        if (t == 0) {
+          CC_CHECK(io.Send(next, out[payloadSlot], payloadBytes, Tag(seq, msg), &sent[payloadSlot]));
+        } else {
+          CC_CHECK(io.Send(next, in[(t - 1) % 2], codec.GatherBytes(o.offset, o.count), Tag(seq, msg),
+                           &forwarded[(t - 1) % 2]));
+        }
+      }
+      CC_CHECK(io.Wait(&recv));
+      if (i.count > 0) codec.DecodeGather(in[t % 2], i.offset, i.count, work + i.offset);
+    }
+    CC_CHECK(io.WaitAll());  // every slot is free for the next round
+  }
+  return io.WaitAll();
+}
+
+// Sizes the compressor's wire scratch for this communicator's slices and returns the slot size.
+size_t PrepareWire(ccComm* comm, ccCompressor* c, const Codec& codec) {
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
+  size_t slot = (codec.MaxWireBytes(sliceElems) + 63) & ~size_t{63};
+  if (c->wire.size() < 4 * slot) c->wire.assign(4 * slot, 0);
+  return slot;
+}
+
+ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
+  if (meta->empty()) return ccSuccess;
+  CollArgs m;
+  m.send = meta->data();
+  m.recv = meta->data();
+  m.count = meta->size();
+  m.dtype = ccFloat32;
+  m.op = op;
+  m.eltSize = sizeof(float);
+  return RingAllReduce(comm, m);
+}
+
+ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
+  const size_t count = a.count;
+  const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
+  const bool ef = c->Get(ccParamErrorFeedback) != 0;
+  const float* input = static_cast<const float*>(a.send);
+  const float* x = input;
+  if (ef) {
+    c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
+    float* e = c->errorFeedback.data();
+    for (size_t i = 0; i < count; ++i) e[i] += input[i];
+    x = e;
+  }
+  const size_t chunks = ChunkCount(count, chunk);
+  const size_t keep = KeptChunks(chunks, c->Get(ccParamDensityPpm));
+  std::vector<uint32_t> chosen;
+  if (c->kind == ccCompressTopkChunk) {
+    std::vector<float> norms;
+    ChunkNorms(x, count, chunk, &norms);
+    CC_CHECK(AgreeMeta(comm, &norms, ccSum));
+    TopChunks(norms, keep, &chosen);
+  } else {
+    RandomChunks(chunks, keep, StreamKey(call.seed, call.call, ~0u, kPurposeChunks), &chosen);
+  }
+  const size_t packed = PackedCount(count, chunk, chosen);
+  std::vector<float>& staging = c->staging;  // grows to the packed size once, then is reused
+  staging.resize(packed);
+  GatherChunks(x, count, chunk, chosen, staging.data());
+  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
+  size_t slot = PrepareWire(comm, c, *codec);
+  CC_CHECK(CompressedRing(comm, *codec, staging.data(), packed, c->wire.data(), slot));
+  float scale = 1.0f;
+  if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
+    scale = static_cast<float>(static_cast<double>(chunks) / static_cast<double>(keep));
+  }
+  if (a.op == ccAvg) scale /= static_cast<float>(comm->nranks);
+  if (scale != 1.0f) {
+    for (size_t i = 0; i < packed; ++i) staging[i] *= scale;
+  }
+  float* out = static_cast<float*>(a.recv);
+  std::fill(out, out + count, 0.0f);
+  ScatterChunks(staging.data(), count, chunk, chosen, out);
+  if (ef) {
+    // What was sent leaves the memory; what was not stays for the next call. Non-finite leftovers are dropped so
+    // one bad gradient cannot poison every later call.
+    float* e = c->errorFeedback.data();
+    for (uint32_t ch : chosen) {
+      size_t begin = ch * chunk, end = std::min(count, begin + chunk);
+      std::fill(e + begin, e + end, 0.0f);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (!std::isfinite(e[i])) e[i] = 0.0f;
+    }
+  }
+  return ccSuccess;
+}
+
+}  // namespace
+
+ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
+  if (c->boundCount == 0) {
+    c->boundCount = a.count;
+  } else if (c->boundCount != a.count) {
+    return Fail(ccInvalidUsage, "ccAllReduce: the compressor is bound to a bucket of %zu elements but count is %zu "
+                "(use one compressor per bucket) on rank %d", c->boundCount, a.count, comm->rank);
+  }
+  CodecCall call;
+  call.rank = comm->rank;
+  call.nranks = comm->nranks;
+  call.seed = static_cast<uint64_t>(c->Get(ccParamSeed));
+  call.call = c->calls++;
+  if (comm->nranks == 1 || a.count == 0) {
+    // Nothing to communicate: the exact result (sum or average of one rank is its input).
+    if (a.recv != a.send) std::memmove(a.recv, a.send, a.count * sizeof(float));
+    return ccSuccess;
+  }
+  if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) return SparseAllReduce(comm, a, c, call);
+  std::unique_ptr<Codec> codec = c->kind == ccCompressQuant
+                                     ? MakeQuantCodec(*c, call)
+                                     : MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
+  float* work = static_cast<float*>(a.recv);  // the user's output doubles as the rotated working copy
+  std::vector<float> meta;
+  codec->Prepare(static_cast<const float*>(a.send), work, a.count, &meta);
+  CC_CHECK(AgreeMeta(comm, &meta, codec->MetaOp()));
+  codec->SetMeta(meta);
+  size_t slot = PrepareWire(comm, c, *codec);
+  CC_CHECK(CompressedRing(comm, *codec, work, a.count, c->wire.data(), slot));
+  codec->Finish(work, a.count, a.op == ccAvg);
+  return ccSuccess;
+}
+
+}  // namespace ccoll

@@ -1,0 +1,78 @@
+// Little-endian bit streams of fixed-width values (1..16 bits), and lane-wise addition of two such streams.
+// Host/device element math: the wire format is the same on CPU and GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compress/host_device.h"
+
+namespace ccoll {
+
+CC_HD size_t PackedBytes(size_t values, int bits) { return (values * static_cast<size_t>(bits) + 7) / 8; }
+
+struct BitWriter {
+  uint8_t* out;
+  uint64_t acc = 0;
+  int fill = 0;
+  CC_HD explicit BitWriter(void* dst) : out(static_cast<uint8_t*>(dst)) {}
+  CC_HD void Put(uint32_t v, int bits) {
+    acc |= static_cast<uint64_t>(v) << fill;
+    fill += bits;
+    while (fill >= 8) {
+      *out++ = static_cast<uint8_t>(acc);
+      acc >>= 8;
+      fill -= 8;
+    }
+  }
+  CC_HD void Flush() {
+    if (fill > 0) *out++ = static_cast<uint8_t>(acc);
+    acc = 0;
+    fill = 0;
+  }
+};
+
+struct BitReader {
+  const uint8_t* in;
+  uint64_t acc = 0;
+  int fill = 0;
+  CC_HD explicit BitReader(const void* src) : in(static_cast<const uint8_t*>(src)) {}
+  CC_HD uint32_t Get(int bits) {
+    while (fill < bits) {
+      acc |= static_cast<uint64_t>(*in++) << fill;
+      fill += 8;
+    }
+    uint32_t v = static_cast<uint32_t>(acc & ((1ull << bits) - 1));
+    acc >>= bits;
+    fill -= bits;
+    return v;
+  }
+};
+
+// dst = a + b as little-endian integers of `bytes` bytes. When every lane of the two streams sums without
+// overflowing its width, this adds all lanes at once: carries stay inside lanes, even across word boundaries.
+// dst may alias a or b.
+CC_HD void AddPackedStreams(void* dst, const void* a, const void* b, size_t bytes) {
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  const uint8_t* x = static_cast<const uint8_t*>(a);
+  const uint8_t* y = static_cast<const uint8_t*>(b);
+  uint64_t carry = 0;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t u, v;
+    __builtin_memcpy(&u, x + i, 8);
+    __builtin_memcpy(&v, y + i, 8);
+    uint64_t s = u + v;
+    uint64_t c1 = s < u;
+    uint64_t t = s + carry;
+    carry = c1 | (t < s);
+    __builtin_memcpy(d + i, &t, 8);
+  }
+  for (; i < bytes; ++i) {
+    uint32_t s = static_cast<uint32_t>(x[i]) + y[i] + static_cast<uint32_t>(carry);
+    d[i] = static_cast<uint8_t>(s);
+    carry = s >> 8;
+  }
+}
+
+}  // namespace ccoll

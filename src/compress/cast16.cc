@@ -1,0 +1,83 @@
+// The 16-bit baseline codec: values travel as bf16 or fp16 (round to nearest even), every hop adds in fp32 and
+// rounds once. With an f32 "wire" it is the exact identity codec the sparsifiers use for their values.
+#include <cstring>
+
+#include "compress/codecs.h"
+#include "compress/float16.h"
+
+namespace ccoll {
+namespace {
+
+template <typename W>
+struct Wire;
+template <>
+struct Wire<Bf16> {
+  static float Load(Bf16 v) { return Bf16ToFloat(v); }
+  static Bf16 Store(float v) { return FloatToBf16(v); }
+};
+template <>
+struct Wire<Half> {
+  static float Load(Half v) { return HalfToFloat(v); }
+  static Half Store(float v) { return FloatToHalf(v); }
+};
+template <>
+struct Wire<float> {
+  static float Load(float v) { return v; }
+  static float Store(float v) { return v; }
+};
+
+template <typename W>
+class CastCodec : public Codec {
+ public:
+  size_t MaxWireBytes(size_t len) const override { return len * sizeof(W); }
+  size_t HopBytes(size_t, size_t len) const override { return len * sizeof(W); }
+  size_t GatherBytes(size_t, size_t len) const override { return len * sizeof(W); }
+
+  void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
+    if (work != input) std::memcpy(work, input, count * sizeof(float));
+    meta->clear();
+  }
+
+  size_t EncodeFirst(const float* local, size_t, size_t len, void* wireOut) override {
+    W* out = static_cast<W*>(wireOut);
+    for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i]);
+    return len * sizeof(W);
+  }
+
+  size_t Hop(const void* wireIn, const float* local, size_t, size_t len, void* wireOut) override {
+    const W* in = static_cast<const W*>(wireIn);
+    W* out = static_cast<W*>(wireOut);
+    for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(Wire<W>::Load(in[i]) + local[i]);
+    return len * sizeof(W);
+  }
+
+  size_t ReduceFinal(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) override {
+    return Hop(wireIn, local, off, len, wireOut);
+  }
+
+  void DecodeGather(const void* wire, size_t, size_t len, float* out) override {
+    const W* in = static_cast<const W*>(wire);
+    for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Load(in[i]);
+  }
+
+  void Finish(float* work, size_t count, bool average) override {
+    if (!average) return;
+    const float n = static_cast<float>(nranks_);
+    for (size_t i = 0; i < count; ++i) work[i] /= n;
+  }
+
+  explicit CastCodec(int nranks) : nranks_(nranks) {}
+
+ private:
+  int nranks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> MakeCast16Codec(ccDataType_t wireType, const CodecCall& call) {
+  if (wireType == ccFloat16) return std::make_unique<CastCodec<Half>>(call.nranks);
+  if (wireType == ccFloat32) return std::make_unique<CastCodec<float>>(call.nranks);
+  return std::make_unique<CastCodec<Bf16>>(call.nranks);
+}
+
+}  // namespace ccoll

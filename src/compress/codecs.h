@@ -1,0 +1,26 @@
+// Factories of the codecs, from a compressor's parameters and the call's shape.
+#pragma once
+
+#include <memory>
+
+#include "compress/codec.h"
+#include "compress/compressor.h"
+
+namespace ccoll {
+
+// Everything a codec needs to know about one call.
+struct CodecCall {
+  int rank = 0;
+  int nranks = 1;
+  uint64_t seed = 0;
+  uint64_t call = 0;  // the compressor's call counter: fresh randomness every call, the same on every rank
+};
+
+// 16-bit wire, fp32 accumulation. wireType: ccBfloat16, ccFloat16, or ccFloat32 (exact; the sparsifiers' f32
+// values).
+std::unique_ptr<Codec> MakeCast16Codec(ccDataType_t wireType, const CodecCall& call);
+
+// Rotation + b-bit quantization, homomorphic or requantizing (parameters from the compressor).
+std::unique_ptr<Codec> MakeQuantCodec(const ccCompressor& c, const CodecCall& call);
+
+}  // namespace ccoll

@@ -1,0 +1,177 @@
+#include "compress/compressor.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+
+namespace ccoll {
+namespace {
+
+constexpr unsigned kCast16 = 1u << 0, kQuant = 1u << 1, kTopk = 1u << 2, kRandk = 1u << 3;
+constexpr unsigned kSparse = kTopk | kRandk;
+
+const CompressorParamInfo kParams[] = {
+    {ccParamBits, "bits", 1, 8, kQuant},
+    {ccParamMode, "mode", 0, 1, kQuant},
+    {ccParamRotation, "rotation", 0, 1, kQuant},
+    {ccParamRotationBlock, "block", 64, 16384, kQuant},
+    {ccParamGroupSize, "group", 0, 1 << 20, kQuant},
+    {ccParamScaleFormat, "scale", 0, 2, kQuant},
+    {ccParamClipPpm, "clip", 0, 999999, kQuant},
+    {ccParamRounding, "rounding", 0, 2, kQuant},
+    {ccParamGatherPayload, "gather", 0, 1, kQuant},
+    {ccParamDensityPpm, "density", 1, 1000000, kSparse},
+    {ccParamChunkSize, "chunk", 1, 1 << 24, kSparse},
+    {ccParamErrorFeedback, "ef", 0, 1, kSparse},
+    {ccParamValueType, "dtype", ccFloat16, ccBfloat16, kCast16 | kSparse},
+    {ccParamUnbiased, "unbiased", 0, 1, kRandk},
+    {ccParamSeed, "seed", 0, INT64_MAX, kCast16 | kQuant | kSparse},
+    {static_cast<ccCompressorParam_t>(0), nullptr, 0, 0, 0}};
+
+}  // namespace
+
+int64_t DefaultParamValue(ccCompressorKind_t kind, ccCompressorParam_t p) {
+  switch (p) {
+    case ccParamBits: return 4;
+    case ccParamMode: return ccQuantRequant;
+    case ccParamRotation: return 1;
+    case ccParamRotationBlock: return 1024;
+    case ccParamGroupSize: return 0;
+    case ccParamScaleFormat: return 1;
+    case ccParamClipPpm: return 0;
+    case ccParamRounding: return 1;
+    case ccParamGatherPayload: return 0;
+    case ccParamDensityPpm: return 100000;
+    case ccParamChunkSize: return 1024;
+    case ccParamErrorFeedback: return 1;
+    case ccParamValueType: return kind == ccCompressCast16 ? ccBfloat16 : ccFloat32;
+    case ccParamUnbiased: return 0;
+    case ccParamSeed: return 0x5eed;
+  }
+  return 0;
+}
+
+// Symbolic values of the parameters that have them, first spelling canonical.
+const ParamWord* ParamWords(ccCompressorParam_t p) {
+  static const ParamWord mode[] = {{"homomorphic", 0}, {"requant", 1}, {nullptr, 0}};
+  static const ParamWord rotation[] = {{"none", 0}, {"rht", 1}, {nullptr, 0}};
+  static const ParamWord scale[] = {{"fp32", 0}, {"bf16", 1}, {"fp16", 2}, {nullptr, 0}};
+  static const ParamWord rounding[] = {{"nearest", 0}, {"stochastic", 1}, {"correlated", 2}, {nullptr, 0}};
+  static const ParamWord gather[] = {{"exact", 0}, {"requant", 1}, {nullptr, 0}};
+  static const ParamWord dtype[] = {{"f32", ccFloat32}, {"bf16", ccBfloat16}, {"fp16", ccFloat16}, {"float32", ccFloat32},
+                               {"float", ccFloat32}, {"bfloat16", ccBfloat16}, {"float16", ccFloat16},
+                               {"half", ccFloat16}, {nullptr, 0}};
+  static const ParamWord flag[] = {{"0", 0}, {"1", 1}, {"off", 0}, {"on", 1}, {"false", 0}, {"true", 1}, {nullptr, 0}};
+  switch (p) {
+    case ccParamMode: return mode;
+    case ccParamRotation: return rotation;
+    case ccParamScaleFormat: return scale;
+    case ccParamRounding: return rounding;
+    case ccParamGatherPayload: return gather;
+    case ccParamValueType: return dtype;
+    case ccParamErrorFeedback:
+    case ccParamUnbiased: return flag;
+    default: return nullptr;
+  }
+}
+
+bool IsFractionParam(ccCompressorParam_t p) { return p == ccParamClipPpm || p == ccParamDensityPpm; }
+
+bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, int64_t* out) {
+  if (const ParamWord* words = ParamWords(info.param)) {
+    for (const ParamWord* w = words; w->text; ++w) {
+      if (text == w->text) {
+        *out = w->value;
+        return true;
+      }
+    }
+    if (info.param != ccParamErrorFeedback && info.param != ccParamUnbiased) return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  if (IsFractionParam(info.param)) {
+    double v = std::strtod(text.c_str(), &end);
+    if (errno != 0 || end == text.c_str() || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return false;
+    *out = static_cast<int64_t>(std::llround(v * 1e6));
+    return true;
+  }
+  long long v = std::strtoll(text.c_str(), &end, 0);
+  if (errno != 0 || end == text.c_str() || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+unsigned KindBit(ccCompressorKind_t kind) {
+  switch (kind) {
+    case ccCompressCast16: return kCast16;
+    case ccCompressQuant: return kQuant;
+    case ccCompressTopkChunk: return kTopk;
+    case ccCompressRandk: return kRandk;
+    default: return 0;
+  }
+}
+
+const char* KindName(ccCompressorKind_t kind) {
+  switch (kind) {
+    case ccCompressCast16: return "cast16";
+    case ccCompressQuant: return "quant";
+    case ccCompressTopkChunk: return "topk";
+    case ccCompressRandk: return "randk";
+    case ccCompressPowerSGD: return "powersgd";
+  }
+  return "unknown";
+}
+
+const CompressorParamInfo* ParamInfoTable() { return kParams; }
+
+const CompressorParamInfo* FindParam(ccCompressorParam_t param) {
+  for (const CompressorParamInfo* p = kParams; p->name; ++p) {
+    if (p->param == param) return p;
+  }
+  return nullptr;
+}
+
+const CompressorParamInfo* FindParamByName(const std::string& name) {
+  for (const CompressorParamInfo* p = kParams; p->name; ++p) {
+    if (name == p->name) return p;
+  }
+  return nullptr;
+}
+
+std::string CompressorSpec(const ccCompressor& c) {
+  std::string s = KindName(c.kind);
+  char sep = ':';
+  for (const CompressorParamInfo* p = kParams; p->name; ++p) {
+    auto it = c.values.find(p->param);
+    if (it == c.values.end()) continue;
+    std::string text;
+    if (const ParamWord* words = ParamWords(p->param)) {
+      for (const ParamWord* w = words; w->text; ++w) {
+        if (w->value == it->second) {
+          text = w->text;
+          break;
+        }
+      }
+    }
+    if (text.empty()) {
+      if (IsFractionParam(p->param)) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(it->second) / 1e6);
+        text = buf;
+      } else {
+        text = std::to_string(it->second);
+      }
+    }
+    s += sep;
+    s += p->name;
+    s += '=';
+    s += text;
+    sep = ',';
+  }
+  return s;
+}
+
+}  // namespace ccoll

@@ -1,0 +1,71 @@
+// The compressor object behind ccCompressor_t: a kind, its parameters, and one bucket's persistent state (error
+// feedback, call counter, wire scratch). Parameters are described by one table (name in spec strings, bounds,
+// default, which kinds take it), used by the setters, the spec parser and the spec printer alike.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+struct CompressorParamInfo {
+  ccCompressorParam_t param;
+  const char* name;       // in spec strings
+  int64_t lo, hi;
+  unsigned kinds;         // bit set of KindBit()
+};
+
+unsigned KindBit(ccCompressorKind_t kind);
+const char* KindName(ccCompressorKind_t kind);
+const CompressorParamInfo* FindParam(ccCompressorParam_t param);
+const CompressorParamInfo* FindParamByName(const std::string& name);
+// Every parameter row; ends with a row whose name is nullptr.
+const CompressorParamInfo* ParamInfoTable();
+int64_t DefaultParamValue(ccCompressorKind_t kind, ccCompressorParam_t param);
+
+// Symbolic spellings of a parameter's values (first one canonical), or nullptr for plain numbers.
+struct ParamWord {
+  const char* text;
+  int64_t value;
+};
+const ParamWord* ParamWords(ccCompressorParam_t param);
+// Fractions in spec strings (density, clip) are stored in parts per million.
+bool IsFractionParam(ccCompressorParam_t param);
+// Parses one spec-string value of a parameter (without range checks).
+bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, int64_t* out);
+
+}  // namespace ccoll
+
+struct ccCompressor {
+  ccCompressorKind_t kind = ccCompressCast16;
+  std::map<ccCompressorParam_t, int64_t> values;  // every parameter that applies to `kind`
+
+  // State of the bucket, reset when a parameter changes.
+  uint64_t calls = 0;
+  size_t boundCount = 0;              // element count of the bucket (0: not bound yet)
+  std::vector<float> errorFeedback;   // sparsifiers with ef=1: what was not sent yet
+  std::vector<char> wire;             // wire scratch: a few slices' worth of messages
+  std::vector<float> staging;         // sparsifiers: the chosen chunks, packed
+
+  int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
+  void ResetState() {
+    calls = 0;
+    boundCount = 0;
+    errorFeedback.clear();
+    errorFeedback.shrink_to_fit();
+  }
+};
+
+namespace ccoll {
+
+// True while c is a compressor made by ccCompressorCreate* and not destroyed yet.
+bool IsLiveCompressor(ccCompressor* c);
+
+// Canonical spec string of a compressor.
+std::string CompressorSpec(const ccCompressor& c);
+
+}  // namespace ccoll

@@ -1,0 +1,63 @@
+// Randomized Hadamard rotation: x <- H D x / sqrt(B) on blocks of B = 2^k elements (D: random signs shared by all
+// ranks, H: the Walsh-Hadamard matrix). It is orthonormal, so it preserves norms and the sum of rotated vectors is
+// the rotation of the sum; it spreads outliers over the block, which makes per-group scales tight. The inverse is
+// x <- D H x / sqrt(B). A buffer whose length is not a multiple of B ends in smaller power-of-two blocks (down to
+// 1 element, which is only sign-flipped), so every length works and forward/inverse decompose it the same way.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "compress/host_device.h"
+#include "compress/rng.h"
+
+namespace ccoll {
+
+// In-place unnormalized fast Walsh-Hadamard transform of n = 2^k floats.
+CC_HD void Fwht(float* x, size_t n) {
+  for (size_t h = 1; h < n; h <<= 1) {
+    for (size_t i = 0; i < n; i += 2 * h) {
+      for (size_t j = i; j < i + h; ++j) {
+        float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+    }
+  }
+}
+
+// Calls fn(offset, length) for the blocks that cover [0, count): full blocks of `block`, then the tail in
+// decreasing powers of two.
+template <typename Fn>
+CC_HD void ForEachRotationBlock(size_t count, size_t block, Fn&& fn) {
+  size_t off = 0;
+  while (off < count) {
+    size_t left = count - off;
+    size_t len = block;
+    while (len > left) len >>= 1;
+    fn(off, len);
+    off += len;
+  }
+}
+
+// Forward rotation of one block starting at global element `base` (signs are indexed globally).
+CC_HD void RotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey) {
+  for (size_t j = 0; j < len; ++j) {
+    if (SignBit(signKey, base + j)) x[j] = -x[j];
+  }
+  Fwht(x, len);
+  float norm = 1.0f / std::sqrt(static_cast<float>(len));
+  for (size_t j = 0; j < len; ++j) x[j] *= norm;
+}
+
+CC_HD void UnrotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey) {
+  Fwht(x, len);
+  float norm = 1.0f / std::sqrt(static_cast<float>(len));
+  for (size_t j = 0; j < len; ++j) {
+    float v = x[j] * norm;
+    x[j] = SignBit(signKey, base + j) ? -v : v;
+  }
+}
+
+}  // namespace ccoll

@@ -1,0 +1,97 @@
+// Element math of b-bit quantization: a uniform grid of L = 2^b - 1 steps over [-s, s], codes 0..L, and the
+// rounding rules (nearest, stochastic with a dither u in (0,1), or correlated: dithers stratified across ranks).
+// The grid and scale rules are kept here, apart from the drivers, so that the level table can be replaced.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "compress/float16.h"
+#include "compress/host_device.h"
+
+namespace ccoll {
+
+enum class ScaleFormat : int { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
+
+CC_HD uint32_t Levels(int bits) { return (1u << bits) - 1u; }
+
+// Code of x on the grid of scale s (s >= |x| after rounding the scale up), with dither u: floor(v + u) where v is
+// x's position on the grid. u = 0.5 rounds to nearest. Non-finite values and a zero scale give code 0; a group with
+// a non-finite scale decodes to non-finite values anyway, and a zero scale decodes to exact zeros.
+CC_HD uint32_t QuantizeCode(float x, float invStep, float s, uint32_t levels, float u) {
+  float v = (x + s) * invStep + u;
+  v = v > 0.0f ? v : 0.0f;  // also maps NaN to 0: no undefined float-to-int conversion
+  v = v < static_cast<float>(levels) ? v : static_cast<float>(levels);
+  return static_cast<uint32_t>(v);
+}
+
+CC_HD float DequantizeCode(uint32_t code, float step, float s) { return static_cast<float>(code) * step - s; }
+
+// Grid of scale s: step = 2s/L, invStep = L/(2s) (0 for a zero scale).
+CC_HD void GridOf(float s, uint32_t levels, float* step, float* invStep) {
+  *step = 2.0f * s / static_cast<float>(levels);
+  *invStep = s > 0.0f ? static_cast<float>(levels) / (2.0f * s) : 0.0f;
+}
+
+// Rounds a positive scale up to the next value representable in `format`, so |x| <= stored scale still holds.
+// Non-finite scales stay non-finite (the group then decodes to non-finite values on every rank).
+CC_HD float RoundScaleUp(float s, ScaleFormat format) {
+  if (format == ScaleFormat::kBf16) {
+    Bf16 h = FloatToBf16(s);
+    if (Bf16ToFloat(h) < s) h.bits = static_cast<uint16_t>(h.bits + 1);
+    return Bf16ToFloat(h);
+  }
+  if (format == ScaleFormat::kFp16) {
+    Half h = FloatToHalf(s);
+    if (HalfToFloat(h) < s) h.bits = static_cast<uint16_t>(h.bits + 1);
+    return HalfToFloat(h);
+  }
+  return s;
+}
+
+CC_HD int ScaleBytes(ScaleFormat format) { return format == ScaleFormat::kFp32 ? 4 : 2; }
+
+CC_HD void StoreScale(void* dst, float s, ScaleFormat format) {
+  if (format == ScaleFormat::kBf16) {
+    Bf16 h = FloatToBf16(s);
+    __builtin_memcpy(dst, &h, 2);
+  } else if (format == ScaleFormat::kFp16) {
+    Half h = FloatToHalf(s);
+    __builtin_memcpy(dst, &h, 2);
+  } else {
+    __builtin_memcpy(dst, &s, 4);
+  }
+}
+
+CC_HD float LoadScale(const void* src, ScaleFormat format) {
+  if (format == ScaleFormat::kBf16) {
+    Bf16 h;
+    __builtin_memcpy(&h, src, 2);
+    return Bf16ToFloat(h);
+  }
+  if (format == ScaleFormat::kFp16) {
+    Half h;
+    __builtin_memcpy(&h, src, 2);
+    return HalfToFloat(h);
+  }
+  float s;
+  __builtin_memcpy(&s, src, 4);
+  return s;
+}
+
+// Correlated (stratified) rounding: rank r of n uses (r + U) / n with U shared by all ranks, so the n dithers of
+// an element cover (0,1) evenly and the rounding errors of the sum cancel far better than independent ones.
+CC_HD float StratifiedDither(float shared, int rank, int nranks) {
+  return (static_cast<float>(rank) + shared) / static_cast<float>(nranks);
+}
+
+// Scale of a group from its max |x| and (for clipping) its RMS: min(max, k * rms) when k > 0.
+CC_HD float GroupScale(float maxAbs, float rms, float clipK) {
+  if (clipK > 0.0f) {
+    float c = clipK * rms;
+    return c < maxAbs ? c : maxAbs;
+  }
+  return maxAbs;
+}
+
+}  // namespace ccoll

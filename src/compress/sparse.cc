@@ -1,0 +1,80 @@
+#include "compress/sparse.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "compress/rng.h"
+
+namespace ccoll {
+
+size_t ChunkCount(size_t count, size_t chunk) { return (count + chunk - 1) / chunk; }
+
+size_t KeptChunks(size_t chunks, int64_t densityPpm) {
+  if (chunks == 0) return 0;
+  size_t k = static_cast<size_t>(std::llround(static_cast<double>(chunks) * static_cast<double>(densityPpm) / 1e6));
+  return std::min(chunks, std::max<size_t>(1, k));
+}
+
+void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* norms) {
+  size_t chunks = ChunkCount(count, chunk);
+  norms->assign(chunks, 0.0f);
+  for (size_t c = 0; c < chunks; ++c) {
+    size_t begin = c * chunk, end = std::min(count, begin + chunk);
+    double sq = 0.0;
+    for (size_t i = begin; i < end; ++i) sq += static_cast<double>(x[i]) * x[i];
+    (*norms)[c] = std::isfinite(sq) ? static_cast<float>(sq) : std::numeric_limits<float>::infinity();
+  }
+}
+
+void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>* chosen) {
+  std::vector<uint32_t> order(norms.size());
+  std::iota(order.begin(), order.end(), 0u);
+  auto key = [&](uint32_t i) { return std::isnan(norms[i]) ? std::numeric_limits<float>::infinity() : norms[i]; };
+  std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(), [&](uint32_t a, uint32_t b) {
+    float ka = key(a), kb = key(b);
+    return ka > kb || (ka == kb && a < b);
+  });
+  chosen->assign(order.begin(), order.begin() + static_cast<long>(k));
+  std::sort(chosen->begin(), chosen->end());
+}
+
+void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* chosen) {
+  // Partial Fisher-Yates over the chunk indices, driven by the shared counter-based stream.
+  std::vector<uint32_t> idx(chunks);
+  std::iota(idx.begin(), idx.end(), 0u);
+  for (size_t i = 0; i < k; ++i) {
+    uint64_t r = (static_cast<uint64_t>(RandomWord(key, static_cast<uint32_t>(2 * i))) << 32) |
+                 RandomWord(key, static_cast<uint32_t>(2 * i + 1));
+    size_t j = i + static_cast<size_t>(r % (chunks - i));
+    std::swap(idx[i], idx[j]);
+  }
+  chosen->assign(idx.begin(), idx.begin() + static_cast<long>(k));
+  std::sort(chosen->begin(), chosen->end());
+}
+
+size_t PackedCount(size_t count, size_t chunk, const std::vector<uint32_t>& chosen) {
+  size_t n = 0;
+  for (uint32_t c : chosen) n += std::min(count, (c + size_t{1}) * chunk) - c * chunk;
+  return n;
+}
+
+void GatherChunks(const float* x, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* packed) {
+  for (uint32_t c : chosen) {
+    size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
+    std::memcpy(packed, x + begin, n * sizeof(float));
+    packed += n;
+  }
+}
+
+void ScatterChunks(const float* packed, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* x) {
+  for (uint32_t c : chosen) {
+    size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
+    std::memcpy(x + begin, packed, n * sizeof(float));
+    packed += n;
+  }
+}
+
+}  // namespace ccoll

@@ -1,0 +1,33 @@
+// Chunk selection of the all-reduce-compatible sparsifiers: every rank picks the same chunks, so only those travel
+// (dense inside) through an ordinary all-reduce. topk ranks chunks by their squared norms summed over ranks (the
+// metadata all-reduce); randk draws them from the shared seed of the call, with no metadata round.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ccoll {
+
+// Number of chunks of `chunk` elements covering count (the last may be short) and how many are kept at density
+// `densityPpm` (at least one).
+size_t ChunkCount(size_t count, size_t chunk);
+size_t KeptChunks(size_t chunks, int64_t densityPpm);
+
+// Squared L2 norm of every chunk of x. A chunk holding a non-finite value reports +inf, so it is always sent and
+// every rank sees the non-finite result.
+void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* norms);
+
+// The k chunks of largest summed norm, ties to the lower index, returned in increasing index order.
+void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>* chosen);
+
+// k distinct chunks of `chunks` drawn from the stream `key` (the same on every rank), increasing index order.
+void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* chosen);
+
+// Copies the chosen chunks of x into packed (contiguous, in order) and back.
+void GatherChunks(const float* x, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* packed);
+void ScatterChunks(const float* packed, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* x);
+// Elements the chosen chunks hold (the last chunk may be short).
+size_t PackedCount(size_t count, size_t chunk, const std::vector<uint32_t>& chosen);
+
+}  // namespace ccoll
