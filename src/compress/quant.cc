@@ -13,6 +13,7 @@
 #include "compress/bitpack.h"
 #include "compress/codecs.h"
 #include "compress/hadamard.h"
+#include "compress/quant_cpu.h"
 #include "compress/quant_math.h"
 #include "compress/rng.h"
 
@@ -20,12 +21,6 @@ namespace ccoll {
 namespace {
 
 enum Rounding { kNearest = 0, kStochastic = 1, kCorrelated = 2 };
-
-// max(|x|) that keeps a non-finite value once it has seen one.
-inline float MaxAbsSticky(float m, float x) {
-  float a = std::fabs(x);
-  return (a > m || a != a) ? a : m;
-}
 
 // k with P(|N(0,1)| > k) = p, by bisection on erfc (done once per codec).
 float ClipMultiplier(double p) {
@@ -64,7 +59,6 @@ class QuantCodec : public Codec {
     signKey_ = StreamKey(call.seed, call.call, ~0u, kPurposeRotation);
     ditherKey_ = StreamKey(call.seed, call.call, static_cast<uint32_t>(rank_), kPurposeDither);
     sharedKey_ = StreamKey(call.seed, call.call, ~0u, kPurposeShared);
-    tmp_.resize(group_);
   }
 
   size_t MaxWireBytes(size_t len) const override {
@@ -80,9 +74,10 @@ class QuantCodec : public Codec {
   }
 
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
-    if (work != input) std::memcpy(work, input, count * sizeof(float));
     if (rotate_) {
-      ForEachRotationBlock(count, block_, [&](size_t off, size_t len) { RotateBlock(work + off, len, off, signKey_); });
+      RotateForward(input, work, count, block_, signKey_);
+    } else if (work != input) {
+      std::memcpy(work, input, count * sizeof(float));
     }
     meta->clear();
     if (!homomorphic_) return;
@@ -91,15 +86,8 @@ class QuantCodec : public Codec {
     size_t groups = (count + group_ - 1) / group_;
     meta->resize(groups);
     for (size_t g = 0; g < groups; ++g) {
-      size_t begin = g * group_, end = begin + group_ < count ? begin + group_ : count;
-      float m = 0.0f;
-      double sq = 0.0;
-      for (size_t i = begin; i < end; ++i) {
-        m = MaxAbsSticky(m, work[i]);
-        sq += static_cast<double>(work[i]) * work[i];
-      }
-      float s = GroupScale(m, static_cast<float>(std::sqrt(sq / static_cast<double>(end - begin))), clipK_);
-      (*meta)[g] = s <= std::numeric_limits<float>::max() ? s : std::numeric_limits<float>::infinity();
+      size_t begin = g * group_, n = begin + group_ < count ? group_ : count - begin;
+      (*meta)[g] = ScaleOf(work + begin, n);
     }
   }
 
@@ -107,7 +95,7 @@ class QuantCodec : public Codec {
 
   size_t EncodeFirst(const float* local, size_t off, size_t len, void* wireOut) override {
     if (homomorphic_) return EncodeLanes(local, off, len, wireOut);
-    return EncodeRequant(off, len, wireOut, [&](size_t j) { return local[j]; });
+    return EncodeRequant(local, off, len, wireOut);
   }
 
   size_t Hop(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) override {
@@ -116,8 +104,10 @@ class QuantCodec : public Codec {
       AddPackedStreams(wireOut, wireOut, wireIn, bytes);
       return bytes;
     }
-    RequantReader in(wireIn, len, group_, bits_, format_);
-    return EncodeRequant(off, len, wireOut, [&](size_t j) { return in.Next() + local[j]; });
+    Grow(len);
+    DecodeRequant(wireIn, len, vals_.data());
+    for (size_t j = 0; j < len; ++j) vals_[j] += local[j];
+    return EncodeRequant(vals_.data(), off, len, wireOut);
   }
 
   size_t ReduceFinal(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) override {
@@ -127,138 +117,75 @@ class QuantCodec : public Codec {
     sums_.resize(PackedBytes(len, laneBits_));  // grows to one slice once, then is reused
     size_t bytes = EncodeLanes(local, off, len, sums_.data());
     AddPackedStreams(sums_.data(), sums_.data(), wireIn, bytes);
-    LaneReader in(sums_.data(), this, off);
-    return EncodeRequant(off, len, wireOut, [&](size_t) { return in.Next(); });
+    Grow(len);
+    DecodeLanes(sums_.data(), off, len, vals_.data());
+    return EncodeRequant(vals_.data(), off, len, wireOut);
   }
 
   void DecodeGather(const void* wire, size_t off, size_t len, float* out) override {
     if (homomorphic_ && gatherExact_) {
-      LaneReader in(wire, this, off);
-      for (size_t j = 0; j < len; ++j) out[j] = in.Next();
-      return;
+      DecodeLanes(wire, off, len, out);
+    } else {
+      DecodeRequant(wire, len, out);
     }
-    RequantReader in(wire, len, group_, bits_, format_);
-    for (size_t j = 0; j < len; ++j) out[j] = in.Next();
   }
 
   void Finish(float* work, size_t count, bool average) override {
+    const float scale = average ? 1.0f / static_cast<float>(nranks_) : 1.0f;
     if (rotate_) {
-      ForEachRotationBlock(count, block_,
-                           [&](size_t off, size_t len) { UnrotateBlock(work + off, len, off, signKey_); });
-    }
-    if (average) {
-      const float n = static_cast<float>(nranks_);
-      for (size_t i = 0; i < count; ++i) work[i] /= n;
+      RotateInverse(work, count, block_, signKey_, scale);
+    } else if (average) {
+      for (size_t i = 0; i < count; ++i) work[i] *= scale;
     }
   }
 
  private:
-  // Reads a requant message sequentially: per group a scale, then b-bit codes.
-  class RequantReader {
-   public:
-    RequantReader(const void* wire, size_t len, size_t group, int bits, ScaleFormat format)
-        : scales_(static_cast<const uint8_t*>(wire)),
-          codes_(static_cast<const uint8_t*>(wire) + ((len + group - 1) / group) * ScaleBytes(format)),
-          group_(group), bits_(bits), levels_(Levels(bits)), format_(format) {}
-    float Next() {
-      if (left_ == 0) {
-        s_ = LoadScale(scales_, format_);
-        scales_ += ScaleBytes(format_);
-        float inv;
-        GridOf(s_, levels_, &step_, &inv);
-        left_ = group_;
-      }
-      --left_;
-      return DequantizeCode(codes_.Get(bits_), step_, s_);
-    }
-
-   private:
-    const uint8_t* scales_;
-    BitReader codes_;
-    size_t group_;
-    int bits_;
-    uint32_t levels_;
-    ScaleFormat format_;
-    size_t left_ = 0;
-    float s_ = 0, step_ = 0;
-  };
-
-  // Reads integer lane sums and decodes them with the agreed scales: x = C * step - n * s.
-  class LaneReader {
-   public:
-    LaneReader(const void* wire, const QuantCodec* codec, size_t off) : in_(wire), c_(codec), i_(off) {}
-    float Next() {
-      size_t g = i_ / c_->group_;
-      float s = c_->scales_[g], step, inv;
-      GridOf(s, c_->levels_, &step, &inv);
-      ++i_;
-      return static_cast<float>(in_.Get(c_->laneBits_)) * step - static_cast<float>(c_->nranks_) * s;
-    }
-
-   private:
-    BitReader in_;
-    const QuantCodec* c_;
-    size_t i_;
-  };
-
   size_t RequantBytes(size_t len) const {
     return ((len + group_ - 1) / group_) * ScaleBytes(format_) + PackedBytes(len, bits_);
   }
 
-  float DitherAt(uint64_t i) const {
-    switch (rounding_) {
-      case kNearest: return 0.5f;
-      case kCorrelated:
-        if (homomorphic_) return StratifiedDither(Dither(sharedKey_, i), rank_, nranks_);
-        return Dither(ditherKey_, i);
-      default: return Dither(ditherKey_, i);
-    }
+  void Grow(size_t len) {
+    if (vals_.size() < len) vals_.resize(len);  // one slice; grows once, then is reused
+    if (codes_.size() < len) codes_.resize(len);
   }
 
-  // Codes of this rank's slice in lanes, with the agreed scales.
-  size_t EncodeLanes(const float* local, size_t off, size_t len, void* wireOut) const {
-    BitWriter out(wireOut);
-    size_t j = 0;
-    while (j < len) {
-      size_t g = (off + j) / group_;
-      size_t end = (g + 1) * group_ - off;
-      if (end > len) end = len;
-      float s = scales_[g], step, inv;
-      GridOf(s, levels_, &step, &inv);
-      for (; j < end; ++j) out.Put(QuantizeCode(local[j], inv, s, levels_, DitherAt(off + j)), laneBits_);
-    }
-    out.Flush();
-    return PackedBytes(len, laneBits_);
+  DitherRule Rule() const {
+    DitherRule rule;
+    rule.rounding = (rounding_ == kCorrelated && !homomorphic_) ? kStochastic : rounding_;
+    rule.key = ditherKey_;
+    rule.sharedKey = sharedKey_;
+    rule.rank = rank_;
+    rule.nranks = nranks_;
+    return rule;
   }
 
-  // A requant message of values value(j), j in [0, len): scales of slice-local groups, then b-bit codes.
-  template <typename Value>
-  size_t EncodeRequant(size_t off, size_t len, void* wireOut, Value&& value) {
-    size_t groups = (len + group_ - 1) / group_;
-    uint8_t* scales = static_cast<uint8_t*>(wireOut);
-    BitWriter out(scales + groups * ScaleBytes(format_));
-    for (size_t g = 0; g < groups; ++g) {
-      size_t begin = g * group_, n = len - begin < group_ ? len - begin : group_;
-      float m = 0.0f;
-      double sq = 0.0;
-      for (size_t k = 0; k < n; ++k) {
-        float v = value(begin + k);
-        tmp_[k] = v;
-        m = MaxAbsSticky(m, v);
-        sq += static_cast<double>(v) * v;
-      }
-      float s = RoundScaleUp(GroupScale(m, static_cast<float>(std::sqrt(sq / static_cast<double>(n))), clipK_),
-                             format_);
-      StoreScale(scales + g * ScaleBytes(format_), s, format_);
-      s = LoadScale(scales + g * ScaleBytes(format_), format_);  // exactly what the decoder will read
-      float step, inv;
-      GridOf(s, levels_, &step, &inv);
-      for (size_t k = 0; k < n; ++k) {
-        out.Put(QuantizeCode(tmp_[k], inv, s, levels_, DitherAt(off + begin + k)), bits_);
-      }
-    }
-    out.Flush();
-    return RequantBytes(len);
+  // The agreed scale of a homomorphic group: max |x| (or the clip point); +inf when non-finite.
+  float ScaleOf(const float* v, size_t n) const {
+    float m = MaxAbs(v, n);
+    if (clipK_ <= 0.0f) return m;
+    float sq = 0.0f;
+    for (size_t i = 0; i < n; ++i) sq += v[i] * v[i];
+    return GroupScale(m, std::sqrt(sq / static_cast<float>(n)), clipK_);
+  }
+
+  size_t EncodeLanes(const float* local, size_t off, size_t len, void* wireOut) {
+    Grow(len);
+    return EncodeLanesSlice(local, len, off, group_, scales_.data(), bits_, laneBits_, Rule(), codes_.data(), wireOut);
+  }
+
+  void DecodeLanes(const void* wire, size_t off, size_t len, float* out) {
+    Grow(len);
+    DecodeLanesSlice(wire, len, off, group_, scales_.data(), bits_, laneBits_, nranks_, codes_.data(), out);
+  }
+
+  size_t EncodeRequant(const float* v, size_t off, size_t len, void* wireOut) {
+    Grow(len);
+    return EncodeRequantSlice(v, len, off, group_, bits_, format_, clipK_, Rule(), codes_.data(), wireOut);
+  }
+
+  void DecodeRequant(const void* wire, size_t len, float* out) {
+    Grow(len);
+    DecodeRequantSlice(wire, len, group_, bits_, format_, codes_.data(), out);
   }
 
   const int bits_;
@@ -276,7 +203,8 @@ class QuantCodec : public Codec {
   int laneBits_ = 0;
   uint32_t signKey_ = 0, ditherKey_ = 0, sharedKey_ = 0;
   std::vector<float> scales_;  // homomorphic: the agreed scale of every global group
-  std::vector<float> tmp_;     // one group of values being re-encoded
+  std::vector<float> vals_;     // one slice of values being re-encoded
+  std::vector<uint16_t> codes_;  // one slice of codes
   std::vector<char> sums_;     // homomorphic with a requantized all-gather: the owner's lane sums of a slice
 };
 

@@ -15,14 +15,16 @@ enum class ScaleFormat : int { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
 
 CC_HD uint32_t Levels(int bits) { return (1u << bits) - 1u; }
 
-// Code of x on the grid of scale s (s >= |x| after rounding the scale up), with dither u: floor(v + u) where v is
-// x's position on the grid. u = 0.5 rounds to nearest. Non-finite values and a zero scale give code 0; a group with
-// a non-finite scale decodes to non-finite values anyway, and a zero scale decodes to exact zeros.
-CC_HD uint32_t QuantizeCode(float x, float invStep, float s, uint32_t levels, float u) {
-  float v = (x + s) * invStep + u;
+// Code of x on the grid of scale s (s >= |x| after rounding the scale up), with dither u: floor(p + u) where
+// p = x * invStep + shift is x's position on the grid (shift = s * invStep). u = 0.5 rounds to nearest. Non-finite
+// values and a zero scale give code 0; a group with a non-finite scale decodes to non-finite values anyway, and a
+// zero scale decodes to exact zeros. Built without floating-point contraction (no FMA), so every CPU and the GPU
+// compute the same codes.
+CC_HD uint32_t QuantizeCode(float x, float invStep, float shift, uint32_t levels, float u) {
+  float v = x * invStep + shift + u;
   v = v > 0.0f ? v : 0.0f;  // also maps NaN to 0: no undefined float-to-int conversion
   v = v < static_cast<float>(levels) ? v : static_cast<float>(levels);
-  return static_cast<uint32_t>(v);
+  return static_cast<uint32_t>(static_cast<int32_t>(v));  // v is in [0, 65535]: the signed conversion vectorizes
 }
 
 CC_HD float DequantizeCode(uint32_t code, float step, float s) { return static_cast<float>(code) * step - s; }

@@ -38,11 +38,14 @@ CC_HD uint32_t SignBit(uint32_t key, uint64_t i) {
   return (RandomWord(key, static_cast<uint32_t>(i >> 5)) >> (i & 31)) & 1u;
 }
 
-// A dither in (0, 1) for element i: 16 bits of the word shared by elements 2k and 2k+1, centred in its bin.
-CC_HD float Dither(uint32_t key, uint64_t i) {
-  uint32_t w = RandomWord(key, static_cast<uint32_t>(i >> 1));
-  uint32_t bits = (i & 1) ? (w >> 16) : (w & 0xffffu);
-  return (static_cast<float>(bits) + 0.5f) * (1.0f / 65536.0f);
+// A dither in (0, 1) from 16 random bits, centred in its bin.
+CC_HD float DitherFromBits(uint32_t bits16) { return (static_cast<float>(bits16) + 0.5f) * (1.0f / 65536.0f); }
+
+// The dither of element i (its index taken modulo 2^32): the low half of word i/2 for even i, the high half for
+// odd i, so one hash serves two elements.
+CC_HD float Dither(uint32_t key, uint32_t i) {
+  uint32_t w = RandomWord(key, i >> 1);
+  return DitherFromBits((i & 1) ? (w >> 16) : (w & 0xffffu));
 }
 
 // Purpose tags.
