@@ -1,10 +1,13 @@
 // allreduce_perf: ccoll's all-reduce benchmark, in the shape of nccl-tests' all_reduce_perf.
 //
-// How ranks start is separate from what a rank does: RankBody runs on every rank against a Group. The default build
-// starts -t ranks as threads of this process (ThreadGroup); built with -DCCOLL_PERF_MPI (allreduce_perf_mpi) each MPI
-// process is one rank and the unique id travels by MPI (MpiGroup).
+// How ranks start is separate from what a rank does: RunOnComm runs on every rank against a Group and the rank's
+// communicator. The default build starts -t ranks as threads of this process (ThreadGroup); when a launcher set
+// CC_RANK, CC_NRANKS and CC_ROOT and -t is not given, this process is one rank, made with ccCommInitFromEnv, and the
+// side channel is ccoll itself on that communicator (EnvGroup). Built with -DCCOLL_PERF_MPI (allreduce_perf_mpi) each
+// MPI process is one rank and the unique id travels by MPI (MpiGroup).
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -19,6 +22,7 @@
 
 #include "mpi_group.h"
 #else
+#include "env_group.h"
 #include "thread_group.h"
 #endif
 
@@ -26,6 +30,9 @@ namespace {
 
 using ccperf::DType;
 using ccperf::Op;
+
+// How this process's ranks were started; decides the header and the peak-RSS line.
+enum class Launch { kThreads, kMpi, kEnv };
 
 #ifdef CCOLL_PERF_MPI
 constexpr const char* kProgram = "allreduce_perf_mpi";
@@ -35,7 +42,17 @@ constexpr const char* kNotes =
 #else
 constexpr const char* kProgram = "allreduce_perf";
 constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagThreads;
-constexpr const char* kNotes = nullptr;
+constexpr const char* kNotes =
+    "Launch modes:\n"
+    "  threads    (default, and whenever -t is given): -t ranks, each a thread of this process (local transport).\n"
+    "  processes  (CC_RANK, CC_NRANKS and CC_ROOT=host:port all set in the environment, and no -t): this process\n"
+    "             is ONE rank, made with ccCommInitFromEnv (UCX between processes: UCX_TLS=sysv,self for shared\n"
+    "             memory, tcp,self for TCP). Start every rank with the same arguments, for example\n"
+    "               perf/launch_local.sh -n 4 build/perf/allreduce_perf -b 1M -e 64M\n"
+    "             The harness's own barriers and all-gathers run on the communicator under test (ccAllReduce and\n"
+    "             ccAllGather of a few bytes, left out of wirebits); only rank 0 prints. A failure there makes the\n"
+    "             rank abort the communicator and exit 1. CC_SECRET (the same string on every rank) is the\n"
+    "             credential a joining rank presents; launch_local.sh sets a random one.\n";
 #endif
 
 ccDataType_t ToCc(DType t) {
@@ -67,8 +84,10 @@ std::string Failure(const char* call, ccResult_t r, ccComm_t comm) {
 
 class CcollAllReducer : public ccperf::AllReducer {
  public:
-  CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o)
-      : comm_(comm), comp_(comp), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)) {}
+  // sideBytes, when set, returns the part of ccCommGetStats' bytesSent that is not the benchmark's own (the side
+  // channel's, when it runs on the same communicator).
+  CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<uint64_t()> sideBytes)
+      : comm_(comm), comp_(comp), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)), sideBytes_(std::move(sideBytes)) {}
 
   bool Run(const void* send, void* recv, size_t count) override {
     ccResult_t r = ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, nullptr);
@@ -81,7 +100,7 @@ class CcollAllReducer : public ccperf::AllReducer {
     ccCommStats_t st;
     st.size = sizeof(st);
     if (ccCommGetStats(comm_, &st) != ccSuccess) return false;
-    *bytes = st.bytesSent;
+    *bytes = st.bytesSent - (sideBytes_ ? sideBytes_() : 0);
     return true;
   }
 
@@ -90,6 +109,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   ccCompressor_t comp_;
   ccDataType_t dtype_;
   ccRedOp_t op_;
+  std::function<uint64_t()> sideBytes_;
   std::string error_;
 };
 
@@ -111,51 +131,58 @@ std::string AlgoLabel(const ccperf::Options& o) {
   return env && *env ? env : "auto";
 }
 
-void PrintHeader(ccperf::Report& report, const ccperf::Options& o, int nranks, int argc, char** argv) {
+ccConfig_t MakeConfig(const ccperf::Options& o) {
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  if (o.algo == "ring") config.algorithm = ccAlgoRing;
+  if (o.algo == "tree") config.algorithm = ccAlgoTree;
+  if (o.algo == "auto") config.algorithm = ccAlgoAuto;
+  return config;
+}
+
+const char* EnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch, int nranks, int argc,
+                 char** argv) {
   int version = 0;
   ccGetVersion(&version);
   report.Line("ccoll %s: all-reduce benchmark", kProgram);
   report.CommandAndArgs(argc, argv, o, AlgoLabel(o));
-#ifdef CCOLL_PERF_MPI
-  report.Line("nranks: %d (MPI processes, one rank each)", nranks);
   const char* defaultTransport = "auto (UCX between processes)";
-#else
-  report.Line("nranks: %d (threads of one process, -t %d) on %u hardware threads", nranks, o.threads,
-              std::thread::hardware_concurrency());
-  const char* defaultTransport = "auto (local: ranks are threads of one process)";
-#endif
+  switch (launch) {
+    case Launch::kMpi:
+      report.Line("nranks: %d (MPI processes, one rank each) on %u hardware threads", nranks,
+                  std::thread::hardware_concurrency());
+      break;
+    case Launch::kEnv:
+      report.Line("nranks: %d (processes from a launcher, one rank each: ccCommInitFromEnv, CC_ROOT=%s) on %u "
+                  "hardware threads", nranks, EnvOr("CC_ROOT", "?"), std::thread::hardware_concurrency());
+      break;
+    case Launch::kThreads:
+      report.Line("nranks: %d (threads of one process, -t %d) on %u hardware threads", nranks, o.threads,
+                  std::thread::hardware_concurrency());
+      defaultTransport = "auto (local: ranks are threads of one process)";
+      break;
+  }
   report.Line("library: ccoll %d.%d.%d (version code %d; built against header %d)", version / 10000,
               version / 100 % 100, version % 100, version, CC_VERSION_CODE);
-  const char* transport = std::getenv("CC_TRANSPORT");
-  report.Line("transport: %s", transport && *transport ? transport : defaultTransport);
+  report.Line("transport: %s", EnvOr("CC_TRANSPORT", defaultTransport));
+  if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
   report.Line("time: us per all-reduce, mean of -n iterations timed on rank 0 between barriers, after -w warmup "
               "iterations at each size; algbw = size / time (logical bytes); busbw = algbw * 2(n-1)/n");
   report.Line("wirebits: bits each rank sent per element (ccCommGetStats bytesSent, mean over ranks); error: vNMSE "
               "vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance");
 }
 
-int RankBody(const ccperf::Options& o, ccperf::Group& group, int argc, char** argv) {
+// Everything after the communicator exists: codec, header, the benchmark, teardown. Takes ownership of comm.
+int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccComm_t comm,
+              std::function<uint64_t()> sideBytes, int argc, char** argv) {
   const int rank = group.rank(), nranks = group.nranks();
-  ccUniqueId id;
-  ccResult_t r = ccSuccess;
-  if (rank == 0) r = ccGetUniqueId(&id);
-  if (!Agree(group, r == ccSuccess, Failure("ccGetUniqueId", r, nullptr))) return 1;
-  group.Broadcast(&id, sizeof(id), 0);
-
-  ccConfig_t config = CC_CONFIG_INITIALIZER;
-  if (o.algo == "ring") config.algorithm = ccAlgoRing;
-  if (o.algo == "tree") config.algorithm = ccAlgoTree;
-  if (o.algo == "auto") config.algorithm = ccAlgoAuto;
-  ccComm_t comm = nullptr;
-  r = ccCommInitRankConfig(&comm, nranks, id, rank, &config);
-  if (!Agree(group, r == ccSuccess, Failure("ccCommInitRankConfig", r, comm))) {
-    ccCommDestroy(comm);
-    return 1;
-  }
-
   ccCompressor_t comp = nullptr;
   if (o.codec != "none") {
-    r = ccCompressorCreateFromString(&comp, o.codec.c_str());
+    ccResult_t r = ccCompressorCreateFromString(&comp, o.codec.c_str());
     if (!Agree(group, r == ccSuccess, Failure("ccCompressorCreateFromString", r, nullptr))) {
       ccCommDestroy(comm);
       return 1;
@@ -164,7 +191,7 @@ int RankBody(const ccperf::Options& o, ccperf::Group& group, int argc, char** ar
 
   ccperf::Report report(stdout);
   if (rank == 0) {
-    PrintHeader(report, o, nranks, argc, argv);
+    PrintHeader(report, o, launch, nranks, argc, argv);
     report.ColumnHeader();
   }
   ccperf::BenchSetup setup;
@@ -172,14 +199,12 @@ int RankBody(const ccperf::Options& o, ccperf::Group& group, int argc, char** ar
   setup.algoLabel = AlgoLabel(o);
   setup.codecLabel = o.codec;
   setup.exactCheck = comp == nullptr;
-#ifdef CCOLL_PERF_MPI
-  setup.ranksShareProcess = false;
-#endif
+  setup.ranksShareProcess = launch == Launch::kThreads;
   setup.program = kProgram;
-  CcollAllReducer reducer(comm, comp, o);
+  CcollAllReducer reducer(comm, comp, o, std::move(sideBytes));
   int code = ccperf::RunAllReduceBench(setup, group, reducer, rank == 0 ? &report : nullptr);
 
-  r = ccCompressorDestroy(comp);
+  ccResult_t r = ccCompressorDestroy(comp);
   if (r != ccSuccess) {
     std::fprintf(stderr, "%s: rank %d: %s\n", kProgram, rank, Failure("ccCompressorDestroy", r, nullptr).c_str());
     code = 1;
@@ -191,6 +216,57 @@ int RankBody(const ccperf::Options& o, ccperf::Group& group, int argc, char** ar
   }
   return code;
 }
+
+// A rank whose group exists before the communicator (threads, MPI): the unique id travels over the group.
+int RankBody(const ccperf::Options& o, Launch launch, ccperf::Group& group, int argc, char** argv) {
+  const int rank = group.rank(), nranks = group.nranks();
+  ccUniqueId id;
+  ccResult_t r = ccSuccess;
+  if (rank == 0) r = ccGetUniqueId(&id);
+  if (!Agree(group, r == ccSuccess, Failure("ccGetUniqueId", r, nullptr))) return 1;
+  group.Broadcast(&id, sizeof(id), 0);
+
+  ccConfig_t config = MakeConfig(o);
+  ccComm_t comm = nullptr;
+  r = ccCommInitRankConfig(&comm, nranks, id, rank, &config);
+  if (!Agree(group, r == ccSuccess, Failure("ccCommInitRankConfig", r, comm))) {
+    ccCommDestroy(comm);
+    return 1;
+  }
+  return RunOnComm(o, launch, group, comm, nullptr, argc, argv);
+}
+
+#ifndef CCOLL_PERF_MPI
+// Which of CC_RANK, CC_NRANKS, CC_ROOT are set (non-empty): 0 none, 3 all.
+int EnvLaunchVars(std::string* missing) {
+  int set = 0;
+  for (const char* name : {"CC_RANK", "CC_NRANKS", "CC_ROOT"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) {
+      ++set;
+    } else {
+      *missing += *missing == "" ? name : std::string(", ") + name;
+    }
+  }
+  return set;
+}
+
+// One rank in this process, from the launcher's environment. Until the communicator exists there is no channel to
+// the other ranks: an init failure is reported by every rank that sees it.
+int EnvRank(const ccperf::Options& o, int argc, char** argv) {
+  ccConfig_t config = MakeConfig(o);
+  ccComm_t comm = nullptr;
+  ccResult_t r = ccCommInitFromEnv(&comm, &config);
+  if (r != ccSuccess) {
+    std::fprintf(stderr, "%s: CC_RANK=%s: %s\n", kProgram, EnvOr("CC_RANK", "?"),
+                 Failure("ccCommInitFromEnv", r, comm).c_str());
+    ccCommDestroy(comm);
+    return 1;
+  }
+  ccperf::EnvGroup group(comm, kProgram);
+  return RunOnComm(o, Launch::kEnv, group, comm, [&group] { return group.OwnBytesSent(); }, argc, argv);
+}
+#endif
 
 }  // namespace
 
@@ -204,7 +280,7 @@ int main(int argc, char** argv) {
     ccperf::MpiGroup group(MPI_COMM_WORLD);
     ccperf::ParseResult pr = ccperf::ParseOptions(argc, argv, prog, group.rank() == 0, &opts);
     if (pr == ccperf::ParseResult::kRun) {
-      code = RankBody(opts, group, argc, argv);
+      code = RankBody(opts, Launch::kMpi, group, argc, argv);
     } else {
       code = pr == ccperf::ParseResult::kExitOk ? 0 : 2;
     }
@@ -212,8 +288,25 @@ int main(int argc, char** argv) {
   MPI_Finalize();
   return code;
 #else
-  ccperf::ParseResult pr = ccperf::ParseOptions(argc, argv, prog, true, &opts);
+  // Under a launcher every rank parses the same arguments: only rank 0 speaks (a quiet first pass finds -t).
+  std::string missing;
+  const int envVars = EnvLaunchVars(&missing);
+  ccperf::Options probe;
+  const bool threadsGiven = ccperf::ParseOptions(argc, argv, prog, false, &probe) == ccperf::ParseResult::kRun &&
+                            probe.threadsGiven;
+  const Launch launch = envVars == 3 && !threadsGiven ? Launch::kEnv : Launch::kThreads;
+  const char* envRank = std::getenv("CC_RANK");
+  const bool speak = launch == Launch::kThreads || (envRank != nullptr && std::string(envRank) == "0");
+  ccperf::ParseResult pr = ccperf::ParseOptions(argc, argv, prog, speak, &opts);
   if (pr != ccperf::ParseResult::kRun) return pr == ccperf::ParseResult::kExitOk ? 0 : 2;
-  return ccperf::RunThreadRanks(opts.threads, [&](ccperf::Group& group) { return RankBody(opts, group, argc, argv); });
+  if (envVars != 0 && envVars != 3 && !opts.threadsGiven) {
+    std::fprintf(stderr, "%s: some of CC_RANK, CC_NRANKS, CC_ROOT are set but not %s: set all three to run one rank "
+                 "per process, or none (or pass -t) for thread ranks\n", kProgram, missing.c_str());
+    return 2;
+  }
+  if (launch == Launch::kEnv) return EnvRank(opts, argc, argv);
+  return ccperf::RunThreadRanks(opts.threads, [&](ccperf::Group& group) {
+    return RankBody(opts, Launch::kThreads, group, argc, argv);
+  });
 #endif
 }

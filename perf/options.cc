@@ -151,6 +151,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
         if (!(prog.flags & kFlagThreads)) return fail("-t (not taken by this program)", optarg);
         if (!ParseInt(optarg, 1, 4096, &v)) return fail("-t (nthreads)", optarg);
         opts->threads = static_cast<int>(v);
+        opts->threadsGiven = true;
         break;
       case 'I':
         if (!ParseInt(optarg, 0, 1, &v)) return fail("-I (inplace)", optarg);

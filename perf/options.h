@@ -21,6 +21,7 @@ struct Options {
   std::string algo;           // "ring", "tree", "auto"; empty: not set (the library's environment/default applies)
   std::string codec = "none";
   int threads = 4;            // ranks as threads of this process
+  bool threadsGiven = false;  // -t was on the command line (allreduce_perf: thread ranks even under a launcher)
   bool inplace = false;
   uint64_t seed = 0x5eedu;
   std::string jsonPath;       // empty: no JSON
