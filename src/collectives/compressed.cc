@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "collectives/algo.h"
+#include "collectives/btree.h"
 #include "collectives/ring.h"
 #include "compress/codecs.h"
 #include "compress/compressor.h"
@@ -52,7 +54,7 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count,
     // the owner's all-gather payload of chunk r+1.
     {
       Slice first = ChunkSlice(count, n, r, k, sliceElems);
-      if (first.count > 0) outBytes = codec.EncodeFirst(work + first.offset, first.offset, first.count, out[0]);
+      if (first.count > 0) outBytes = codec.Hop(nullptr, 0, work + first.offset, first.offset, first.count, out[0]);
     }
     size_t payloadBytes = 0;
     int payloadSlot = 0;
@@ -69,9 +71,11 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count,
       if (i.count == 0) {
         outBytes = 0;
       } else if (s < n - 2) {
-        outBytes = codec.Hop(in[s % 2], work + i.offset, i.offset, i.count, out[dst]);
+        const void* arrived = in[s % 2];
+        outBytes = codec.Hop(&arrived, 1, work + i.offset, i.offset, i.count, out[dst]);
       } else {
-        payloadBytes = codec.ReduceFinal(in[s % 2], work + i.offset, i.offset, i.count, out[dst]);
+        const void* arrived = in[s % 2];
+        payloadBytes = codec.ReduceFinal(&arrived, 1, work + i.offset, i.offset, i.count, out[dst]);
         codec.DecodeGather(out[dst], i.offset, i.count, work + i.offset);  // the owner decodes its own payload
       }
       payloadSlot = dst;
@@ -102,12 +106,83 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count,
   return io.WaitAll();
 }
 
-// Sizes the compressor's wire scratch for this communicator's slices and returns the slot size.
-size_t PrepareWire(ccComm* comm, ccCompressor* c, const Codec& codec) {
+// The double binary tree with a codec. Per slice and tree: children's partial results come up (Hop at every node,
+// ReduceFinal at the root, which decodes its own payload), then the root's payload goes down unchanged and every
+// rank decodes it. Slices run one after the other (the tree serves small messages; the ring pipelines large ones).
+// `wire` has eight slots: per tree two for the children, one for the message up, one for the payload.
+ccResult_t CompressedTree(ccComm* comm, Codec& codec, float* work, size_t count, char* wire, size_t slot) {
+  const int n = comm->nranks;
+  const uint64_t seq = ++comm->seq;
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
-  size_t slot = (codec.MaxWireBytes(sliceElems) + 63) & ~size_t{63};
-  if (c->wire.size() < 4 * slot) c->wire.assign(4 * slot, 0);
-  return slot;
+  TreeNode nodes[2];
+  DoubleBinaryTree(n, comm->rank, nodes);
+  size_t off[2], cnt[2], slices[2];
+  for (int t = 0; t < 2; ++t) {
+    off[t] = PartOffset(count, 2, t);
+    cnt[t] = PartSize(count, 2, t);
+    slices[t] = (cnt[t] + sliceElems - 1) / sliceElems;
+  }
+  auto at = [&](int t, int i) { return wire + (4 * t + i) * slot; };  // i: 0,1 children, 2 up, 3 payload
+  Inflight io(comm);
+  for (size_t k = 0; k < std::max(slices[0], slices[1]); ++k) {
+    size_t o[2], len[2];
+    for (int t = 0; t < 2; ++t) {
+      o[t] = off[t] + k * sliceElems;
+      len[t] = k < slices[t] ? std::min(sliceElems, cnt[t] - k * sliceElems) : 0;
+    }
+    for (int t = 0; t < 2; ++t) {  // up
+      if (len[t] == 0) continue;
+      const TreeNode& node = nodes[t];
+      Request* recv[2] = {nullptr, nullptr};
+      const void* arrived[2];
+      int nin = 0;
+      for (int c = 0; c < 2; ++c) {
+        if (node.children[c] < 0) continue;
+        CC_CHECK(io.Recv(node.children[c], at(t, c), codec.HopBytes(o[t], len[t]), Tag(seq, k * 4 + t * 2), &recv[c]));
+        arrived[nin++] = at(t, c);
+      }
+      for (int c = 0; c < 2; ++c) CC_CHECK(io.Wait(&recv[c]));
+      if (node.parent >= 0) {
+        size_t bytes = codec.Hop(arrived, nin, work + o[t], o[t], len[t], at(t, 2));
+        Request* up = nullptr;
+        CC_CHECK(io.Send(node.parent, at(t, 2), bytes, Tag(seq, k * 4 + t * 2), &up));
+      } else {
+        codec.ReduceFinal(arrived, nin, work + o[t], o[t], len[t], at(t, 3));
+        codec.DecodeGather(at(t, 3), o[t], len[t], work + o[t]);
+      }
+    }
+    for (int t = 0; t < 2; ++t) {  // down
+      if (len[t] == 0) continue;
+      const TreeNode& node = nodes[t];
+      const size_t bytes = codec.GatherBytes(o[t], len[t]);
+      if (node.parent >= 0) {
+        Request* recv = nullptr;
+        CC_CHECK(io.Recv(node.parent, at(t, 3), bytes, Tag(seq, k * 4 + t * 2 + 1), &recv));
+        CC_CHECK(io.Wait(&recv));
+        codec.DecodeGather(at(t, 3), o[t], len[t], work + o[t]);
+      }
+      for (int c = 0; c < 2; ++c) {
+        if (node.children[c] < 0) continue;
+        Request* down = nullptr;
+        CC_CHECK(io.Send(node.children[c], at(t, 3), bytes, Tag(seq, k * 4 + t * 2 + 1), &down));
+      }
+    }
+    CC_CHECK(io.WaitAll());  // every slot is free for the next slice
+  }
+  return io.WaitAll();
+}
+
+// Runs the codec over `work` with the communicator's all-reduce algorithm, sizing the compressor's wire scratch
+// once for this communicator's slices.
+ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, size_t count) {
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
+  const size_t slot = (codec.MaxWireBytes(sliceElems) + 63) & ~size_t{63};
+  if (c->wire.size() < 8 * slot) c->wire.assign(8 * slot, 0);
+  CollArgs shape;
+  shape.count = count;
+  shape.eltSize = sizeof(float);
+  if (ChooseAllReduceAlgo(comm, shape) == ccAlgoTree) return CompressedTree(comm, codec, work, count, c->wire.data(), slot);
+  return CompressedRing(comm, codec, work, count, c->wire.data(), slot);
 }
 
 ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
@@ -150,8 +225,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   staging.resize(packed);
   GatherChunks(x, count, chunk, chosen, staging.data());
   auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
-  size_t slot = PrepareWire(comm, c, *codec);
-  CC_CHECK(CompressedRing(comm, *codec, staging.data(), packed, c->wire.data(), slot));
+  CC_CHECK(RunCodec(comm, c, *codec, staging.data(), packed));
   float scale = 1.0f;
   if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
     scale = static_cast<float>(static_cast<double>(chunks) / static_cast<double>(keep));
@@ -206,8 +280,7 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
   codec->Prepare(static_cast<const float*>(a.send), work, a.count, &meta);
   CC_CHECK(AgreeMeta(comm, &meta, codec->MetaOp()));
   codec->SetMeta(meta);
-  size_t slot = PrepareWire(comm, c, *codec);
-  CC_CHECK(CompressedRing(comm, *codec, work, a.count, c->wire.data(), slot));
+  CC_CHECK(RunCodec(comm, c, *codec, work, a.count));
   codec->Finish(work, a.count, a.op == ccAvg);
   return ccSuccess;
 }

@@ -38,21 +38,24 @@ class CastCodec : public Codec {
     meta->clear();
   }
 
-  size_t EncodeFirst(const float* local, size_t, size_t len, void* wireOut) override {
+  // Sums in fp32 in a fixed order (local, then the inputs in order) and rounds once.
+  size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t, size_t len, void* wireOut) override {
     W* out = static_cast<W*>(wireOut);
-    for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i]);
+    const W* a = nin > 0 ? static_cast<const W*>(wiresIn[0]) : nullptr;
+    const W* b = nin > 1 ? static_cast<const W*>(wiresIn[1]) : nullptr;
+    if (nin == 0) {
+      for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i]);
+    } else if (nin == 1) {
+      for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]));
+    } else {
+      for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]) + Wire<W>::Load(b[i]));
+    }
     return len * sizeof(W);
   }
 
-  size_t Hop(const void* wireIn, const float* local, size_t, size_t len, void* wireOut) override {
-    const W* in = static_cast<const W*>(wireIn);
-    W* out = static_cast<W*>(wireOut);
-    for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(Wire<W>::Load(in[i]) + local[i]);
-    return len * sizeof(W);
-  }
-
-  size_t ReduceFinal(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) override {
-    return Hop(wireIn, local, off, len, wireOut);
+  size_t ReduceFinal(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
+                     void* wireOut) override {
+    return Hop(wiresIn, nin, local, off, len, wireOut);
   }
 
   void DecodeGather(const void* wire, size_t, size_t len, float* out) override {

@@ -2,10 +2,11 @@
 // drives it; a codec never sees a transport or a schedule.
 //
 // Per call: Prepare (local pre-pass: error feedback, rotation, small metadata) -> the schedule all-reduces the
-// metadata exactly (MetaOp) -> SetMeta -> per slice: EncodeFirst at a chunk's first ring step, Hop at every
-// intermediate step (decode + reduce + re-encode, or the packed integer add of homomorphic codes), ReduceFinal at
-// the owner (the last reduction; it produces the all-gather payload), DecodeGather on every rank, owner included,
-// so that all ranks decode the same bytes -> Finish (inverse rotation, avg, error-feedback update).
+// metadata exactly (MetaOp) -> SetMeta -> per slice: Hop wherever partial results meet this rank's data (a ring
+// step takes one incoming message, a tree node one per child, a chunk's first step or a leaf none): decode + reduce
+// + re-encode, or the packed integer add of homomorphic codes; ReduceFinal where the last contribution is added
+// (the ring's chunk owner, the tree's root): it produces the all-gather / broadcast payload; DecodeGather on every
+// rank, the producer included, so that all ranks decode the same bytes -> Finish (inverse rotation, avg).
 //
 // Slices are named by their global element offset and length: codecs index their randomness and scale groups
 // globally, so results do not depend on how the schedule cuts the buffer. All lengths of wire messages are
@@ -36,12 +37,13 @@ class Codec {
   virtual ccRedOp_t MetaOp() const { return ccMax; }
   virtual void SetMeta(const std::vector<float>& agreed) {}
 
-  // The slice [off, off+len) of this rank's `work` starts a chunk's reduction.
-  virtual size_t EncodeFirst(const float* local, size_t off, size_t len, void* wireOut) = 0;
-  // Adds this rank's slice to a partial result in flight.
-  virtual size_t Hop(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) = 0;
-  // The last addition, at the chunk's owner: returns the all-gather payload.
-  virtual size_t ReduceFinal(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) = 0;
+  // Adds this rank's slice [off, off+len) of `work` to the nin (0..2) partial results in flight; returns the
+  // bytes of the message to pass on (HopBytes).
+  virtual size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
+                     void* wireOut) = 0;
+  // The last addition: returns the all-gather payload (GatherBytes).
+  virtual size_t ReduceFinal(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
+                             void* wireOut) = 0;
   // Every rank turns the all-gather payload into the result slice.
   virtual void DecodeGather(const void* wire, size_t off, size_t len, float* out) = 0;
 

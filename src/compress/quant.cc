@@ -93,30 +93,23 @@ class QuantCodec : public Codec {
 
   void SetMeta(const std::vector<float>& agreed) override { scales_ = agreed; }
 
-  size_t EncodeFirst(const float* local, size_t off, size_t len, void* wireOut) override {
-    if (homomorphic_) return EncodeLanes(local, off, len, wireOut);
-    return EncodeRequant(local, off, len, wireOut);
-  }
-
-  size_t Hop(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) override {
+  size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
+          void* wireOut) override {
     if (homomorphic_) {
       size_t bytes = EncodeLanes(local, off, len, wireOut);
-      AddPackedStreams(wireOut, wireOut, wireIn, bytes);
+      for (int k = 0; k < nin; ++k) AddPackedStreams(wireOut, wireOut, wiresIn[k], bytes);
       return bytes;
     }
-    Grow(len);
-    DecodeRequant(wireIn, len, vals_.data());
-    for (size_t j = 0; j < len; ++j) vals_[j] += local[j];
-    return EncodeRequant(vals_.data(), off, len, wireOut);
+    if (nin == 0) return EncodeRequant(local, off, len, wireOut);
+    return EncodeRequant(SumIn(wiresIn, nin, local, len), off, len, wireOut);
   }
 
-  size_t ReduceFinal(const void* wireIn, const float* local, size_t off, size_t len, void* wireOut) override {
-    if (!homomorphic_) return Hop(wireIn, local, off, len, wireOut);
-    if (gatherExact_) return Hop(wireIn, local, off, len, wireOut);
+  size_t ReduceFinal(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
+                     void* wireOut) override {
+    if (!homomorphic_ || gatherExact_) return Hop(wiresIn, nin, local, off, len, wireOut);
     // The integer sums, decoded, are requantized to b bits with fresh scales for the all-gather.
     sums_.resize(PackedBytes(len, laneBits_));  // grows to one slice once, then is reused
-    size_t bytes = EncodeLanes(local, off, len, sums_.data());
-    AddPackedStreams(sums_.data(), sums_.data(), wireIn, bytes);
+    Hop(wiresIn, nin, local, off, len, sums_.data());
     Grow(len);
     DecodeLanes(sums_.data(), off, len, vals_.data());
     return EncodeRequant(vals_.data(), off, len, wireOut);
@@ -142,6 +135,19 @@ class QuantCodec : public Codec {
  private:
   size_t RequantBytes(size_t len) const {
     return ((len + group_ - 1) / group_) * ScaleBytes(format_) + PackedBytes(len, bits_);
+  }
+
+  // local + the decoded requant messages, in that order, in fp32.
+  const float* SumIn(const void* const* wiresIn, int nin, const float* local, size_t len) {
+    Grow(len);
+    if (extra_.size() < len) extra_.resize(len);
+    DecodeRequant(wiresIn[0], len, vals_.data());
+    for (size_t j = 0; j < len; ++j) vals_[j] = local[j] + vals_[j];
+    for (int k = 1; k < nin; ++k) {
+      DecodeRequant(wiresIn[k], len, extra_.data());
+      for (size_t j = 0; j < len; ++j) vals_[j] += extra_[j];
+    }
+    return vals_.data();
   }
 
   void Grow(size_t len) {
@@ -205,6 +211,7 @@ class QuantCodec : public Codec {
   std::vector<float> scales_;  // homomorphic: the agreed scale of every global group
   std::vector<float> vals_;     // one slice of values being re-encoded
   std::vector<uint16_t> codes_;  // one slice of codes
+  std::vector<float> extra_;     // a second decoded input (tree nodes with two children)
   std::vector<char> sums_;     // homomorphic with a requantized all-gather: the owner's lane sums of a slice
 };
 
