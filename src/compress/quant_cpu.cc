@@ -15,11 +15,14 @@
 #define CC_HOT
 #endif
 
+// Helpers are forced inline so that they are compiled into each target clone (AVX2 or baseline) of their caller.
+#define CC_INLINE inline __attribute__((always_inline))
+
 namespace ccoll {
 namespace {
 
 // Sign-flips 32 consecutive floats by the bits of one random word.
-inline void FlipSigns32(const float* in, float* out, uint32_t word) {
+CC_INLINE void FlipSigns32(const float* in, float* out, uint32_t word) {
   for (int t = 0; t < 32; ++t) {
     uint32_t u;
     std::memcpy(&u, in + t, 4);
@@ -29,7 +32,7 @@ inline void FlipSigns32(const float* in, float* out, uint32_t word) {
 }
 
 // Butterflies on disjoint, contiguous halves (restrict: no aliasing checks, straight vector code).
-inline void Radix2(float* __restrict a, float* __restrict b, size_t h) {
+CC_INLINE void Radix2(float* __restrict a, float* __restrict b, size_t h) {
   for (size_t j = 0; j < h; ++j) {
     float u = a[j], v = b[j];
     a[j] = u + v;
@@ -38,7 +41,7 @@ inline void Radix2(float* __restrict a, float* __restrict b, size_t h) {
 }
 
 // Two stages (h and 2h) in one pass over four quarters: half the loads and stores of two radix-2 passes.
-inline void Radix4(float* __restrict a, float* __restrict b, float* __restrict c, float* __restrict d, size_t h) {
+CC_INLINE void Radix4(float* __restrict a, float* __restrict b, float* __restrict c, float* __restrict d, size_t h) {
   for (size_t j = 0; j < h; ++j) {
     float p = a[j] + b[j], q = a[j] - b[j], r = c[j] + d[j], t = c[j] - d[j];
     a[j] = p + r;
@@ -50,7 +53,7 @@ inline void Radix4(float* __restrict a, float* __restrict b, float* __restrict c
 
 // The unnormalized Walsh-Hadamard transform of one block. Stages commute, so the three smallest (h = 1, 2, 4) run
 // together as an 8-point transform per group of 8, and the larger ones as contiguous, vectorizable butterflies.
-inline void Wht(float* x, size_t n) {
+CC_INLINE void Wht(float* x, size_t n) {
   if (n < 8) {
     Fwht(x, n);
     return;
@@ -79,7 +82,7 @@ inline void Wht(float* x, size_t n) {
   }
 }
 
-inline void ApplySigns(const float* in, float* out, size_t len, uint64_t base, uint32_t key) {
+CC_INLINE void ApplySigns(const float* in, float* out, size_t len, uint64_t base, uint32_t key) {
   if (len >= 32 && base % 32 == 0) {
     for (size_t j = 0; j < len; j += 32) FlipSigns32(in + j, out + j, RandomWord(key, static_cast<uint32_t>((base + j) >> 5)));
     return;
@@ -87,17 +90,24 @@ inline void ApplySigns(const float* in, float* out, size_t len, uint64_t base, u
   for (size_t j = 0; j < len; ++j) out[j] = SignBit(key, base + j) ? -in[j] : in[j];
 }
 
-inline float MaxAbsInline(const float* v, size_t n) {
-  float m = 0.0f, poison = 0.0f;
+// On the bit patterns with the sign cleared, integer order is float order, and NaN and infinity are the patterns
+// from 0x7f800000 up: one unsigned max (which vectorizes, unlike a float max or sum without -ffast-math) finds both
+// the largest magnitude and whether anything is non-finite.
+CC_INLINE float MaxAbsInline(const float* v, size_t n) {
+  uint32_t m = 0;
   for (size_t i = 0; i < n; ++i) {
-    float a = std::fabs(v[i]);
-    m = a > m ? a : m;
-    poison += v[i] * 0.0f;  // NaN once any value is NaN or infinite
+    uint32_t u;
+    std::memcpy(&u, v + i, 4);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
   }
-  return poison == 0.0f ? m : std::numeric_limits<float>::infinity();
+  if (m >= 0x7f800000u) return std::numeric_limits<float>::infinity();
+  float f;
+  std::memcpy(&f, &m, 4);
+  return f;
 }
 
-inline float RmsInline(const float* v, size_t n) {
+CC_INLINE float RmsInline(const float* v, size_t n) {
   float sq = 0.0f;
   for (size_t i = 0; i < n; ++i) sq += v[i] * v[i];
   return n ? std::sqrt(sq / static_cast<float>(n)) : 0.0f;
@@ -106,7 +116,7 @@ inline float RmsInline(const float* v, size_t n) {
 // Codes of v[0..n) with the dithers of global indices index0.. (Dither(key, index)), one hash per pair of
 // elements. kStratified: rank r of n uses (r + u) / n. The loop has no branches, so it vectorizes.
 template <bool kStratified>
-inline void QuantizeDithered(const float* v, size_t n, float inv, float shift, uint32_t levels, uint64_t index0,
+CC_INLINE void QuantizeDithered(const float* v, size_t n, float inv, float shift, uint32_t levels, uint64_t index0,
                              uint32_t key, float rank, float invRanks, uint16_t* codes) {
   auto dither = [&](uint32_t bits16) {
     float u = DitherFromBits(bits16);
@@ -135,7 +145,7 @@ inline void QuantizeDithered(const float* v, size_t n, float inv, float shift, u
 }
 
 // Codes of v[0..n) on the grid of scale s under `rule`.
-inline void QuantizeInline(const float* v, size_t n, float s, uint32_t levels, uint64_t index0,
+CC_INLINE void QuantizeInline(const float* v, size_t n, float s, uint32_t levels, uint64_t index0,
                            const DitherRule& rule, uint16_t* codes) {
   float step, inv;
   GridOf(s, levels, &step, &inv);
@@ -152,26 +162,34 @@ inline void QuantizeInline(const float* v, size_t n, float s, uint32_t levels, u
 
 }  // namespace
 
+// The block walks below are ForEachRotationBlock written out: a lambda would be compiled for the baseline target
+// only, outside the AVX2 clone.
 CC_HOT void RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey) {
-  ForEachRotationBlock(count, block, [&](size_t off, size_t len) {
+  for (size_t off = 0; off < count;) {
+    size_t len = block;
+    while (len > count - off) len >>= 1;
     ApplySigns(in + off, out + off, len, off, signKey);
     Wht(out + off, len);
-  });
+    off += len;
+  }
 }
 
 CC_HOT void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale) {
-  ForEachRotationBlock(count, block, [&](size_t off, size_t len) {
+  for (size_t off = 0; off < count;) {
+    size_t len = block;
+    while (len > count - off) len >>= 1;
     float* p = x + off;
     Wht(p, len);
     const float f = scale / static_cast<float>(len);
     for (size_t j = 0; j < len; ++j) p[j] *= f;
     ApplySigns(p, p, len, off, signKey);
-  });
+    off += len;
+  }
 }
 
 CC_HOT float MaxAbs(const float* v, size_t n) { return MaxAbsInline(v, n); }
 
-inline size_t PackCodesInline(const uint16_t* codes, size_t n, int bits, void* out) {
+CC_INLINE size_t PackCodesInline(const uint16_t* codes, size_t n, int bits, void* out) {
   uint8_t* o = static_cast<uint8_t*>(out);
   size_t i = 0;
   if (bits == 8) {
@@ -179,8 +197,11 @@ inline size_t PackCodesInline(const uint16_t* codes, size_t n, int bits, void* o
     return n;
   }
   if (bits == 4) {
-    for (; i + 1 < n; i += 2) o[i / 2] = static_cast<uint8_t>(codes[i] | (codes[i + 1] << 4));
-    if (i < n) o[i / 2] = static_cast<uint8_t>(codes[i]);
+    const size_t pairs = n / 2;
+    for (size_t k = 0; k < pairs; ++k) {
+      o[k] = static_cast<uint8_t>((codes[2 * k] & 15u) | ((codes[2 * k + 1] & 15u) << 4));
+    }
+    if (n & 1) o[pairs] = static_cast<uint8_t>(codes[n - 1]);
     return PackedBytes(n, bits);
   }
   // Eight codes fill exactly `bits` bytes.
@@ -196,7 +217,7 @@ inline size_t PackCodesInline(const uint16_t* codes, size_t n, int bits, void* o
   return PackedBytes(n, bits);
 }
 
-inline void UnpackCodesInline(const void* in, size_t n, int bits, uint16_t* codes) {
+CC_INLINE void UnpackCodesInline(const void* in, size_t n, int bits, uint16_t* codes) {
   const uint8_t* p = static_cast<const uint8_t*>(in);
   size_t i = 0;
   if (bits == 8) {
@@ -204,11 +225,12 @@ inline void UnpackCodesInline(const void* in, size_t n, int bits, uint16_t* code
     return;
   }
   if (bits == 4) {
-    for (; i + 1 < n; i += 2) {
-      codes[i] = p[i / 2] & 15u;
-      codes[i + 1] = p[i / 2] >> 4;
+    const size_t pairs = n / 2;
+    for (size_t k = 0; k < pairs; ++k) {
+      codes[2 * k] = p[k] & 15u;
+      codes[2 * k + 1] = p[k] >> 4;
     }
-    if (i < n) codes[i] = p[i / 2] & 15u;
+    if (n & 1) codes[n - 1] = p[pairs] & 15u;
     return;
   }
   const uint32_t mask = (1u << bits) - 1u;
