@@ -1,0 +1,121 @@
+// Ranks as threads of the test process. Catch2 v2 assertions are not thread-safe, so rank bodies only record what
+// happened (return codes, error sentences, output buffers) and the main thread asserts after the join.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ccoll.h"
+
+namespace cctest {
+
+// Runs body(rank) for rank in [0, nranks), each on its own std::thread, and joins them all.
+template <typename Body>
+void RunRanks(int nranks, Body&& body) {
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) threads.emplace_back([&body, r] { body(r); });
+  for (auto& t : threads) t.join();
+}
+
+// What one rank's call returned, with the sentence ccGetLastError gave right after it (on that rank's thread).
+struct RankResult {
+  ccResult_t rc = ccSuccess;
+  std::string error;
+};
+
+inline RankResult Record(ccResult_t rc, ccComm_t comm = nullptr) {
+  RankResult r;
+  r.rc = rc;
+  if (rc != ccSuccess) r.error = ccGetLastError(comm);
+  return r;
+}
+
+// A config with the fields tests usually set; the rest stay "not set".
+inline ccConfig_t MakeConfig(int algorithm = CC_CONFIG_UNDEF_INT, int timeoutMs = CC_CONFIG_UNDEF_INT) {
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.algorithm = algorithm;
+  config.timeoutMs = timeoutMs;
+  return config;
+}
+
+// The communicators of one group of thread ranks; destroys them when it goes out of scope.
+class Group {
+ public:
+  Group() = default;
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  Group(Group&& other) noexcept { *this = std::move(other); }
+  Group& operator=(Group&& other) noexcept {
+    Destroy();
+    comms = std::move(other.comms);
+    status = other.status;
+    error = std::move(other.error);
+    other.comms.clear();
+    return *this;
+  }
+  ~Group() { Destroy(); }
+
+  // ccCommInitAll(nranks).
+  static Group InitAll(int nranks) {
+    Group g;
+    g.comms.assign(static_cast<size_t>(nranks), nullptr);
+    g.status = ccCommInitAll(g.comms.data(), nranks, nullptr);
+    if (g.status != ccSuccess) {
+      g.error = ccGetLastError(nullptr);
+      g.comms.clear();
+    }
+    return g;
+  }
+
+  // ccGetUniqueId, then one thread per rank calling ccCommInitRankConfig with `config` (blocking init).
+  static Group InitConfig(int nranks, const ccConfig_t& config) {
+    Group g;
+    ccUniqueId id;
+    g.status = ccGetUniqueId(&id);
+    if (g.status != ccSuccess) {
+      g.error = ccGetLastError(nullptr);
+      return g;
+    }
+    g.comms.assign(static_cast<size_t>(nranks), nullptr);
+    std::vector<RankResult> results(static_cast<size_t>(nranks));
+    RunRanks(nranks, [&](int r) {
+      ccConfig_t mine = config;
+      results[r] = Record(ccCommInitRankConfig(&g.comms[r], nranks, id, r, &mine));
+    });
+    for (int r = 0; r < nranks; ++r) {
+      if (results[r].rc != ccSuccess && g.status == ccSuccess) {
+        g.status = results[r].rc;
+        g.error = "rank " + std::to_string(r) + ": " + results[r].error;
+      }
+    }
+    if (g.status != ccSuccess) g.Destroy();
+    return g;
+  }
+
+  int size() const { return static_cast<int>(comms.size()); }
+  ccComm_t operator[](int r) const { return comms[static_cast<size_t>(r)]; }
+
+  // Destroys every communicator still held (ccCommDestroy; a NULL entry is skipped by the library).
+  void Destroy() {
+    for (ccComm_t& c : comms) {
+      ccCommDestroy(c);
+      c = nullptr;
+    }
+    comms.clear();
+  }
+
+  std::vector<ccComm_t> comms;
+  ccResult_t status = ccSuccess;
+  std::string error;
+};
+
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace cctest

@@ -1,0 +1,891 @@
+// The public API and bad input: versions, error strings, specific last-error sentences, argument checks that leave
+// recvbuff untouched, the live-communicator table, configs (truncated, bad, non-blocking), traffic counters, and
+// the failure paths of a group: mismatched calls, abort from another thread, timeouts.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ccoll.h"
+#include "core/comm.h"
+#include "core/params.h"
+#include "rank_harness.h"
+
+using cctest::Group;
+using cctest::RankResult;
+using cctest::Record;
+using cctest::RunRanks;
+using cctest::SecondsSince;
+
+namespace {
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Float all-reduce of `count` elements where rank r contributes r + 1 + i; returns "" when every rank got the sum.
+std::string AllReduceWorks(const std::vector<ccComm_t>& comms, size_t count = 1000) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<std::vector<float>> out(n, std::vector<float>(count, -1.0f));
+  std::vector<RankResult> results(n);
+  RunRanks(n, [&](int r) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(r + 1 + i % 7);
+    results[r] = Record(ccAllReduce(in.data(), out[r].data(), count, ccFloat32, ccSum, nullptr, comms[r], nullptr),
+                        comms[r]);
+  });
+  for (int r = 0; r < n; ++r) {
+    if (results[r].rc != ccSuccess) return "rank " + std::to_string(r) + ": " + results[r].error;
+    for (size_t i = 0; i < count; ++i) {
+      float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 7));
+      if (out[r][i] != want) return "rank " + std::to_string(r) + " element " + std::to_string(i) + " is wrong";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------------------
+// Versions and errors.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("ccGetVersion and CC_VERSION_CODE", "[api]") {
+  int version = -1;
+  REQUIRE(ccGetVersion(&version) == ccSuccess);
+  CHECK(version == CC_VERSION_CODE);
+  CHECK(CC_VERSION(0, 1, 0) == 100);
+  CHECK(CC_VERSION_CODE == CC_VERSION(CC_MAJOR, CC_MINOR, CC_PATCH));
+  CHECK(CC_VERSION(1, 0, 0) > CC_VERSION(0, 99, 99));
+  CHECK(ccGetVersion(nullptr) == ccInvalidArgument);
+  CHECK(Contains(ccGetLastError(nullptr), "version"));
+}
+
+TEST_CASE("ccGetErrorString has a distinct sentence for every code", "[api]") {
+  // The values are ABI: never renumbered.
+  CHECK(ccSuccess == 0);
+  CHECK(ccUnhandledCudaError == 1);
+  CHECK(ccSystemError == 2);
+  CHECK(ccInternalError == 3);
+  CHECK(ccInvalidArgument == 4);
+  CHECK(ccInvalidUsage == 5);
+  CHECK(ccRemoteError == 6);
+  CHECK(ccInProgress == 7);
+  CHECK(ccTimeout == 8);
+  std::vector<std::string> seen;
+  for (int code = 0; code < ccNumResults; ++code) {
+    const char* s = ccGetErrorString(static_cast<ccResult_t>(code));
+    INFO("code " << code);
+    REQUIRE(s != nullptr);
+    CHECK(std::strlen(s) > 0);
+    CHECK(std::string(s) != "unknown result code");
+    for (const std::string& other : seen) CHECK(other != s);
+    seen.push_back(s);
+  }
+  for (int code : {static_cast<int>(ccNumResults), 42, -1, 1000000}) {
+    const char* s = ccGetErrorString(static_cast<ccResult_t>(code));
+    REQUIRE(s != nullptr);
+    CHECK(std::string(s) == "unknown result code");
+  }
+}
+
+TEST_CASE("ccGetLastError is empty on a thread that recorded nothing", "[api]") {
+  std::string first = "not called";
+  std::thread t([&] { first = ccGetLastError(nullptr); });
+  t.join();
+  CHECK(first == "");
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Collectives with bad arguments. They fail before any byte moves, so they are called on one rank of a 2-rank group
+// without its peer; the group must still work afterwards.
+// ------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr size_t kElems = 64;       // floats per buffer
+constexpr uint8_t kSentinel = 0xab;  // what recvbuff holds before a call that must not write
+
+struct BadCall {
+  std::string what;
+  ccResult_t want;
+  std::string mention;  // must appear in ccGetLastError
+  std::function<ccResult_t()> call;
+};
+
+}  // namespace
+
+TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[api][args]") {
+  // A short timeout: a bad call that is wrongly accepted waits for a peer that never calls, and must fail (with
+  // ccTimeout) instead of hanging the test.
+  const ccConfig_t config = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 2000);
+  Group g = Group::InitConfig(2, config);
+  INFO(g.error);
+  REQUIRE(g.status == ccSuccess);
+  ccComm_t c0 = g[0], c1 = g[1];
+
+  // One arena holding both buffers, so overlapping layouts can be made; every call must leave it as it was.
+  std::vector<float> arena(4 * kElems);
+  float* send = arena.data();
+  float* recv = arena.data() + 2 * kElems;
+  auto reset = [&] {
+    for (size_t i = 0; i < 2 * kElems; ++i) send[i] = static_cast<float>(i);
+    std::memset(recv, kSentinel, 2 * kElems * sizeof(float));
+  };
+  reset();
+  const std::vector<float> pristine = arena;
+  int dummyObject = 0;
+  auto fakeCompressor = reinterpret_cast<ccCompressor_t>(&dummyObject);  // never dereferenced: not in the live table
+  ccCompressor_t compressor = nullptr, destroyedCompressor = nullptr;
+  REQUIRE(ccCompressorCreate(&compressor, ccCompressQuant) == ccSuccess);
+  REQUIRE(ccCompressorCreate(&destroyedCompressor, ccCompressCast16) == ccSuccess);
+  REQUIRE(ccCompressorDestroy(destroyedCompressor) == ccSuccess);
+  struct CompressorGuard {
+    ccCompressor_t c;
+    ~CompressorGuard() { ccCompressorDestroy(c); }
+  } guard{compressor};
+  auto fakeStream = reinterpret_cast<ccStream_t>(&dummyObject);
+  const size_t kHuge = SIZE_MAX;
+  const size_t kHugePerRank = size_t{1} << 60;  // times nranks times 4 bytes overflows
+  const auto bad3 = static_cast<ccDataType_t>(3);
+  const auto bad42 = static_cast<ccDataType_t>(42);
+  const auto badNeg = static_cast<ccDataType_t>(-1);
+  const auto op5 = static_cast<ccRedOp_t>(5);
+  const auto op42 = static_cast<ccRedOp_t>(42);
+  const auto opNeg = static_cast<ccRedOp_t>(-1);
+
+  const std::vector<BadCall> calls = {
+      // ccAllReduce
+      {"allreduce NULL comm", ccInvalidArgument, "comm",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, nullptr, nullptr, nullptr); }},
+      {"allreduce NULL recvbuff", ccInvalidArgument, "recvbuff",
+       [&] { return ccAllReduce(send, nullptr, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce NULL sendbuff", ccInvalidArgument, "sendbuff",
+       [&] { return ccAllReduce(nullptr, recv, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce datatype 3", ccInvalidArgument, "datatype",
+       [&] { return ccAllReduce(send, recv, 7, bad3, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce datatype 42", ccInvalidArgument, "datatype",
+       [&] { return ccAllReduce(send, recv, 7, bad42, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce datatype -1", ccInvalidArgument, "datatype",
+       [&] { return ccAllReduce(send, recv, 7, badNeg, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce op 5", ccInvalidArgument, "op",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, op5, nullptr, c0, nullptr); }},
+      {"allreduce op 42", ccInvalidArgument, "op",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, op42, nullptr, c0, nullptr); }},
+      {"allreduce op -1", ccInvalidArgument, "op",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, opNeg, nullptr, c0, nullptr); }},
+      {"allreduce count SIZE_MAX", ccInvalidArgument, "count",
+       [&] { return ccAllReduce(send, recv, kHuge, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce count SIZE_MAX/8 of float64", ccInvalidArgument, "count",
+       [&] { return ccAllReduce(send, recv, kHuge / 8, ccFloat64, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce with a pointer that is not a compressor", ccInvalidArgument, "compressor",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, fakeCompressor, c0, nullptr); }},
+      {"allreduce with a destroyed compressor", ccInvalidArgument, "compressor",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, destroyedCompressor, c0, nullptr); }},
+      {"compressed allreduce of int32", ccInvalidUsage, "int32",
+       [&] { return ccAllReduce(send, recv, 7, ccInt32, ccSum, compressor, c0, nullptr); }},
+      {"compressed allreduce with op max", ccInvalidUsage, "max",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccMax, compressor, c0, nullptr); }},
+      {"allreduce with a stream", ccInvalidUsage, "stream",
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, nullptr, c0, fakeStream); }},
+      {"allreduce partial overlap (recv = send + 1)", ccInvalidArgument, "overlap",
+       [&] { return ccAllReduce(send, send + 1, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+      {"allreduce partial overlap (send = recv + 6)", ccInvalidArgument, "overlap",
+       [&] { return ccAllReduce(recv + 6, recv, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+      // ccReduceScatter
+      {"reducescatter NULL comm", ccInvalidArgument, "comm",
+       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, ccSum, nullptr, nullptr); }},
+      {"reducescatter NULL recvbuff", ccInvalidArgument, "recvbuff",
+       [&] { return ccReduceScatter(send, nullptr, 7, ccFloat32, ccSum, c0, nullptr); }},
+      {"reducescatter NULL sendbuff", ccInvalidArgument, "sendbuff",
+       [&] { return ccReduceScatter(nullptr, recv, 7, ccFloat32, ccSum, c0, nullptr); }},
+      {"reducescatter datatype 42", ccInvalidArgument, "datatype",
+       [&] { return ccReduceScatter(send, recv, 7, bad42, ccSum, c0, nullptr); }},
+      {"reducescatter op 5", ccInvalidArgument, "op",
+       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, op5, c0, nullptr); }},
+      {"reducescatter count overflow once multiplied by nranks", ccInvalidArgument, "count",
+       [&] { return ccReduceScatter(send, recv, kHugePerRank, ccFloat32, ccSum, c0, nullptr); }},
+      {"reducescatter count SIZE_MAX", ccInvalidArgument, "count",
+       [&] { return ccReduceScatter(send, recv, kHuge, ccFloat32, ccSum, c0, nullptr); }},
+      {"reducescatter with a stream", ccInvalidUsage, "stream",
+       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, ccSum, c0, fakeStream); }},
+      {"reducescatter on rank 1 with recvbuff == sendbuff (in place is sendbuff + 1 * recvcount)",
+       ccInvalidArgument, "overlap", [&] { return ccReduceScatter(send, send, 7, ccFloat32, ccSum, c1, nullptr); }},
+      {"reducescatter on rank 0 with recvbuff = sendbuff + 3", ccInvalidArgument, "overlap",
+       [&] { return ccReduceScatter(send, send + 3, 7, ccFloat32, ccSum, c0, nullptr); }},
+      // ccAllGather
+      {"allgather NULL comm", ccInvalidArgument, "comm",
+       [&] { return ccAllGather(send, recv, 7, ccFloat32, nullptr, nullptr); }},
+      {"allgather NULL recvbuff", ccInvalidArgument, "recvbuff",
+       [&] { return ccAllGather(send, nullptr, 7, ccFloat32, c0, nullptr); }},
+      {"allgather NULL sendbuff", ccInvalidArgument, "sendbuff",
+       [&] { return ccAllGather(nullptr, recv, 7, ccFloat32, c0, nullptr); }},
+      {"allgather datatype 3", ccInvalidArgument, "datatype",
+       [&] { return ccAllGather(send, recv, 7, bad3, c0, nullptr); }},
+      {"allgather count overflow once multiplied by nranks", ccInvalidArgument, "count",
+       [&] { return ccAllGather(send, recv, kHugePerRank, ccFloat32, c0, nullptr); }},
+      {"allgather with a stream", ccInvalidUsage, "stream",
+       [&] { return ccAllGather(send, recv, 7, ccFloat32, c0, fakeStream); }},
+      {"allgather on rank 1 with sendbuff == recvbuff (in place is recvbuff + 1 * sendcount)", ccInvalidArgument,
+       "overlap", [&] { return ccAllGather(recv, recv, 7, ccFloat32, c1, nullptr); }},
+      {"allgather on rank 0 with sendbuff = recvbuff + 2", ccInvalidArgument, "overlap",
+       [&] { return ccAllGather(recv + 2, recv, 7, ccFloat32, c0, nullptr); }},
+      // ccBroadcast
+      {"broadcast NULL comm", ccInvalidArgument, "comm",
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 0, nullptr, nullptr); }},
+      {"broadcast root -1", ccInvalidArgument, "root",
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, -1, c0, nullptr); }},
+      {"broadcast root == nranks", ccInvalidArgument, "root",
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 2, c0, nullptr); }},
+      {"broadcast NULL recvbuff", ccInvalidArgument, "recvbuff",
+       [&] { return ccBroadcast(send, nullptr, 7, ccFloat32, 0, c0, nullptr); }},
+      {"broadcast NULL sendbuff on the root", ccInvalidArgument, "sendbuff",
+       [&] { return ccBroadcast(nullptr, recv, 7, ccFloat32, 0, c0, nullptr); }},
+      {"broadcast datatype 42", ccInvalidArgument, "datatype",
+       [&] { return ccBroadcast(send, recv, 7, bad42, 0, c0, nullptr); }},
+      {"broadcast count SIZE_MAX", ccInvalidArgument, "count",
+       [&] { return ccBroadcast(send, recv, kHuge, ccFloat32, 0, c0, nullptr); }},
+      {"broadcast with a stream", ccInvalidUsage, "stream",
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 0, c0, fakeStream); }},
+      {"broadcast partial overlap on the root", ccInvalidArgument, "overlap",
+       [&] { return ccBroadcast(send, send + 1, 7, ccFloat32, 0, c0, nullptr); }},
+  };
+  for (const BadCall& bc : calls) {
+    reset();
+    ccResult_t rc = bc.call();
+    std::string err = ccGetLastError(nullptr);
+    INFO(bc.what << " -> " << rc << ": \"" << err << "\"");
+    CHECK(rc == bc.want);
+    CHECK(Contains(err, bc.mention));
+    CHECK(std::memcmp(arena.data(), pristine.data(), arena.size() * sizeof(float)) == 0);
+    // A call that was wrongly let through has failed in communication and aborted the group: start a new one.
+    ccResult_t async0 = ccSuccess, async1 = ccSuccess;
+    ccCommGetAsyncError(c0, &async0);
+    ccCommGetAsyncError(c1, &async1);
+    if (async0 != ccSuccess || async1 != ccSuccess) {
+      g = Group::InitConfig(2, config);
+      REQUIRE(g.status == ccSuccess);
+      c0 = g[0];
+      c1 = g[1];
+    }
+  }
+
+  // The sentence is also kept on the communicator, for other threads (ccGetLastError(comm) falls back to it).
+  reset();
+  REQUIRE(ccAllReduce(send, recv, 7, ccFloat32, op42, nullptr, c0, nullptr) == ccInvalidArgument);
+  std::string fromOtherThread, otherThreadNoComm = "not called";
+  std::thread([&] {
+    fromOtherThread = ccGetLastError(c0);
+    otherThreadNoComm = ccGetLastError(nullptr);
+  }).join();
+  CHECK(Contains(fromOtherThread, "op 42"));
+  CHECK(otherThreadNoComm == "");
+
+  // None of that harmed the group.
+  ccResult_t async = ccInternalError;
+  REQUIRE(ccCommGetAsyncError(c0, &async) == ccSuccess);
+  CHECK(async == ccSuccess);
+  CHECK(AllReduceWorks(g.comms) == "");
+}
+
+TEST_CASE("NULL buffers are accepted when count is 0", "[api][args]") {
+  const int nranks = GENERATE(1, 2, 3);
+  Group g = Group::InitAll(nranks);
+  REQUIRE(g.status == ccSuccess);
+  std::vector<std::vector<RankResult>> results(4, std::vector<RankResult>(nranks));
+  RunRanks(nranks, [&](int r) {
+    results[0][r] = Record(ccAllReduce(nullptr, nullptr, 0, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
+    results[1][r] = Record(ccReduceScatter(nullptr, nullptr, 0, ccBfloat16, ccMax, g[r], nullptr), g[r]);
+    results[2][r] = Record(ccAllGather(nullptr, nullptr, 0, ccInt64, g[r], nullptr), g[r]);
+    results[3][r] = Record(ccBroadcast(nullptr, nullptr, 0, ccFloat16, nranks - 1, g[r], nullptr), g[r]);
+  });
+  for (int k = 0; k < 4; ++k) {
+    for (int r = 0; r < nranks; ++r) {
+      INFO("collective " << k << " rank " << r << ": " << results[k][r].error);
+      CHECK(results[k][r].rc == ccSuccess);
+    }
+  }
+  CHECK(AllReduceWorks(g.comms) == "");
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Communicator lifetime.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("ccCommCount and ccCommUserRank", "[api][comm]") {
+  Group g = Group::InitAll(3);
+  REQUIRE(g.status == ccSuccess);
+  for (int r = 0; r < 3; ++r) {
+    int count = -1, rank = -1;
+    CHECK(ccCommCount(g[r], &count) == ccSuccess);
+    CHECK(ccCommUserRank(g[r], &rank) == ccSuccess);
+    CHECK(count == 3);
+    CHECK(rank == r);
+  }
+  int x;
+  CHECK(ccCommCount(g[0], nullptr) == ccInvalidArgument);
+  CHECK(ccCommUserRank(g[0], nullptr) == ccInvalidArgument);
+  CHECK(ccCommCount(nullptr, &x) == ccInvalidArgument);
+  CHECK(ccCommUserRank(nullptr, &x) == ccInvalidArgument);
+  ccResult_t async;
+  CHECK(ccCommGetAsyncError(nullptr, &async) == ccInvalidArgument);
+  CHECK(ccCommGetAsyncError(g[0], nullptr) == ccInvalidArgument);
+}
+
+TEST_CASE("a destroyed communicator is rejected, not used", "[api][comm]") {
+  Group g = Group::InitAll(2);
+  REQUIRE(g.status == ccSuccess);
+  ccComm_t c0 = g[0], c1 = g[1];
+  g.comms.clear();  // destroyed by hand below
+  REQUIRE(ccCommDestroy(c0) == ccSuccess);
+  REQUIRE(ccCommDestroy(c1) == ccSuccess);
+
+  float send[4] = {1, 2, 3, 4};
+  float recv[4];
+  std::memset(recv, kSentinel, sizeof(recv));
+  CHECK(ccAllReduce(send, recv, 4, ccFloat32, ccSum, nullptr, c0, nullptr) == ccInvalidArgument);
+  CHECK(Contains(ccGetLastError(nullptr), "not a live communicator"));
+  CHECK(ccReduceScatter(send, recv, 2, ccFloat32, ccSum, c0, nullptr) == ccInvalidArgument);
+  CHECK(ccAllGather(send, recv, 2, ccFloat32, c0, nullptr) == ccInvalidArgument);
+  CHECK(ccBroadcast(send, recv, 4, ccFloat32, 0, c0, nullptr) == ccInvalidArgument);
+  uint8_t expect[sizeof(recv)];
+  std::memset(expect, kSentinel, sizeof(expect));
+  CHECK(std::memcmp(recv, expect, sizeof(recv)) == 0);
+  int x;
+  ccResult_t async;
+  ccCommStats_t stats;
+  stats.size = sizeof(stats);
+  CHECK(ccCommCount(c0, &x) == ccInvalidArgument);
+  CHECK(ccCommUserRank(c0, &x) == ccInvalidArgument);
+  CHECK(ccCommGetAsyncError(c0, &async) == ccInvalidArgument);
+  CHECK(ccCommGetStats(c0, &stats) == ccInvalidArgument);
+  CHECK(ccCommDestroy(c0) == ccInvalidArgument);  // destroyed twice
+  CHECK(Contains(ccGetLastError(nullptr), "not a live communicator"));
+  CHECK(ccCommAbort(c1) == ccInvalidArgument);
+
+  CHECK(ccCommDestroy(nullptr) == ccSuccess);
+  CHECK(ccCommAbort(nullptr) == ccSuccess);
+}
+
+TEST_CASE("ccCommInitRank, ccCommInitAll and ccGetUniqueId reject bad arguments", "[api][init]") {
+  ccUniqueId zeros;
+  std::memset(&zeros, 0, sizeof(zeros));
+  ccUniqueId junk;
+  for (size_t i = 0; i < sizeof(junk.internal); ++i) junk.internal[i] = static_cast<char>(i * 37 + 11);
+  int dummy = 0;
+  const auto bogus = reinterpret_cast<ccComm_t>(&dummy);
+  ccComm_t comm = bogus;
+
+  CHECK(ccCommInitRank(nullptr, 2, zeros, 0) == ccInvalidArgument);
+  CHECK(Contains(ccGetLastError(nullptr), "comm"));
+  CHECK(ccCommInitRank(&comm, 0, zeros, 0) == ccInvalidArgument);
+  CHECK(Contains(ccGetLastError(nullptr), "nranks"));
+  CHECK(comm == nullptr);  // set to NULL on failure
+  comm = bogus;
+  CHECK(ccCommInitRank(&comm, -3, zeros, 0) == ccInvalidArgument);
+  CHECK(comm == nullptr);
+  comm = bogus;
+  CHECK(ccCommInitRank(&comm, 2, zeros, -1) == ccInvalidArgument);
+  CHECK(Contains(ccGetLastError(nullptr), "rank -1"));
+  CHECK(comm == nullptr);
+  comm = bogus;
+  CHECK(ccCommInitRank(&comm, 2, zeros, 2) == ccInvalidArgument);
+  CHECK(comm == nullptr);
+  comm = bogus;
+  CHECK(ccCommInitRank(&comm, 2, zeros, 0) == ccInvalidArgument);  // an id ccGetUniqueId did not make
+  CHECK(Contains(ccGetLastError(nullptr), "unique id"));
+  CHECK(comm == nullptr);
+  comm = bogus;
+  CHECK(ccCommInitRank(&comm, 1, junk, 0) == ccInvalidArgument);
+  CHECK(comm == nullptr);
+
+  ccComm_t comms[2] = {bogus, bogus};
+  CHECK(ccCommInitAll(nullptr, 2, nullptr) == ccInvalidArgument);
+  CHECK(ccCommInitAll(comms, 0, nullptr) == ccInvalidArgument);
+  CHECK(ccCommInitAll(comms, -1, nullptr) == ccInvalidArgument);
+  CHECK(ccGetUniqueId(nullptr) == ccInvalidArgument);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Configs.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("ccCommInitRankConfig rejects bad configs", "[api][config]") {
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);  // a valid id, so only the config can be at fault
+  struct Bad {
+    const char* what;
+    std::function<void(ccConfig_t*)> spoil;
+    const char* mention;
+  };
+  const std::vector<Bad> bads = {
+      {"bad magic", [](ccConfig_t* c) { c->magic = 0x12345678u; }, "CC_CONFIG_INITIALIZER"},
+      {"size 0", [](ccConfig_t* c) { c->size = 0; }, "CC_CONFIG_INITIALIZER"},
+      {"size shorter than the header", [](ccConfig_t* c) { c->size = offsetof(ccConfig_t, version); },
+       "CC_CONFIG_INITIALIZER"},
+      {"timeoutMs 0", [](ccConfig_t* c) { c->timeoutMs = 0; }, "timeout"},
+      {"timeoutMs -5", [](ccConfig_t* c) { c->timeoutMs = -5; }, "timeout"},
+      {"algorithm 7", [](ccConfig_t* c) { c->algorithm = 7; }, "algorithm"},
+      {"transport 9", [](ccConfig_t* c) { c->transport = 9; }, "transport"},
+      {"blocking 2", [](ccConfig_t* c) { c->blocking = 2; }, "blocking"},
+  };
+  for (const Bad& b : bads) {
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    b.spoil(&config);
+    ccComm_t comm = nullptr;
+    ccResult_t rc = ccCommInitRankConfig(&comm, 1, id, 0, &config);
+    std::string err = ccGetLastError(nullptr);
+    INFO(b.what << ": " << err);
+    CHECK(rc == ccInvalidArgument);
+    CHECK(Contains(err, b.mention));
+    CHECK(comm == nullptr);
+    if (comm != nullptr) ccCommDestroy(comm);
+  }
+}
+
+TEST_CASE("a truncated ccConfig_t from an older client takes defaults for the fields it lacks", "[api][config]") {
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.size = offsetof(ccConfig_t, timeoutMs);
+  config.algorithm = ccAlgoTree;  // inside the old struct: honoured
+  config.timeoutMs = 0;           // past its end: garbage the library must not read (0 would be rejected)
+  config.blocking = 0;            // past its end: would make init non-blocking
+  config.cudaDev = 12345;
+  Group g = Group::InitConfig(3, config);
+  INFO(g.error);
+  REQUIRE(g.status == ccSuccess);  // not ccInProgress, not ccInvalidArgument
+  for (int r = 0; r < 3; ++r) {
+    CHECK(g[r]->config.algorithm == ccAlgoTree);
+    CHECK(g[r]->config.timeoutMs == ccoll::ParamInt("CC_TIMEOUT_MS"));
+    CHECK(g[r]->config.blocking == 1);
+    CHECK(g[r]->config.cudaDev == -1);
+  }
+  CHECK(AllReduceWorks(g.comms) == "");
+
+  SECTION("the shortest accepted config: size, magic and version only") {
+    ccConfig_t tiny = CC_CONFIG_INITIALIZER;
+    tiny.size = offsetof(ccConfig_t, transport);
+    tiny.transport = 77;  // past the end: ignored
+    tiny.algorithm = 77;
+    Group g2 = Group::InitConfig(2, tiny);
+    INFO(g2.error);
+    REQUIRE(g2.status == ccSuccess);
+    CHECK(AllReduceWorks(g2.comms) == "");
+  }
+}
+
+TEST_CASE("a config from a newer client (larger size) is accepted; the known fields are used", "[api][config]") {
+  struct Newer {
+    ccConfig_t base;
+    int futureField[4];
+  };
+  std::vector<Newer> configs(2);
+  for (Newer& c : configs) {
+    c.base = CC_CONFIG_INITIALIZER;
+    c.base.size = sizeof(Newer);
+    c.base.algorithm = ccAlgoTree;
+    for (int& f : c.futureField) f = -1;
+  }
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  Group g;
+  g.comms.assign(2, nullptr);
+  std::vector<RankResult> results(2);
+  RunRanks(2, [&](int r) { results[r] = Record(ccCommInitRankConfig(&g.comms[r], 2, id, r, &configs[r].base)); });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << results[r].error);
+    REQUIRE(results[r].rc == ccSuccess);
+    CHECK(g[r]->config.algorithm == ccAlgoTree);
+  }
+  CHECK(AllReduceWorks(g.comms) == "");
+}
+
+TEST_CASE("a blocking init whose peers never come fails within its timeout", "[api][init]") {
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 300;
+  ccComm_t comm = reinterpret_cast<ccComm_t>(&config);
+  auto start = std::chrono::steady_clock::now();
+  ccResult_t rc = ccCommInitRankConfig(&comm, 3, id, 1, &config);
+  double seconds = SecondsSince(start);
+  std::string err = ccGetLastError(nullptr);
+  INFO(rc << " after " << seconds << " s: " << err);
+  CHECK(rc == ccTimeout);
+  CHECK(comm == nullptr);
+  CHECK(seconds < 3.0);
+  CHECK(err != "");
+}
+
+TEST_CASE("ranks that disagree on nranks, or claim the same rank, fail instead of hanging", "[api][init]") {
+  const bool duplicateRank = GENERATE(false, true);
+  CAPTURE(duplicateRank);
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<ccComm_t> comms(2, nullptr);
+  std::vector<RankResult> results(2);
+  auto start = std::chrono::steady_clock::now();
+  RunRanks(2, [&](int t) {
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.timeoutMs = 1000;
+    int nranks = duplicateRank ? 2 : (t == 0 ? 2 : 3);
+    int rank = duplicateRank ? 0 : t;
+    results[t] = Record(ccCommInitRankConfig(&comms[t], nranks, id, rank, &config));
+  });
+  double seconds = SecondsSince(start);
+  for (int t = 0; t < 2; ++t) {
+    INFO("thread " << t << " returned " << results[t].rc << ": " << results[t].error);
+    CHECK(results[t].rc != ccSuccess);
+    CHECK(comms[t] == nullptr);
+    ccCommDestroy(comms[t]);
+  }
+  CHECK(seconds < 5.0);
+}
+
+TEST_CASE("non-blocking init returns ccInProgress and finishes in the background", "[api][config]") {
+  constexpr int kRanks = 3;
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = 30000;
+  Group g;  // destroys whatever was created
+  g.comms.assign(kRanks, nullptr);
+  // One thread creates every rank: possible only because init does not block.
+  REQUIRE(ccCommInitRankConfig(&g.comms[0], kRanks, id, 0, &config) == ccInProgress);
+  REQUIRE(g[0] != nullptr);
+
+  // Rank 0 cannot have finished: ranks 1 and 2 do not exist yet.
+  ccResult_t async = ccSuccess;
+  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
+  CHECK(async == ccInProgress);
+  float in[5] = {1, 2, 3, 4, 5};
+  float out[5];
+  std::memset(out, kSentinel, sizeof(out));
+  CHECK(ccAllReduce(in, out, 5, ccFloat32, ccSum, nullptr, g[0], nullptr) == ccInvalidUsage);
+  CHECK(Contains(ccGetLastError(nullptr), "ccCommGetAsyncError"));
+  uint8_t expect[sizeof(out)];
+  std::memset(expect, kSentinel, sizeof(expect));
+  CHECK(std::memcmp(out, expect, sizeof(out)) == 0);
+
+  for (int r = 1; r < kRanks; ++r) {
+    REQUIRE(ccCommInitRankConfig(&g.comms[r], kRanks, id, r, &config) == ccInProgress);
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::vector<ccResult_t> state(kRanks, ccInProgress);
+  while (SecondsSince(start) < 20) {
+    bool pending = false;
+    for (int r = 0; r < kRanks; ++r) {
+      REQUIRE(ccCommGetAsyncError(g[r], &state[r]) == ccSuccess);
+      pending = pending || state[r] == ccInProgress;
+    }
+    if (!pending) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r << ": " << ccGetLastError(g[r]));
+    REQUIRE(state[r] == ccSuccess);
+  }
+  CHECK(AllReduceWorks(g.comms) == "");
+}
+
+TEST_CASE("a non-blocking init that cannot finish reports its error through ccCommGetAsyncError", "[api][config]") {
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = 300;
+  ccComm_t comm = nullptr;
+  // Rank 0 of 2; rank 1 never comes.
+  REQUIRE(ccCommInitRankConfig(&comm, 2, id, 0, &config) == ccInProgress);
+  ccResult_t async = ccInProgress;
+  auto start = std::chrono::steady_clock::now();
+  while (async == ccInProgress && SecondsSince(start) < 10) {
+    REQUIRE(ccCommGetAsyncError(comm, &async) == ccSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(async != ccInProgress);
+  CHECK(async != ccSuccess);
+  // The init thread's sentence is kept on the communicator for any thread to read.
+  std::string sentence;
+  std::thread([&] { sentence = ccGetLastError(comm); }).join();
+  INFO(sentence);
+  CHECK(sentence != "");
+  float x = 1;
+  CHECK(ccAllReduce(&x, &x, 1, ccFloat32, ccSum, nullptr, comm, nullptr) != ccSuccess);
+  CHECK(ccCommDestroy(comm) == ccSuccess);
+}
+
+TEST_CASE("ccCommAbort of a communicator whose non-blocking init waits for its peers returns promptly",
+          "[api][config][abort]") {
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.timeoutMs = 5000;
+  ccComm_t comm = nullptr;
+  REQUIRE(ccCommInitRankConfig(&comm, 2, id, 0, &config) == ccInProgress);  // rank 1 never comes
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto start = std::chrono::steady_clock::now();
+  CHECK(ccCommAbort(comm) == ccSuccess);
+  double seconds = SecondsSince(start);
+  // "every call pending on it ... returns an error, then the communicator is freed": an abort must not sit out the
+  // init's whole timeout.
+  CHECK(seconds < 2.0);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Traffic counters.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]") {
+  Group g = Group::InitAll(2);
+  REQUIRE(g.status == ccSuccess);
+  ccCommStats_t before[2], after[2];
+  for (int r = 0; r < 2; ++r) {
+    before[r].size = sizeof(ccCommStats_t);
+    REQUIRE(ccCommGetStats(g[r], &before[r]) == ccSuccess);
+  }
+  CHECK(before[0].bytesSent == 0);
+  CHECK(before[0].collectives == 0);
+  REQUIRE(AllReduceWorks(g.comms, 1000) == "");
+  for (int r = 0; r < 2; ++r) {
+    after[r].size = sizeof(ccCommStats_t);
+    REQUIRE(ccCommGetStats(g[r], &after[r]) == ccSuccess);
+    INFO("rank " << r);
+    // A 2-rank ring sends half the buffer in the reduce-scatter and half in the all-gather: at least 4000 bytes.
+    CHECK(after[r].bytesSent >= before[r].bytesSent + 4000);
+    CHECK(after[r].bytesReceived >= before[r].bytesReceived + 4000);
+    CHECK(after[r].collectives == before[r].collectives + 1);
+  }
+  CHECK(after[0].bytesSent == after[1].bytesReceived);
+
+  // An older, shorter ccCommStats_t: only the fields it has are written.
+  ccCommStats_t old;
+  std::memset(&old, 0xee, sizeof(old));
+  old.size = offsetof(ccCommStats_t, bytesReceived);
+  REQUIRE(ccCommGetStats(g[0], &old) == ccSuccess);
+  CHECK(old.bytesSent == after[0].bytesSent);
+  CHECK(old.bytesReceived == 0xeeeeeeeeeeeeeeeeull);
+  CHECK(old.collectives == 0xeeeeeeeeeeeeeeeeull);
+
+  ccCommStats_t tooSmall;
+  tooSmall.size = 0;
+  CHECK(ccCommGetStats(g[0], &tooSmall) == ccInvalidArgument);
+  CHECK(ccCommGetStats(g[0], nullptr) == ccInvalidArgument);
+  CHECK(ccCommGetStats(nullptr, &after[0]) == ccInvalidArgument);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Failures inside a group: they must end in an error on every rank involved, quickly, never in a hang.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("ranks that disagree on count or datatype all get an error that says so", "[api][mismatch]") {
+  const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree);
+  const bool dtypeMismatch = GENERATE(false, true);
+  CAPTURE(algo, dtypeMismatch);
+  Group g = Group::InitConfig(2, cctest::MakeConfig(algo, 3000));
+  INFO(g.error);
+  REQUIRE(g.status == ccSuccess);
+  std::vector<RankResult> results(2);
+  auto start = std::chrono::steady_clock::now();
+  RunRanks(2, [&](int r) {
+    size_t count = dtypeMismatch ? 100 : (r == 0 ? 100 : 200);
+    ccDataType_t dtype = dtypeMismatch && r == 1 ? ccFloat64 : ccFloat32;
+    std::vector<double> in(200, 1.0), out(200, 0.0);
+    results[r] = Record(ccAllReduce(in.data(), out.data(), count, dtype, ccSum, nullptr, g[r], nullptr), g[r]);
+  });
+  double seconds = SecondsSince(start);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << " returned " << results[r].rc << ": " << results[r].error);
+    CHECK(results[r].rc != ccSuccess);
+    CHECK(results[r].rc != ccTimeout);  // detected from the message sizes, not by waiting
+    CHECK(Contains(results[r].error, "different counts"));
+    ccResult_t async = ccSuccess;
+    REQUIRE(ccCommGetAsyncError(g[r], &async) == ccSuccess);
+    CHECK(async != ccSuccess);  // the communicator is out of step and says so
+  }
+  CHECK(seconds < 2.5);
+}
+
+TEST_CASE("ccCommAbort from another thread unblocks a rank waiting in ccAllReduce", "[api][abort]") {
+  const bool abortTheBlockedRank = GENERATE(false, true);
+  CAPTURE(abortTheBlockedRank);
+  Group g = Group::InitConfig(2, cctest::MakeConfig(ccAlgoRing, 60000));
+  REQUIRE(g.status == ccSuccess);
+  RankResult result;
+  double seconds = 0;
+  std::thread blocked([&] {
+    std::vector<float> in(1000, 1.0f), out(1000);
+    auto start = std::chrono::steady_clock::now();
+    // Rank 1 never calls: rank 0 waits for it.
+    result = Record(ccAllReduce(in.data(), out.data(), 1000, ccFloat32, ccSum, nullptr, g[0], nullptr));
+    seconds = SecondsSince(start);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int victim = abortTheBlockedRank ? 0 : 1;
+  auto start = std::chrono::steady_clock::now();
+  CHECK(ccCommAbort(g[victim]) == ccSuccess);
+  double abortSeconds = SecondsSince(start);
+  g.comms[victim] = nullptr;  // freed by the abort
+  blocked.join();
+  INFO("ccAllReduce returned " << result.rc << " after " << seconds << " s: " << result.error);
+  CHECK(result.rc != ccSuccess);
+  if (!abortTheBlockedRank) CHECK(result.rc == ccRemoteError);  // a peer aborted
+  CHECK(seconds < 5.0);
+  CHECK(abortSeconds < 5.0);
+}
+
+TEST_CASE("a rank whose peer never calls times out with ccTimeout and names the peer", "[api][timeout]") {
+  const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree);
+  CAPTURE(algo);
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  Group g;
+  g.comms.assign(2, nullptr);
+  std::vector<RankResult> init(2);
+  RunRanks(2, [&](int r) {
+    ccConfig_t config = cctest::MakeConfig(algo, r == 0 ? 500 : 60000);
+    init[r] = Record(ccCommInitRankConfig(&g.comms[r], 2, id, r, &config));
+  });
+  REQUIRE(init[0].rc == ccSuccess);
+  REQUIRE(init[1].rc == ccSuccess);
+
+  std::vector<float> in(4096, 1.0f), out(4096);
+  auto start = std::chrono::steady_clock::now();
+  ccResult_t rc = ccAllReduce(in.data(), out.data(), in.size(), ccFloat32, ccSum, nullptr, g[0], nullptr);
+  double seconds = SecondsSince(start);
+  std::string err = ccGetLastError(g[0]);
+  INFO("returned " << rc << " after " << seconds << " s: " << err);
+  CHECK(rc == ccTimeout);
+  CHECK(seconds >= 0.45);
+  CHECK(seconds < 3.0);
+  CHECK(Contains(err, "rank 1"));
+  ccResult_t async = ccSuccess;
+  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
+  CHECK(async == ccTimeout);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Compressor handles: creation, parameters and their bounds, spec strings, bad input. (What the codecs compute is
+// tested with the codecs.)
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad input", "[api][compressor]") {
+  int dummy = 0;
+  const auto fake = reinterpret_cast<ccCompressor_t>(&dummy);
+  ccCompressor_t comp = fake;
+
+  SECTION("creation by kind") {
+    CHECK(ccCompressorCreate(nullptr, ccCompressQuant) == ccInvalidArgument);
+    CHECK(ccCompressorCreate(&comp, static_cast<ccCompressorKind_t>(11)) == ccInvalidArgument);
+    CHECK(comp == nullptr);
+    CHECK(Contains(ccGetLastError(nullptr), "11"));
+    comp = fake;
+    CHECK(ccCompressorCreate(&comp, ccCompressPowerSGD) == ccInvalidUsage);  // reserved
+    CHECK(comp == nullptr);
+    CHECK(std::string(ccGetLastError(nullptr)) != "");
+    for (ccCompressorKind_t kind : {ccCompressCast16, ccCompressQuant, ccCompressTopkChunk, ccCompressRandk}) {
+      INFO("kind " << kind);
+      ccCompressor_t c = nullptr;
+      REQUIRE(ccCompressorCreate(&c, kind) == ccSuccess);
+      CHECK(c != nullptr);
+      CHECK(ccCompressorDestroy(c) == ccSuccess);
+      CHECK(ccCompressorDestroy(c) == ccInvalidArgument);  // destroyed twice
+    }
+    CHECK(ccCompressorDestroy(nullptr) == ccSuccess);
+    CHECK(ccCompressorDestroy(fake) == ccInvalidArgument);
+  }
+
+  SECTION("parameters and bounds") {
+    REQUIRE(ccCompressorCreate(&comp, ccCompressQuant) == ccSuccess);
+    int64_t lo = 0, hi = 0, v = 0;
+    REQUIRE(ccCompressorGetParamBounds(ccParamBits, &lo, &hi) == ccSuccess);
+    CHECK(lo == 1);
+    CHECK(hi == 8);
+    CHECK(ccCompressorGetParam(comp, ccParamBits, &v) == ccSuccess);
+    CHECK(v == 4);  // the documented default
+    CHECK(ccCompressorSetParam(comp, ccParamBits, hi + 1) == ccInvalidArgument);
+    CHECK(Contains(ccGetLastError(nullptr), "out of range"));
+    CHECK(ccCompressorSetParam(comp, ccParamBits, lo - 1) == ccInvalidArgument);
+    CHECK(ccCompressorGetParam(comp, ccParamBits, &v) == ccSuccess);
+    CHECK(v == 4);  // a rejected value changes nothing
+    CHECK(ccCompressorSetParam(comp, ccParamBits, 8) == ccSuccess);
+    CHECK(ccCompressorGetParam(comp, ccParamBits, &v) == ccSuccess);
+    CHECK(v == 8);
+    CHECK(ccCompressorSetParam(comp, ccParamDensityPpm, 1000) == ccInvalidArgument);  // a topk/randk parameter
+    CHECK(Contains(ccGetLastError(nullptr), "does not apply"));
+    CHECK(ccCompressorGetParam(comp, ccParamDensityPpm, &v) == ccInvalidArgument);
+    CHECK(ccCompressorSetParam(comp, ccParamRotationBlock, 1000) == ccInvalidArgument);  // not a power of two
+    CHECK(ccCompressorSetParam(comp, static_cast<ccCompressorParam_t>(12345), 1) == ccInvalidArgument);
+    CHECK(ccCompressorGetParamBounds(static_cast<ccCompressorParam_t>(12345), &lo, &hi) == ccInvalidArgument);
+    CHECK(ccCompressorGetParamBounds(ccParamBits, nullptr, &hi) == ccInvalidArgument);
+    CHECK(ccCompressorGetParam(comp, ccParamBits, nullptr) == ccInvalidArgument);
+    CHECK(ccCompressorSetParam(nullptr, ccParamBits, 4) == ccInvalidArgument);
+    CHECK(ccCompressorSetParam(fake, ccParamBits, 4) == ccInvalidArgument);
+    CHECK(ccCompressorGetParam(fake, ccParamBits, &v) == ccInvalidArgument);
+    // Every parameter's bounds are ordered.
+    for (ccCompressorParam_t p : {ccParamBits, ccParamMode, ccParamRotation, ccParamRotationBlock, ccParamGroupSize,
+                                  ccParamScaleFormat, ccParamClipPpm, ccParamRounding, ccParamGatherPayload,
+                                  ccParamDensityPpm, ccParamChunkSize, ccParamErrorFeedback, ccParamValueType,
+                                  ccParamUnbiased, ccParamSeed}) {
+      INFO("param " << p);
+      REQUIRE(ccCompressorGetParamBounds(p, &lo, &hi) == ccSuccess);
+      CHECK(lo <= hi);
+    }
+    CHECK(ccCompressorDestroy(comp) == ccSuccess);
+  }
+
+  SECTION("spec strings") {
+    for (const char* spec : {"quant:bits=4,mode=requant", "cast16:dtype=bf16", "topk:density=0.1,chunk=1024",
+                             "randk:density=0.05,unbiased=1", "quant", "cast16"}) {
+      INFO(spec);
+      ccCompressor_t c = nullptr;
+      REQUIRE(ccCompressorCreateFromString(&c, spec) == ccSuccess);
+      // The canonical spec re-creates an equal compressor.
+      char buf[1024];
+      REQUIRE(ccCompressorGetSpec(c, buf, sizeof(buf)) == ccSuccess);
+      std::string canonical = buf;
+      ccCompressor_t again = nullptr;
+      REQUIRE(ccCompressorCreateFromString(&again, canonical.c_str()) == ccSuccess);
+      char buf2[1024];
+      REQUIRE(ccCompressorGetSpec(again, buf2, sizeof(buf2)) == ccSuccess);
+      CHECK(canonical == buf2);
+      char tiny[4] = {'x', 'x', 'x', 'x'};
+      CHECK(ccCompressorGetSpec(c, tiny, sizeof(tiny)) == ccInvalidArgument);
+      CHECK(ccCompressorDestroy(again) == ccSuccess);
+      CHECK(ccCompressorDestroy(c) == ccSuccess);
+    }
+    ccCompressor_t q = nullptr;
+    REQUIRE(ccCompressorCreateFromString(&q, "quant:bits=3") == ccSuccess);
+    int64_t v = 0;
+    CHECK(ccCompressorGetParam(q, ccParamBits, &v) == ccSuccess);
+    CHECK(v == 3);
+    CHECK(ccCompressorDestroy(q) == ccSuccess);
+
+    struct BadSpec {
+      const char* spec;
+      const char* mention;
+    };
+    for (const BadSpec& b : {BadSpec{"", ""}, BadSpec{"bogus:bits=4", "bogus"}, BadSpec{"quant:", "quant:"},
+                             BadSpec{"quant:bits", "bits"}, BadSpec{"quant:bits=", "bits="},
+                             BadSpec{"quant:bits=99", "99"}, BadSpec{"quant:bits=four", "four"},
+                             BadSpec{"quant:density=0.1", "density"}, BadSpec{"quant:bits=4,", "quant:bits=4,"},
+                             BadSpec{"topk:density=1.5", "1.5"}, BadSpec{"quant:mode=fast", "fast"}}) {
+      comp = fake;
+      ccResult_t rc = ccCompressorCreateFromString(&comp, b.spec);
+      std::string err = ccGetLastError(nullptr);
+      INFO("\"" << b.spec << "\" -> " << rc << ": " << err);
+      CHECK(rc == ccInvalidArgument);
+      CHECK(comp == nullptr);
+      CHECK(Contains(err, b.mention));
+    }
+    CHECK(ccCompressorCreateFromString(nullptr, "quant") == ccInvalidArgument);
+    comp = fake;
+    CHECK(ccCompressorCreateFromString(&comp, nullptr) == ccInvalidArgument);
+    CHECK(comp == nullptr);
+  }
+}

@@ -1,0 +1,717 @@
+// Internals reached through ccoll_static: 16-bit float conversions, the parameter registry, the double binary tree,
+// the bootstrap root under hostile connections, and the in-process transport.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/btree.h"
+#include "compress/float16.h"
+#include "core/bootstrap.h"
+#include "core/error.h"
+#include "core/params.h"
+#include "core/socket.h"
+#include "rank_harness.h"
+#include "transport/local.h"
+
+using ccoll::Bf16;
+using ccoll::Half;
+
+namespace {
+
+// ------------------------------------------------------------------------------------------------------------
+// 16-bit floats. References: GCC's _Float16 (IEEE binary16, round to nearest even) and, for bfloat16, a rounding
+// written here with integer arithmetic only.
+// ------------------------------------------------------------------------------------------------------------
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+uint16_t RefHalfBits(float f) {
+  volatile float v = f;  // keep the conversion at run time (libgcc), not folded by the compiler
+  _Float16 h = static_cast<_Float16>(v);
+  uint16_t b;
+  std::memcpy(&b, &h, sizeof(b));
+  return b;
+}
+float RefHalfToFloat(uint16_t b) {
+  _Float16 h;
+  std::memcpy(&h, &b, sizeof(h));
+  return static_cast<float>(h);
+}
+bool HalfIsNan(uint16_t b) { return (b & 0x7c00) == 0x7c00 && (b & 0x3ff) != 0; }
+bool Bf16IsNan(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
+
+// bfloat16 round-to-nearest-even: pick the nearer of the two neighbouring bfloat16 values by comparing the
+// discarded low half with the half-way point; on a tie keep the even one. Rounding up across the largest finite
+// value gives the infinity pattern, as IEEE rounding does.
+uint16_t RefBf16Bits(float f) {
+  uint32_t u = Bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0xffff;  // NaN: callers check NaN-ness, not bits
+  uint32_t upper = u >> 16;
+  uint32_t lower = u & 0xffffu;
+  bool up = lower > 0x8000u || (lower == 0x8000u && (upper & 1u) != 0);
+  return static_cast<uint16_t>(up ? upper + 1 : upper);
+}
+
+void CheckHalfAgainstGcc(float f, int* failures) {
+  uint16_t got = ccoll::FloatToHalf(f).bits;
+  uint16_t want = RefHalfBits(f);
+  bool ok = std::isnan(f) ? HalfIsNan(got) && (got & 0x8000) == (Bits(f) >> 16 & 0x8000) : got == want;
+  if (!ok && ++*failures <= 10) {
+    UNSCOPED_INFO("FloatToHalf(" << f << " = 0x" << std::hex << Bits(f) << ") = 0x" << got << ", want 0x" << want);
+  }
+}
+
+void CheckBf16AgainstRef(float f, int* failures) {
+  uint16_t got = ccoll::FloatToBf16(f).bits;
+  uint16_t want = RefBf16Bits(f);
+  bool ok = std::isnan(f) ? Bf16IsNan(got) && (got & 0x8000) == (Bits(f) >> 16 & 0x8000) : got == want;
+  if (!ok && ++*failures <= 10) {
+    UNSCOPED_INFO("FloatToBf16(" << f << " = 0x" << std::hex << Bits(f) << ") = 0x" << got << ", want 0x" << want);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("HalfToFloat and FloatToHalf round-trip every binary16 pattern like _Float16", "[internals][float16]") {
+  int failures = 0;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    uint16_t h = static_cast<uint16_t>(b);
+    float got = ccoll::HalfToFloat(Half{h});
+    float want = RefHalfToFloat(h);
+    if (HalfIsNan(h)) {
+      if (!std::isnan(got) && ++failures <= 10) UNSCOPED_INFO("HalfToFloat(0x" << std::hex << b << ") is not NaN");
+      if (!HalfIsNan(ccoll::FloatToHalf(got).bits) && ++failures <= 10) {
+        UNSCOPED_INFO("NaN 0x" << std::hex << b << " did not stay NaN through a round trip");
+      }
+      continue;
+    }
+    if (Bits(got) != Bits(want) && ++failures <= 10) {
+      UNSCOPED_INFO("HalfToFloat(0x" << std::hex << b << ") = " << got << ", want " << want);
+    }
+    uint16_t back = ccoll::FloatToHalf(got).bits;
+    if (back != h && ++failures <= 10) {
+      UNSCOPED_INFO("FloatToHalf(HalfToFloat(0x" << std::hex << b << ")) = 0x" << back);
+    }
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("FloatToHalf rounds to nearest even like _Float16", "[internals][float16]") {
+  int failures = 0;
+  SECTION("specials") {
+    CHECK(ccoll::FloatToHalf(0.0f).bits == 0x0000);
+    CHECK(ccoll::FloatToHalf(-0.0f).bits == 0x8000);
+    CHECK(ccoll::FloatToHalf(std::numeric_limits<float>::infinity()).bits == 0x7c00);
+    CHECK(ccoll::FloatToHalf(-std::numeric_limits<float>::infinity()).bits == 0xfc00);
+    CHECK(ccoll::FloatToHalf(65504.0f).bits == 0x7bff);                       // largest finite
+    CHECK(ccoll::FloatToHalf(65519.99f).bits == 0x7bff);                      // below the half-way point
+    CHECK(ccoll::FloatToHalf(65520.0f).bits == 0x7c00);                       // tie rounds to even: overflow
+    CHECK(ccoll::FloatToHalf(std::numeric_limits<float>::max()).bits == 0x7c00);
+    CHECK(ccoll::FloatToHalf(-1e30f).bits == 0xfc00);
+    CHECK(ccoll::FloatToHalf(std::ldexp(1.0f, -24)).bits == 0x0001);          // smallest subnormal
+    CHECK(ccoll::FloatToHalf(std::ldexp(1.0f, -25)).bits == 0x0000);          // tie: to even (zero)
+    CHECK(ccoll::FloatToHalf(std::ldexp(1.5f, -25)).bits == 0x0001);          // above the tie
+    CHECK(ccoll::FloatToHalf(std::ldexp(3.0f, -25)).bits == 0x0002);          // tie between 1 and 2: even
+    CHECK(ccoll::FloatToHalf(-std::ldexp(1.0f, -14)).bits == 0x8400);         // smallest normal
+    CHECK(ccoll::FloatToHalf(std::numeric_limits<float>::denorm_min()).bits == 0x0000);
+    CHECK(ccoll::FloatToHalf(-std::numeric_limits<float>::denorm_min()).bits == 0x8000);
+    CHECK(ccoll::FloatToHalf(1.0f + std::ldexp(1.0f, -11)).bits == 0x3c00);   // tie: to even (1.0)
+    CHECK(ccoll::FloatToHalf(1.0f + std::ldexp(3.0f, -11)).bits == 0x3c02);   // tie: to even (1 + 2^-9)
+    for (uint32_t nan : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fbfffffu, 0xff800001u, 0x7f802000u}) {
+      uint16_t h = ccoll::FloatToHalf(FromBits(nan)).bits;
+      INFO("NaN 0x" << std::hex << nan << " -> 0x" << h);
+      CHECK(HalfIsNan(h));
+      CHECK((h & 0x8000) == ((nan >> 16) & 0x8000));
+    }
+    for (float f : {1.0f, -2.5f, 3.14159f, 1e-5f, 6e-8f, 5.96e-8f, 2.98e-8f, 1e-40f, 70000.0f, 65535.0f}) {
+      CheckHalfAgainstGcc(f, &failures);
+    }
+  }
+  SECTION("every half-way point between neighbouring binary16 values, and its float neighbours") {
+    for (uint32_t b = 0; b < 0x7c00; ++b) {  // positive finite; the next pattern is the next value up
+      double lo = RefHalfToFloat(static_cast<uint16_t>(b));
+      double hi = b + 1 == 0x7c00 ? 65536.0 : RefHalfToFloat(static_cast<uint16_t>(b + 1));
+      float mid = static_cast<float>((lo + hi) / 2);  // exact: 12 significant bits
+      for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+        CheckHalfAgainstGcc(f, &failures);
+        CheckHalfAgainstGcc(-f, &failures);
+      }
+    }
+  }
+  SECTION("millions of random floats") {
+    std::mt19937_64 rng(12345);
+    // Uniform bit patterns: every exponent, NaNs and infinities included.
+    for (int i = 0; i < 3000000; ++i) CheckHalfAgainstGcc(FromBits(static_cast<uint32_t>(rng())), &failures);
+    // Concentrated on the binary16 range, subnormals included.
+    for (int i = 0; i < 3000000; ++i) {
+      uint64_t r = rng();
+      int exp = static_cast<int>(r % 46) - 28;  // 2^-28 .. 2^17
+      float f = std::ldexp(1.0f + static_cast<float>((r >> 8) & 0x7fffff) / 8388608.0f, exp);
+      CheckHalfAgainstGcc((r >> 40) & 1 ? -f : f, &failures);
+    }
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("bfloat16 conversions round to nearest even", "[internals][float16]") {
+  int failures = 0;
+  SECTION("every bfloat16 pattern: Bf16ToFloat is the upper half, and converts back unchanged") {
+    for (uint32_t b = 0; b < 65536; ++b) {
+      float f = ccoll::Bf16ToFloat(Bf16{static_cast<uint16_t>(b)});
+      REQUIRE(Bits(f) == b << 16);
+      uint16_t back = ccoll::FloatToBf16(f).bits;
+      if (Bf16IsNan(static_cast<uint16_t>(b))) {
+        if (!Bf16IsNan(back) && ++failures <= 10) UNSCOPED_INFO("NaN 0x" << std::hex << b << " lost");
+      } else if (back != b && ++failures <= 10) {
+        UNSCOPED_INFO("FloatToBf16(Bf16ToFloat(0x" << std::hex << b << ")) = 0x" << back);
+      }
+    }
+  }
+  SECTION("every tie and its neighbours") {
+    for (uint32_t b = 0; b < 65536; ++b) {
+      uint32_t mid = (b << 16) | 0x8000u;
+      for (uint32_t u : {mid, mid - 1, mid + 1, b << 16 | 0xffffu, b << 16 | 1u}) {
+        CheckBf16AgainstRef(FromBits(u), &failures);
+      }
+    }
+  }
+  SECTION("specials") {
+    CHECK(ccoll::FloatToBf16(0.0f).bits == 0x0000);
+    CHECK(ccoll::FloatToBf16(-0.0f).bits == 0x8000);
+    CHECK(ccoll::FloatToBf16(std::numeric_limits<float>::infinity()).bits == 0x7f80);
+    CHECK(ccoll::FloatToBf16(-std::numeric_limits<float>::infinity()).bits == 0xff80);
+    CHECK(ccoll::FloatToBf16(std::numeric_limits<float>::max()).bits == 0x7f80);  // rounds up past the largest
+    CHECK(ccoll::FloatToBf16(FromBits(0x7f7f7fffu)).bits == 0x7f7f);              // stays finite
+    CHECK(ccoll::FloatToBf16(std::numeric_limits<float>::denorm_min()).bits == 0x0000);
+    CHECK(ccoll::FloatToBf16(FromBits(0x00008000u)).bits == 0x0000);  // subnormal tie: to even
+    CHECK(ccoll::FloatToBf16(FromBits(0x00018000u)).bits == 0x0002);  // subnormal tie: to even
+    for (uint32_t nan : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7f80ffffu, 0xff800001u, 0x7fffffffu}) {
+      uint16_t h = ccoll::FloatToBf16(FromBits(nan)).bits;
+      INFO("NaN 0x" << std::hex << nan << " -> 0x" << h);
+      CHECK(Bf16IsNan(h));
+      CHECK((h & 0x8000) == ((nan >> 16) & 0x8000));
+    }
+  }
+  SECTION("millions of random floats") {
+    std::mt19937_64 rng(777);
+    for (int i = 0; i < 4000000; ++i) CheckBf16AgainstRef(FromBits(static_cast<uint32_t>(rng())), &failures);
+  }
+  CHECK(failures == 0);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Parameter registry.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("ParseSize", "[internals][params]") {
+  int64_t v = -7;
+  CHECK(ccoll::ParseSize("64K", &v));
+  CHECK(v == 65536);
+  CHECK(ccoll::ParseSize("1M", &v));
+  CHECK(v == 1048576);
+  CHECK(ccoll::ParseSize("2G", &v));
+  CHECK(v == 2147483648LL);
+  CHECK(ccoll::ParseSize("12", &v));
+  CHECK(v == 12);
+  CHECK(ccoll::ParseSize("0", &v));
+  CHECK(v == 0);
+  CHECK(ccoll::ParseSize("3k", &v));
+  CHECK(v == 3072);
+  v = 99;
+  CHECK_FALSE(ccoll::ParseSize("", &v));
+  CHECK_FALSE(ccoll::ParseSize(nullptr, &v));
+  CHECK_FALSE(ccoll::ParseSize("x", &v));
+  CHECK_FALSE(ccoll::ParseSize("-1", &v));
+  CHECK_FALSE(ccoll::ParseSize("12Q", &v));
+  CHECK_FALSE(ccoll::ParseSize("1KB", &v));
+  CHECK_FALSE(ccoll::ParseSize("K", &v));
+  CHECK_FALSE(ccoll::ParseSize("99999999999999999999", &v));  // does not fit in 64 bits
+  CHECK_FALSE(ccoll::ParseSize("9000000000G", &v));           // overflows after the multiplier
+  CHECK(v == 99);                                             // untouched on failure
+}
+
+TEST_CASE("the parameter registry lists every name once, and PrintParams prints them all", "[internals][params]") {
+  std::set<std::string> names;
+  int rows = 0;
+  for (const ccoll::ParamDef* p = ccoll::ParamTable(); p->name != nullptr; ++p, ++rows) {
+    INFO(p->name);
+    CHECK(names.insert(p->name).second);
+    CHECK(std::string(p->name).rfind("CC_", 0) == 0);
+    REQUIRE(p->defaultValue != nullptr);
+    REQUIRE(p->doc != nullptr);
+    CHECK(std::strlen(p->doc) > 0);
+    if (p->type == ccoll::ParamType::kInt && std::getenv(p->name) == nullptr) {
+      // With the variable unset, ParamInt is the documented default ("64K" style sizes or plain integers).
+      int64_t want = 0;
+      if (!ccoll::ParseSize(p->defaultValue, &want)) {
+        char* end = nullptr;
+        want = std::strtoll(p->defaultValue, &end, 10);
+        CHECK(*end == '\0');
+      }
+      INFO("default \"" << p->defaultValue << "\"");
+      CHECK(ccoll::ParamInt(p->name) == want);
+    }
+  }
+  CHECK(rows == static_cast<int>(names.size()));
+  for (const char* expected : {"CC_DEBUG", "CC_DEBUG_SUBSYS", "CC_DEBUG_FILE", "CC_TRANSPORT", "CC_ALGO",
+                               "CC_TIMEOUT_MS", "CC_BLOCKING", "CC_SLICE_BYTES", "CC_TREE_DEPTH", "CC_TREE_THRESHOLD",
+                               "CC_SOCKET_IFNAME"}) {
+    INFO(expected);
+    CHECK(names.count(expected) == 1);
+  }
+
+  FILE* f = std::tmpfile();
+  REQUIRE(f != nullptr);
+  ccoll::PrintParams(f);
+  std::rewind(f);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  for (const std::string& name : names) {
+    INFO(name);
+    CHECK(text.find(name) != std::string::npos);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Double binary tree.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("DoubleBinaryTree gives two valid trees for 1..64 ranks", "[internals][btree]") {
+  for (int n = 1; n <= 64; ++n) {
+    std::vector<ccoll::TreeNode> nodes[2];
+    for (int t = 0; t < 2; ++t) nodes[t].resize(n);
+    for (int r = 0; r < n; ++r) {
+      ccoll::TreeNode pair[2];
+      ccoll::DoubleBinaryTree(n, r, pair);
+      nodes[0][r] = pair[0];
+      nodes[1][r] = pair[1];
+    }
+    for (int t = 0; t < 2; ++t) {
+      INFO("nranks " << n << " tree " << t);
+      const auto& tree = nodes[t];
+      int root = -1, roots = 0;
+      bool linksOk = true;
+      std::string why;
+      for (int r = 0; r < n; ++r) {
+        const ccoll::TreeNode& node = tree[r];
+        if (node.parent == -1) {
+          ++roots;
+          root = r;
+        } else if (node.parent < 0 || node.parent >= n || node.parent == r) {
+          linksOk = false;
+          why = "rank " + std::to_string(r) + " has parent " + std::to_string(node.parent);
+        } else {
+          const ccoll::TreeNode& p = tree[node.parent];
+          if (p.children[0] != r && p.children[1] != r) {
+            linksOk = false;
+            why = "rank " + std::to_string(r) + " is not a child of its parent " + std::to_string(node.parent);
+          }
+        }
+        for (int c = 0; c < 2; ++c) {
+          int child = node.children[c];
+          if (child == -1) continue;
+          if (child < 0 || child >= n || child == r || tree[child].parent != r) {
+            linksOk = false;
+            why = "rank " + std::to_string(r) + " has child " + std::to_string(child) + " whose parent is not it";
+          }
+        }
+        if (node.children[0] != -1 && node.children[0] == node.children[1]) {
+          linksOk = false;
+          why = "rank " + std::to_string(r) + " lists one child twice";
+        }
+      }
+      CHECK(roots == 1);
+      INFO(why);
+      CHECK(linksOk);
+      if (roots != 1 || !linksOk) continue;
+      CHECK(tree[root].depth == 0);
+      // Every rank is reachable from the root, once, and depths grow by one per level.
+      std::vector<int> seen(n, 0);
+      std::queue<int> q;
+      q.push(root);
+      int visited = 0;
+      bool depthsOk = true;
+      while (!q.empty()) {
+        int r = q.front();
+        q.pop();
+        if (seen[r]++) continue;
+        ++visited;
+        for (int child : tree[r].children) {
+          if (child < 0) continue;
+          if (tree[child].depth != tree[r].depth + 1) depthsOk = false;
+          q.push(child);
+        }
+      }
+      CHECK(visited == n);
+      CHECK(depthsOk);
+      // Balanced: the depth is within one of the minimum for a binary tree of n nodes.
+      int maxDepth = 0;
+      for (const auto& node : tree) maxDepth = std::max(maxDepth, node.depth);
+      CHECK(maxDepth <= static_cast<int>(std::floor(std::log2(n))) + 1);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Bootstrap root under garbage connections.
+// ------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// The rank -> root hello as the protocol lays it out (src/core/bootstrap.cc, HelloHeader).
+struct WireHello {
+  uint32_t magic;
+  uint32_t version;
+  uint8_t secret[ccoll::kSecretBytes];
+  int32_t rank;
+  int32_t nranks;
+  uint32_t infoLen;
+  uint32_t reserved;
+};
+
+int ConnectTo(const ccoll::SocketAddress& addr) {
+  int fd = -1;
+  if (ccoll::Connect(addr, ccoll::DeadlineIn(5000), &fd) != ccSuccess) return -1;
+  return fd;
+}
+
+void SendRaw(int fd, const void* p, size_t n) {
+  // The root may close on us at any point: never raise SIGPIPE, ignore errors.
+  (void)::send(fd, p, n, MSG_NOSIGNAL);
+}
+
+}  // namespace
+
+TEST_CASE("the bootstrap root ignores garbage connections while real ranks join", "[internals][bootstrap]") {
+  ccUniqueId id;
+  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 30000, &id) == ccSuccess);
+  ccoll::UniqueIdContent content;
+  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+
+  std::vector<int> garbage;
+  std::mt19937_64 rng(99);
+  {  // random bytes
+    int fd = ConnectTo(content.root);
+    REQUIRE(fd >= 0);
+    std::vector<uint8_t> junk(8192);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    junk[0] = 0x00;  // not the magic
+    SendRaw(fd, junk.data(), junk.size());
+    garbage.push_back(fd);
+  }
+  auto hello = [&](bool rightSecret, int32_t rank, int32_t nranks, uint32_t infoLen) {
+    WireHello h{};
+    h.magic = ccoll::kBootstrapMagic;
+    h.version = ccoll::kBootstrapVersion;
+    std::memcpy(h.secret, content.secret, sizeof(h.secret));
+    if (!rightSecret) h.secret[5] ^= 0x40;
+    h.rank = rank;
+    h.nranks = nranks;
+    h.infoLen = infoLen;
+    return h;
+  };
+  {  // a well-formed hello with a wrong secret, claiming rank 0 of a 3-rank group
+    int fd = ConnectTo(content.root);
+    REQUIRE(fd >= 0);
+    WireHello h = hello(false, 0, 3, 4);
+    SendRaw(fd, &h, sizeof(h));
+    SendRaw(fd, "evil", 4);
+    garbage.push_back(fd);
+  }
+  {  // the right magic but a wrong version
+    int fd = ConnectTo(content.root);
+    REQUIRE(fd >= 0);
+    WireHello h = hello(true, 1, 3, 0);
+    h.version = 999;
+    SendRaw(fd, &h, sizeof(h));
+    garbage.push_back(fd);
+  }
+  {  // connects and stays silent (half-open from the root's view)
+    int fd = ConnectTo(content.root);
+    REQUIRE(fd >= 0);
+    garbage.push_back(fd);
+  }
+  {  // half a header, then silence
+    int fd = ConnectTo(content.root);
+    REQUIRE(fd >= 0);
+    WireHello h = hello(true, 2, 3, 0);
+    SendRaw(fd, &h, sizeof(h) / 2);
+    garbage.push_back(fd);
+  }
+  {  // connects and closes at once
+    int fd = ConnectTo(content.root);
+    REQUIRE(fd >= 0);
+    ccoll::CloseFd(fd);
+  }
+  {  // connects, shuts down its sending side, keeps reading
+    int fd = ConnectTo(content.root);
+    REQUIRE(fd >= 0);
+    ::shutdown(fd, SHUT_WR);
+    garbage.push_back(fd);
+  }
+  // Give the root time to accept them all before the real ranks arrive.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+
+  constexpr int kRanks = 3;
+  std::vector<std::string> blobs(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    blobs[r] = r == 2 ? std::string() : std::string(100 + 1000 * r, static_cast<char>('a' + r));
+    if (!blobs[r].empty()) blobs[r][0] = static_cast<char>(r);
+  }
+  std::vector<std::vector<std::string>> got(kRanks);
+  std::vector<cctest::RankResult> results(kRanks);
+  auto start = std::chrono::steady_clock::now();
+  cctest::RunRanks(kRanks, [&](int r) {
+    ccResult_t rc = ccoll::BootstrapAllGather(content, r, kRanks, blobs[r], 20000, &got[r]);
+    results[r].rc = rc;
+    if (rc != ccSuccess) results[r].error = ccoll::LastError();
+  });
+  double seconds = cctest::SecondsSince(start);
+  // Another connection during the exchange: too late to matter, must not crash anything.
+  for (int fd : garbage) ccoll::CloseFd(fd);
+
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r << ": " << results[r].error);
+    REQUIRE(results[r].rc == ccSuccess);
+    REQUIRE(got[r].size() == static_cast<size_t>(kRanks));
+    for (int q = 0; q < kRanks; ++q) CHECK(got[r][q] == blobs[q]);
+  }
+  CHECK(seconds < 5.0);  // the silent connections must not hold the real ranks up
+}
+
+TEST_CASE("a bootstrap session all-gathers several rounds over one connection", "[internals][bootstrap]") {
+  ccUniqueId id;
+  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 30000, &id) == ccSuccess);
+  ccoll::UniqueIdContent content;
+  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  constexpr int kRanks = 4, kRounds = 3;
+  auto blob = [](int round, int rank) { return std::string(static_cast<size_t>(round * 300 + rank), 'r') + "#" +
+                                               std::to_string(round) + "/" + std::to_string(rank); };
+  std::vector<std::vector<std::vector<std::string>>> got(kRounds, std::vector<std::vector<std::string>>(kRanks));
+  std::vector<std::vector<cctest::RankResult>> results(kRounds, std::vector<cctest::RankResult>(kRanks));
+  cctest::RunRanks(kRanks, [&](int r) {
+    ccoll::BootstrapSession session(content, r, kRanks, 20000);
+    for (int round = 0; round < kRounds; ++round) {
+      ccResult_t rc = session.AllGather(blob(round, r), &got[round][r]);
+      results[round][r].rc = rc;
+      if (rc != ccSuccess) {
+        results[round][r].error = ccoll::LastError();
+        return;
+      }
+    }
+  });
+  for (int round = 0; round < kRounds; ++round) {
+    for (int r = 0; r < kRanks; ++r) {
+      INFO("round " << round << " rank " << r << ": " << results[round][r].error);
+      REQUIRE(results[round][r].rc == ccSuccess);
+      REQUIRE(got[round][r].size() == static_cast<size_t>(kRanks));
+      for (int q = 0; q < kRanks; ++q) CHECK(got[round][r][q] == blob(round, q));
+    }
+  }
+}
+
+TEST_CASE("BootstrapParseId rejects ids it did not make", "[internals][bootstrap]") {
+  ccUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  ccoll::UniqueIdContent content;
+  CHECK(ccoll::BootstrapParseId(id, &content) == ccInvalidArgument);
+  std::memset(&id, 0x5a, sizeof(id));
+  CHECK(ccoll::BootstrapParseId(id, &content) == ccInvalidArgument);
+}
+
+TEST_CASE("a rank whose root never answers fails with ccTimeout or a connection error, not a hang",
+          "[internals][bootstrap]") {
+  // A listening socket that accepts nothing: connect succeeds (backlog), the hello is sent, no reply comes.
+  ccoll::SocketAddress addr{};
+  addr.family = AF_INET;
+  addr.port = 0;
+  addr.addr[0] = 127;
+  addr.addr[3] = 1;
+  int lfd = -1;
+  REQUIRE(ccoll::ChooseBootstrapAddress(&addr) == ccSuccess);
+  addr.port = 0;
+  REQUIRE(ccoll::Listen(&addr, &lfd) == ccSuccess);
+  ccoll::UniqueIdContent content{};
+  content.magic = ccoll::kUniqueIdMagic;
+  content.version = ccoll::kBootstrapVersion;
+  content.root = addr;
+  std::vector<std::string> all;
+  auto start = std::chrono::steady_clock::now();
+  ccResult_t rc = ccoll::BootstrapAllGather(content, 0, 2, "x", 300, &all);
+  double seconds = cctest::SecondsSince(start);
+  ccoll::CloseFd(lfd);
+  INFO(ccoll::LastError());
+  CHECK(rc == ccTimeout);
+  CHECK(seconds < 3.0);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// In-process transport.
+// ------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+struct Pair {
+  std::unique_ptr<ccoll::LocalTransport> t[2];
+};
+
+Pair MakePair(const std::string& key) {
+  Pair p;
+  REQUIRE(ccoll::LocalTransport::Create(key, 0, 2, &p.t[0]) == ccSuccess);
+  REQUIRE(ccoll::LocalTransport::Create(key, 1, 2, &p.t[1]) == ccSuccess);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("LocalTransport matches sends and receives by tag, in posting order", "[internals][transport]") {
+  Pair p = MakePair("test-local-match");
+  CHECK(p.t[0]->PeerPresent(1));
+  CHECK(p.t[1]->PeerPresent(0));
+  int a = 11, b = 22, c = 33, d = 44;
+  int ra = 0, rb = 0, rc = 0, rd = 0;
+  ccoll::Request *sa, *sb, *sc, *sd, *qa, *qb, *qc, *qd;
+  // Sends first (unexpected-message queue): tags 1, 2, then two with tag 3.
+  REQUIRE(p.t[0]->Isend(1, &a, sizeof(a), 1, &sa) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &b, sizeof(b), 2, &sb) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &c, sizeof(c), 3, &sc) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &d, sizeof(d), 3, &sd) == ccSuccess);
+  // Receives in another order: tag 2 first, then 3 twice, then 1.
+  REQUIRE(p.t[1]->Irecv(0, &rb, sizeof(rb), 2, &qb) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &rc, sizeof(rc), 3, &qc) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &rd, sizeof(rd), 3, &qd) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &ra, sizeof(ra), 1, &qa) == ccSuccess);
+  for (ccoll::Request* r : {qa, qb, qc, qd}) CHECK(p.t[1]->Wait(r, 1000) == ccSuccess);
+  for (ccoll::Request* r : {sa, sb, sc, sd}) CHECK(p.t[0]->Wait(r, 1000) == ccSuccess);
+  CHECK(ra == 11);
+  CHECK(rb == 22);
+  CHECK(rc == 33);  // same tag: first send to first receive
+  CHECK(rd == 44);
+
+  // Receives first (posted-receive queue), and a zero-byte message.
+  int x = 5, rx = 0;
+  ccoll::Request *s1, *q1, *s0, *q0;
+  REQUIRE(p.t[0]->Irecv(1, &rx, sizeof(rx), 7, &q1) == ccSuccess);
+  REQUIRE(p.t[0]->Irecv(1, nullptr, 0, 8, &q0) == ccSuccess);
+  REQUIRE(p.t[1]->Isend(0, nullptr, 0, 8, &s0) == ccSuccess);
+  REQUIRE(p.t[1]->Isend(0, &x, sizeof(x), 7, &s1) == ccSuccess);
+  CHECK(p.t[0]->Wait(q1, 1000) == ccSuccess);
+  CHECK(p.t[0]->Wait(q0, 1000) == ccSuccess);
+  CHECK(p.t[1]->Wait(s0, 1000) == ccSuccess);
+  CHECK(p.t[1]->Wait(s1, 1000) == ccSuccess);
+  CHECK(rx == 5);
+}
+
+TEST_CASE("LocalTransport: a size mismatch fails both sides with ccInvalidUsage", "[internals][transport]") {
+  Pair p = MakePair("test-local-size");
+  uint64_t small = 1;
+  uint64_t big[2] = {0xabababababababab, 0xabababababababab};
+  ccoll::Request *s, *r;
+  REQUIRE(p.t[0]->Isend(1, &small, sizeof(small), 4, &s) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, big, sizeof(big), 4, &r) == ccSuccess);
+  CHECK(p.t[1]->Wait(r, 1000) == ccInvalidUsage);
+  std::string recvErr = ccoll::LastError();
+  CHECK(p.t[0]->Wait(s, 1000) == ccInvalidUsage);
+  INFO(recvErr);
+  CHECK(recvErr.find("8 bytes") != std::string::npos);
+  CHECK(recvErr.find("16 bytes") != std::string::npos);
+  CHECK(big[0] == 0xabababababababab);  // nothing copied
+}
+
+TEST_CASE("LocalTransport: Wait times out when nobody sends or receives", "[internals][transport]") {
+  Pair p = MakePair("test-local-timeout");
+  int buf = 0;
+  ccoll::Request* r;
+  REQUIRE(p.t[1]->Irecv(0, &buf, sizeof(buf), 1, &r) == ccSuccess);
+  auto start = std::chrono::steady_clock::now();
+  CHECK(p.t[1]->Wait(r, 150) == ccTimeout);
+  double seconds = cctest::SecondsSince(start);
+  std::string err = ccoll::LastError();
+  INFO(err);
+  CHECK(seconds >= 0.14);
+  CHECK(seconds < 2.0);
+  CHECK(err.find("rank 0") != std::string::npos);
+
+  ccoll::Request* s;
+  REQUIRE(p.t[0]->Isend(1, &buf, sizeof(buf), 2, &s) == ccSuccess);
+  CHECK(p.t[0]->Wait(s, 100) == ccTimeout);
+  CHECK(ccoll::LastError().find("rank 1") != std::string::npos);
+
+  // The timed-out requests are gone: a later pair with the same tags matches each other only.
+  int v = 9, got = 0;
+  ccoll::Request *s2, *r2;
+  REQUIRE(p.t[0]->Isend(1, &v, sizeof(v), 1, &s2) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &got, sizeof(got), 1, &r2) == ccSuccess);
+  CHECK(p.t[1]->Wait(r2, 1000) == ccSuccess);
+  CHECK(p.t[0]->Wait(s2, 1000) == ccSuccess);
+  CHECK(got == 9);
+}
+
+TEST_CASE("LocalTransport: Abort wakes a waiting peer with ccRemoteError", "[internals][transport]") {
+  Pair p = MakePair("test-local-abort");
+  int buf = 0;
+  ccoll::Request* r;
+  REQUIRE(p.t[1]->Irecv(0, &buf, sizeof(buf), 1, &r) == ccSuccess);
+  ccResult_t rc = ccSuccess;
+  std::string err;
+  double seconds = 0;
+  std::thread waiter([&] {
+    auto start = std::chrono::steady_clock::now();
+    rc = p.t[1]->Wait(r, 30000);
+    seconds = cctest::SecondsSince(start);
+    err = ccoll::LastError();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  p.t[0]->Abort("the test aborted rank 0");
+  waiter.join();
+  INFO(err);
+  CHECK(rc == ccRemoteError);
+  CHECK(seconds < 5.0);
+  CHECK(err.find("the test aborted rank 0") != std::string::npos);
+  // Later operations on either side fail at once.
+  ccoll::Request* s;
+  CHECK(p.t[0]->Isend(1, &buf, sizeof(buf), 2, &s) == ccRemoteError);
+  CHECK(p.t[1]->Irecv(0, &buf, sizeof(buf), 2, &s) == ccRemoteError);
+}
+
+TEST_CASE("LocalTransport::Create rejects a rank joining twice and a disagreeing nranks", "[internals][transport]") {
+  std::unique_ptr<ccoll::LocalTransport> a, b, c;
+  REQUIRE(ccoll::LocalTransport::Create("test-local-create", 0, 3, &a) == ccSuccess);
+  CHECK(ccoll::LocalTransport::Create("test-local-create", 0, 3, &b) == ccInvalidUsage);
+  CHECK(ccoll::LocalTransport::Create("test-local-create", 1, 4, &c) == ccInvalidUsage);
+  CHECK_FALSE(a->PeerPresent(1));
+  REQUIRE(ccoll::LocalTransport::Create("test-local-create", 1, 3, &c) == ccSuccess);
+  CHECK(a->PeerPresent(1));
+  c.reset();
+  CHECK_FALSE(a->PeerPresent(1));
+}
