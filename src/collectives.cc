@@ -13,6 +13,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "raw_enum.h"
 
 using ccoll::CollArgs;
 using ccoll::Fail;
@@ -36,8 +37,8 @@ struct Call {
   const void* send;
   void* recv;
   size_t count;  // as the caller passed it
-  ccDataType_t dtype;
-  ccRedOp_t op;  // ignored for all-gather and broadcast
+  int dtype;     // raw values until validated (see raw_enum.h)
+  int op;        // ignored for all-gather and broadcast
   int root;      // broadcast only
   ccCompressor_t compressor;
   ccStream_t stream;
@@ -56,21 +57,23 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
     return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
                 rank, ccGetErrorString(static_cast<ccResult_t>(async)));
   }
-  size_t es = ccoll::DataTypeSize(c.dtype);
-  if (es == 0) {
-    return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn,
-                static_cast<int>(c.dtype), rank);
+  if (!ccoll::IsValidDataType(c.dtype)) {
+    return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn, c.dtype,
+                rank);
   }
+  const ccDataType_t dtype = static_cast<ccDataType_t>(c.dtype);
+  const size_t es = ccoll::DataTypeSize(dtype);
   bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
   if (reduces && !ccoll::IsValidRedOp(c.op)) {
-    return Fail(ccInvalidArgument, "%s: op %d is not a ccRedOp_t (rank %d)", fn, static_cast<int>(c.op), rank);
+    return Fail(ccInvalidArgument, "%s: op %d is not a ccRedOp_t (rank %d)", fn, c.op, rank);
   }
+  const ccRedOp_t op = reduces ? static_cast<ccRedOp_t>(c.op) : ccSum;
   // Elements that the largest buffer holds: per-rank counts are multiplied by nranks.
   bool perRank = c.kind == Kind::kReduceScatter || c.kind == Kind::kAllGather;
   const size_t kMaxBytes = static_cast<size_t>(1) << 62;
   if (c.count > kMaxBytes / es / (perRank ? static_cast<size_t>(n) : 1)) {
     return Fail(ccInvalidArgument, "%s: count %zu of %s%s overflows the address space (rank %d)", fn, c.count,
-                ccoll::DataTypeName(c.dtype), perRank ? " times nranks" : "", rank);
+                ccoll::DataTypeName(dtype), perRank ? " times nranks" : "", rank);
   }
   if (c.count > 0) {
     bool needSend = c.kind != Kind::kBroadcast || rank == c.root;
@@ -89,13 +92,13 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
       return Fail(ccInvalidArgument, "%s: compressor %p is not a live compressor (destroyed?) on rank %d", fn,
                   static_cast<void*>(c.compressor), rank);
     }
-    if (c.dtype != ccFloat32) {
+    if (dtype != ccFloat32) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes float32 data, not %s (rank %d)", fn,
-                  ccoll::DataTypeName(c.dtype), rank);
+                  ccoll::DataTypeName(dtype), rank);
     }
-    if (c.op != ccSum && c.op != ccAvg) {
+    if (op != ccSum && op != ccAvg) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes op sum or avg, not %s (rank %d)", fn,
-                  ccoll::RedOpName(c.op), rank);
+                  ccoll::RedOpName(op), rank);
     }
   }
   if (ccoll::IsDevicePointer(c.send) || ccoll::IsDevicePointer(c.recv)) {
@@ -105,7 +108,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
   if (c.stream != nullptr) {
     return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
   }
-  if (perRank && c.count > 0 && c.send != c.recv) {
+  if (perRank && c.count > 0) {
     // The only overlap allowed is the in-place layout; anything else would read what the call has written.
     const char* s = static_cast<const char*>(c.send);
     const char* r = static_cast<const char*>(c.recv);
@@ -131,8 +134,8 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
   args->send = c.send;
   args->recv = c.recv;
   args->count = c.count;
-  args->dtype = c.dtype;
-  args->op = c.op;
+  args->dtype = dtype;
+  args->op = op;
   args->root = c.root;
   args->eltSize = es;
   return ccSuccess;
@@ -188,22 +191,26 @@ extern "C" {
 
 CC_API ccResult_t ccAllReduce(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype,
                               ccRedOp_t op, ccCompressor_t compressor, ccComm_t comm, ccStream_t stream) {
-  return Run(comm, Call{Kind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, compressor, stream});
+  return Run(comm, Call{Kind::kAllReduce, sendbuff, recvbuff, count, ccoll::RawEnum(datatype), ccoll::RawEnum(op), 0,
+                        compressor, stream});
 }
 
 CC_API ccResult_t ccReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ccDataType_t datatype,
                                   ccRedOp_t op, ccComm_t comm, ccStream_t stream) {
-  return Run(comm, Call{Kind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, nullptr, stream});
+  return Run(comm, Call{Kind::kReduceScatter, sendbuff, recvbuff, recvcount, ccoll::RawEnum(datatype),
+                        ccoll::RawEnum(op), 0, nullptr, stream});
 }
 
 CC_API ccResult_t ccAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ccDataType_t datatype,
                               ccComm_t comm, ccStream_t stream) {
-  return Run(comm, Call{Kind::kAllGather, sendbuff, recvbuff, sendcount, datatype, ccSum, 0, nullptr, stream});
+  return Run(comm, Call{Kind::kAllGather, sendbuff, recvbuff, sendcount, ccoll::RawEnum(datatype), ccSum, 0, nullptr,
+                        stream});
 }
 
 CC_API ccResult_t ccBroadcast(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype, int root,
                               ccComm_t comm, ccStream_t stream) {
-  return Run(comm, Call{Kind::kBroadcast, sendbuff, recvbuff, count, datatype, ccSum, root, nullptr, stream});
+  return Run(comm, Call{Kind::kBroadcast, sendbuff, recvbuff, count, ccoll::RawEnum(datatype), ccSum, root, nullptr,
+                        stream});
 }
 
 }  // extern "C"

@@ -10,6 +10,7 @@
 #include "ccoll.h"
 #include "compress/compressor.h"
 #include "core/error.h"
+#include "raw_enum.h"
 
 using ccoll::Fail;
 
@@ -27,30 +28,30 @@ bool IsLiveCompressor(ccCompressor* c) {
   return Live().count(c) != 0;
 }
 
-ccResult_t NewCompressor(ccCompressorKind_t kind, ccCompressor** out) {
+ccResult_t NewCompressor(int kind, ccCompressor** out) {
   if (kind == ccCompressPowerSGD) {
     return Fail(ccInvalidUsage, "compressor kind powersgd (%d) is reserved: low-rank compression is not built yet",
-                static_cast<int>(kind));
+                kind);
   }
   unsigned bit = KindBit(kind);
   if (bit == 0) {
     return Fail(ccInvalidArgument, "compressor kind %d is not a ccCompressorKind_t (cast16 %d, quant %d, topk %d, "
-                "randk %d)", static_cast<int>(kind), ccCompressCast16, ccCompressQuant, ccCompressTopkChunk,
+                "randk %d)", kind, ccCompressCast16, ccCompressQuant, ccCompressTopkChunk,
                 ccCompressRandk);
   }
   auto c = std::make_unique<ccCompressor>();
-  c->kind = kind;
+  c->kind = static_cast<ccCompressorKind_t>(kind);
   for (const CompressorParamInfo* p = ParamInfoTable(); p->name; ++p) {
-    if (p->kinds & bit) c->values[p->param] = DefaultParamValue(kind, p->param);
+    if (p->kinds & bit) c->values[p->param] = DefaultParamValue(c->kind, p->param);
   }
   *out = c.release();
   return ccSuccess;
 }
 
-ccResult_t SetCompressorParam(ccCompressor* c, ccCompressorParam_t param, int64_t value, const char* fn) {
+ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const char* fn) {
   const CompressorParamInfo* info = FindParam(param);
   if (info == nullptr) {
-    return Fail(ccInvalidArgument, "%s: parameter %d is not a ccCompressorParam_t", fn, static_cast<int>(param));
+    return Fail(ccInvalidArgument, "%s: parameter %d is not a ccCompressorParam_t", fn, param);
   }
   if (!(info->kinds & KindBit(c->kind))) {
     return Fail(ccInvalidArgument, "%s: parameter %s does not apply to a %s compressor", fn, info->name,
@@ -60,10 +61,10 @@ ccResult_t SetCompressorParam(ccCompressor* c, ccCompressorParam_t param, int64_
     return Fail(ccInvalidArgument, "%s: %s %lld is out of range %lld..%lld", fn, info->name,
                 static_cast<long long>(value), static_cast<long long>(info->lo), static_cast<long long>(info->hi));
   }
-  if (param == ccParamRotationBlock && (value & (value - 1)) != 0) {
+  if (info->param == ccParamRotationBlock && (value & (value - 1)) != 0) {
     return Fail(ccInvalidArgument, "%s: block %lld is not a power of two", fn, static_cast<long long>(value));
   }
-  if (param == ccParamValueType) {
+  if (info->param == ccParamValueType) {
     bool ok = c->kind == ccCompressCast16 ? (value == ccBfloat16 || value == ccFloat16)
                                           : (value == ccFloat32 || value == ccBfloat16);
     if (!ok) {
@@ -71,7 +72,7 @@ ccResult_t SetCompressorParam(ccCompressor* c, ccCompressorParam_t param, int64_
                   KindName(c->kind), c->kind == ccCompressCast16 ? "bf16 or fp16" : "f32 or bf16");
     }
   }
-  c->values[param] = value;
+  c->values[info->param] = value;
   c->ResetState();
   return ccSuccess;
 }
@@ -155,7 +156,7 @@ CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t ki
     if (comp == nullptr) return Fail(ccInvalidArgument, "ccCompressorCreate: comp (the output pointer) is NULL");
     *comp = nullptr;
     ccCompressor* c = nullptr;
-    CC_CHECK(ccoll::NewCompressor(kind, &c));
+    CC_CHECK(ccoll::NewCompressor(ccoll::RawEnum(kind), &c));
     return Publish(c, comp);
   });
 }
@@ -179,7 +180,7 @@ CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t 
       return Fail(ccInvalidArgument, "ccCompressorSetParam: comp %p is not a live compressor",
                   static_cast<void*>(comp));
     }
-    return ccoll::SetCompressorParam(comp, param, value, "ccCompressorSetParam");
+    return ccoll::SetCompressorParam(comp, ccoll::RawEnum(param), value, "ccCompressorSetParam");
   });
 }
 
@@ -190,11 +191,12 @@ CC_API ccResult_t ccCompressorGetParam(ccCompressor_t comp, ccCompressorParam_t 
                   static_cast<void*>(comp));
     }
     if (value == nullptr) return Fail(ccInvalidArgument, "ccCompressorGetParam: value is NULL");
-    auto it = comp->values.find(param);
+    const int raw = ccoll::RawEnum(param);
+    const ccoll::CompressorParamInfo* info = ccoll::FindParam(raw);
+    auto it = info ? comp->values.find(info->param) : comp->values.end();
     if (it == comp->values.end()) {
-      const ccoll::CompressorParamInfo* info = ccoll::FindParam(param);
       return Fail(ccInvalidArgument, "ccCompressorGetParam: parameter %s (%d) does not apply to a %s compressor",
-                  info ? info->name : "unknown", static_cast<int>(param), ccoll::KindName(comp->kind));
+                  info ? info->name : "unknown", raw, ccoll::KindName(comp->kind));
     }
     *value = it->second;
     return ccSuccess;
@@ -203,10 +205,10 @@ CC_API ccResult_t ccCompressorGetParam(ccCompressor_t comp, ccCompressorParam_t 
 
 CC_API ccResult_t ccCompressorGetParamBounds(ccCompressorParam_t param, int64_t* lo, int64_t* hi) {
   return Guarded("ccCompressorGetParamBounds", [&]() -> ccResult_t {
-    const ccoll::CompressorParamInfo* info = ccoll::FindParam(param);
+    const ccoll::CompressorParamInfo* info = ccoll::FindParam(ccoll::RawEnum(param));
     if (info == nullptr) {
       return Fail(ccInvalidArgument, "ccCompressorGetParamBounds: parameter %d is not a ccCompressorParam_t",
-                  static_cast<int>(param));
+                  ccoll::RawEnum(param));
     }
     if (lo == nullptr || hi == nullptr) return Fail(ccInvalidArgument, "ccCompressorGetParamBounds: lo or hi is NULL");
     *lo = info->lo;

@@ -227,6 +227,7 @@ CC_API ccResult_t ccCommAbort(ccComm_t comm) {
       if (!use.ok()) {
         return Fail(ccInvalidArgument, "ccCommAbort: comm %p is not a live communicator", static_cast<void*>(comm));
       }
+      comm->aborting = true;  // a running non-blocking init gives up within ~50 ms
       if (comm->asyncError.load() != ccInProgress) {  // a running init owns the transports until it ends
         std::string reason = "rank " + std::to_string(comm->rank) + " aborted the communicator";
         comm->Abort(reason.c_str());

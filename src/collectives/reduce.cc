@@ -75,6 +75,18 @@ const char* RedOpName(ccRedOp_t op) {
   return "unknown";
 }
 
-bool IsValidRedOp(ccRedOp_t op) { return op >= ccSum && op <= ccAvg; }
+bool IsValidRedOp(int op) { return op >= ccSum && op <= ccAvg; }
+
+bool IsValidDataType(int dtype) {
+  switch (dtype) {
+    case ccInt32:
+    case ccInt64:
+    case ccFloat16:
+    case ccFloat32:
+    case ccFloat64:
+    case ccBfloat16: return true;
+    default: return false;
+  }
+}
 
 }  // namespace ccoll

@@ -19,7 +19,9 @@ void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks);
 size_t DataTypeSize(ccDataType_t dtype);
 const char* DataTypeName(ccDataType_t dtype);
 const char* RedOpName(ccRedOp_t op);
-bool IsValidRedOp(ccRedOp_t op);
+// Validation of raw integers from the C API (before they are treated as the enums).
+bool IsValidRedOp(int op);
+bool IsValidDataType(int dtype);
 
 // Calls fn(T{}) with T the storage type of dtype. dtype must be valid.
 template <typename Fn>

@@ -104,7 +104,7 @@ bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, i
   return true;
 }
 
-unsigned KindBit(ccCompressorKind_t kind) {
+unsigned KindBit(int kind) {
   switch (kind) {
     case ccCompressCast16: return kCast16;
     case ccCompressQuant: return kQuant;
@@ -114,7 +114,7 @@ unsigned KindBit(ccCompressorKind_t kind) {
   }
 }
 
-const char* KindName(ccCompressorKind_t kind) {
+const char* KindName(int kind) {
   switch (kind) {
     case ccCompressCast16: return "cast16";
     case ccCompressQuant: return "quant";
@@ -127,7 +127,7 @@ const char* KindName(ccCompressorKind_t kind) {
 
 const CompressorParamInfo* ParamInfoTable() { return kParams; }
 
-const CompressorParamInfo* FindParam(ccCompressorParam_t param) {
+const CompressorParamInfo* FindParam(int param) {
   for (const CompressorParamInfo* p = kParams; p->name; ++p) {
     if (p->param == param) return p;
   }

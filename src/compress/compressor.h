@@ -19,9 +19,10 @@ struct CompressorParamInfo {
   unsigned kinds;         // bit set of KindBit()
 };
 
-unsigned KindBit(ccCompressorKind_t kind);
-const char* KindName(ccCompressorKind_t kind);
-const CompressorParamInfo* FindParam(ccCompressorParam_t param);
+// Kinds and parameters are looked up by their raw integer values, so invalid ones are found, not undefined.
+unsigned KindBit(int kind);
+const char* KindName(int kind);
+const CompressorParamInfo* FindParam(int param);
 const CompressorParamInfo* FindParamByName(const std::string& name);
 // Every parameter row; ends with a row whose name is nullptr.
 const CompressorParamInfo* ParamInfoTable();

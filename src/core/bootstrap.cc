@@ -311,7 +311,7 @@ ccResult_t BootstrapSession::AllGather(const std::string& mine, std::vector<std:
   }
   Deadline deadline = DeadlineIn(timeoutMs_);
   if (fd_ < 0) {
-    CC_CHECK(Connect(id_.root, deadline, &fd_));
+    CC_CHECK(Connect(id_.root, deadline, &fd_, cancel_));
     HelloHeader hello{};
     hello.magic = kBootstrapMagic;
     hello.version = kBootstrapVersion;
@@ -319,18 +319,18 @@ ccResult_t BootstrapSession::AllGather(const std::string& mine, std::vector<std:
     hello.rank = rank_;
     hello.nranks = nranks_;
     hello.infoLen = static_cast<uint32_t>(mine.size());
-    CC_CHECK(SendAll(fd_, &hello, sizeof(hello), deadline, "the bootstrap hello"));
+    CC_CHECK(SendAll(fd_, &hello, sizeof(hello), deadline, "the bootstrap hello", cancel_));
   } else {
     RoundHeader h{kBootstrapMagic, static_cast<uint32_t>(mine.size())};
-    CC_CHECK(SendAll(fd_, &h, sizeof(h), deadline, "a bootstrap round"));
+    CC_CHECK(SendAll(fd_, &h, sizeof(h), deadline, "a bootstrap round", cancel_));
   }
-  CC_CHECK(SendAll(fd_, mine.data(), mine.size(), deadline, "a bootstrap blob"));
+  CC_CHECK(SendAll(fd_, mine.data(), mine.size(), deadline, "a bootstrap blob", cancel_));
   return ReceiveAll(all, deadline);
 }
 
 ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline deadline) {
   ReplyHeader reply{};
-  ccResult_t r = RecvAll(fd_, &reply, sizeof(reply), deadline, "the bootstrap reply");
+  ccResult_t r = RecvAll(fd_, &reply, sizeof(reply), deadline, "the bootstrap reply", cancel_);
   if (r != ccSuccess) {
     return Fail(r, "rank %d of %d: no answer from the bootstrap root %s (%s); did every rank start?", rank_, nranks_,
                 ToString(id_.root).c_str(), LastError().c_str());
@@ -346,10 +346,10 @@ ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline 
   all->assign(nranks_, std::string());
   for (int i = 0; i < nranks_; ++i) {
     uint32_t len = 0;
-    CC_CHECK(RecvAll(fd_, &len, sizeof(len), deadline, "the bootstrap reply"));
+    CC_CHECK(RecvAll(fd_, &len, sizeof(len), deadline, "the bootstrap reply", cancel_));
     if (len > kMaxRankInfoBytes) return Fail(ccRemoteError, "bootstrap reply record %d is %u bytes", i, len);
     (*all)[i].resize(len);
-    CC_CHECK(RecvAll(fd_, &(*all)[i][0], len, deadline, "the bootstrap reply"));
+    CC_CHECK(RecvAll(fd_, &(*all)[i][0], len, deadline, "the bootstrap reply", cancel_));
   }
   return ccSuccess;
 }

@@ -43,8 +43,10 @@ ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out);
 // connection, every rank the same number of times. Destroying the session tells the root this rank is done.
 class BootstrapSession {
  public:
-  BootstrapSession(const UniqueIdContent& id, int rank, int nranks, int timeoutMs)
-      : id_(id), rank_(rank), nranks_(nranks), timeoutMs_(timeoutMs) {}
+  // cancel (may be null): when it becomes true, a pending AllGather gives up within ~50 ms (ccCommAbort).
+  BootstrapSession(const UniqueIdContent& id, int rank, int nranks, int timeoutMs,
+                   const std::atomic<bool>* cancel = nullptr)
+      : id_(id), rank_(rank), nranks_(nranks), timeoutMs_(timeoutMs), cancel_(cancel) {}
   ~BootstrapSession();
   BootstrapSession(const BootstrapSession&) = delete;
   BootstrapSession& operator=(const BootstrapSession&) = delete;
@@ -58,6 +60,7 @@ class BootstrapSession {
   int rank_;
   int nranks_;
   int timeoutMs_;
+  const std::atomic<bool>* cancel_;
   int fd_ = -1;
 };
 

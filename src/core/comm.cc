@@ -161,7 +161,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   CC_CHECK(LocalTransport::Create(key, rank, n, &local));
 
   // Round 1: who is where.
-  BootstrapSession session(content, rank, n, comm->config.timeoutMs);
+  BootstrapSession session(content, rank, n, comm->config.timeoutMs, &comm->aborting);
   RankInfo info{};
   std::memcpy(info.processToken, ProcessToken(), sizeof(info.processToken));
   info.pid = getpid();
@@ -250,7 +250,7 @@ Inflight::~Inflight() {
 ccResult_t Inflight::Send(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
   *req = nullptr;
   CC_CHECK(comm_->peers[peer]->Isend(peer, buf, bytes, tag, req));
-  open_.push_back(*req);
+  open_.insert(*req);
   comm_->bytesSent.fetch_add(bytes, std::memory_order_relaxed);
   return ccSuccess;
 }
@@ -258,7 +258,7 @@ ccResult_t Inflight::Send(int peer, const void* buf, size_t bytes, uint64_t tag,
 ccResult_t Inflight::Recv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
   *req = nullptr;
   CC_CHECK(comm_->peers[peer]->Irecv(peer, buf, bytes, tag, req));
-  open_.push_back(*req);
+  open_.insert(*req);
   comm_->bytesReceived.fetch_add(bytes, std::memory_order_relaxed);
   return ccSuccess;
 }
@@ -267,19 +267,13 @@ ccResult_t Inflight::Wait(Request** req) {
   Request* r = *req;
   if (r == nullptr) return ccSuccess;
   *req = nullptr;
-  for (size_t i = 0; i < open_.size(); ++i) {
-    if (open_[i] == r) {
-      open_[i] = open_.back();
-      open_.pop_back();
-      break;
-    }
-  }
+  open_.erase(r);
   return r->owner->Wait(r, comm_->config.timeoutMs);
 }
 
 ccResult_t Inflight::WaitAll() {
   while (!open_.empty()) {
-    Request* r = open_.back();
+    Request* r = *open_.begin();
     CC_CHECK(Wait(&r));
   }
   return ccSuccess;

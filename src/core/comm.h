@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "ccoll.h"
@@ -52,6 +53,7 @@ struct ccComm {
   uint64_t seq = 0;  // collectives started on this rank; the high bits of every tag
 
   std::atomic<int> asyncError{ccSuccess};
+  std::atomic<bool> aborting{false};  // set by ccCommAbort: a running non-blocking init gives up
   std::thread initThread;
   std::atomic<int> activeCalls{0};
 
@@ -98,7 +100,7 @@ class Inflight {
 
  private:
   ccComm* comm_;
-  std::vector<Request*> open_;
+  std::unordered_set<Request*> open_;  // O(1) removal: schedules may hold many sends open at once
 };
 
 class CommUse {

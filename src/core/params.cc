@@ -97,8 +97,7 @@ int64_t ParamInt(const char* name) {
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto it = cache.ints.find(name);
   if (it != cache.ints.end()) return it->second;
-  int64_t value = 0;
-  ParseSize(def->defaultValue, &value);
+  int64_t value = std::strtoll(def->defaultValue, nullptr, 10);  // defaults are plain integers, maybe negative
   const char* env = std::getenv(name);
   if (env != nullptr) {
     errno = 0;

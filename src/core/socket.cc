@@ -67,6 +67,14 @@ bool MatchesIfname(const std::string& spec, const char* name) {
   return exclude ? !hit : hit;
 }
 
+// Milliseconds to block in one poll: up to the deadline, but short enough to notice a cancel request.
+int PollSlice(Deadline deadline, const std::atomic<bool>* cancel) {
+  int ms = RemainingMs(deadline);
+  return cancel != nullptr && ms > 50 ? 50 : ms;
+}
+
+bool Cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(); }
+
 void SetNoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -160,7 +168,7 @@ ccResult_t Listen(SocketAddress* addr, int* fd) {
   return ccSuccess;
 }
 
-ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd) {
+ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd, const std::atomic<bool>* cancel) {
   sockaddr_storage ss;
   socklen_t len = ToSockaddr(addr, &ss);
   int delayMs = 1;
@@ -179,6 +187,7 @@ ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd) {
       return Fail(ccSystemError, "cannot connect to the bootstrap root %s: %s", ToString(addr).c_str(),
                   std::strerror(err));
     }
+    if (Cancelled(cancel)) return Fail(ccRemoteError, "aborted while connecting to %s", ToString(addr).c_str());
     if (Clock::now() >= deadline) {
       return Fail(ccTimeout, "timed out connecting to the bootstrap root %s (last error: %s)",
                   ToString(addr).c_str(), std::strerror(err));
@@ -188,11 +197,14 @@ ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd) {
   }
 }
 
-ccResult_t SendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const char* what) {
+ccResult_t SendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const char* what,
+                   const std::atomic<bool>* cancel) {
   const char* p = static_cast<const char*>(buf);
   while (bytes > 0) {
+    if (Cancelled(cancel)) return Fail(ccRemoteError, "aborted while sending %s", what);
     pollfd pfd{fd, POLLOUT, 0};
-    int r = poll(&pfd, 1, RemainingMs(deadline));
+    int r = poll(&pfd, 1, PollSlice(deadline, cancel));
+    if (r == 0 && Clock::now() < deadline) continue;
     if (r == 0) return Fail(ccTimeout, "timed out sending %s", what);
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -209,11 +221,14 @@ ccResult_t SendAll(int fd, const void* buf, size_t bytes, Deadline deadline, con
   return ccSuccess;
 }
 
-ccResult_t RecvAll(int fd, void* buf, size_t bytes, Deadline deadline, const char* what) {
+ccResult_t RecvAll(int fd, void* buf, size_t bytes, Deadline deadline, const char* what,
+                   const std::atomic<bool>* cancel) {
   char* p = static_cast<char*>(buf);
   while (bytes > 0) {
+    if (Cancelled(cancel)) return Fail(ccRemoteError, "aborted while receiving %s", what);
     pollfd pfd{fd, POLLIN, 0};
-    int r = poll(&pfd, 1, RemainingMs(deadline));
+    int r = poll(&pfd, 1, PollSlice(deadline, cancel));
+    if (r == 0 && Clock::now() < deadline) continue;
     if (r == 0) return Fail(ccTimeout, "timed out receiving %s", what);
     if (r < 0) {
       if (errno == EINTR) continue;

@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -38,10 +39,13 @@ ccResult_t ChooseBootstrapAddress(SocketAddress* out);
 // Opens a listening socket on `addr` (port 0 picks a free port; the chosen port is written back).
 ccResult_t Listen(SocketAddress* addr, int* fd);
 // Connects to `addr`, retrying refused connections until the deadline (the listener may not be up yet).
-ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd);
+// Every blocking helper also gives up (ccRemoteError) soon after *cancel becomes true, when cancel is given.
+ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd, const std::atomic<bool>* cancel = nullptr);
 // Sends / receives exactly `bytes` bytes before the deadline.
-ccResult_t SendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const char* what);
-ccResult_t RecvAll(int fd, void* buf, size_t bytes, Deadline deadline, const char* what);
+ccResult_t SendAll(int fd, const void* buf, size_t bytes, Deadline deadline, const char* what,
+                   const std::atomic<bool>* cancel = nullptr);
+ccResult_t RecvAll(int fd, void* buf, size_t bytes, Deadline deadline, const char* what,
+                   const std::atomic<bool>* cancel = nullptr);
 void CloseFd(int fd);
 
 }  // namespace ccoll
