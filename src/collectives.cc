@@ -100,6 +100,10 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes op sum or avg, not %s (rank %d)", fn,
                   ccoll::RedOpName(op), rank);
     }
+    if (c.compressor->boundCount != 0 && c.compressor->boundCount != c.count) {
+      return Fail(ccInvalidUsage, "%s: the compressor is bound to a bucket of %zu elements but count is %zu (use one "
+                  "compressor per bucket) on rank %d", fn, c.compressor->boundCount, c.count, rank);
+    }
   }
   if (ccoll::IsDevicePointer(c.send) || ccoll::IsDevicePointer(c.recv)) {
     return Fail(ccInvalidUsage, "%s: device buffers need the CUDA backend, which this version does not have yet "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <vector>
 
@@ -197,6 +198,17 @@ ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
   return RingAllReduce(comm, m);
 }
 
+bool AllFinite(const float* x, size_t n) {
+  uint32_t worst = 0;  // the largest magnitude bit pattern; NaN and Inf are those from 0x7f800000 up
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    u &= 0x7fffffffu;
+    worst = u > worst ? u : worst;
+  }
+  return worst < 0x7f800000u;
+}
+
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
@@ -222,10 +234,16 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   }
   const size_t packed = PackedCount(count, chunk, chosen);
   std::vector<float>& staging = c->staging;  // grows to the packed size once, then is reused
-  staging.resize(packed);
+  // randk may not pick the chunk holding a rank's NaN or Inf. One extra element carries "this rank saw a non-finite
+  // value" through the same all-reduce, so every rank learns it and poisons the whole result alike. (topk needs no
+  // flag: a non-finite chunk has an infinite norm and is always picked.)
+  const bool flag = c->kind == ccCompressRandk;
+  staging.resize(packed + (flag ? 1 : 0));
   GatherChunks(x, count, chunk, chosen, staging.data());
+  if (flag) staging[packed] = AllFinite(input, count) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
-  CC_CHECK(RunCodec(comm, c, *codec, staging.data(), packed));
+  CC_CHECK(RunCodec(comm, c, *codec, staging.data(), staging.size()));
+  const bool poisoned = flag && !std::isfinite(staging[packed]);
   float scale = 1.0f;
   if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
     scale = static_cast<float>(static_cast<double>(chunks) / static_cast<double>(keep));
@@ -235,8 +253,12 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
     for (size_t i = 0; i < packed; ++i) staging[i] *= scale;
   }
   float* out = static_cast<float*>(a.recv);
-  std::fill(out, out + count, 0.0f);
-  ScatterChunks(staging.data(), count, chunk, chosen, out);
+  if (poisoned) {
+    std::fill(out, out + count, std::numeric_limits<float>::quiet_NaN());
+  } else {
+    std::fill(out, out + count, 0.0f);
+    ScatterChunks(staging.data(), count, chunk, chosen, out);
+  }
   if (ef) {
     // What was sent leaves the memory; what was not stays for the next call. Non-finite leftovers are dropped so
     // one bad gradient cannot poison every later call.
@@ -255,12 +277,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
 }  // namespace
 
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
-  if (c->boundCount == 0) {
-    c->boundCount = a.count;
-  } else if (c->boundCount != a.count) {
-    return Fail(ccInvalidUsage, "ccAllReduce: the compressor is bound to a bucket of %zu elements but count is %zu "
-                "(use one compressor per bucket) on rank %d", c->boundCount, a.count, comm->rank);
-  }
+  c->boundCount = a.count;  // the entry point refused any other count once bound
   CodecCall call;
   call.rank = comm->rank;
   call.nranks = comm->nranks;

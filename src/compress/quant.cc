@@ -167,11 +167,11 @@ class QuantCodec : public Codec {
 
   // The agreed scale of a homomorphic group: max |x| (or the clip point); +inf when non-finite.
   float ScaleOf(const float* v, size_t n) const {
-    float m = MaxAbs(v, n);
+    float m = FlushTinyScale(MaxAbs(v, n));
     if (clipK_ <= 0.0f) return m;
     float sq = 0.0f;
     for (size_t i = 0; i < n; ++i) sq += v[i] * v[i];
-    return GroupScale(m, std::sqrt(sq / static_cast<float>(n)), clipK_);
+    return FlushTinyScale(GroupScale(m, std::sqrt(sq / static_cast<float>(n)), clipK_));
   }
 
   size_t EncodeLanes(const float* local, size_t off, size_t len, void* wireOut) {

@@ -21,13 +21,15 @@
 namespace ccoll {
 namespace {
 
-// Sign-flips 32 consecutive floats by the bits of one random word.
-CC_INLINE void FlipSigns32(const float* in, float* out, uint32_t word) {
+// out = in * (+f or -f) for 32 consecutive floats, the signs from the bits of one random word.
+CC_INLINE void SignScale32(const float* in, float* out, uint32_t word, float f) {
   for (int t = 0; t < 32; ++t) {
     uint32_t u;
-    std::memcpy(&u, in + t, 4);
+    std::memcpy(&u, &f, 4);
     u ^= ((word >> t) & 1u) << 31;
-    std::memcpy(out + t, &u, 4);
+    float g;
+    std::memcpy(&g, &u, 4);
+    out[t] = in[t] * g;
   }
 }
 
@@ -82,12 +84,15 @@ CC_INLINE void Wht(float* x, size_t n) {
   }
 }
 
-CC_INLINE void ApplySigns(const float* in, float* out, size_t len, uint64_t base, uint32_t key) {
+// out = D in * f: the random signs of global elements base.., and a scale.
+CC_INLINE void ApplySigns(const float* in, float* out, size_t len, uint64_t base, uint32_t key, float f) {
   if (len >= 32 && base % 32 == 0) {
-    for (size_t j = 0; j < len; j += 32) FlipSigns32(in + j, out + j, RandomWord(key, static_cast<uint32_t>((base + j) >> 5)));
+    for (size_t j = 0; j < len; j += 32) {
+      SignScale32(in + j, out + j, RandomWord(key, static_cast<uint32_t>((base + j) >> 5)), f);
+    }
     return;
   }
-  for (size_t j = 0; j < len; ++j) out[j] = SignBit(key, base + j) ? -in[j] : in[j];
+  for (size_t j = 0; j < len; ++j) out[j] = in[j] * (SignBit(key, base + j) ? -f : f);
 }
 
 // On the bit patterns with the sign cleared, integer order is float order, and NaN and infinity are the patterns
@@ -117,10 +122,10 @@ CC_INLINE float RmsInline(const float* v, size_t n) {
 // elements. kStratified: rank r of n uses (r + u) / n. The loop has no branches, so it vectorizes.
 template <bool kStratified>
 CC_INLINE void QuantizeDithered(const float* v, size_t n, float inv, float shift, uint32_t levels, uint64_t index0,
-                             uint32_t key, float rank, float invRanks, uint16_t* codes) {
+                             uint32_t key, int rank, int nranks, uint16_t* codes) {
   auto dither = [&](uint32_t bits16) {
     float u = DitherFromBits(bits16);
-    return kStratified ? (rank + u) * invRanks : u;
+    return kStratified ? StratifiedDither(u, rank, nranks) : u;
   };
   const uint32_t i0 = static_cast<uint32_t>(index0);
   size_t i = 0;
@@ -153,22 +158,23 @@ CC_INLINE void QuantizeInline(const float* v, size_t n, float s, uint32_t levels
   if (rule.rounding == 0) {
     for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint16_t>(QuantizeCode(v[i], inv, shift, levels, 0.5f));
   } else if (rule.rounding == 2) {
-    QuantizeDithered<true>(v, n, inv, shift, levels, index0, rule.sharedKey, static_cast<float>(rule.rank),
-                           1.0f / static_cast<float>(rule.nranks), codes);
+    QuantizeDithered<true>(v, n, inv, shift, levels, index0, rule.sharedKey, rule.rank, rule.nranks, codes);
   } else {
-    QuantizeDithered<false>(v, n, inv, shift, levels, index0, rule.key, 0.0f, 1.0f, codes);
+    QuantizeDithered<false>(v, n, inv, shift, levels, index0, rule.key, 0, 1, codes);
   }
 }
 
 }  // namespace
 
-// The block walks below are ForEachRotationBlock written out: a lambda would be compiled for the baseline target
-// only, outside the AVX2 clone.
+// The rotation is orthonormal on every block (H D / sqrt(len)), so blocks of different lengths (the tail of a
+// count that is not a multiple of the block) keep the same magnitudes and can share a scale group. The block walks
+// below are ForEachRotationBlock written out: a lambda would be compiled for the baseline target only, outside the
+// AVX2 clone.
 CC_HOT void RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey) {
   for (size_t off = 0; off < count;) {
     size_t len = block;
     while (len > count - off) len >>= 1;
-    ApplySigns(in + off, out + off, len, off, signKey);
+    ApplySigns(in + off, out + off, len, off, signKey, 1.0f / std::sqrt(static_cast<float>(len)));
     Wht(out + off, len);
     off += len;
   }
@@ -180,9 +186,7 @@ CC_HOT void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey
     while (len > count - off) len >>= 1;
     float* p = x + off;
     Wht(p, len);
-    const float f = scale / static_cast<float>(len);
-    for (size_t j = 0; j < len; ++j) p[j] *= f;
-    ApplySigns(p, p, len, off, signKey);
+    ApplySigns(p, p, len, off, signKey, scale / std::sqrt(static_cast<float>(len)));
     off += len;
   }
 }
@@ -257,7 +261,7 @@ CC_HOT size_t EncodeRequantSlice(const float* v, size_t len, uint64_t index0, si
   for (size_t g = 0; g < groups; ++g) {
     size_t begin = g * group, n = len - begin < group ? len - begin : group;
     float m = MaxAbsInline(v + begin, n);
-    float s = RoundScaleUp(clipK > 0.0f ? GroupScale(m, RmsInline(v + begin, n), clipK) : m, format);
+    float s = RoundScaleUp(FlushTinyScale(clipK > 0.0f ? GroupScale(m, RmsInline(v + begin, n), clipK) : m), format);
     StoreScale(scales + g * sb, s, format);
     s = LoadScale(scales + g * sb, format);  // exactly what the decoder will read
     QuantizeInline(v + begin, n, s, levels, index0 + begin, rule, codes + begin);

@@ -11,14 +11,14 @@
 
 namespace ccoll {
 
-// out = rotate(in) over blocks of `block` (tail in smaller powers of two): random signs then an unnormalized
-// Walsh-Hadamard transform. in may equal out.
+// out = rotate(in) over blocks of `block` (tail in smaller powers of two): H D x / sqrt(len) per block (random
+// signs, then the Walsh-Hadamard transform). in may equal out.
 void RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey);
-// The inverse: x = signs(H x) * scale / blockLength per block (scale folds the average in).
+// The inverse: x = D H x * scale / sqrt(len) per block (scale folds the average in).
 void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale);
 
 // How dithers are drawn. rounding: 0 nearest, 1 stochastic (per-rank stream `key`), 2 correlated (the shared
-// stream, stratified: rank r of n uses (r + u) / n).
+// stream, stratified: see StratifiedDither).
 struct DitherRule {
   int rounding = 1;
   uint32_t key = 0;

@@ -35,6 +35,11 @@ CC_HD void GridOf(float s, uint32_t levels, float* step, float* invStep) {
   *invStep = s > 0.0f ? static_cast<float>(levels) / (2.0f * s) : 0.0f;
 }
 
+// Scales below this are flushed to zero: the grid's inverse step L / (2s) would overflow float for them. Values
+// that small (denormals and their neighbours) then decode to exact zeros, an absolute error below 1e-30.
+constexpr float kMinScale = 1e-30f;
+CC_HD float FlushTinyScale(float s) { return s < kMinScale ? 0.0f : s; }
+
 // Rounds a positive scale up to the next value representable in `format`, so |x| <= stored scale still holds.
 // Non-finite scales stay non-finite (the group then decodes to non-finite values on every rank).
 CC_HD float RoundScaleUp(float s, ScaleFormat format) {
@@ -81,10 +86,13 @@ CC_HD float LoadScale(const void* src, ScaleFormat format) {
   return s;
 }
 
-// Correlated (stratified) rounding: rank r of n uses (r + U) / n with U shared by all ranks, so the n dithers of
-// an element cover (0,1) evenly and the rounding errors of the sum cancel far better than independent ones.
+// Correlated (stratified) rounding: rank r of n uses frac(V + r/n) with V uniform and shared by all ranks. The n
+// dithers of an element are evenly spread over (0,1), so the rounding errors of the sum largely cancel, and each
+// rank's dither alone is still uniform (a random cyclic shift of the strata), so every rank's rounding, and the
+// sum, stay unbiased.
 CC_HD float StratifiedDither(float shared, int rank, int nranks) {
-  return (static_cast<float>(rank) + shared) / static_cast<float>(nranks);
+  float t = shared + static_cast<float>(rank) / static_cast<float>(nranks);
+  return t >= 1.0f ? t - 1.0f : t;
 }
 
 // Scale of a group from its max |x| and (for clipping) its RMS: min(max, k * rms) when k > 0.
