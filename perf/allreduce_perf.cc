@@ -86,10 +86,26 @@ class CcollAllReducer : public ccperf::AllReducer {
  public:
   // sideBytes, when set, returns the part of ccCommGetStats' bytesSent that is not the benchmark's own (the side
   // channel's, when it runs on the same communicator).
+  // comp: a compressor made from the -z spec (null: exact). A compressor is one bucket's state, so every size gets a
+  // fresh one, made at its first (warmup) call.
   CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<uint64_t()> sideBytes)
-      : comm_(comm), comp_(comp), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)), sideBytes_(std::move(sideBytes)) {}
+      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)),
+        sideBytes_(std::move(sideBytes)) {}
+  ~CcollAllReducer() override { ccCompressorDestroy(comp_); }
 
   bool Run(const void* send, void* recv, size_t count) override {
+    if (comp_ != nullptr && count != bucket_) {
+      if (bucket_ != 0) {
+        ccCompressorDestroy(comp_);
+        comp_ = nullptr;
+        ccResult_t c = ccCompressorCreateFromString(&comp_, spec_.c_str());
+        if (c != ccSuccess) {
+          error_ = Failure("ccCompressorCreateFromString", c, nullptr);
+          return false;
+        }
+      }
+      bucket_ = count;
+    }
     ccResult_t r = ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, nullptr);
     if (r == ccSuccess) return true;
     error_ = Failure("ccAllReduce", r, comm_);
@@ -107,6 +123,8 @@ class CcollAllReducer : public ccperf::AllReducer {
  private:
   ccComm_t comm_;
   ccCompressor_t comp_;
+  std::string spec_;
+  size_t bucket_ = 0;  // the count comp_ serves (0: not used yet)
   ccDataType_t dtype_;
   ccRedOp_t op_;
   std::function<uint64_t()> sideBytes_;
@@ -172,8 +190,10 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
   if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
   report.Line("time: us per all-reduce, mean of -n iterations timed on rank 0 between barriers, after -w warmup "
               "iterations at each size; algbw = size / time (logical bytes); busbw = algbw * 2(n-1)/n");
-  report.Line("wirebits: bits each rank sent per element (ccCommGetStats bytesSent, mean over ranks); error: vNMSE "
-              "vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance");
+  report.Line("wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats, mean "
+              "over ranks) * 8 / (count * 2(n-1)/n): 32 for the exact float ring, the compressed width for a codec");
+  report.Line("error: vNMSE vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance (exact), "
+              "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
 }
 
 // Everything after the communicator exists: codec, header, the benchmark, teardown. Takes ownership of comm.
@@ -201,15 +221,12 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   setup.exactCheck = comp == nullptr;
   setup.ranksShareProcess = launch == Launch::kThreads;
   setup.program = kProgram;
-  CcollAllReducer reducer(comm, comp, o, std::move(sideBytes));
-  int code = ccperf::RunAllReduceBench(setup, group, reducer, rank == 0 ? &report : nullptr);
-
-  ccResult_t r = ccCompressorDestroy(comp);
-  if (r != ccSuccess) {
-    std::fprintf(stderr, "%s: rank %d: %s\n", kProgram, rank, Failure("ccCompressorDestroy", r, nullptr).c_str());
-    code = 1;
+  int code;
+  {
+    CcollAllReducer reducer(comm, comp, o, std::move(sideBytes));  // owns comp (and each size's successor) from here
+    code = ccperf::RunAllReduceBench(setup, group, reducer, rank == 0 ? &report : nullptr);
   }
-  r = ccCommDestroy(comm);
+  ccResult_t r = ccCommDestroy(comm);
   if (r != ccSuccess) {
     std::fprintf(stderr, "%s: rank %d: %s\n", kProgram, rank, Failure("ccCommDestroy", r, nullptr).c_str());
     code = 1;

@@ -43,6 +43,7 @@ class RankRun {
     spec_.dtype = o_.dtype;
     spec_.op = o_.op;
     spec_.seed = o_.seed;
+    spec_.dist = o_.dist == "corr" ? Dist::kCorr : o_.dist == "heavy" ? Dist::kHeavy : Dist::kIid;
     es_ = Info(o_.dtype).size;
     guard_ = kGuardBytes / es_;
   }
@@ -154,12 +155,18 @@ class RankRun {
     const double seconds = (t1 - t0) / o_.iters;
     row.algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
     row.busbw = row.algbw * 2.0 * (n - 1) / n;
+    // Bits on the wire per element and per transmission: a rank's bytes sent, divided by the 2(n-1)/n elements a
+    // ring all-reduce sends per element. The exact ring gives the datatype's width (32 for float), a codec its
+    // compressed width (metadata included).
     const double eltBits = 8.0 * es_;
+    const double traffic = n > 1 ? 2.0 * (n - 1) / n : 1.0;
     if (wire[1] == static_cast<uint64_t>(n)) {
-      row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) / (static_cast<double>(o_.iters) * count) : 0;
+      row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) /
+                                 (static_cast<double>(o_.iters) * static_cast<double>(count) * traffic)
+                           : 0;
     } else {
-      row.wirebitsMeasured = false;  // nominal: what a ring moves per element
-      row.wirebits = eltBits * 2.0 * (n - 1) / n;
+      row.wirebitsMeasured = false;  // nominal: the datatype's width
+      row.wirebits = eltBits;
     }
 
     if (o_.check && !Check(count, bytes, out, &row)) return false;

@@ -47,6 +47,9 @@ void PrintUsage(const ProgramInfo& prog, FILE* f) {
                "  -I, --inplace <0|1>        1: sendbuff == recvbuff (timed iterations reduce the previous result,\n"
                "                             as in nccl-tests; the check starts from fresh inputs); default 0\n"
                "  -S, --seed <n>             seed of the deterministic inputs; default %llu\n"
+               "  -D, --dist <d>             float inputs: iid (independent N(0,1) per rank), corr (g + 0.5 noise_r,\n"
+               "                             shared g), heavy (corr, every 4096-element block scaled by exp(N(0,1.5^2)),\n"
+               "                             0.01%% outliers x100); default iid\n"
                "  -J, --json <file>          also write the rows as a JSON array of objects\n"
                "  -h, --help                 this text\n",
                static_cast<unsigned long long>(Options().seed));
@@ -95,6 +98,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
       {"algo", required_argument, nullptr, 'a'},       {"codec", required_argument, nullptr, 'z'},
       {"nthreads", required_argument, nullptr, 't'},   {"inplace", required_argument, nullptr, 'I'},
       {"seed", required_argument, nullptr, 'S'},       {"json", required_argument, nullptr, 'J'},
+      {"dist", required_argument, nullptr, 'D'},
       {"help", no_argument, nullptr, 'h'},             {nullptr, 0, nullptr, 0}};
   auto fail = [&](const char* what, const char* value) {
     if (speak) {
@@ -107,7 +111,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
   opterr = speak ? 1 : 0;
   int c;
   long v;
-  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:h", kLong, nullptr)) != -1) {
     switch (c) {
       case 'b':
         if (!ParseBytes(optarg, &opts->minBytes)) return fail("-b (minbytes)", optarg);
@@ -167,6 +171,10 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
       }
       case 'J':
         opts->jsonPath = optarg;
+        break;
+      case 'D':
+        opts->dist = optarg;
+        if (opts->dist != "iid" && opts->dist != "corr" && opts->dist != "heavy") return fail("-D (dist)", optarg);
         break;
       case 'h':
         if (speak) PrintUsage(prog, stdout);

@@ -24,6 +24,7 @@ struct Options {
   bool threadsGiven = false;  // -t was on the command line (allreduce_perf: thread ranks even under a launcher)
   bool inplace = false;
   uint64_t seed = 0x5eedu;
+  std::string dist = "iid";   // -D: input distribution of float data (iid, corr, heavy)
   std::string jsonPath;       // empty: no JSON
 };
 

@@ -47,7 +47,18 @@ inline Value Input(const InputSpec& spec, uint64_t seedMix, int rank, size_t ind
     default: break;
   }
   double x = Gaussianish(h);
-  if (spec.op == Op::kProd) x = 1.0 + x / 16.0;
+  if (spec.op == Op::kProd) {
+    x = 1.0 + x / 16.0;
+  } else if (spec.dist != Dist::kIid) {
+    // Rank -1 keys the values every rank shares: the common gradient, block scales and outlier positions.
+    const uint64_t shared = Mix(Key(seedMix, (1 << 20) - 1, index));
+    x = Gaussianish(shared) + 0.5 * x;
+    if (spec.dist == Dist::kHeavy) {
+      const uint64_t block = Mix(Key(seedMix, (1 << 20) - 2, index / 4096));
+      x *= std::exp(1.5 * Gaussianish(block));
+      if (Mix(shared ^ 0x0123456789abcdefull) % 10000 == 0) x *= 100.0;
+    }
+  }
   switch (spec.dtype) {
     case DType::kFloat32: v.f = static_cast<float>(x); break;
     case DType::kFloat16: v.f = HalfBitsToFloat(FloatToHalfBits(static_cast<float>(x))); break;

@@ -10,15 +10,20 @@
 
 namespace ccperf {
 
+// Float input distributions (-D). Integers and products always use the iid rules.
+enum class Dist { kIid, kCorr, kHeavy };
+
 struct InputSpec {
   DType dtype = DType::kFloat32;
   Op op = Op::kSum;
   uint64_t seed = 0;
+  Dist dist = Dist::kIid;
 };
 
 // Writes rank `rank`'s inputs for elements [0, count) into buf. Floats are N(0, 1)-like (Irwin-Hall of four
 // uniforms, |x| < 3.5), or 1 + x/16 for prod so that products stay near 1; integers are in [-100, 100], or [-2, 2]
-// for prod.
+// for prod. With Dist::kCorr a float is g + 0.5 noise_r (g shared by all ranks, like gradients of replicas); with
+// kHeavy that, times exp(N(0, 1.5^2)) shared per 4096-element block, and 0.01% of elements (shared) times 100.
 void FillInput(const InputSpec& spec, int rank, void* buf, size_t count);
 
 // Fills elements [begin, end) of buf with a value no correct all-reduce produces from FillInput's inputs (NaN for

@@ -35,7 +35,7 @@ class Codec {
   // plus error feedback). Fills `meta` with the values all ranks must agree on, reduced with MetaOp.
   virtual void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) = 0;
   virtual ccRedOp_t MetaOp() const { return ccMax; }
-  virtual void SetMeta(const std::vector<float>& agreed) {}
+  virtual void SetMeta(const std::vector<float>& /*agreed*/) {}
 
   // Adds this rank's slice [off, off+len) of `work` to the nin (0..2) partial results in flight; returns the
   // bytes of the message to pass on (HopBytes).
