@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "api_guard.h"
 #include "ccoll.h"
 #include "collectives/algo.h"
 #include "collectives/compressed.h"
@@ -147,7 +148,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
 
 ccResult_t Run(ccComm* comm, const Call& c) {
   const char* fn = KindName(c.kind);
-  try {
+  return ccoll::Guarded(fn, [&]() -> ccResult_t {
     ccoll::CommUse use(comm);
     if (comm == nullptr) return Fail(ccInvalidArgument, "%s: comm is NULL", fn);
     if (!use.ok()) {
@@ -180,13 +181,7 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     }
     comm->collectives.fetch_add(1, std::memory_order_relaxed);
     return ccSuccess;
-  } catch (const std::bad_alloc&) {
-    return Fail(ccSystemError, "%s: out of memory", fn);
-  } catch (const std::exception& e) {
-    return Fail(ccInternalError, "%s: unexpected exception: %s", fn, e.what());
-  } catch (...) {
-    return Fail(ccInternalError, "%s: unexpected exception", fn);
-  }
+  });
 }
 
 }  // namespace

@@ -7,12 +7,14 @@
 #include <string>
 #include <unordered_set>
 
+#include "api_guard.h"
 #include "ccoll.h"
 #include "compress/compressor.h"
 #include "core/error.h"
 #include "raw_enum.h"
 
 using ccoll::Fail;
+using ccoll::Guarded;
 
 namespace ccoll {
 
@@ -134,17 +136,6 @@ ccResult_t Publish(ccCompressor* c, ccCompressor_t* out) {
   ccoll::Live().insert(c);
   *out = c;
   return ccSuccess;
-}
-
-template <typename Body>
-ccResult_t Guarded(const char* fn, Body&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return Fail(ccSystemError, "%s: out of memory", fn);
-  } catch (const std::exception& e) {
-    return Fail(ccInternalError, "%s: unexpected exception: %s", fn, e.what());
-  }
 }
 
 }  // namespace

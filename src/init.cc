@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "api_guard.h"
 #include "ccoll.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
@@ -14,22 +15,9 @@
 #include "core/socket.h"
 
 using ccoll::Fail;
+using ccoll::Guarded;
 
 namespace {
-
-// Runs an API body, mapping any exception escaping it to a result code (no exception crosses the C boundary).
-template <typename Body>
-ccResult_t Guarded(const char* fn, Body&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return Fail(ccSystemError, "%s: out of memory", fn);
-  } catch (const std::exception& e) {
-    return Fail(ccInternalError, "%s: unexpected exception: %s", fn, e.what());
-  } catch (...) {
-    return Fail(ccInternalError, "%s: unexpected exception", fn);
-  }
-}
 
 void DeleteComm(ccComm* comm) {
   ccoll::UnregisterComm(comm);

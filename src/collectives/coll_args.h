@@ -34,4 +34,21 @@ inline size_t PartOffset(size_t n, int parts, int i) {
 }
 inline size_t PartSize(size_t n, int parts, int i) { return n / parts + (static_cast<size_t>(i) < n % parts ? 1 : 0); }
 
+inline int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Round `round` of chunk `chunk` (of `nchunks` near-equal chunks of `total` elements), in slices of sliceElems:
+// the elements it covers, clipped to the chunk (count 0 when the chunk is shorter).
+struct Slice {
+  size_t offset;  // element offset in the buffer
+  size_t count;
+};
+
+inline Slice ChunkSlice(size_t total, int nchunks, int chunk, size_t round, size_t sliceElems) {
+  size_t off = PartOffset(total, nchunks, chunk);
+  size_t size = PartSize(total, nchunks, chunk);
+  size_t begin = round * sliceElems < size ? round * sliceElems : size;
+  size_t end = begin + sliceElems < size ? begin + sliceElems : size;
+  return Slice{off + begin, end - begin};
+}
+
 }  // namespace ccoll

@@ -19,21 +19,6 @@
 namespace ccoll {
 namespace {
 
-int Mod(int a, int n) { return ((a % n) + n) % n; }
-
-struct Slice {
-  size_t offset;
-  size_t count;
-};
-
-Slice ChunkSlice(size_t total, int nchunks, int chunk, size_t round, size_t sliceElems) {
-  size_t off = PartOffset(total, nchunks, chunk);
-  size_t size = PartSize(total, nchunks, chunk);
-  size_t begin = std::min(size, round * sliceElems);
-  size_t end = std::min(size, begin + sliceElems);
-  return Slice{off + begin, end - begin};
-}
-
 // The ring with a codec. `work` holds this rank's (prepared) data and ends holding the decoded result, identical
 // on every rank. `wire` has four slots of `slot` bytes: two for arriving messages, two for leaving ones.
 ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count, char* wire, size_t slot) {

@@ -10,22 +10,6 @@
 namespace ccoll {
 namespace {
 
-int Mod(int a, int n) { return ((a % n) + n) % n; }
-
-// Elements [begin, end) of chunk c's round k, clipped to the chunk.
-struct Slice {
-  size_t offset;  // element offset in the buffer
-  size_t count;
-};
-
-Slice ChunkSlice(size_t total, int nchunks, int chunk, size_t round, size_t sliceElems) {
-  size_t off = PartOffset(total, nchunks, chunk);
-  size_t size = PartSize(total, nchunks, chunk);
-  size_t begin = std::min(size, round * sliceElems);
-  size_t end = std::min(size, begin + sliceElems);
-  return Slice{off + begin, end - begin};
-}
-
 void CopyIfApart(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
 }
