@@ -187,6 +187,27 @@ void OtherCollectives(ccComm_t comm, size_t count) {
   }
 }
 
+// Compressed all-reduce across processes: every rank ends with the same bytes, and the error is that of the codec
+// (loose sanity bounds; the tight bounds live in test_compression).
+void CompressedCase(ccComm_t comm, const char* spec, double bound) {
+  const size_t count = (1u << 16) + 7;
+  std::vector<float> in(count), out(count);
+  for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(Input(gRank, i, ccSum, ccFloat32, 99));
+  ccCompressor_t c = nullptr;
+  bool ok = ccCompressorCreateFromString(&c, spec) == ccSuccess;
+  ok = ok && ccAllReduce(in.data(), out.data(), count, ccFloat32, ccAvg, c, comm, nullptr) == ccSuccess;
+  double num = 0, den = 0;
+  for (size_t i = 0; ok && i < count; ++i) {
+    double mag, ref = Reference(i, ccAvg, ccFloat32, 99, &mag);
+    num += (out[i] - ref) * (out[i] - ref);
+    den += ref * ref;
+  }
+  ccCompressorDestroy(c);
+  bool same = SameOnAllRanks(out.data(), count * sizeof(float));
+  Report(ok && same && num <= bound * den, std::string("compressed ") + spec + ": vNMSE " + std::to_string(num / den) +
+                                               (same ? "" : ", ranks differ") + " " + ccGetLastError(comm));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,6 +241,12 @@ int main(int argc, char** argv) {
     if (algo == ccAlgoRing) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{1023}, size_t{(1 << 18) + 1}}) OtherCollectives(comm, count);
     }
+    CompressedCase(comm, "cast16", 1e-4);
+    CompressedCase(comm, "quant:bits=8,mode=homomorphic", 1e-3);
+    CompressedCase(comm, "quant:bits=4,mode=homomorphic,rounding=correlated", 0.1);
+    CompressedCase(comm, "quant:bits=4,mode=requant,group=32", 0.1);
+    CompressedCase(comm, "topk:density=0.5", 1.0);
+    CompressedCase(comm, "randk:density=0.5", 1.0);
     ccCommStats_t stats;
     stats.size = sizeof(stats);
     Report(ccCommGetStats(comm, &stats) == ccSuccess && (gRanks == 1 || stats.bytesSent > 0), "stats");
