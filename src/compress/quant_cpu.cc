@@ -123,9 +123,10 @@ CC_INLINE float RmsInline(const float* v, size_t n) {
 template <bool kStratified>
 CC_INLINE void QuantizeDithered(const float* v, size_t n, float inv, float shift, uint32_t levels, uint64_t index0,
                              uint32_t key, int rank, int nranks, uint16_t* codes) {
+  const float shift_r = StratumShift(rank, nranks);  // once, not per element
   auto dither = [&](uint32_t bits16) {
     float u = DitherFromBits(bits16);
-    return kStratified ? StratifiedDither(u, rank, nranks) : u;
+    return kStratified ? StratifiedDither(u, shift_r) : u;
   };
   const uint32_t i0 = static_cast<uint32_t>(index0);
   size_t i = 0;

@@ -90,9 +90,10 @@ CC_HD float LoadScale(const void* src, ScaleFormat format) {
 // dithers of an element are evenly spread over (0,1), so the rounding errors of the sum largely cancel, and each
 // rank's dither alone is still uniform (a random cyclic shift of the strata), so every rank's rounding, and the
 // sum, stay unbiased.
-CC_HD float StratifiedDither(float shared, int rank, int nranks) {
-  float t = shared + static_cast<float>(rank) / static_cast<float>(nranks);
-  return t >= 1.0f ? t - 1.0f : t;
+CC_HD float StratumShift(int rank, int nranks) { return static_cast<float>(rank) / static_cast<float>(nranks); }
+CC_HD float StratifiedDither(float shared, float stratumShift) {
+  float t = shared + stratumShift;  // in (0, 2)
+  return t - std::floor(t);         // frac(t), without a branch (the loop around it must vectorize)
 }
 
 // Scale of a group from its max |x| and (for clipping) its RMS: min(max, k * rms) when k > 0.
