@@ -1,5 +1,6 @@
 #include "transport/ucx.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
@@ -66,6 +67,7 @@ struct UcxTransport::Impl {
   std::vector<std::unique_ptr<PeerCtx>> peerCtx;
   std::vector<ucs_status_t> peerStatus;  // set by the error handler when a peer fails
   std::vector<char> peerMode;            // 1 where the endpoint has UCP_ERR_HANDLING_MODE_PEER
+  int efd = -1;                          // the worker's event fd: Wait sleeps on it once spinning stops paying
   bool failed = false;                   // a wait failed: peers may be gone, do not wait for them at the end
   std::atomic<bool> aborted{false};
   std::mutex reasonMutex;
@@ -163,7 +165,7 @@ ccResult_t UcxTransport::Create(int rank, int nranks, std::unique_ptr<UcxTranspo
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_config_read failed: %s", rank, ucs_status_string(st));
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   st = ucp_init(&params, config, &impl->context);
   ucp_config_release(config);
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_init failed: %s", rank, ucs_status_string(st));
@@ -178,6 +180,7 @@ ccResult_t UcxTransport::Create(int rank, int nranks, std::unique_ptr<UcxTranspo
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_worker_get_address failed: %s", rank, ucs_status_string(st));
   impl->address.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(impl->worker, addr);
+  if (ucp_worker_get_efd(impl->worker, &impl->efd) != UCS_OK) impl->efd = -1;  // then Wait only spins and yields
   out->reset(new UcxTransport(std::move(impl)));
   return ccSuccess;
 }
@@ -323,9 +326,11 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
     if (ucp_worker_progress(m.worker) != 0) {
       idle = 0;
     } else if (++idle > 64) {
-      // Nothing moved for a while: let the other ranks on this machine's cores run instead of spinning.
-      if (idle > (1 << 30)) {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      // Nothing moved for a while. Sleep until UCX has an event (so a peer that needs this core gets it at once,
+      // not after our timeslice), waking at least every millisecond to check abort, peer failure and the deadline.
+      if (m.efd >= 0 && ucp_worker_arm(m.worker) == UCS_OK) {
+        pollfd pfd{m.efd, POLLIN, 0};
+        poll(&pfd, 1, 1);
       } else {
         sched_yield();
       }
