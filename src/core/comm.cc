@@ -196,7 +196,9 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 #ifdef CCOLL_HAVE_UCX
     // Round 2: UCX worker addresses, then endpoints to every peer that UCX serves.
     std::unique_ptr<UcxTransport> ucx;
-    CC_CHECK(UcxTransport::Create(rank, n, &ucx));
+    UcxOptions options;
+    if (!ForeignEnvIsSet("UCX_RNDV_THRESH")) options.rndvThresh = ParamString("CC_UCX_RNDV_THRESH");
+    CC_CHECK(UcxTransport::Create(rank, n, options, &ucx));
     CC_CHECK(session.AllGather(ucx->Address(), &all));
     std::vector<int> remote;
     std::vector<bool> peerErrors;

@@ -29,6 +29,9 @@ std::string ParamString(const char* name);
 // True when the variable is set in the environment (even to a malformed value).
 bool ParamIsSet(const char* name);
 
+// True when a variable that is not ccoll's (UCX_*, ...) is set: ccoll never overrides what the user set.
+bool ForeignEnvIsSet(const char* name);
+
 // Prints every parameter with type, default, current value and doc.
 void PrintParams(FILE* out);
 

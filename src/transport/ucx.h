@@ -12,10 +12,15 @@
 
 namespace ccoll {
 
+// UCX settings ccoll chooses (only where the user left UCX's own variable unset).
+struct UcxOptions {
+  std::string rndvThresh;  // UCX RNDV_THRESH; empty: UCX's default
+};
+
 class UcxTransport : public Transport {
  public:
   // Creates the worker; Address() is then what peers need to connect.
-  static ccResult_t Create(int rank, int nranks, std::unique_ptr<UcxTransport>* out);
+  static ccResult_t Create(int rank, int nranks, const UcxOptions& options, std::unique_ptr<UcxTransport>* out);
   ~UcxTransport() override;
 
   const std::string& Address() const;
