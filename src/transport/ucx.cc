@@ -303,6 +303,7 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeoutMs);
   int idle = 0;
+  Clock::time_point idleSince = start;
   while (r->handle != nullptr) {
     ucs_status_t st;
     ucp_tag_recv_info_t info{};
@@ -344,10 +345,14 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
     }
     if (ucp_worker_progress(m.worker) != 0) {
       idle = 0;
-    } else if (++idle > 64) {
-      // Nothing moved for a while. Sleep until UCX has an event (so a peer that needs this core gets it at once,
-      // not after our timeslice), waking at least every millisecond to check abort, peer failure and the deadline.
-      if (m.efd >= 0 && ucp_worker_arm(m.worker) == UCS_OK) {
+    } else if (++idle == 1) {
+      idleSince = Clock::now();
+    } else if (idle > 64) {
+      // Nothing moved for a while: yield (a peer on this core may be the one we wait for), and after 50 us of that
+      // sleep until UCX has an event, so a descheduled peer gets the core at once instead of after our timeslice.
+      // The sleep ends at least every millisecond to check abort, peer failure and the deadline.
+      if (m.efd >= 0 && Clock::now() - idleSince > std::chrono::microseconds(50) &&
+          ucp_worker_arm(m.worker) == UCS_OK) {
         pollfd pfd{m.efd, POLLIN, 0};
         poll(&pfd, 1, 1);
       } else {
