@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "compress/hadamard.h"
+#include "compress/quant_cpu.h"
 #include "rank_harness.h"
 
 using cctest::Group;
@@ -1043,4 +1045,27 @@ TEST_CASE("denormal inputs and a huge outlier give finite results, identical on 
     }
   }
   WARN(report);
+}
+
+// The CPU driver's rotation (vectorized, runtime-dispatched) against the host/device reference definition in
+// compress/hadamard.h, byte for byte: the CUDA kernels will be held to the same reference.
+TEST_CASE("the CPU rotation equals the host/device reference rotation byte for byte", "[rotation]") {
+  for (size_t count : {size_t{1}, size_t{33}, size_t{1000}, size_t{4096}, size_t{7919}}) {
+    for (size_t block : {size_t{64}, size_t{1024}}) {
+      std::vector<float> x(count), ref(count), got(count);
+      for (size_t i = 0; i < count; ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f + 0.01f * i;
+      const uint32_t key = ccoll::StreamKey(7, 3, ~0u, ccoll::kPurposeRotation);
+      ref = x;
+      ccoll::ForEachRotationBlock(count, block,
+                                  [&](size_t off, size_t len) { ccoll::RotateBlock(ref.data() + off, len, off, key); });
+      ccoll::RotateForward(x.data(), got.data(), count, block, key);
+      CAPTURE(count, block);
+      CHECK(std::memcmp(ref.data(), got.data(), count * sizeof(float)) == 0);
+      ccoll::ForEachRotationBlock(count, block, [&](size_t off, size_t len) {
+        ccoll::UnrotateBlock(ref.data() + off, len, off, key, 0.25f);
+      });
+      ccoll::RotateInverse(got.data(), count, block, key, 0.25f);
+      CHECK(std::memcmp(ref.data(), got.data(), count * sizeof(float)) == 0);
+    }
+  }
 }

@@ -1,4 +1,5 @@
-// Randomized Hadamard rotation: x <- H D x / sqrt(B) on blocks of B = 2^k elements (D: random signs shared by all
+// Randomized Hadamard rotation, the reference definition (host/device element math; the CPU driver in
+// quant_cpu.cc and the CUDA kernels must produce the same bytes): x <- H D x / sqrt(B) on blocks of B = 2^k elements (D: random signs shared by all
 // ranks, H: the Walsh-Hadamard matrix). It is orthonormal, so it preserves norms and the sum of rotated vectors is
 // the rotation of the sum; it spreads outliers over the block, which makes per-group scales tight. The inverse is
 // x <- D H x / sqrt(B). A buffer whose length is not a multiple of B ends in smaller power-of-two blocks (down to
@@ -41,23 +42,19 @@ CC_HD void ForEachRotationBlock(size_t count, size_t block, Fn&& fn) {
   }
 }
 
-// Forward rotation of one block starting at global element `base` (signs are indexed globally).
+// Forward rotation of one block starting at global element `base` (signs are indexed globally): each element is
+// multiplied by +-1/sqrt(len), then transformed. This order of operations is the contract.
 CC_HD void RotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey) {
-  for (size_t j = 0; j < len; ++j) {
-    if (SignBit(signKey, base + j)) x[j] = -x[j];
-  }
+  const float f = 1.0f / std::sqrt(static_cast<float>(len));
+  for (size_t j = 0; j < len; ++j) x[j] = x[j] * (SignBit(signKey, base + j) ? -f : f);
   Fwht(x, len);
-  float norm = 1.0f / std::sqrt(static_cast<float>(len));
-  for (size_t j = 0; j < len; ++j) x[j] *= norm;
 }
 
-CC_HD void UnrotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey) {
+// The inverse, with `scale` folded in (the average's 1/n): transform, then multiply by +-scale/sqrt(len).
+CC_HD void UnrotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey, float scale) {
   Fwht(x, len);
-  float norm = 1.0f / std::sqrt(static_cast<float>(len));
-  for (size_t j = 0; j < len; ++j) {
-    float v = x[j] * norm;
-    x[j] = SignBit(signKey, base + j) ? -v : v;
-  }
+  const float f = scale / std::sqrt(static_cast<float>(len));
+  for (size_t j = 0; j < len; ++j) x[j] = x[j] * (SignBit(signKey, base + j) ? -f : f);
 }
 
 }  // namespace ccoll
