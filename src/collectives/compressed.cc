@@ -11,6 +11,7 @@
 #include "collectives/ring.h"
 #include "compress/codecs.h"
 #include "compress/compressor.h"
+#include "compress/quant_cpu.h"
 #include "compress/rng.h"
 #include "compress/sparse.h"
 #include "core/comm.h"
@@ -183,17 +184,6 @@ ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
   return RingAllReduce(comm, m);
 }
 
-bool AllFinite(const float* x, size_t n) {
-  uint32_t worst = 0;  // the largest magnitude bit pattern; NaN and Inf are those from 0x7f800000 up
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, x + i, 4);
-    u &= 0x7fffffffu;
-    worst = u > worst ? u : worst;
-  }
-  return worst < 0x7f800000u;
-}
-
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
@@ -225,7 +215,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   const bool flag = c->kind == ccCompressRandk;
   staging.resize(packed + (flag ? 1 : 0));
   GatherChunks(x, count, chunk, chosen, staging.data());
-  if (flag) staging[packed] = AllFinite(input, count) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  if (flag) staging[packed] = std::isfinite(MaxAbs(input, count)) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
   CC_CHECK(RunCodec(comm, c, *codec, staging.data(), staging.size()));
   const bool poisoned = flag && !std::isfinite(staging[packed]);

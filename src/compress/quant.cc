@@ -87,7 +87,7 @@ class QuantCodec : public Codec {
     meta->resize(groups);
     for (size_t g = 0; g < groups; ++g) {
       size_t begin = g * group_, n = begin + group_ < count ? group_ : count - begin;
-      (*meta)[g] = ScaleOf(work + begin, n);
+      (*meta)[g] = GroupScaleOf(work + begin, n, clipK_);
     }
   }
 
@@ -163,15 +163,6 @@ class QuantCodec : public Codec {
     rule.rank = rank_;
     rule.nranks = nranks_;
     return rule;
-  }
-
-  // The agreed scale of a homomorphic group: max |x| (or the clip point); +inf when non-finite.
-  float ScaleOf(const float* v, size_t n) const {
-    float m = FlushTinyScale(MaxAbs(v, n));
-    if (clipK_ <= 0.0f) return m;
-    float sq = 0.0f;
-    for (size_t i = 0; i < n; ++i) sq += v[i] * v[i];
-    return FlushTinyScale(GroupScale(m, std::sqrt(sq / static_cast<float>(n)), clipK_));
   }
 
   size_t EncodeLanes(const float* local, size_t off, size_t len, void* wireOut) {

@@ -215,6 +215,15 @@ CC_HOT void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey
 
 CC_HOT float MaxAbs(const float* v, size_t n) { return MaxAbsInline(v, n); }
 
+namespace {
+CC_INLINE float GroupScaleInline(const float* v, size_t n, float clipK) {
+  float m = MaxAbsInline(v, n);
+  return FlushTinyScale(clipK > 0.0f ? GroupScale(m, RmsInline(v, n), clipK) : m);
+}
+}  // namespace
+
+CC_HOT float GroupScaleOf(const float* v, size_t n, float clipK) { return GroupScaleInline(v, n, clipK); }
+
 CC_INLINE size_t PackCodesInline(const uint16_t* codes, size_t n, int bits, void* out) {
   uint8_t* o = static_cast<uint8_t*>(out);
   size_t i = 0;
@@ -282,8 +291,7 @@ CC_HOT size_t EncodeRequantSlice(const float* v, size_t len, uint64_t index0, si
   const int sb = ScaleBytes(format);
   for (size_t g = 0; g < groups; ++g) {
     size_t begin = g * group, n = len - begin < group ? len - begin : group;
-    float m = MaxAbsInline(v + begin, n);
-    float s = RoundScaleUp(FlushTinyScale(clipK > 0.0f ? GroupScale(m, RmsInline(v + begin, n), clipK) : m), format);
+    float s = RoundScaleUp(GroupScaleInline(v + begin, n, clipK), format);
     StoreScale(scales + g * sb, s, format);
     s = LoadScale(scales + g * sb, format);  // exactly what the decoder will read
     QuantizeInline(v + begin, n, s, levels, index0 + begin, rule, codes + begin);

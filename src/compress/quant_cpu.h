@@ -29,6 +29,9 @@ struct DitherRule {
 
 // Max |v| over n values; +inf when any value is non-finite (so the scale, and every decode, stays non-finite).
 float MaxAbs(const float* v, size_t n);
+// The scale of a group: max |v|, or the clip point clipK * rms when smaller (clipK > 0), flushed to zero below
+// kMinScale; +inf when non-finite. Homomorphic agreed scales and requant message scales both come from here.
+float GroupScaleOf(const float* v, size_t n, float clipK);
 
 // Packs n codes of `bits` (1..16) bits into a little-endian bit stream (returns the bytes written), and back.
 size_t PackCodes(const uint16_t* codes, size_t n, int bits, void* out);
