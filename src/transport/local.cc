@@ -158,57 +158,44 @@ bool LocalTransport::PeerPresent(int peer) const {
   return box->present;
 }
 
-ccResult_t LocalTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
+// Posts a send (isSend) or a receive. Both sides match in the mailbox of the receiving rank: the new request takes
+// the first opposite request with its tag from the queue of its peer pair, or waits in its own queue.
+ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
   if (group_->aborted.load()) return AbortedError();
   auto* r = new LocalRequest();
   r->owner = this;
-  r->isSend = true;
-  r->self = rank_;
-  r->peer = peer;
-  r->tag = tag;
-  r->buf = const_cast<void*>(buf);
-  r->bytes = bytes;
-  Mailbox* box = group_->boxes[peer].get();
-  LocalRequest* match = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(box->mutex);
-    match = TakeMatch(&box->postedRecvs[rank_], tag);
-    if (match == nullptr) {
-      box->unmatchedSends[rank_].push_back(r);
-    } else {
-      r->state = State::kCopying;
-      match->state = State::kCopying;
-    }
-  }
-  if (match != nullptr) Complete(box, r, match);
-  *req = r;
-  return ccSuccess;
-}
-
-ccResult_t LocalTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
-  if (group_->aborted.load()) return AbortedError();
-  auto* r = new LocalRequest();
-  r->owner = this;
+  r->isSend = isSend;
   r->self = rank_;
   r->peer = peer;
   r->tag = tag;
   r->buf = buf;
   r->bytes = bytes;
-  Mailbox* box = group_->boxes[rank_].get();
+  const int receiver = isSend ? peer : rank_, sender = isSend ? rank_ : peer;
+  Mailbox* box = group_->boxes[receiver].get();
+  auto& opposite = isSend ? box->postedRecvs[sender] : box->unmatchedSends[sender];
+  auto& mine = isSend ? box->unmatchedSends[sender] : box->postedRecvs[sender];
   LocalRequest* match = nullptr;
   {
     std::lock_guard<std::mutex> lock(box->mutex);
-    match = TakeMatch(&box->unmatchedSends[peer], tag);
+    match = TakeMatch(&opposite, tag);
     if (match == nullptr) {
-      box->postedRecvs[peer].push_back(r);
+      mine.push_back(r);
     } else {
       r->state = State::kCopying;
       match->state = State::kCopying;
     }
   }
-  if (match != nullptr) Complete(box, match, r);
+  if (match != nullptr) Complete(box, isSend ? r : match, isSend ? match : r);
   *req = r;
   return ccSuccess;
+}
+
+ccResult_t LocalTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
+  return Post(true, peer, const_cast<void*>(buf), bytes, tag, req);
+}
+
+ccResult_t LocalTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
+  return Post(false, peer, buf, bytes, tag, req);
 }
 
 ccResult_t LocalTransport::Wait(Request* request, int timeoutMs) {

@@ -29,6 +29,7 @@ class LocalTransport : public Transport {
 
  private:
   ccResult_t AbortedError();
+  ccResult_t Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, Request** req);
   LocalTransport(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
   std::shared_ptr<LocalGroup> group_;
   int rank_;
