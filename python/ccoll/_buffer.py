@@ -1,0 +1,84 @@
+"""Turns a numpy array or a torch tensor into what a ccoll collective takes: pointer, element count, ccDataType_t.
+
+No copies: the collective reads and writes the caller's memory, so buffers must be C-contiguous (and writable
+where they receive). torch is never imported here; a tensor can only exist if the caller imported torch.
+"""
+
+import sys
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 2, 4, 6, 7, 8, 9
+
+_NUMPY_DTYPES = {
+    np.dtype(np.int32): INT32,
+    np.dtype(np.int64): INT64,
+    np.dtype(np.float16): FLOAT16,
+    np.dtype(np.float32): FLOAT32,
+    np.dtype(np.float64): FLOAT64,
+}
+
+DTYPE_NAMES = {INT32: "int32", INT64: "int64", FLOAT16: "float16", FLOAT32: "float32", FLOAT64: "float64",
+               BFLOAT16: "bfloat16"}
+
+
+class Buffer:
+    """A view of the caller's memory: ptr (int), count (elements), dtype (ccDataType_t), the object itself."""
+
+    __slots__ = ("obj", "ptr", "count", "dtype", "is_torch", "stream")
+
+    def __init__(self, obj, ptr, count, dtype, is_torch, stream):
+        self.obj, self.ptr, self.count, self.dtype, self.is_torch, self.stream = obj, ptr, count, dtype, is_torch, stream
+
+
+def _torch_dtypes(torch):
+    return {torch.int32: INT32, torch.int64: INT64, torch.float16: FLOAT16, torch.float32: FLOAT32,
+            torch.float64: FLOAT64, torch.bfloat16: BFLOAT16}
+
+
+def _torch_module():
+    return sys.modules.get("torch")
+
+
+def is_tensor(obj):
+    torch = _torch_module()
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def view(obj, what, writable):
+    """Describes obj (numpy.ndarray or torch.Tensor) for a collective; `what` names it in error messages."""
+    if isinstance(obj, np.ndarray):
+        dtype = _NUMPY_DTYPES.get(obj.dtype)
+        if dtype is None:
+            raise InvalidArgumentError("%s: numpy dtype %s is not supported by ccoll (int32, int64, float16, float32, "
+                                       "float64)" % (what, obj.dtype))
+        if not obj.flags.c_contiguous:
+            raise InvalidArgumentError("%s: the array is not C-contiguous (ccoll reads and writes it in place; pass "
+                                       "numpy.ascontiguousarray(x))" % what)
+        if writable and not obj.flags.writeable:
+            raise InvalidArgumentError("%s: the array is read-only but receives the result" % what)
+        return Buffer(obj, obj.ctypes.data, obj.size, dtype, False, None)
+    torch = _torch_module()
+    if torch is not None and isinstance(obj, torch.Tensor):
+        dtype = _torch_dtypes(torch).get(obj.dtype)
+        if dtype is None:
+            raise InvalidArgumentError("%s: torch dtype %s is not supported by ccoll (int32, int64, float16, bfloat16, "
+                                       "float32, float64)" % (what, obj.dtype))
+        if not obj.is_contiguous():
+            raise InvalidArgumentError("%s: the tensor is not contiguous (ccoll reads and writes it in place; pass "
+                                       "x.contiguous())" % what)
+        stream = None
+        if obj.device.type == "cuda":
+            # Stream-ordered like NCCL: the collective runs after the work already queued on the current stream.
+            stream = torch.cuda.current_stream(obj.device).cuda_stream
+        return Buffer(obj, obj.data_ptr(), obj.numel(), dtype, True, stream)
+    raise InvalidArgumentError("%s: expected a numpy.ndarray or a torch.Tensor, got %s" % (what, type(obj).__name__))
+
+
+def empty_like(buf, shape):
+    """A new, uninitialized buffer of buf's kind, dtype and device with the given shape."""
+    if buf.is_torch:
+        return _torch_module().empty(shape, dtype=buf.obj.dtype, device=buf.obj.device)
+    return np.empty(shape, dtype=buf.obj.dtype)

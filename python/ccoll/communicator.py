@@ -1,0 +1,230 @@
+"""Communicator: one rank's view of a group, and the collectives on numpy arrays and torch tensors."""
+
+import ctypes
+
+from . import _buffer
+from ._library import CC_UNIQUE_ID_BYTES, CommStats, UniqueId, lib, new_config
+from .errors import InvalidArgumentError, check
+
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
+TRANSPORTS = {"auto": 0, "local": 1, "ucx": 2, "nccl": 3}
+
+
+def _enum(value, names, what):
+    if isinstance(value, str):
+        try:
+            return names[value.lower()]
+        except KeyError:
+            raise InvalidArgumentError("%s \"%s\" is not one of %s" % (what, value, ", ".join(names))) from None
+    return int(value)
+
+
+def get_unique_id():
+    """ccGetUniqueId: a new group's id (128 bytes). Starts the bootstrap root in this process, which must stay alive
+    until every rank has joined. Call it on one rank and hand the bytes to the others."""
+    uid = UniqueId()
+    check(lib.ccGetUniqueId(ctypes.byref(uid)))
+    return ctypes.string_at(ctypes.addressof(uid), CC_UNIQUE_ID_BYTES)
+
+
+def _unique_id(value):
+    value = bytes(value)
+    if len(value) != CC_UNIQUE_ID_BYTES:
+        raise InvalidArgumentError("unique_id has %d bytes; a ccUniqueId has %d" % (len(value), CC_UNIQUE_ID_BYTES))
+    uid = UniqueId()
+    ctypes.memmove(ctypes.addressof(uid), value, CC_UNIQUE_ID_BYTES)
+    return uid
+
+
+def _config(timeout_ms, algorithm, transport):
+    """A ccConfig_t with only the given fields set, or None when none is (then the environment and defaults apply)."""
+    if timeout_ms is None and algorithm is None and transport is None:
+        return None
+    config = new_config()
+    if timeout_ms is not None:
+        config.timeoutMs = int(timeout_ms)
+    if algorithm is not None:
+        config.algorithm = _enum(algorithm, ALGORITHMS, "algorithm")
+    if transport is not None:
+        config.transport = _enum(transport, TRANSPORTS, "transport")
+    return config
+
+
+# Per process and store prefix: the n-th from_store call of every rank uses the n-th key, so a group can be made
+# more than once from one store without a rank reading an older group's id.
+_store_calls = {}
+
+
+class Communicator:
+    """ccComm_t. Collective to create: every rank of the group constructs its own, with the same id and nranks.
+
+    Use it from one thread at a time. Free it with destroy() (or a `with` block); a `with` block that exits by an
+    exception aborts it instead, so that peers blocked in a collective fail instead of waiting for this rank.
+    """
+
+    def __init__(self, nranks, unique_id, rank, timeout_ms=None, algorithm=None, transport=None):
+        uid = _unique_id(unique_id)
+        config = _config(timeout_ms, algorithm, transport)
+        handle = ctypes.c_void_p()
+        if config is None:
+            check(lib.ccCommInitRank(ctypes.byref(handle), int(nranks), uid, int(rank)))
+        else:
+            check(lib.ccCommInitRankConfig(ctypes.byref(handle), int(nranks), uid, int(rank), ctypes.byref(config)))
+        self._adopt(handle)
+
+    @classmethod
+    def from_env(cls, timeout_ms=None, algorithm=None, transport=None):
+        """ccCommInitFromEnv: rank, size and root address from CC_RANK, CC_NRANKS, CC_ROOT (and CC_SECRET)."""
+        config = _config(timeout_ms, algorithm, transport)
+        handle = ctypes.c_void_p()
+        check(lib.ccCommInitFromEnv(ctypes.byref(handle), ctypes.byref(config) if config is not None else None))
+        self = cls.__new__(cls)
+        self._adopt(handle)
+        return self
+
+    @classmethod
+    def from_store(cls, store, rank, nranks, prefix="ccoll", **kwargs):
+        """Creates the communicator through a key-value store shared by the ranks (a torch.distributed Store, or
+        anything with set(key, bytes) and a blocking get(key)): rank 0 makes the id and sets it, the others get it.
+        Every rank must call from_store the same number of times with the same prefix."""
+        n = _store_calls.get(prefix, 0)
+        _store_calls[prefix] = n + 1
+        key = "%s/%d/unique_id" % (prefix, n)
+        if rank == 0:
+            uid = get_unique_id()
+            store.set(key, uid)
+        else:
+            uid = bytes(store.get(key))
+        return cls(nranks, uid, rank, **kwargs)
+
+    def _adopt(self, handle):
+        self._handle = handle
+        count, rank = ctypes.c_int(), ctypes.c_int()
+        check(lib.ccCommCount(handle, ctypes.byref(count)), handle)
+        check(lib.ccCommUserRank(handle, ctypes.byref(rank)), handle)
+        self._size, self._rank = count.value, rank.value
+
+    # -- lifetime -------------------------------------------------------------------------------------------------
+
+    @property
+    def handle(self):
+        """The ccComm_t as an int (for other ctypes code); raises once the communicator is freed."""
+        if self._handle is None:
+            raise InvalidArgumentError("the communicator was destroyed or aborted")
+        return self._handle.value
+
+    def destroy(self):
+        """ccCommDestroy. Idempotent from Python's side."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            check(lib.ccCommDestroy(handle))
+
+    def abort(self):
+        """ccCommAbort: pending and future calls on it fail, on this rank and on the peers waiting for it."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            check(lib.ccCommAbort(handle))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.destroy()
+        else:
+            self.abort()
+        return False
+
+    def __repr__(self):
+        state = "" if self._handle is not None else ", freed"
+        return "<ccoll.Communicator rank %d of %d%s>" % (self._rank, self._size, state)
+
+    # -- queries --------------------------------------------------------------------------------------------------
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def size(self):
+        return self._size
+
+    def stats(self):
+        """ccCommGetStats as a dict: bytes_sent, bytes_received, collectives since init."""
+        s = CommStats()
+        s.size = ctypes.sizeof(CommStats)
+        h = self._live()
+        check(lib.ccCommGetStats(h, ctypes.byref(s)), h)
+        return {"bytes_sent": s.bytesSent, "bytes_received": s.bytesReceived, "collectives": s.collectives}
+
+    def async_error(self):
+        """ccCommGetAsyncError: 0 (ccSuccess), or the ccResult_t that ended the communicator."""
+        result = ctypes.c_int()
+        h = self._live()
+        check(lib.ccCommGetAsyncError(h, ctypes.byref(result)), h)
+        return result.value
+
+    def _live(self):
+        if self._handle is None:
+            raise InvalidArgumentError("the communicator was destroyed or aborted")
+        return self._handle
+
+    # -- collectives ----------------------------------------------------------------------------------------------
+
+    def _output(self, send, out, what, count):
+        """Describes `out`, which must match send's dtype and hold `count` elements."""
+        recv = _buffer.view(out, what, writable=True)
+        if recv.dtype != send.dtype:
+            raise InvalidArgumentError("%s: dtype %s differs from the input's %s" % (
+                what, _buffer.DTYPE_NAMES[recv.dtype], _buffer.DTYPE_NAMES[send.dtype]))
+        if recv.count != count:
+            raise InvalidArgumentError("%s has %d elements; %d expected" % (what, recv.count, count))
+        return recv
+
+    def all_reduce(self, x, op="sum", compressor=None, out=None):
+        """ccAllReduce of x over the group; in place unless out is given. Returns the buffer holding the result.
+
+        compressor: None for the exact all-reduce, else this bucket's ccoll.Compressor (float32, op sum or avg).
+        """
+        send = _buffer.view(x, "all_reduce", writable=out is None)
+        recv = send if out is None else self._output(send, out, "all_reduce: out", send.count)
+        comp = None if compressor is None else compressor._live()
+        h = self._live()
+        check(lib.ccAllReduce(send.ptr, recv.ptr, send.count, send.dtype, _enum(op, OPS, "op"), comp, h, send.stream),
+              h)
+        return recv.obj
+
+    def broadcast(self, x, root=0, out=None):
+        """ccBroadcast of root's x to every rank; in place unless out is given. Returns the result buffer."""
+        send = _buffer.view(x, "broadcast", writable=out is None)
+        recv = send if out is None else self._output(send, out, "broadcast: out", send.count)
+        h = self._live()
+        check(lib.ccBroadcast(send.ptr, recv.ptr, send.count, send.dtype, int(root), h, send.stream), h)
+        return recv.obj
+
+    def all_gather(self, x, out=None):
+        """ccAllGather: returns out (new if None, shape (size, *x.shape)) with rank r's x at index r."""
+        send = _buffer.view(x, "all_gather", writable=False)
+        if out is None:
+            out = _buffer.empty_like(send, (self._size,) + tuple(x.shape))
+        recv = self._output(send, out, "all_gather: out", send.count * self._size)
+        h = self._live()
+        check(lib.ccAllGather(send.ptr, recv.ptr, send.count, send.dtype, h, send.stream), h)
+        return recv.obj
+
+    def reduce_scatter(self, x, op="sum", out=None):
+        """ccReduceScatter: x holds size blocks; returns out (new if None) with the reduction of block `rank`.
+        A new out has shape x.shape[1:] when x.shape[0] == size, else (x.size // size,)."""
+        send = _buffer.view(x, "reduce_scatter", writable=False)
+        if send.count % self._size != 0:
+            raise InvalidArgumentError("reduce_scatter: %d elements do not split into %d equal blocks" % (
+                send.count, self._size))
+        count = send.count // self._size
+        if out is None:
+            shape = tuple(x.shape[1:]) if len(x.shape) > 1 and x.shape[0] == self._size else (count,)
+            out = _buffer.empty_like(send, shape)
+        recv = self._output(send, out, "reduce_scatter: out", count)
+        h = self._live()
+        check(lib.ccReduceScatter(send.ptr, recv.ptr, count, send.dtype, _enum(op, OPS, "op"), h, send.stream), h)
+        return recv.obj

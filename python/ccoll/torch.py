@@ -1,0 +1,66 @@
+"""PyTorch DistributedDataParallel communication hook that all-reduces gradient buckets through ccoll.
+
+    comm = ccoll.Communicator.from_store(store, rank, world_size)     # the store of torch.distributed
+    state = ccoll.torch.CcollHookState(comm, spec="quant:bits=4,mode=requant")
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    model.register_comm_hook(state, ccoll.torch.allreduce_hook)
+
+The hook averages each bucket over the ranks (op avg) in place and returns a completed future. float32 buckets go
+through the bucket's own compressor (it keeps that bucket's error feedback); other dtypes, and every bucket when
+spec is None, take the exact all-reduce. Works with torch 1.13 and current torch (GradBucket.buffer(); the older
+name get_tensor() is accepted too).
+"""
+
+import torch
+
+from .compressor import Compressor
+
+
+def _bucket_tensor(bucket):
+    return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+
+
+class CcollHookState:
+    """The hook's state: the communicator and one compressor per bucket index, created at the bucket's first use.
+
+    DDP rebuilds its buckets once, after the first iteration; a bucket index whose element count changes gets a new
+    compressor (its error feedback starts again). Every rank sees the same rebuild, so the ranks stay in step.
+    """
+
+    def __init__(self, comm, spec="quant:bits=4,mode=requant"):
+        self.comm = comm
+        self.spec = spec
+        self._compressors = {}  # bucket index -> (element count, Compressor)
+        if spec is not None:
+            Compressor(spec).destroy()  # a bad spec fails here, on every rank, not in the middle of backward
+
+    def compressor(self, index, numel):
+        """The compressor of bucket `index` holding `numel` elements (None when spec is None)."""
+        if self.spec is None:
+            return None
+        entry = self._compressors.get(index)
+        if entry is not None and entry[0] == numel:
+            return entry[1]
+        if entry is not None:
+            entry[1].destroy()
+        comp = Compressor(self.spec)
+        self._compressors[index] = (numel, comp)
+        return comp
+
+    def close(self):
+        """Frees the compressors (not the communicator, which the caller owns)."""
+        for _, comp in self._compressors.values():
+            comp.destroy()
+        self._compressors.clear()
+
+
+def allreduce_hook(state, bucket):
+    """DDP comm hook: bucket average over the ranks through ccoll; returns a completed Future of the bucket tensor."""
+    tensor = _bucket_tensor(bucket)
+    comp = None
+    if tensor.dtype == torch.float32:
+        comp = state.compressor(bucket.index(), tensor.numel())
+    state.comm.all_reduce(tensor, op="avg", compressor=comp)
+    fut = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
