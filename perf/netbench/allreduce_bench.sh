@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# allreduce_bench.sh: side-by-side all-reduce on a bandwidth-shaped cluster (cluster.sh), one run: ccoll exact
+# float32, ccoll exact bfloat16 (the baseline), every compressor, and OpenMPI's MPI_Allreduce float32, 4 ranks on 4
+# namespaces, float32 gradients of 1 MiB..256 MiB. Writes results/<date>.md (table), .json (rows) and .png (speedup
+# vs size per codec; perf/netbench/plot.py) and prints the table last.
+#
+#   perf/netbench/allreduce_bench.sh [BUILD_DIR]          (root; BUILD_DIR default build, a Release build)
+#
+# Environment (defaults):
+#   RATE=1gbit  NP=4  MINB=1M  MAXB=256M  FACTOR=4  ITERS=5  WARMUP=1  CHECK=1  DIST=iid  ALGO=auto
+#   CODECS="f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi"  (a subset runs only those rows)
+#   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks)
+#
+# Rows and what "size" means: size is the float32 gradient (size/4 elements). Every ccoll row but bf16 all-reduces
+# those float32 elements (-d float, with -z SPEC for a codec). The bf16 baseline all-reduces the same number of
+# elements as bfloat16 (-d bfloat16 at size/2 bytes): what a framework that keeps bf16 gradients sends. algbw is
+# size / time for every row, so "speedup vs bf16" = bf16 time / row time at the same element count.
+# powersgd runs only when the binary accepts -z powersgd:rank=4 (checked first on 2 thread ranks).
+# MPI: mpi_allreduce_perf under mpirun, one rank per namespace, --mca pml ob1 --mca btl self,tcp on eth0.
+# A row that fails is reported as failed; the others still run. Exit status 1 if any row failed or a check failed.
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+build="$(cd "${1:-$repo/build}" 2>/dev/null && pwd)" || { echo "allreduce_bench.sh: no build dir ${1:-$repo/build}" >&2; exit 2; }
+RATE="${RATE:-1gbit}" NP="${NP:-4}" MINB="${MINB:-1M}" MAXB="${MAXB:-256M}" FACTOR="${FACTOR:-4}"
+ITERS="${ITERS:-5}" WARMUP="${WARMUP:-1}" CHECK="${CHECK:-1}" DIST="${DIST:-iid}" ALGO="${ALGO:-auto}"
+CODECS="${CODECS:-f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi}"
+OUT="${OUT:-$here/results}" TAG="${TAG:-$(date -u +%Y-%m-%d_%H%M)}" CCOLL_ENV="${CCOLL_ENV:-}"
+PY=/usr/bin/python3
+
+perf_bin="$build/perf/allreduce_perf"
+mpi_bin="$build/perf/mpi_allreduce_perf"
+[[ -x "$perf_bin" ]] || { echo "allreduce_bench.sh: $perf_bin not found; build first" >&2; exit 2; }
+[[ -x "$PY" ]] || { echo "allreduce_bench.sh: $PY not found" >&2; exit 2; }
+
+to_bytes() {  # 64M -> 67108864 (1024-based, like the perf binaries)
+  local v="${1%[bB]}" m=1
+  case "$v" in
+    *[kK]) m=1024; v="${v%?}" ;;
+    *[mM]) m=$((1024 * 1024)); v="${v%?}" ;;
+    *[gG]) m=$((1024 * 1024 * 1024)); v="${v%?}" ;;
+  esac
+  echo $((v * m))
+}
+
+# Row name -> label and allreduce_perf arguments.
+declare -A label spec
+label[f32]="ccoll f32";              spec[f32]="-d float"
+label[bf16]="ccoll bf16 (baseline)"; spec[bf16]="-d bfloat16"
+label[cast16]="cast16";              spec[cast16]="-d float -z cast16"
+for b in 2 4 8; do
+  label[q${b}r]="quant ${b}b requant";     spec[q${b}r]="-d float -z quant:bits=$b,mode=requant"
+  label[q${b}h]="quant ${b}b homomorphic"; spec[q${b}h]="-d float -z quant:bits=$b,mode=homomorphic"
+done
+label[topk]="topk";                  spec[topk]="-d float -z topk"
+label[randk]="randk";                spec[randk]="-d float -z randk"
+label[powersgd]="powersgd rank 4";   spec[powersgd]="-d float -z powersgd:rank=4"
+label[mpi]="OpenMPI f32";            spec[mpi]=""
+
+mkdir -p "$OUT"
+raw="$(mktemp -d /tmp/ccoll_netbench_raw.XXXXXX)"
+echo "allreduce_bench.sh: logs and raw JSON in $raw" >&2
+
+rows=()
+for r in $CODECS; do
+  [[ -n "${label[$r]+x}" ]] || { echo "allreduce_bench.sh: unknown row '$r'" >&2; exit 2; }
+  rows+=("$r")
+done
+skipped=()
+if [[ " ${rows[*]} " == *" powersgd "* ]]; then
+  if ! "$perf_bin" -t 2 -b 64K -e 64K -n 1 -w 0 -c 0 -d float -z powersgd:rank=4 >"$raw/powersgd_probe.log" 2>&1; then
+    echo "allreduce_bench.sh: -z powersgd:rank=4 not accepted by this build: row skipped ($(grep -m1 -iE 'error|invalid|fail' "$raw/powersgd_probe.log"))" >&2
+    skipped+=("powersgd: not accepted by this build ($(grep -m1 -iE 'error|invalid|fail' "$raw/powersgd_probe.log" | cut -c1-150))")
+    rows=("${rows[@]/powersgd/}")
+  fi
+fi
+if [[ " ${rows[*]} " == *" mpi "* ]] && { [[ ! -x "$mpi_bin" ]] || ! command -v mpirun >/dev/null; }; then
+  skipped+=("mpi: $mpi_bin or mpirun missing")
+  rows=("${rows[@]/mpi/}")
+fi
+
+# shellcheck source=cluster.sh
+source "$here/cluster.sh"
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+busy() { ps -eo comm= | grep -cxE 'cc1plus|cicc|ptxas|nvcc|ld|ninja|ctest|make' || true; }  # other people's builds
+busy_start="$(busy)"
+start_time="$(date -u +%FT%TZ)"
+t_start=$SECONDS
+nb_up "$NP" "$RATE" || exit 1
+selfcheck="$(nb_selfcheck 3)" || selfcheck="?"
+
+minb="$(to_bytes "$MINB")" maxb="$(to_bytes "$MAXB")"
+failed=()
+# shellcheck disable=SC2206
+ccoll_env=($CCOLL_ENV)
+for r in "${rows[@]}"; do
+  [[ -z "$r" ]] && continue
+  json="$raw/$r.json" log="$raw/$r.log"
+  b="$minb" e="$maxb"
+  if [[ "$r" == bf16 ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
+  sizes=(-b "$b" -e "$e" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -D "$DIST" -J "$json")
+  t0=$SECONDS
+  if [[ "$r" == mpi ]]; then
+    nb_mpirun "$NP" -- "$mpi_bin" -d float -o sum "${sizes[@]}" >"$log" 2>&1
+  else
+    # shellcheck disable=SC2086
+    nb_ranks -- env "${ccoll_env[@]}" "$perf_bin" ${spec[$r]} -o sum -a "$ALGO" "${sizes[@]}" >"$log" 2>&1
+  fi
+  rc=$?
+  printf 'allreduce_bench.sh: %-24s %4d s  %s\n' "${label[$r]}" $((SECONDS - t0)) "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc, log $log)")" >&2
+  if ((rc != 0)); then
+    failed+=("$r")
+    tail -5 "$log" >&2
+  fi
+done
+nb_down
+trap - EXIT INT TERM
+load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+busy_end="$(busy)"
+elapsed=$((SECONDS - t_start))
+
+meta="$raw/meta.json"
+"$PY" - "$meta" <<PY
+import json, sys
+json.dump({
+    "tag": "$TAG", "start": "$start_time", "elapsed_s": $elapsed, "rate": "$RATE", "np": $NP,
+    "iters": $ITERS, "warmup": $WARMUP, "check": $CHECK, "dist": "$DIST", "algo": "$ALGO",
+    "selfcheck_mbit": "$selfcheck", "cores": $(nproc), "load_start": "$load_start", "load_end": "$load_end",
+    "busy_start": "$busy_start", "busy_end": "$busy_end",
+    "commit": "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)",
+    "dirty": "$(git -C "$repo" status --porcelain --untracked-files=no -- src include perf 2>/dev/null | wc -l)",
+    "build": "$build", "build_time": "$(date -u -r "$perf_bin" +%FT%TZ)", "ccoll_env": "$CCOLL_ENV", "raw": "$raw",
+    "ccoll_library": """$(grep -h -m1 '^# library:' "$raw"/f32.log "$raw"/*.log 2>/dev/null | grep -m1 ccoll | sed 's/^# library: //')""",
+    "mpi_library": """$(grep -h -m1 '^# library:' "$raw"/mpi.log 2>/dev/null | sed 's/^# library: //')""",
+    "rows": "${rows[*]}".split(),
+    "labels": {$(for r in "${rows[@]}"; do [[ -n "$r" ]] && printf '"%s": "%s", ' "$r" "${label[$r]}"; done)},
+    "specs": {$(for r in "${rows[@]}"; do [[ -n "$r" ]] && printf '"%s": "%s", ' "$r" "${spec[$r]}"; done)},
+    "skipped": $("$PY" -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "${skipped[@]}"),
+    "failed": "${failed[*]}".split(),
+}, open(sys.argv[1], "w"), indent=1)
+PY
+"$PY" "$here/report.py" "$meta" "$raw" "$OUT/$TAG" || exit 1
+"$PY" "$here/plot.py" "$OUT/$TAG.json" "$OUT/$TAG.png" >&2 || echo "allreduce_bench.sh: plot failed" >&2
+cat "$OUT/$TAG.md"
+((${#failed[@]} == 0)) || exit 1
