@@ -341,14 +341,28 @@ typedef enum {
   ccParamDensityPpm = 200,     /**< [density] topk/randk: fraction of chunks sent, in parts per million (the spec
                                     string takes a fraction, e.g. density=0.1). Default 100000. */
   ccParamChunkSize = 210,      /**< [chunk] topk/randk: elements per chunk, 1..2^24. Default 1024. */
-  ccParamErrorFeedback = 220,  /**< [ef] topk/randk: 1 keeps what was not sent and adds it to the next call.
-                                    Default 1. */
+  ccParamErrorFeedback = 220,  /**< [ef] topk/randk/powersgd: 1 keeps what was not sent (the input minus its
+                                    compressed average) and adds it to the next call. Default 1. */
   ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16); topk/randk:
-                                    ccFloat32 or ccBfloat16 for the sent values (default f32). */
+                                    ccFloat32 or ccBfloat16 for the sent values; powersgd: for P and Q (default
+                                    f32). */
   ccParamUnbiased = 240,       /**< [unbiased] randk: 1 scales sent values by 1/density (unbiased, higher
                                     variance). Default 0. */
+  ccParamRank = 300,           /**< [rank] powersgd: rank r of the approximation, 1..64 (a matrix with
+                                    min(rows, cols) < r uses min(rows, cols)). Default 4. */
+  ccParamRows = 310,           /**< [rows] powersgd: rows of the bucket seen as one row-major matrix; 0 = auto.
+                                    With cols = 0, cols = count / rows (which must divide). Default 0. */
+  ccParamCols = 311,           /**< [cols] powersgd: columns (see rows). Both 0 (auto): rows = floor(sqrt(count)),
+                                    cols = count / rows, the remainder (< rows elements) sent exactly. Default 0.
+                                    ccCompressorSetShapes (or shapes=... in a spec) gives a list of tensors instead. */
+  ccParamWarmStart = 320,      /**< [warm] powersgd: 1 starts each call's power iteration from the previous Q.
+                                    Default 1. */
+  ccParamStartIter = 330,      /**< [start] powersgd: calls before compression starts; they are exact float32
+                                    all-reduces (no error feedback). Default 0. */
+  ccParamOrthoEpsilon = 340,   /**< [eps] powersgd: Gram-Schmidt divides by norm + eps; stored in units of 1e-12
+                                    (the spec string takes a number, e.g. eps=1e-8). Default 0. */
   ccParamSeed = 900            /**< [seed] seed of the counter-based generator (rotation signs, dithers, random
-                                    chunks): the same on every rank. Default 0x5eed. */
+                                    chunks, PowerSGD's initial Q): the same on every rank. Default 0x5eed. */
 } ccCompressorParam_t;
 
 /** Values of ccParamMode. */
@@ -362,21 +376,33 @@ typedef enum {
  * one rank: its error-feedback memory and call counter. Use one compressor per bucket per rank (ranks that are
  * threads of one process need one each), with the same parameters on every rank, and pass it to every
  * ccAllReduce of that bucket; it binds to the bucket's element count at its first use. Not thread-safe: one call at
- * a time. ccCompressPowerSGD is reserved (ccInvalidUsage).
+ * a time. A PowerSGD compressor also owns the bucket's Q (warm start); it needs a BLAS in the build
+ * (ccInvalidUsage otherwise).
  */
 CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t kind);
 
 /**
  * Creates a compressor from a spec string "kind[:name=value,...]", for example "quant:bits=4,mode=requant",
- * "cast16:dtype=bf16", "topk:density=0.1,chunk=1024" or "randk:density=0.05,unbiased=1". Kinds: cast16, quant,
- * topk, randk. Names are those in brackets in ccCompressorParam_t; a malformed spec is ccInvalidArgument with a
- * sentence naming the offending part.
+ * "cast16:dtype=bf16", "topk:density=0.1,chunk=1024", "randk:density=0.05,unbiased=1" or
+ * "powersgd:rank=4,rows=4096,cols=4096". Kinds: cast16, quant, topk, randk, powersgd. Names are those in brackets
+ * in ccCompressorParam_t, plus shapes=... for powersgd: the bucket's tensors in order, '+'-separated, each ROWSxCOLS
+ * or a length N (a vector), e.g. "powersgd:rank=8,shapes=1024x512+512+10x512+10". A malformed spec is
+ * ccInvalidArgument with a sentence naming the offending part.
  */
 CC_API ccResult_t ccCompressorCreateFromString(ccCompressor_t* comp, const char* spec);
 
 /** Sets one parameter. Out-of-range values and parameters that do not apply to the kind are ccInvalidArgument.
     Changing a parameter after the first ccAllReduce resets the compressor's state (error feedback, counter). */
 CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t value);
+
+/**
+ * powersgd: describes the bucket as `ntensors` tensors laid out one after the other, tensor i a row-major
+ * rows[i] x cols[i] matrix (cols[i] = 1 for a vector). Vectors, and matrices too small to gain from rank r
+ * (r * (rows + cols) >= rows * cols), are all-reduced exactly; the others through rank-r power iteration. The sum of
+ * rows[i] * cols[i] must equal the count of every ccAllReduce with this compressor (ccInvalidUsage otherwise).
+ * ntensors = 0 clears the list (back to rows/cols). Resets the compressor's state.
+ */
+CC_API ccResult_t ccCompressorSetShapes(ccCompressor_t comp, int ntensors, const int64_t* rows, const int64_t* cols);
 
 /** Reads one parameter's current value. */
 CC_API ccResult_t ccCompressorGetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t* value);

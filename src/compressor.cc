@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "api_guard.h"
 #include "ccoll.h"
@@ -31,16 +32,18 @@ bool IsLiveCompressor(ccCompressor* c) {
 }
 
 ccResult_t NewCompressor(int kind, ccCompressor** out) {
-  if (kind == ccCompressPowerSGD) {
-    return Fail(ccInvalidUsage, "compressor kind powersgd (%d) is reserved: low-rank compression is not built yet",
-                kind);
-  }
   unsigned bit = KindBit(kind);
   if (bit == 0) {
     return Fail(ccInvalidArgument, "compressor kind %d is not a ccCompressorKind_t (cast16 %d, quant %d, topk %d, "
-                "randk %d)", kind, ccCompressCast16, ccCompressQuant, ccCompressTopkChunk,
-                ccCompressRandk);
+                "randk %d, powersgd %d)", kind, ccCompressCast16, ccCompressQuant, ccCompressTopkChunk,
+                ccCompressRandk, ccCompressPowerSGD);
   }
+#ifndef CCOLL_HAVE_BLAS
+  if (kind == ccCompressPowerSGD) {
+    return Fail(ccInvalidUsage, "compressor kind powersgd needs a BLAS, and this build of ccoll has none (configure "
+                "with a BLAS installed, e.g. libopenblas-dev)");
+  }
+#endif
   auto c = std::make_unique<ccCompressor>();
   c->kind = static_cast<ccCompressorKind_t>(kind);
   for (const CompressorParamInfo* p = ParamInfoTable(); p->name; ++p) {
@@ -90,7 +93,8 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
   else if (kindName == "randk") kind = ccCompressRandk;
   else if (kindName == "powersgd") kind = ccCompressPowerSGD;
   else {
-    return Fail(ccInvalidArgument, "%s: \"%s\": unknown compressor kind \"%s\" (cast16, quant, topk, randk)", fn, spec,
+    return Fail(ccInvalidArgument, "%s: \"%s\": unknown compressor kind \"%s\" (cast16, quant, topk, randk, powersgd)",
+                fn, spec,
                 kindName.c_str());
   }
   ccCompressor* c = nullptr;
@@ -109,6 +113,14 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
         return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not name=value", fn, spec, item.c_str());
       }
       std::string name = item.substr(0, eq), text = item.substr(eq + 1);
+      if (name == "shapes" && kind == ccCompressPowerSGD) {
+        if (!ParseShapes(text, &c->shapes)) {
+          return Fail(ccInvalidArgument, "%s: \"%s\": shapes \"%s\" is not a '+'-separated list of ROWSxCOLS or N "
+                      "(positive integers)", fn, spec, text.c_str());
+        }
+        pos = comma + 1;
+        continue;
+      }
       const CompressorParamInfo* info = FindParamByName(name);
       if (info == nullptr || !(info->kinds & KindBit(kind))) {
         return Fail(ccInvalidArgument, "%s: \"%s\": %s has no parameter \"%s\"", fn, spec, kindName.c_str(),
@@ -172,6 +184,35 @@ CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t 
                   static_cast<void*>(comp));
     }
     return ccoll::SetCompressorParam(comp, ccoll::RawEnum(param), value, "ccCompressorSetParam");
+  });
+}
+
+CC_API ccResult_t ccCompressorSetShapes(ccCompressor_t comp, int ntensors, const int64_t* rows, const int64_t* cols) {
+  return Guarded("ccCompressorSetShapes", [&]() -> ccResult_t {
+    if (comp == nullptr || !ccoll::IsLiveCompressor(comp)) {
+      return Fail(ccInvalidArgument, "ccCompressorSetShapes: comp %p is not a live compressor",
+                  static_cast<void*>(comp));
+    }
+    if (comp->kind != ccCompressPowerSGD) {
+      return Fail(ccInvalidArgument, "ccCompressorSetShapes: a %s compressor has no shapes (powersgd only)",
+                  ccoll::KindName(comp->kind));
+    }
+    if (ntensors < 0) return Fail(ccInvalidArgument, "ccCompressorSetShapes: ntensors is %d", ntensors);
+    if (ntensors > 0 && (rows == nullptr || cols == nullptr)) {
+      return Fail(ccInvalidArgument, "ccCompressorSetShapes: rows or cols is NULL but ntensors is %d", ntensors);
+    }
+    std::vector<ccoll::TensorShape> shapes(static_cast<size_t>(ntensors));
+    for (int i = 0; i < ntensors; ++i) {
+      if (rows[i] <= 0 || cols[i] <= 0 || rows[i] > (int64_t{1} << 40) || cols[i] > (int64_t{1} << 40)) {
+        return Fail(ccInvalidArgument, "ccCompressorSetShapes: tensor %d is %lld x %lld (each side 1..2^40)", i,
+                    static_cast<long long>(rows[i]), static_cast<long long>(cols[i]));
+      }
+      shapes[i].rows = rows[i];
+      shapes[i].cols = cols[i];
+    }
+    comp->shapes = std::move(shapes);
+    comp->ResetState();
+    return ccSuccess;
   });
 }
 

@@ -8,6 +8,9 @@
 
 #include "collectives/algo.h"
 #include "collectives/btree.h"
+#ifdef CCOLL_HAVE_BLAS
+#include "collectives/lowrank.h"
+#endif
 #include "collectives/ring.h"
 #include "compress/codecs.h"
 #include "compress/compressor.h"
@@ -159,19 +162,6 @@ ccResult_t CompressedTree(ccComm* comm, Codec& codec, float* work, size_t count,
   return io.WaitAll();
 }
 
-// Runs the codec over `work` with the communicator's all-reduce algorithm, sizing the compressor's wire scratch
-// once for this communicator's slices.
-ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, size_t count) {
-  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
-  const size_t slot = (codec.MaxWireBytes(sliceElems) + 63) & ~size_t{63};
-  if (c->wire.size() < 8 * slot) c->wire.assign(8 * slot, 0);
-  CollArgs shape;
-  shape.count = count;
-  shape.eltSize = sizeof(float);
-  if (ChooseAllReduceAlgo(comm, shape) == ccAlgoTree) return CompressedTree(comm, codec, work, count, c->wire.data(), slot);
-  return CompressedRing(comm, codec, work, count, c->wire.data(), slot);
-}
-
 ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
   if (meta->empty()) return ccSuccess;
   CollArgs m;
@@ -251,6 +241,19 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
 
 }  // namespace
 
+// Runs the codec over `work` with the communicator's all-reduce algorithm, sizing the compressor's wire scratch
+// once for this communicator's slices.
+ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, size_t count) {
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
+  const size_t slot = (codec.MaxWireBytes(sliceElems) + 63) & ~size_t{63};
+  if (c->wire.size() < 8 * slot) c->wire.assign(8 * slot, 0);
+  CollArgs shape;
+  shape.count = count;
+  shape.eltSize = sizeof(float);
+  if (ChooseAllReduceAlgo(comm, shape) == ccAlgoTree) return CompressedTree(comm, codec, work, count, c->wire.data(), slot);
+  return CompressedRing(comm, codec, work, count, c->wire.data(), slot);
+}
+
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
   c->boundCount = a.count;  // the entry point refused any other count once bound
   CodecCall call;
@@ -264,6 +267,9 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
     return ccSuccess;
   }
   if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) return SparseAllReduce(comm, a, c, call);
+#ifdef CCOLL_HAVE_BLAS
+  if (c->kind == ccCompressPowerSGD) return LowRankAllReduce(comm, a, c, call);
+#endif
   std::unique_ptr<Codec> codec = c->kind == ccCompressQuant
                                      ? MakeQuantCodec(*c, call)
                                      : MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);

@@ -2,15 +2,15 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
-
 namespace ccoll {
 namespace {
 
-constexpr unsigned kCast16 = 1u << 0, kQuant = 1u << 1, kTopk = 1u << 2, kRandk = 1u << 3;
+constexpr unsigned kCast16 = 1u << 0, kQuant = 1u << 1, kTopk = 1u << 2, kRandk = 1u << 3, kPowerSGD = 1u << 4;
 constexpr unsigned kSparse = kTopk | kRandk;
 
 const CompressorParamInfo kParams[] = {
@@ -25,10 +25,16 @@ const CompressorParamInfo kParams[] = {
     {ccParamGatherPayload, "gather", 0, 1, kQuant},
     {ccParamDensityPpm, "density", 1, 1000000, kSparse},
     {ccParamChunkSize, "chunk", 1, 1 << 24, kSparse},
-    {ccParamErrorFeedback, "ef", 0, 1, kSparse},
-    {ccParamValueType, "dtype", ccFloat16, ccBfloat16, kCast16 | kSparse},
+    {ccParamErrorFeedback, "ef", 0, 1, kSparse | kPowerSGD},
+    {ccParamValueType, "dtype", ccFloat16, ccBfloat16, kCast16 | kSparse | kPowerSGD},
     {ccParamUnbiased, "unbiased", 0, 1, kRandk},
-    {ccParamSeed, "seed", 0, INT64_MAX, kCast16 | kQuant | kSparse},
+    {ccParamRank, "rank", 1, 64, kPowerSGD},
+    {ccParamRows, "rows", 0, int64_t{1} << 40, kPowerSGD},
+    {ccParamCols, "cols", 0, int64_t{1} << 40, kPowerSGD},
+    {ccParamWarmStart, "warm", 0, 1, kPowerSGD},
+    {ccParamStartIter, "start", 0, INT64_MAX, kPowerSGD},
+    {ccParamOrthoEpsilon, "eps", 0, 1000000000000, kPowerSGD},
+    {ccParamSeed, "seed", 0, INT64_MAX, kCast16 | kQuant | kSparse | kPowerSGD},
     {static_cast<ccCompressorParam_t>(0), nullptr, 0, 0, 0}};
 
 }  // namespace
@@ -49,6 +55,12 @@ int64_t DefaultParamValue(ccCompressorKind_t kind, ccCompressorParam_t p) {
     case ccParamErrorFeedback: return 1;
     case ccParamValueType: return kind == ccCompressCast16 ? ccBfloat16 : ccFloat32;
     case ccParamUnbiased: return 0;
+    case ccParamRank: return 4;
+    case ccParamRows: return 0;
+    case ccParamCols: return 0;
+    case ccParamWarmStart: return 1;
+    case ccParamStartIter: return 0;
+    case ccParamOrthoEpsilon: return 0;
     case ccParamSeed: return 0x5eed;
   }
   return 0;
@@ -73,12 +85,20 @@ const ParamWord* ParamWords(ccCompressorParam_t p) {
     case ccParamGatherPayload: return gather;
     case ccParamValueType: return dtype;
     case ccParamErrorFeedback:
-    case ccParamUnbiased: return flag;
+    case ccParamUnbiased:
+    case ccParamWarmStart: return flag;
     default: return nullptr;
   }
 }
 
-bool IsFractionParam(ccCompressorParam_t p) { return p == ccParamClipPpm || p == ccParamDensityPpm; }
+double ParamTextScale(ccCompressorParam_t p) {
+  switch (p) {
+    case ccParamClipPpm:
+    case ccParamDensityPpm: return 1e6;
+    case ccParamOrthoEpsilon: return 1e12;
+    default: return 0.0;
+  }
+}
 
 bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, int64_t* out) {
   if (const ParamWord* words = ParamWords(info.param)) {
@@ -88,14 +108,16 @@ bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, i
         return true;
       }
     }
-    if (info.param != ccParamErrorFeedback && info.param != ccParamUnbiased) return false;
+    if (info.param != ccParamErrorFeedback && info.param != ccParamUnbiased && info.param != ccParamWarmStart) {
+      return false;
+    }
   }
   errno = 0;
   char* end = nullptr;
-  if (IsFractionParam(info.param)) {
+  if (const double scale = ParamTextScale(info.param); scale != 0.0) {
     double v = std::strtod(text.c_str(), &end);
     if (errno != 0 || end == text.c_str() || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return false;
-    *out = static_cast<int64_t>(std::llround(v * 1e6));
+    *out = static_cast<int64_t>(std::llround(v * scale));
     return true;
   }
   long long v = std::strtoll(text.c_str(), &end, 0);
@@ -110,6 +132,7 @@ unsigned KindBit(int kind) {
     case ccCompressQuant: return kQuant;
     case ccCompressTopkChunk: return kTopk;
     case ccCompressRandk: return kRandk;
+    case ccCompressPowerSGD: return kPowerSGD;
     default: return 0;
   }
 }
@@ -157,9 +180,9 @@ std::string CompressorSpec(const ccCompressor& c) {
       }
     }
     if (text.empty()) {
-      if (IsFractionParam(p->param)) {
+      if (const double scale = ParamTextScale(p->param); scale != 0.0) {
         char buf[32];
-        std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(it->second) / 1e6);
+        std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(it->second) / scale);
         text = buf;
       } else {
         text = std::to_string(it->second);
@@ -171,7 +194,45 @@ std::string CompressorSpec(const ccCompressor& c) {
     s += text;
     sep = ',';
   }
+  if (!c.shapes.empty()) {
+    s += sep;
+    s += "shapes=";
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      if (i > 0) s += '+';
+      s += std::to_string(c.shapes[i].rows);
+      if (c.shapes[i].cols != 1) s += "x" + std::to_string(c.shapes[i].cols);
+    }
+  }
   return s;
+}
+
+bool ParseShapes(const std::string& text, std::vector<TensorShape>* shapes) {
+  shapes->clear();
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t plus = text.find('+', pos);
+    if (plus == std::string::npos) plus = text.size();
+    std::string item = text.substr(pos, plus - pos);
+    size_t x = item.find('x');
+    TensorShape shape;
+    char* end = nullptr;
+    errno = 0;
+    long long rows = std::strtoll(item.c_str(), &end, 10);
+    if (errno != 0 || end == item.c_str() || rows <= 0) return false;
+    long long cols = 1;
+    if (x != std::string::npos) {
+      if (static_cast<size_t>(end - item.c_str()) != x) return false;
+      const char* colText = item.c_str() + x + 1;
+      cols = std::strtoll(colText, &end, 10);
+      if (errno != 0 || end == colText || cols <= 0) return false;
+    }
+    if (*end != '\0') return false;
+    shape.rows = rows;
+    shape.cols = cols;
+    shapes->push_back(shape);
+    pos = plus + 1;
+  }
+  return !shapes->empty();
 }
 
 }  // namespace ccoll

@@ -34,23 +34,35 @@ struct ParamWord {
   int64_t value;
 };
 const ParamWord* ParamWords(ccCompressorParam_t param);
-// Fractions in spec strings (density, clip) are stored in parts per million.
-bool IsFractionParam(ccCompressorParam_t param);
+// Parameters written as numbers in spec strings but stored as integers: value = llround(number * scale) (density
+// and clip in parts per million, eps in units of 1e-12). 0 for every other parameter.
+double ParamTextScale(ccCompressorParam_t param);
 // Parses one spec-string value of a parameter (without range checks).
 bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, int64_t* out);
+
+// One tensor of a PowerSGD bucket: a row-major rows x cols matrix (cols = 1: a vector).
+struct TensorShape {
+  int64_t rows = 0, cols = 1;
+};
+
+// Parses a spec string's shapes=... value ("64x32+64+10x10"); false if malformed.
+bool ParseShapes(const std::string& text, std::vector<TensorShape>* shapes);
 
 }  // namespace ccoll
 
 struct ccCompressor {
   ccCompressorKind_t kind = ccCompressCast16;
   std::map<ccCompressorParam_t, int64_t> values;  // every parameter that applies to `kind`
+  std::vector<ccoll::TensorShape> shapes;         // powersgd: the bucket's tensors (empty: rows/cols)
 
   // State of the bucket, reset when a parameter changes.
   uint64_t calls = 0;
   size_t boundCount = 0;              // element count of the bucket (0: not bound yet)
   std::vector<float> errorFeedback;   // sparsifiers with ef=1: what was not sent yet
   std::vector<char> wire;             // wire scratch: a few slices' worth of messages
-  std::vector<float> staging;         // sparsifiers: the chosen chunks, packed
+  std::vector<float> staging;         // sparsifiers: the chosen chunks, packed; powersgd: P (and exact parts)
+  std::vector<float> lowRankQ;        // powersgd: every tensor's Q (cols x r), kept for the warm start
+  std::vector<float> lowRankOut;      // powersgd: Q's all-reduce buffer
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   void ResetState() {
@@ -58,6 +70,8 @@ struct ccCompressor {
     boundCount = 0;
     errorFeedback.clear();
     errorFeedback.shrink_to_fit();
+    lowRankQ.clear();
+    lowRankQ.shrink_to_fit();
   }
 };
 

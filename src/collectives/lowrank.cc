@@ -1,0 +1,133 @@
+#include "collectives/lowrank.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "collectives/algo.h"
+#include "collectives/compressed.h"
+#include "compress/compressor.h"
+#include "compress/lowrank.h"
+#include "compress/rng.h"
+#include "core/comm.h"
+#include "core/error.h"
+
+namespace ccoll {
+namespace {
+
+// Sums `count` floats over the ranks in place with the compressor's wire type for P and Q (f32: exact; bf16:
+// bfloat16 on the wire, float32 accumulation). Every rank ends with the same bytes.
+ccResult_t SumFactors(ccComm* comm, ccCompressor* c, const CodecCall& call, float* data, size_t count) {
+  if (count == 0) return ccSuccess;
+  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
+  return RunCodec(comm, c, *codec, data, count);
+}
+
+}  // namespace
+
+bool LowRankShapesFit(const ccCompressor& c, size_t count, std::string* why) {
+  LowRankPlan plan;
+  return PlanLowRank(c, count, &plan, why);
+}
+
+// M = G + E; Q orthonormalized; P = M Q; all-reduce P (sum); orthogonalize P; Q = M^T P; all-reduce Q; Q /= n; G^ = P Q^T (the
+// average; n times that for sum); E = M - G^. Vectors and small matrices ride along with P, exactly.
+ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
+  const size_t count = a.count;
+  LowRankPlan plan;
+  std::string why;
+  if (!PlanLowRank(*c, count, &plan, &why)) return Fail(ccInvalidUsage, "powersgd: %s", why.c_str());
+  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) return AllReduce(comm, a);  // not started yet
+
+  const float n = static_cast<float>(comm->nranks);
+  const bool ef = c->Get(ccParamErrorFeedback) != 0;
+  const float* input = static_cast<const float*>(a.send);
+  float* out = static_cast<float*>(a.recv);
+  const float* m = input;
+  if (ef) {
+    c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
+    float* e = c->errorFeedback.data();
+    for (size_t i = 0; i < count; ++i) e[i] += input[i];
+    m = e;
+  }
+
+  // Q: the previous call's (warm start), orthonormalized again, when it is usable; else a fresh random one. The
+  // same on every rank.
+  const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
+  const bool warm = c->Get(ccParamWarmStart) != 0 && c->lowRankQ.size() == plan.qElems;
+  c->lowRankQ.resize(plan.qElems);
+  for (size_t t = 0; t < plan.matrices.size(); ++t) {
+    const LowRankMatrix& mt = plan.matrices[t];
+    float* q = c->lowRankQ.data() + mt.qOffset;
+    if (warm) Orthogonalize(q, mt.cols, mt.rank, eps);
+    if (!warm || !UsableQ(q, mt.cols, mt.rank)) {
+      RandomQ(q, mt.cols, mt.rank, StreamKey(call.seed, call.call, ~0u, kPurposeLowRank + static_cast<uint32_t>(t << 8)));
+    }
+  }
+
+  // Round 1: every P, then the exact parts.
+  std::vector<float>& pBuf = c->staging;
+  pBuf.resize(plan.pElems + plan.exactElems);
+  for (const LowRankMatrix& mt : plan.matrices) {
+    ProductMQ(m + mt.offset, mt.rows, mt.cols, c->lowRankQ.data() + mt.qOffset, mt.rank, pBuf.data() + mt.pOffset);
+  }
+  float* exactPart = pBuf.data() + plan.pElems;
+  for (const auto& [offset, length] : plan.exact) {
+    std::memcpy(exactPart, m + offset, length * sizeof(float));
+    exactPart += length;
+  }
+  CC_CHECK(SumFactors(comm, c, call, pBuf.data(), pBuf.size()));
+  for (const LowRankMatrix& mt : plan.matrices) Orthogonalize(pBuf.data() + mt.pOffset, mt.rows, mt.rank, eps);
+
+  // Round 2: Q = M^T P.
+  std::vector<float>& qBuf = c->lowRankOut;
+  qBuf.resize(plan.qElems);
+  for (const LowRankMatrix& mt : plan.matrices) {
+    ProductMtP(m + mt.offset, mt.rows, mt.cols, pBuf.data() + mt.pOffset, mt.rank, qBuf.data() + mt.qOffset);
+  }
+  CC_CHECK(SumFactors(comm, c, call, qBuf.data(), qBuf.size()));
+  for (size_t i = 0; i < plan.qElems; ++i) c->lowRankQ[i] = qBuf[i] / n;  // the average; kept for the warm start
+
+  // The result. M (the input or the memory) is not read after this point except by the error feedback, so the
+  // output may be the input (in place).
+  for (const LowRankMatrix& mt : plan.matrices) {
+    ProductPQt(pBuf.data() + mt.pOffset, c->lowRankQ.data() + mt.qOffset, mt.rows, mt.cols, mt.rank,
+               out + mt.offset);
+  }
+  exactPart = pBuf.data() + plan.pElems;
+  for (const auto& [offset, length] : plan.exact) {
+    for (size_t i = 0; i < length; ++i) out[offset + i] = exactPart[i] / n;
+    exactPart += length;
+  }
+  if (ef) {
+    // What the average did not carry stays for the next call: E = M - G^ on the compressed matrices; the exact
+    // parts lost nothing. Non-finite leftovers are dropped so one bad gradient cannot poison every later call.
+    float* e = c->errorFeedback.data();
+    for (const LowRankMatrix& mt : plan.matrices) {
+      float* em = e + mt.offset;
+      const float* g = out + mt.offset;
+      const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
+      for (size_t i = 0; i < elems; ++i) {
+        const float left = em[i] - g[i];
+        em[i] = std::isfinite(left) ? left : 0.0f;
+      }
+    }
+    for (const auto& [offset, length] : plan.exact) std::fill(e + offset, e + offset + length, 0.0f);
+  }
+  if (a.op == ccSum) {
+    for (const LowRankMatrix& mt : plan.matrices) {
+      float* g = out + mt.offset;
+      const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
+      for (size_t i = 0; i < elems; ++i) g[i] *= n;
+    }
+    exactPart = pBuf.data() + plan.pElems;
+    for (const auto& [offset, length] : plan.exact) {
+      std::memcpy(out + offset, exactPart, length * sizeof(float));
+      exactPart += length;
+    }
+  }
+  return ccSuccess;
+}
+
+}  // namespace ccoll

@@ -1,0 +1,57 @@
+// PowerSGD's pieces (low-rank compression): how a bucket splits into matrices compressed at rank r and parts sent
+// exactly, the random start of Q, Gram-Schmidt, and the three products, which go to a BLAS (never hand-written).
+// Matrices are row-major; P is rows x r and Q is cols x r, both row-major. The collective driver lives in
+// collectives/lowrank.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compress/compressor.h"
+
+namespace ccoll {
+
+struct LowRankMatrix {
+  size_t offset = 0;       // first element in the bucket
+  int64_t rows = 0, cols = 0;
+  int rank = 0;            // min(r, rows, cols)
+  size_t pOffset = 0;      // in the P buffer
+  size_t qOffset = 0;      // in the Q buffer
+};
+
+struct LowRankPlan {
+  std::vector<LowRankMatrix> matrices;               // compressed
+  std::vector<std::pair<size_t, size_t>> exact;      // (offset, length) of every part sent exactly
+  size_t pElems = 0, qElems = 0, exactElems = 0;
+};
+
+// True when a rows x cols matrix gains at least 2x from rank r (as PyTorch's PowerSGD hook decides): otherwise it
+// is sent exactly.
+bool WorthCompressing(int64_t rows, int64_t cols, int rank);
+
+// Splits a bucket of `count` elements by the compressor's shapes (or rows/cols, or the automatic square-ish
+// matrix). False, with the reason in *why, when the shapes do not add up to count.
+bool PlanLowRank(const ccCompressor& c, size_t count, LowRankPlan* plan, std::string* why);
+
+// Orthonormalizes the r columns of the row-major rows x r matrix a in place by modified Gram-Schmidt in double
+// precision: column j /= (||column j|| + eps), then it is removed from the later columns. A column with nothing
+// left (norm + eps == 0, e.g. an all-zero input) becomes zero instead of NaN. Deterministic: the same input gives
+// the same bytes on every rank.
+void Orthogonalize(float* a, int64_t rows, int r, double eps);
+
+// Fills q (cols x r) with N(0, 1) values from the stream `key`, then orthonormalizes it.
+void RandomQ(float* q, int64_t cols, int r, uint32_t key);
+
+// False when q has a non-finite value or an all-zero column (a warm start from it would stay stuck).
+bool UsableQ(const float* q, int64_t cols, int r);
+
+// p = m q (rows x r).
+void ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p);
+// q = m^T p (cols x r).
+void ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q);
+// out = p q^T (rows x cols, row-major with leading dimension cols).
+void ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out);
+
+}  // namespace ccoll
