@@ -1,0 +1,216 @@
+"""Collectives through the binding with ranks as processes (spawned; UCX between them), fresh random inputs each run.
+
+Exact: every dtype and op against numpy's fp64 reference within the dtype's rounding, bitwise identical on every
+rank. Compressed: vNMSE against the exact average within a loose bound that sending nothing (1.0) would fail,
+fewer bytes on the wire than the exact all-reduce, bitwise identical on every rank. The ranks only compute and
+return; every check runs here in the parent.
+"""
+
+import unittest
+
+import numpy as np
+
+import ranks
+import ccoll
+
+DTYPES = ["float32", "float64", "float16", "int32", "int64"]
+COUNTS = [1, 7919, 65536 + 37]  # one element, a prime, more than one ring slice with a ragged tail
+
+
+def _inputs(seed, rank, dtype, count, op):
+    rng = np.random.default_rng([seed, rank, DTYPES.index(dtype), count, list(ccoll.OPS).index(op)])
+    if dtype.startswith("int"):
+        return rng.integers(-1000, 1000, count).astype(dtype)
+    if op == "prod":
+        return rng.uniform(0.5, 1.5, count).astype(dtype)
+    return rng.standard_normal(count).astype(dtype)
+
+
+def _exact_cases():
+    cases = [(d, c, "sum") for d in DTYPES for c in COUNTS]
+    cases += [(d, 7919, op) for d in ("float32", "float64", "int64") for op in ("avg", "max", "min", "prod")]
+    cases += [("float16", 7919, "avg"), ("int32", 7919, "max")]
+    return cases
+
+
+def exact_rank(rank, nranks, uid, seed):
+    out = {}
+    with ranks.communicator(rank, nranks, uid) as comm:
+        for dtype, count, op in _exact_cases():
+            x = _inputs(seed, rank, dtype, count, op)
+            y = x.copy()
+            comm.all_reduce(y, op=op)  # in place
+            z = np.empty_like(x)
+            comm.all_reduce(x, op=op, out=z)  # out of place; x must not change
+            out[(dtype, count, op)] = (x, y, z)
+        try:
+            comm.broadcast(np.zeros(5, np.float32), root=nranks)
+            error = None
+        except ccoll.CcollError as e:
+            error = (type(e).__name__, str(e))
+    return out, error
+
+
+def others_rank(rank, nranks, uid, seed):
+    rng = np.random.default_rng([seed, rank])
+    with ranks.communicator(rank, nranks, uid, algorithm="ring") as comm:
+        x = rng.standard_normal((nranks, 1001)).astype(np.float32)
+        rs = comm.reduce_scatter(x)
+        g = rng.integers(-2**40, 2**40, (3, 5)).astype(np.int64)
+        ag = comm.all_gather(g)
+        b = rng.standard_normal(4099)
+        root = nranks - 1
+        bc = comm.broadcast(b.copy(), root=root)
+        return x, rs, g, ag, b, bc
+
+
+def _rounding_bound(dtype, inputs, nranks):
+    """|result - fp64 sum| allowed: a rounding of each of the nranks - 1 partial sums and of the result, each at most
+    eps * (sum of |inputs|)."""
+    eps = float(np.finfo(dtype).eps) if np.dtype(dtype).kind == "f" else 0.0
+    return nranks * eps * np.sum(np.abs(np.stack(inputs).astype(np.float64)), axis=0)
+
+
+class TestExact(unittest.TestCase):
+    def check_exact(self, nranks):
+        seed = np.random.SeedSequence().entropy % 2**32
+        results = ranks.run(nranks, exact_rank, seed)
+        for key in _exact_cases():
+            dtype, count, op = key
+            with self.subTest(nranks=nranks, dtype=dtype, count=count, op=op, seed=seed):
+                inputs = [_inputs(seed, r, dtype, count, op) for r in range(nranks)]
+                for r in range(nranks):
+                    x, y, z = results[r][0][key]
+                    np.testing.assert_array_equal(x, inputs[r], "the out-of-place input changed")
+                    self.assertEqual(y.tobytes(), z.tobytes(), "in place and out of place differ on rank %d" % r)
+                    self.assertEqual(y.tobytes(), results[0][0][key][1].tobytes(),
+                                     "rank %d differs from rank 0 (results must be bitwise identical)" % r)
+                got = results[0][0][key][1].astype(np.float64)
+                stack = np.stack(inputs).astype(np.float64)
+                if op in ("max", "min"):
+                    np.testing.assert_array_equal(got, getattr(stack, op)(axis=0))
+                    continue
+                if op == "prod" and dtype.startswith("int"):
+                    np.testing.assert_array_equal(results[0][0][key][1], np.prod(np.stack(inputs), axis=0))
+                    continue
+                if op == "prod":
+                    ref = np.prod(stack, axis=0)
+                    np.testing.assert_allclose(got, ref, rtol=2 * nranks * np.finfo(dtype).eps, atol=0)
+                    continue
+                ref = stack.sum(axis=0)
+                bound = _rounding_bound(dtype, inputs, nranks)
+                if op == "avg":
+                    if dtype.startswith("int"):
+                        ref = np.trunc(ref / nranks)  # integer division, as NCCL
+                    else:
+                        ref, bound = ref / nranks, bound / nranks + np.finfo(dtype).eps * np.abs(ref / nranks)
+                err = np.abs(got - ref)
+                worst = int(np.argmax(err - bound))
+                self.assertTrue(np.all(err <= bound), "element %d: %r vs fp64 reference %r (bound %g)" % (
+                    worst, got[worst], ref[worst], bound[worst]))
+        name, message = results[0][1]
+        self.assertEqual(name, "InvalidArgumentError")
+        self.assertIn("ccBroadcast: root %d is out of range for %d ranks (rank 0)" % (nranks, nranks), message)
+        self.assertIn("(rank %d)" % (nranks - 1), results[nranks - 1][1][1])
+
+    def test_exact_3_ranks(self):
+        self.check_exact(3)
+
+    def test_exact_4_ranks(self):
+        self.check_exact(4)
+
+    def test_reduce_scatter_all_gather_broadcast(self):
+        nranks = 3
+        seed = np.random.SeedSequence().entropy % 2**32
+        results = ranks.run(nranks, others_rank, seed)
+        xs = np.stack([res[0] for res in results]).astype(np.float64)
+        for r, (x, rs, g, ag, b, bc) in enumerate(results):
+            self.assertEqual(rs.shape, (1001,))
+            ref = xs[:, r].sum(axis=0)
+            self.assertTrue(np.all(np.abs(rs - ref) <= _rounding_bound("float32", list(xs[:, r]), nranks)))
+            self.assertEqual(ag.shape, (nranks, 3, 5))
+            for q in range(nranks):
+                np.testing.assert_array_equal(ag[q], results[q][2])
+            self.assertEqual(bc.tobytes(), results[nranks - 1][4].tobytes())
+
+
+# Correlated gradients, as the C tests use: rank r holds g + 0.5 * noise_r with g shared.
+def _corr_input(seed, rank, count):
+    g = np.random.default_rng([seed, 1 << 20]).standard_normal(count)
+    return (g + 0.5 * np.random.default_rng([seed, rank]).standard_normal(count)).astype(np.float32)
+
+
+# Top-k friendly: 10% of the 1024-element chunks are hot (|values| ~ 10), the rest near zero.
+def _sparse_input(seed, rank, count):
+    hot = np.random.default_rng([seed, 1 << 21]).permutation(count // 1024)[: count // 10240]
+    x = 0.01 * np.random.default_rng([seed, rank]).standard_normal(count)
+    for c in hot:
+        x[c * 1024:(c + 1) * 1024] += 10.0 * np.random.default_rng([seed, rank, c]).standard_normal(1024)
+    return x.astype(np.float32)
+
+
+# spec, input, vNMSE bound, max wire bytes as a fraction of the exact float32 all-reduce's.
+COMPRESSED_CASES = [
+    ("quant:bits=4,mode=requant", _corr_input, 0.06, 0.2),  # measured ~0.03, 4.5 bits per element
+    ("quant:bits=8,mode=homomorphic", _corr_input, 2e-4, 0.4),  # ~4e-5, 10 bits
+    ("cast16", _corr_input, 2e-5, 0.55),  # ~5e-6, 16 bits
+    ("topk:density=0.1,chunk=1024", _sparse_input, 1e-4, 0.2),  # ~1e-5: what is not sent is near zero
+]
+COMPRESSED_COUNT = 1 << 17
+
+
+def compressed_rank(rank, nranks, uid, seed):
+    out = {}
+    with ranks.communicator(rank, nranks, uid) as comm:
+        for spec, make, _, _ in COMPRESSED_CASES:
+            x = make(seed, rank, COMPRESSED_COUNT)
+            before = comm.stats()["bytes_sent"]
+            exact = comm.all_reduce(x.copy(), op="avg")
+            exact_bytes = comm.stats()["bytes_sent"] - before
+            with ccoll.Compressor(spec) as comp:
+                before = comm.stats()["bytes_sent"]
+                y = comm.all_reduce(x.copy(), op="avg", compressor=comp)
+                wire_bytes = comm.stats()["bytes_sent"] - before
+                # A second call on the same bucket (topk: with the first call's error feedback added).
+                y2 = comm.all_reduce(x.copy(), op="avg", compressor=comp)
+            out[spec] = (exact, y, y2, wire_bytes / exact_bytes)
+    return out
+
+
+def vnmse(got, ref):
+    ref = ref.astype(np.float64)
+    return float(np.sum((got.astype(np.float64) - ref) ** 2) / np.sum(ref ** 2))
+
+
+class TestCompressed(unittest.TestCase):
+    def test_compressed_4_ranks(self):
+        nranks = 4
+        seed = np.random.SeedSequence().entropy % 2**32
+        results = ranks.run(nranks, compressed_rank, seed)
+        for spec, make, bound, max_wire in COMPRESSED_CASES:
+            with self.subTest(spec=spec, seed=seed):
+                m = np.mean([make(seed, r, COMPRESSED_COUNT).astype(np.float64) for r in range(nranks)], axis=0)
+                exact, y, y2, wire = results[0][spec]
+                for r in range(1, nranks):
+                    for i, name in ((1, "first call"), (2, "second call")):
+                        self.assertEqual(results[r][spec][i].tobytes(), results[0][spec][i].tobytes(),
+                                         "%s: rank %d differs from rank 0" % (name, r))
+                self.assertLess(vnmse(exact, m), 1e-12)
+                e1, e2 = vnmse(y, m), vnmse(y2, m)
+                self.assertTrue(np.all(np.isfinite(y)) and np.all(np.isfinite(y2)))
+                self.assertLessEqual(e1, bound, "vNMSE of the first call")
+                self.assertLessEqual(e2, 2 * bound, "vNMSE of the second call")
+                self.assertGreater(e1, 0.0, "lossy codec returned the exact result: was it applied?")
+                self.assertLessEqual(wire, max_wire, "wire bytes / exact float32 bytes")
+                if spec.startswith("topk"):
+                    # Every hot chunk is sent; on the first call at most density of the chunks are (the rest of
+                    # the result is exactly zero).
+                    sent = np.abs(y.reshape(-1, 1024)).max(axis=1) > 0
+                    hot = np.abs(m.reshape(-1, 1024)).max(axis=1) > 1.0
+                    self.assertEqual(int(np.count_nonzero(hot)), COMPRESSED_COUNT // 10240)
+                    self.assertTrue(np.all(sent[hot]), "a hot chunk was not sent")
+                    self.assertLessEqual(int(np.count_nonzero(sent)), int(np.ceil(0.1 * len(sent))))
+
+
+if __name__ == "__main__":
+    unittest.main()
