@@ -89,6 +89,11 @@ _PROTOTYPES = {
     "ccCompressorGetSpec": (_Result, [_Handle, ctypes.c_char_p, ctypes.c_size_t]),
     "ccCompressorDestroy": (_Result, [_Handle]),
 }
+# Newer symbols: bound when the loaded library has them; the binding checks with hasattr(lib, name).
+_OPTIONAL_PROTOTYPES = {
+    "ccCompressorSetShapes": (_Result, [_Handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                        ctypes.POINTER(ctypes.c_int64)]),
+}
 
 
 def _candidates():
@@ -123,8 +128,13 @@ def _load():
         except OSError as e:
             errors.append("%s: %s" % (path, e))
             continue
-        for name, (restype, argtypes) in _PROTOTYPES.items():
-            fn = getattr(lib, name)
+        for name, (restype, argtypes) in list(_PROTOTYPES.items()) + list(_OPTIONAL_PROTOTYPES.items()):
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                if name in _OPTIONAL_PROTOTYPES:
+                    continue
+                raise ImportError("ccoll: %s lacks %s: it is not a libccoll this binding knows" % (path, name))
             fn.restype = restype
             fn.argtypes = argtypes
         return lib, path

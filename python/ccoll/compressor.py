@@ -4,7 +4,7 @@ import ctypes
 import enum
 
 from ._library import lib
-from .errors import InvalidArgumentError, check
+from .errors import InvalidArgumentError, InvalidUsageError, check
 
 
 class Param(enum.IntEnum):
@@ -24,6 +24,12 @@ class Param(enum.IntEnum):
     EF = 220
     DTYPE = 230
     UNBIASED = 240
+    RANK = 300
+    ROWS = 310
+    COLS = 311
+    WARM = 320
+    START = 330
+    EPS = 340
     SEED = 900
 
 
@@ -74,6 +80,23 @@ class Compressor:
         """ccCompressorSetParam(param, value): param by name ("bits"), Param or int; value is the C integer (e.g.
         clip and density in parts per million). Resets the state if the compressor was used already."""
         check(lib.ccCompressorSetParam(self._live(), _param(param), int(value)))
+
+    def set_shapes(self, shapes):
+        """ccCompressorSetShapes (powersgd): the bucket's tensors in order, each a shape tuple (a matrix of
+        shape[0] rows and prod(shape[1:]) columns; a 1-d shape or an int is a vector). [] clears the list."""
+        if not hasattr(lib, "ccCompressorSetShapes"):
+            raise InvalidUsageError("set_shapes: the loaded libccoll has no ccCompressorSetShapes")
+        rows, cols = [], []
+        for shape in shapes:
+            shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+            n = 1
+            for d in shape[1:]:
+                n *= d
+            rows.append(shape[0] if shape else 1)
+            cols.append(n)
+        count = len(rows)
+        check(lib.ccCompressorSetShapes(self._live(), count, (ctypes.c_int64 * count)(*rows),
+                                        (ctypes.c_int64 * count)(*cols)))
 
     def get_param(self, param):
         """ccCompressorGetParam: the parameter's current integer value."""

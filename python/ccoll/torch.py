@@ -7,7 +7,8 @@
 
 The hook averages each bucket over the ranks (op avg) in place and returns a completed future. float32 buckets go
 through the bucket's own compressor (it keeps that bucket's error feedback); other dtypes, and every bucket when
-spec is None, take the exact all-reduce. Works with torch 1.13 and current torch (GradBucket.buffer(); the older
+spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
+bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself. Works with torch 1.13 and current torch (GradBucket.buffer(); the older
 name get_tensor() is accepted too).
 """
 
@@ -31,11 +32,17 @@ class CcollHookState:
         self.comm = comm
         self.spec = spec
         self._compressors = {}  # bucket index -> (element count, Compressor)
+        # PowerSGD needs the bucket's matrix shapes; unless the spec gives a shape, they come from the bucket.
+        self.wants_shapes = False
         if spec is not None:
             Compressor(spec).destroy()  # a bad spec fails here, on every rank, not in the middle of backward
+            kind, _, params = spec.partition(":")
+            names = {item.split("=")[0].strip() for item in params.split(",")}
+            self.wants_shapes = kind.strip() == "powersgd" and not names & {"shapes", "rows", "cols"}
 
-    def compressor(self, index, numel):
-        """The compressor of bucket `index` holding `numel` elements (None when spec is None)."""
+    def compressor(self, index, numel, shapes=None):
+        """The compressor of bucket `index` holding `numel` elements (None when spec is None). shapes: the shapes of
+        the bucket's gradients in order, for PowerSGD (see wants_shapes)."""
         if self.spec is None:
             return None
         entry = self._compressors.get(index)
@@ -44,6 +51,8 @@ class CcollHookState:
         if entry is not None:
             entry[1].destroy()
         comp = Compressor(self.spec)
+        if self.wants_shapes and shapes is not None:
+            comp.set_shapes(shapes)
         self._compressors[index] = (numel, comp)
         return comp
 
@@ -59,7 +68,8 @@ def allreduce_hook(state, bucket):
     tensor = _bucket_tensor(bucket)
     comp = None
     if tensor.dtype == torch.float32:
-        comp = state.compressor(bucket.index(), tensor.numel())
+        shapes = [tuple(g.shape) for g in bucket.gradients()] if state.wants_shapes else None
+        comp = state.compressor(bucket.index(), tensor.numel(), shapes)
     state.comm.all_reduce(tensor, op="avg", compressor=comp)
     fut = torch.futures.Future()
     fut.set_result(tensor)

@@ -157,6 +157,24 @@ class TestCompressor(unittest.TestCase):
         with self.assertRaises(ccoll.InvalidArgumentError):
             comp.spec
 
+    def test_shapes(self):
+        try:
+            comp = ccoll.Compressor("powersgd:rank=2")
+        except ccoll.InvalidUsageError as e:  # a build without BLAS has no PowerSGD
+            self.skipTest(str(e))
+        with comp:
+            comp.set_shapes([(64, 3, 3, 3), (64,), 10, (10, 64)])
+            self.assertIn("shapes=64x27+64+10+10x64", comp.spec)
+            self.assertEqual(comp.get_param(ccoll.Param.RANK), 2)
+            with single_rank() as comm:
+                x = np.random.default_rng().standard_normal(64 * 27 + 64 + 10 + 640).astype(np.float32)
+                comm.all_reduce(x.copy(), compressor=comp)
+                with self.assertRaises(ccoll.InvalidUsageError):
+                    comm.all_reduce(x[:-1].copy(), compressor=comp)
+        with ccoll.Compressor("quant") as comp, self.assertRaises(ccoll.InvalidArgumentError) as ctx:
+            comp.set_shapes([(3, 3)])
+        self.assertIn("powersgd only", str(ctx.exception))
+
 
 def _thread_rank(rank, nranks, uid, results):
     try:

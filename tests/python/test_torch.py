@@ -28,7 +28,7 @@ NRANKS = 3
 STEPS = 6
 TENSOR_COUNT = 5003
 DTYPES = ["float32", "bfloat16", "float16", "float64", "int32", "int64"]
-HOOK_SPECS = [None, "quant:bits=4,mode=requant", "topk:density=0.25,chunk=256"]
+HOOK_SPECS = [None, "quant:bits=4,mode=requant", "topk:density=0.25,chunk=256", "powersgd:rank=4"]
 
 
 def _raw(t):
@@ -124,12 +124,12 @@ def _train(comm, rank, seed, spec):
         opt.step()
         losses.append(loss.item())
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
-    ncomp = 0
+    specs = []
     if state is not None:
-        ncomp = len(state._compressors)
+        specs = [comp.spec for _, comp in state._compressors.values()]
         state.close()
     return {"params": params, "losses": losses, "collectives": comm.stats()["collectives"] - before,
-            "buckets": sorted(buckets), "compressors": ncomp}
+            "buckets": sorted(buckets), "compressor_specs": specs}
 
 
 def torch_rank(rank, nranks, uid, store_path, seed):
@@ -146,6 +146,12 @@ def torch_rank(rank, nranks, uid, store_path, seed):
     out = {"rank": comm.rank, "size": comm.size, "tensors": _tensor_checks(comm, rank, seed),
            "init": torch.cat([p.detach().reshape(-1) for p in _Mlp.make(seed).parameters()]).numpy()}
     for spec in ["gloo"] + HOOK_SPECS:
+        try:
+            if spec not in ("gloo", None):
+                ccoll.Compressor(spec).destroy()
+        except ccoll.InvalidUsageError as e:  # powersgd in a build without BLAS
+            out[spec] = {"unavailable": str(e)}
+            continue
         out[spec] = _train(comm, rank, seed, spec)
     comm.destroy()
     dist.destroy_process_group()
@@ -223,15 +229,22 @@ class TestTorch(unittest.TestCase):
         for spec in HOOK_SPECS[1:]:
             with self.subTest(spec=spec, seed=self.seed):
                 res = self.results[0][spec]
+                if "unavailable" in res:
+                    self.skipTest(res["unavailable"])
                 params = self._params(spec)
                 # One compressor per bucket: several buckets, and every bucket index seen got one.
                 indices = {i for i, _ in res["buckets"]}
                 self.assertGreater(len(indices), 1, "the model should travel in several buckets")
-                self.assertEqual(res["compressors"], len(indices))
+                self.assertEqual(len(res["compressor_specs"]), len(indices))
+                for comp_spec in res["compressor_specs"]:
+                    self.assertTrue(comp_spec.startswith(spec.split(":")[0]), comp_spec)
+                    if spec.startswith("powersgd"):  # the hook told it the bucket's gradient shapes
+                        self.assertIn("shapes=", comp_spec)
                 # Still learning, and on gloo's path: the error is a fraction of how far training moved.
                 self.assertLess(res["losses"][-1], res["losses"][0])
-                # (measured at 6 steps: quant 4-bit ~0.13, top-k 25% ~0.25)
-                self.assertLess(np.linalg.norm(params - gloo) / moved, 0.3 if spec.startswith("quant") else 0.5)
+                # (measured at 6 steps: quant 4-bit ~0.13, top-k 25% ~0.25, powersgd rank 4 ~0.36)
+                bound = {"quant": 0.3, "topk": 0.5, "powersgd": 0.6}[spec.split(":")[0]]
+                self.assertLess(np.linalg.norm(params - gloo) / moved, bound)
                 self.assertGreater(np.linalg.norm(params - gloo), 0.0, "no compression happened")
 
 
