@@ -6,6 +6,8 @@ fewer bytes on the wire than the exact all-reduce, bitwise identical on every ra
 return; every check runs here in the parent.
 """
 
+import os
+import socket
 import unittest
 
 import numpy as np
@@ -132,6 +134,22 @@ class TestExact(unittest.TestCase):
             for q in range(nranks):
                 np.testing.assert_array_equal(ag[q], results[q][2])
             self.assertEqual(bc.tobytes(), results[nranks - 1][4].tobytes())
+
+
+def from_env_rank(rank, nranks, uid, root):
+    # Before any ccoll call in this process: the library reads its environment once.
+    os.environ.update({"CC_RANK": str(rank), "CC_NRANKS": str(nranks), "CC_ROOT": root, "CC_SECRET": "py-test"})
+    with ccoll.Communicator.from_env(timeout_ms=ranks.RANK_TIMEOUT_MS) as comm:
+        return comm.rank, comm.size, comm.all_reduce(np.array([rank + 1], np.int64))[0]
+
+
+class TestFromEnv(unittest.TestCase):
+    def test_from_env(self):
+        with socket.socket() as s:  # a free port for rank 0's listener
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        results = ranks.run(3, from_env_rank, "127.0.0.1:%d" % port)
+        self.assertEqual(results, [(r, 3, 6) for r in range(3)])
 
 
 # Correlated gradients, as the C tests use: rank r holds g + 0.5 * noise_r with g shared.
