@@ -31,6 +31,7 @@ CASES=(
   "quant 4-bit homomorphic corr|float|quant:bits=4,mode=homomorphic,rounding=correlated"
   "topk 10%|float|topk:density=0.1"
   "randk 10%|float|randk:density=0.1"
+  "powersgd rank 4|float|powersgd:rank=4"
 )
 i=0
 for c in "${CASES[@]}"; do

@@ -31,8 +31,8 @@ bool LowRankShapesFit(const ccCompressor& c, size_t count, std::string* why) {
   return PlanLowRank(c, count, &plan, why);
 }
 
-// M = G + E; Q orthonormalized; P = M Q; all-reduce P (sum); orthogonalize P; Q = M^T P; all-reduce Q; Q /= n; G^ = P Q^T (the
-// average; n times that for sum); E = M - G^. Vectors and small matrices ride along with P, exactly.
+// M = G + E; Q orthonormalized; P = M Q; all-reduce P (sum); orthogonalize P; Q = M^T P; all-reduce Q; Q /= n;
+// G^ = P Q^T (the average; n times that for sum); E = M - G^. Vectors and small matrices ride along with P, exactly.
 ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   LowRankPlan plan;
@@ -62,7 +62,8 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
     float* q = c->lowRankQ.data() + mt.qOffset;
     if (warm) Orthogonalize(q, mt.cols, mt.rank, eps);
     if (!warm || !UsableQ(q, mt.cols, mt.rank)) {
-      RandomQ(q, mt.cols, mt.rank, StreamKey(call.seed, call.call, ~0u, kPurposeLowRank + static_cast<uint32_t>(t << 8)));
+      const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeLowRank + static_cast<uint32_t>(t << 8));
+      RandomQ(q, mt.cols, mt.rank, key);
     }
   }
 
