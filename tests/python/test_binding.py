@@ -1,6 +1,11 @@
 """The binding in one process: ids, configs, compressors, errors (with the library's sentences), buffer checks, and
 ranks as threads (which only works if every ccoll call releases the GIL)."""
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import unittest
 
@@ -52,6 +57,36 @@ class TestLibrary(unittest.TestCase):
             with single_rank() as comm:
                 raise KeyError("x")
         self.assertIsNone(comm._handle)
+
+
+class TestInstalledLayout(unittest.TestCase):
+    def test_package_finds_the_library_next_to_it(self):
+        # What `cmake --install` makes: <prefix>/lib/libccoll.so.0 and <prefix>/lib/python3/dist-packages/ccoll
+        # with _install.py naming the library directory relative to the package.
+        with tempfile.TemporaryDirectory() as prefix:
+            libdir = os.path.join(prefix, "lib")
+            pkg = os.path.join(libdir, "python3", "dist-packages", "ccoll")
+            shutil.copytree(os.path.dirname(ccoll.__file__), pkg, ignore=shutil.ignore_patterns("__pycache__"))
+            with open(os.path.join(pkg, "_install.py"), "w") as f:
+                f.write('LIBDIR = "../../../"\n')
+            os.symlink(os.path.realpath(ccoll.library_path), os.path.join(libdir, "libccoll.so.0"))
+            env = {k: v for k, v in os.environ.items() if k not in ("CCOLL_LIBRARY", "PYTHONPATH")}
+            env["PYTHONPATH"] = os.path.dirname(pkg)
+            code = "import ccoll; print(ccoll.library_path); print(ccoll.version())"
+            out = subprocess.run([sys.executable, "-c", code], env=env, cwd=prefix, capture_output=True, text=True,
+                                 timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            path, version = out.stdout.split()
+            self.assertEqual(path, os.path.join(libdir, "libccoll.so.0"))
+            self.assertEqual(int(version), ccoll.version())
+
+    def test_bad_ccoll_library_is_an_import_error(self):
+        env = dict(os.environ, CCOLL_LIBRARY="/nonexistent/libccoll.so")
+        out = subprocess.run([sys.executable, "-c", "import ccoll"], env=env, capture_output=True, text=True,
+                             timeout=60)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("cannot load libccoll.so", out.stderr)
+        self.assertIn("/nonexistent/libccoll.so", out.stderr)
 
 
 class TestErrors(unittest.TestCase):
