@@ -8,8 +8,8 @@
 The hook averages each bucket over the ranks (op avg) in place and returns a completed future. float32 buckets go
 through the bucket's own compressor (it keeps that bucket's error feedback); other dtypes, and every bucket when
 spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
-bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself. Works with torch 1.13 and current torch (GradBucket.buffer(); the older
-name get_tensor() is accepted too).
+bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself.
+Works with torch 1.13 and current torch (GradBucket.buffer(); the older name get_tensor() is accepted too).
 """
 
 import torch
@@ -31,7 +31,7 @@ class CcollHookState:
     def __init__(self, comm, spec="quant:bits=4,mode=requant"):
         self.comm = comm
         self.spec = spec
-        self._compressors = {}  # bucket index -> (element count, Compressor)
+        self._compressors = {}  # bucket index -> ((element count, shapes), Compressor)
         # PowerSGD needs the bucket's matrix shapes; unless the spec gives a shape, they come from the bucket.
         self.wants_shapes = False
         if spec is not None:
@@ -45,15 +45,16 @@ class CcollHookState:
         the bucket's gradients in order, for PowerSGD (see wants_shapes)."""
         if self.spec is None:
             return None
+        layout = (numel, tuple(shapes) if self.wants_shapes and shapes is not None else None)
         entry = self._compressors.get(index)
-        if entry is not None and entry[0] == numel:
+        if entry is not None and entry[0] == layout:
             return entry[1]
         if entry is not None:
             entry[1].destroy()
         comp = Compressor(self.spec)
-        if self.wants_shapes and shapes is not None:
-            comp.set_shapes(shapes)
-        self._compressors[index] = (numel, comp)
+        if layout[1] is not None:
+            comp.set_shapes(layout[1])
+        self._compressors[index] = (layout, comp)
         return comp
 
     def close(self):
