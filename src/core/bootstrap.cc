@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -32,13 +33,15 @@ struct RoundHeader {
   uint32_t len;
 };
 
-// Root -> rank, followed (when status == 0) by nranks records of {uint32 len, len bytes}.
+// Root -> rank, followed (when status == 0) by nranks records of {uint32 len, len bytes}; when status is ccTimeout,
+// by `textLen` bytes saying which ranks never joined.
 struct ReplyHeader {
   uint32_t magic;
   uint32_t status;  // 0 ok; otherwise a ccResult_t
   int32_t nranks;
-  uint32_t reserved;
+  uint32_t textLen;
 };
+constexpr uint32_t kMaxReplyText = 512;
 
 bool SecretEqual(const uint8_t* a, const uint8_t* b) {
   uint8_t diff = 0;  // constant time: do not leak how much of a guess was right
@@ -67,6 +70,7 @@ class Root {
   bool Advance(Pending* p, bool* complete);
   bool Accept(Pending* p);
   bool Reply();
+  void ReplyMissing();  // after a timeout: tells the ranks that joined which ones did not
   // Reads every rank's next blob; false when the ranks are done (or one failed).
   bool NextRound();
 
@@ -180,14 +184,39 @@ bool Root::Reply() {
   }
   ReplyHeader ok{kBootstrapMagic, 0, nranks_, 0};
   Deadline deadline = DeadlineIn(timeoutMs_);
+  // Every rank gets its answer even when one cannot be reached (it died after joining): the others then find the
+  // dead peer when they connect to it, at once, instead of waiting for the timeout.
+  bool all = true;
   for (int r = 0; r < nranks_; ++r) {
     if (SendAll(rankFd_[r], &ok, sizeof(ok), deadline, "bootstrap reply") != ccSuccess ||
         SendAll(rankFd_[r], payload.data(), payload.size(), deadline, "bootstrap reply") != ccSuccess) {
       CC_WARN("bootstrap root: could not answer rank %d", r);
-      return false;
+      all = false;
     }
   }
-  return true;
+  return all;
+}
+
+void Root::ReplyMissing() {
+  std::string missing;
+  int count = 0;
+  for (int r = 0; r < nranks_; ++r) {
+    if (rankFd_[r] >= 0) continue;
+    if (count < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    ++count;
+  }
+  if (count > 16) missing += ", ...";
+  std::string text = "rank" + std::string(count > 1 ? "s " : " ") + missing + " of " + std::to_string(nranks_) +
+                     " did not join within " + std::to_string(timeoutMs_) + " ms";
+  text.resize(std::min<size_t>(text.size(), kMaxReplyText));
+  ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccTimeout), nranks_, static_cast<uint32_t>(text.size())};
+  Deadline deadline = DeadlineIn(1000);
+  for (int r = 0; r < nranks_; ++r) {
+    if (rankFd_[r] < 0) continue;
+    if (SendAll(rankFd_[r], &fail, sizeof(fail), deadline, "bootstrap reply") == ccSuccess) {
+      SendAll(rankFd_[r], text.data(), text.size(), deadline, "bootstrap reply");
+    }
+  }
 }
 
 void Root::Run() {
@@ -240,6 +269,8 @@ void Root::Run() {
   if (nranks_ > 0 && joined_ == nranks_) {
     while (Reply() && NextRound()) {
     }
+  } else if (nranks_ > 0) {
+    ReplyMissing();  // the ranks that joined learn who is missing instead of timing out on their own
   }
   for (int fd : rankFd_) CloseFd(fd);
 }
@@ -336,6 +367,11 @@ ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline 
                 ToString(id_.root).c_str(), LastError().c_str());
   }
   if (reply.magic != kBootstrapMagic) return Fail(ccRemoteError, "bootstrap root sent a malformed reply");
+  if (reply.status == static_cast<uint32_t>(ccTimeout) && reply.textLen <= kMaxReplyText) {
+    std::string text(reply.textLen, '\0');
+    if (RecvAll(fd_, &text[0], text.size(), deadline, "the bootstrap reply", cancel_) != ccSuccess) text = "?";
+    return Fail(ccTimeout, "rank %d of %d: the bootstrap root gave up: %s", rank_, nranks_, text.c_str());
+  }
   if (reply.status != 0) {
     return Fail(ccInvalidUsage, "rank %d: the bootstrap root rejected this rank (nranks %d, group has %d ranks, or "
                 "rank %d joined twice)", rank_, nranks_, reply.nranks, rank_);

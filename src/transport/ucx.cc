@@ -334,8 +334,8 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
     if (m.peerStatus[r->peer] != UCS_OK) {
       ucs_status_t why = m.peerStatus[r->peer];
       m.Retire(r.get());
-      return Fail(ccRemoteError, "rank %d: rank %d died or became unreachable (%s)", m.rank, r->peer,
-                  ucs_status_string(why));
+      return Fail(ccRemoteError, "rank %d: rank %d died, aborted its communicator, or became unreachable (%s)",
+                  m.rank, r->peer, ucs_status_string(why));
     }
     if (Clock::now() >= deadline) {
       m.Retire(r.get());
