@@ -10,6 +10,8 @@
 #   RATE=1gbit  NP=4  MINB=1M  MAXB=256M  FACTOR=4  ITERS=5  WARMUP=1  CHECK=1  DIST=iid  ALGO=auto
 #   CODECS="f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi"  (a subset runs only those rows)
 #   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks)
+#   CPU_ONLY=1: afterwards run every ccoll row again as NP threads of one process (local transport, no network,
+#               -c 0): the CPU-only time column, which says whether a row is bound by the wire or by the cores
 #
 # Rows and what "size" means: size is the float32 gradient (size/4 elements). Every ccoll row but bf16 all-reduces
 # those float32 elements (-d float, with -z SPEC for a codec). The bf16 baseline all-reduces the same number of
@@ -26,7 +28,7 @@ build="$(cd "${1:-$repo/build}" 2>/dev/null && pwd)" || { echo "allreduce_bench.
 RATE="${RATE:-1gbit}" NP="${NP:-4}" MINB="${MINB:-1M}" MAXB="${MAXB:-256M}" FACTOR="${FACTOR:-4}"
 ITERS="${ITERS:-5}" WARMUP="${WARMUP:-1}" CHECK="${CHECK:-1}" DIST="${DIST:-iid}" ALGO="${ALGO:-auto}"
 CODECS="${CODECS:-f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi}"
-OUT="${OUT:-$here/results}" TAG="${TAG:-$(date -u +%Y-%m-%d_%H%M)}" CCOLL_ENV="${CCOLL_ENV:-}"
+CPU_ONLY="${CPU_ONLY:-1}" OUT="${OUT:-$here/results}" TAG="${TAG:-$(date -u +%Y-%m-%d_%H%M)}" CCOLL_ENV="${CCOLL_ENV:-}"
 PY=/usr/bin/python3
 
 perf_bin="$build/perf/allreduce_perf"
@@ -116,6 +118,25 @@ for r in "${rows[@]}"; do
 done
 nb_down
 trap - EXIT INT TERM
+
+# Where the time goes: the same ccoll rows as threads of one process (local transport: no network, no TCP), i.e. the
+# CPU-only time of the schedule and codec on this machine's cores.
+if [[ "$CPU_ONLY" == 1 ]]; then
+  for r in "${rows[@]}"; do
+    [[ -z "$r" || "$r" == mpi ]] && continue
+    for f in "${failed[@]}"; do [[ "$f" == "$r" ]] && continue 2; done
+    b="$minb" e="$maxb"
+    if [[ "$r" == bf16 ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
+    t0=$SECONDS
+    # shellcheck disable=SC2086
+    if env "${ccoll_env[@]}" "$perf_bin" -t "$NP" ${spec[$r]} -o sum -a "$ALGO" -b "$b" -e "$e" -f "$FACTOR" \
+      -n "$ITERS" -w "$WARMUP" -c 0 -D "$DIST" -J "$raw/$r.cpu.json" >"$raw/$r.cpu.log" 2>&1; then
+      printf 'allreduce_bench.sh: %-24s %4d s  ok (CPU only, %d threads)\n' "${label[$r]}" $((SECONDS - t0)) "$NP" >&2
+    else
+      printf 'allreduce_bench.sh: %-24s CPU-only run failed (log %s)\n' "${label[$r]}" "$raw/$r.cpu.log" >&2
+    fi
+  done
+fi
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 busy_end="$(busy)"
 elapsed=$((SECONDS - t_start))
@@ -125,7 +146,7 @@ meta="$raw/meta.json"
 import json, sys
 json.dump({
     "tag": "$TAG", "start": "$start_time", "elapsed_s": $elapsed, "rate": "$RATE", "np": $NP,
-    "iters": $ITERS, "warmup": $WARMUP, "check": $CHECK, "dist": "$DIST", "algo": "$ALGO",
+    "iters": $ITERS, "cpu_only": $CPU_ONLY, "warmup": $WARMUP, "check": $CHECK, "dist": "$DIST", "algo": "$ALGO",
     "selfcheck_mbit": "$selfcheck", "cores": $(nproc), "load_start": "$load_start", "load_end": "$load_end",
     "busy_start": "$busy_start", "busy_end": "$busy_end",
     "commit": "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)",

@@ -35,6 +35,24 @@ def load_rows(meta, raw):
                     "error": r.get("error"), "wrong": r.get("wrong"), "identical": r.get("identical"),
                     "send_intact": r.get("send_intact"),
                 })
+    # CPU-only times (threads, local transport) of the same rows, when the run made them.
+    for key in meta["rows"]:
+        path = os.path.join(raw, key + ".cpu.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            cpu = {r["count"]: r["time_us"] for r in json.load(f)}
+        for r in out:
+            if r["row"] == key:
+                r["cpu_only_us"] = cpu.get(r["elements"])
+    # The time the wire alone needs: each rank sends wirebits * elements * 2(n-1)/n bits at the self-checked rate.
+    try:
+        link_bps = float(meta["selfcheck_mbit"]) * 1e6
+    except ValueError:
+        link_bps = None
+    n = meta["np"]
+    for r in out:
+        r["wire_bound_us"] = (r["wirebits"] * r["elements"] * 2 * (n - 1) / n / link_bps * 1e6) if link_bps else None
     base = {r["elements"]: r["time_us"] for r in out if r["row"] == "bf16"}
     mpi = {r["elements"]: r["time_us"] for r in out if r["row"] == "mpi"}
     for r in out:
@@ -53,6 +71,7 @@ def main():
     with open(meta_path) as f:
         meta = json.load(f)
     rows = load_rows(meta, raw)
+    n = meta["np"]
     with open(prefix + ".json", "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
@@ -122,17 +141,25 @@ def main():
     p("")
     p("## All rows")
     p("")
-    p("| size | codec | time (ms) | algbw (GB/s) | wirebits | error (vNMSE) | speedup vs bf16 |")
-    p("|---:|---|---:|---:|---:|---:|---:|")
+    p("Where the time goes: *wire-bound* = the time the measured wirebits need at the self-checked link rate "
+      "(wirebits * elements * 2(n-1)/n / rate; a ring at line rate with free compute); *CPU-only* = the same row "
+      "as %d threads of one process on the local transport (no network, no TCP; -c 0), i.e. what the cores alone "
+      "need. time well above both: the two do not overlap (or TCP/UCX costs add up); CPU-only near time: "
+      "compute-bound on this machine." % n)
+    p("")
+    p("| size | codec | time (ms) | algbw (GB/s) | wirebits | error (vNMSE) | speedup vs bf16 | wire-bound (ms) "
+      "| CPU-only (ms) |")
+    p("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for s in sizes:
         for k in keys:
             r = by.get((k, s))
             if not r:
                 continue
-            p("| %s | %s | %.1f | %.3f | %s%s | %s | %s |" % (
+            p("| %s | %s | %.1f | %.3f | %s%s | %s | %s | %s | %s |" % (
                 human(s), r["label"], r["time_us"] / 1e3, r["algbw_GBps"], "%.2f" % r["wirebits"],
                 "" if r["wirebits_measured"] else " (nominal)", fmt(r["error"], "%.2e"),
-                fmt(r["speedup_vs_bf16"], "%.2f")))
+                fmt(r["speedup_vs_bf16"], "%.2f"), fmt(r["wire_bound_us"] and r["wire_bound_us"] / 1e3, "%.1f"),
+                fmt(r.get("cpu_only_us") and r["cpu_only_us"] / 1e3, "%.1f")))
     with open(prefix + ".md", "w") as f:
         f.write("\n".join(L) + "\n")
 
