@@ -18,7 +18,7 @@ def main():
         res = json.load(f)
     meta, rows = res["meta"], res["rows"]
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    styles = {"f32": ("k", "--"), "bf16": ("k", "-"), "mpi": ("tab:red", ":")}
+    styles = {"f32": ("k", "--"), "bf16": ("k", "-"), "mpi": ("tab:red", ":"), "mpiring": ("tab:red", "-.")}
     palette = iter(plt.get_cmap("tab10").colors[:3] + plt.get_cmap("tab10").colors[4:] + plt.get_cmap("Dark2").colors)
     for key in meta["rows"]:
         pts = sorted((r["size"], r["speedup_vs_bf16"]) for r in rows if r["row"] == key and r["speedup_vs_bf16"])
