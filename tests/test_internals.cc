@@ -281,8 +281,8 @@ TEST_CASE("the parameter registry lists every name once, and PrintParams prints 
   }
   CHECK(rows == static_cast<int>(names.size()));
   for (const char* expected : {"CC_DEBUG", "CC_DEBUG_SUBSYS", "CC_DEBUG_FILE", "CC_TRANSPORT", "CC_ALGO",
-                               "CC_TIMEOUT_MS", "CC_BLOCKING", "CC_SLICE_BYTES", "CC_TREE_DEPTH", "CC_TREE_THRESHOLD",
-                               "CC_SOCKET_IFNAME"}) {
+                               "CC_TIMEOUT_MS", "CC_BLOCKING", "CC_SLICE_BYTES", "CC_TREE_DEPTH", "CC_RING_DEPTH",
+                               "CC_TREE_THRESHOLD", "CC_SOCKET_IFNAME"}) {
     INFO(expected);
     CHECK(names.count(expected) == 1);
   }

@@ -24,74 +24,115 @@ namespace ccoll {
 namespace {
 
 // The ring with a codec. `work` holds this rank's (prepared) data and ends holding the decoded result, identical
-// on every rank. `wire` has four slots of `slot` bytes: two for arriving messages, two for leaving ones.
-ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count, char* wire, size_t slot) {
+// on every rank. Slices go round in groups of up to `depth` lanes; each lane is one slice's whole ring and has four
+// slots of `slot` bytes in `wire` (two for arriving messages, two for leaving ones). Within a group the lanes move
+// in lock step, each posting its next transfer as soon as its codec work is done, so the codec work on one lane
+// overlaps the transfers of the others.
+ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count, char* wire, size_t slot, int depth) {
   const int n = comm->nranks, r = comm->rank;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const uint64_t seq = ++comm->seq;
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
   const size_t rounds = (PartSize(count, n, 0) + sliceElems - 1) / sliceElems;
-  char* in[2] = {wire, wire + slot};
-  char* out[2] = {wire + 2 * slot, wire + 3 * slot};
-  Inflight io(comm);
-  uint64_t msg = 0;
-  for (size_t k = 0; k < rounds; ++k) {
-    Request* sent[2] = {nullptr, nullptr};  // the send that reads out[i]
-    Request* recv = nullptr;
-    size_t outBytes = 0;
-    // Reduce-scatter: step s sends chunk r-s (encoded at s = 0, the previous hop's result after) from out[s % 2]
-    // and receives chunk r-s-1 into in[s % 2]; the hop result goes to out[(s+1) % 2]. The last step's result is
-    // the owner's all-gather payload of chunk r+1.
-    {
-      Slice first = ChunkSlice(count, n, r, k, sliceElems);
-      if (first.count > 0) outBytes = codec.Hop(nullptr, 0, work + first.offset, first.offset, first.count, out[0]);
-    }
-    size_t payloadBytes = 0;
-    int payloadSlot = 0;
-    for (int s = 0; s < n - 1; ++s, ++msg) {
-      Slice o = ChunkSlice(count, n, Mod(r - s, n), k, sliceElems);
-      Slice i = ChunkSlice(count, n, Mod(r - s - 1, n), k, sliceElems);
-      if (i.count > 0) {
-        CC_CHECK(io.Recv(prev, in[s % 2], codec.HopBytes(i.offset, i.count), Tag(seq, msg), &recv));
-      }
-      if (o.count > 0) CC_CHECK(io.Send(next, out[s % 2], outBytes, Tag(seq, msg), &sent[s % 2]));
-      CC_CHECK(io.Wait(&recv));
-      const int dst = (s + 1) % 2;
-      CC_CHECK(io.Wait(&sent[dst]));  // out[dst] was sent two steps ago; it must be gone before it is rewritten
-      if (i.count == 0) {
-        outBytes = 0;
-      } else if (s < n - 2) {
-        const void* arrived = in[s % 2];
-        outBytes = codec.Hop(&arrived, 1, work + i.offset, i.offset, i.count, out[dst]);
-      } else {
-        const void* arrived = in[s % 2];
-        payloadBytes = codec.ReduceFinal(&arrived, 1, work + i.offset, i.offset, i.count, out[dst]);
-        codec.DecodeGather(out[dst], i.offset, i.count, work + i.offset);  // the owner decodes its own payload
-      }
-      payloadSlot = dst;
-    }
-    // All-gather: step t sends chunk r+1-t (the owner's payload at t = 0, then the one received at t-1, forwarded
-    // unchanged) and receives chunk r-t into in[t % 2], which every rank decodes into place.
+  const uint64_t steps = 2 * static_cast<uint64_t>(n - 1);  // messages per slice: reduce-scatter, then all-gather
+  struct Lane {
+    size_t k = 0;  // the slice
+    char* in[2];
+    char* out[2];
+    Request* sent[2] = {nullptr, nullptr};       // the send that reads out[i]
     Request* forwarded[2] = {nullptr, nullptr};  // the send that reads in[i]
-    for (int t = 0; t < n - 1; ++t, ++msg) {
-      Slice o = ChunkSlice(count, n, Mod(r + 1 - t, n), k, sliceElems);
-      Slice i = ChunkSlice(count, n, Mod(r - t, n), k, sliceElems);
-      CC_CHECK(io.Wait(&forwarded[t % 2]));
-      if (i.count > 0) {
-        CC_CHECK(io.Recv(prev, in[t % 2], codec.GatherBytes(i.offset, i.count), Tag(seq, msg), &recv));
-      }
-      if (o.count > 0) {
-        if (t == 0) {
-          CC_CHECK(io.Send(next, out[payloadSlot], payloadBytes, Tag(seq, msg), &sent[payloadSlot]));
+    Request* recv = nullptr;
+    size_t outBytes = 0, payloadBytes = 0;
+    int payloadSlot = 0;
+  };
+  std::vector<Lane> lanes(static_cast<size_t>(depth));
+  for (int j = 0; j < depth; ++j) {
+    char* base = wire + 4 * static_cast<size_t>(j) * slot;
+    lanes[j].in[0] = base;
+    lanes[j].in[1] = base + slot;
+    lanes[j].out[0] = base + 2 * slot;
+    lanes[j].out[1] = base + 3 * slot;
+  }
+  Inflight io(comm);
+  // Reduce-scatter step s of lane L: send chunk r-s (encoded at s = 0, the previous hop's result after) from
+  // out[s % 2]; receive chunk r-s-1 into in[s % 2].
+  auto postReduce = [&](Lane& L, int s) -> ccResult_t {
+    Slice o = ChunkSlice(count, n, Mod(r - s, n), L.k, sliceElems);
+    Slice i = ChunkSlice(count, n, Mod(r - s - 1, n), L.k, sliceElems);
+    const uint64_t tag = Tag(seq, L.k * steps + static_cast<uint64_t>(s));
+    if (i.count > 0) CC_CHECK(io.Recv(prev, L.in[s % 2], codec.HopBytes(i.offset, i.count), tag, &L.recv));
+    if (o.count > 0) CC_CHECK(io.Send(next, L.out[s % 2], L.outBytes, tag, &L.sent[s % 2]));
+    return ccSuccess;
+  };
+  // All-gather step t of lane L: send chunk r+1-t (the owner's payload at t = 0, then the one received at t-1,
+  // forwarded unchanged); receive chunk r-t into in[t % 2].
+  auto gatherTag = [&](const Lane& L, int t) { return Tag(seq, L.k * steps + static_cast<uint64_t>(n - 1 + t)); };
+  auto postGatherRecv = [&](Lane& L, int t) -> ccResult_t {
+    Slice i = ChunkSlice(count, n, Mod(r - t, n), L.k, sliceElems);
+    CC_CHECK(io.Wait(&L.forwarded[t % 2]));  // in[t % 2] is being forwarded from step t - 2
+    if (i.count > 0) {
+      CC_CHECK(io.Recv(prev, L.in[t % 2], codec.GatherBytes(i.offset, i.count), gatherTag(L, t), &L.recv));
+    }
+    return ccSuccess;
+  };
+  auto postGatherSend = [&](Lane& L, int t) -> ccResult_t {
+    Slice o = ChunkSlice(count, n, Mod(r + 1 - t, n), L.k, sliceElems);
+    if (o.count == 0) return ccSuccess;
+    if (t == 0) return io.Send(next, L.out[L.payloadSlot], L.payloadBytes, gatherTag(L, 0), &L.sent[L.payloadSlot]);
+    return io.Send(next, L.in[(t - 1) % 2], codec.GatherBytes(o.offset, o.count), gatherTag(L, t),
+                   &L.forwarded[(t - 1) % 2]);
+  };
+  for (size_t k0 = 0; k0 < rounds; k0 += static_cast<size_t>(depth)) {
+    const int active = static_cast<int>(std::min<size_t>(static_cast<size_t>(depth), rounds - k0));
+    for (int j = 0; j < active; ++j) {
+      Lane& L = lanes[j];
+      L.k = k0 + static_cast<size_t>(j);
+      L.outBytes = 0;
+      Slice first = ChunkSlice(count, n, r, L.k, sliceElems);
+      if (first.count > 0) L.outBytes = codec.Hop(nullptr, 0, work + first.offset, first.offset, first.count, L.out[0]);
+      CC_CHECK(postReduce(L, 0));
+    }
+    for (int s = 0; s < n - 1; ++s) {
+      for (int j = 0; j < active; ++j) {
+        Lane& L = lanes[j];
+        Slice i = ChunkSlice(count, n, Mod(r - s - 1, n), L.k, sliceElems);
+        CC_CHECK(io.Wait(&L.recv));
+        const int dst = (s + 1) % 2;
+        CC_CHECK(io.Wait(&L.sent[dst]));  // out[dst] was sent two steps ago; it must be gone before it is rewritten
+        const void* arrived = L.in[s % 2];
+        if (i.count == 0) {
+          L.outBytes = 0;
+        } else if (s < n - 2) {
+          L.outBytes = codec.Hop(&arrived, 1, work + i.offset, i.offset, i.count, L.out[dst]);
         } else {
-          CC_CHECK(io.Send(next, in[(t - 1) % 2], codec.GatherBytes(o.offset, o.count), Tag(seq, msg),
-                           &forwarded[(t - 1) % 2]));
+          // The last step's result is the owner's all-gather payload of chunk r+1; the owner decodes it too.
+          L.payloadBytes = codec.ReduceFinal(&arrived, 1, work + i.offset, i.offset, i.count, L.out[dst]);
+          codec.DecodeGather(L.out[dst], i.offset, i.count, work + i.offset);
+        }
+        L.payloadSlot = dst;
+        if (s < n - 2) {
+          CC_CHECK(postReduce(L, s + 1));
+        } else {
+          CC_CHECK(postGatherRecv(L, 0));
+          CC_CHECK(postGatherSend(L, 0));
         }
       }
-      CC_CHECK(io.Wait(&recv));
-      if (i.count > 0) codec.DecodeGather(in[t % 2], i.offset, i.count, work + i.offset);
     }
-    CC_CHECK(io.WaitAll());  // every slot is free for the next round
+    for (int t = 0; t < n - 1; ++t) {
+      for (int j = 0; j < active; ++j) {
+        Lane& L = lanes[j];
+        Slice i = ChunkSlice(count, n, Mod(r - t, n), L.k, sliceElems);
+        CC_CHECK(io.Wait(&L.recv));
+        const bool more = t + 1 < n - 1;
+        if (more) CC_CHECK(postGatherSend(L, t + 1));  // forward in[t % 2] at once; decoding only reads it
+        if (i.count > 0) codec.DecodeGather(L.in[t % 2], i.offset, i.count, work + i.offset);
+        if (more) CC_CHECK(postGatherRecv(L, t + 1));
+      }
+    }
+    CC_CHECK(io.WaitAll());  // every slot is free for the next group; the requests are gone
+    for (Lane& L : lanes) {
+      L.sent[0] = L.sent[1] = L.forwarded[0] = L.forwarded[1] = L.recv = nullptr;
+    }
   }
   return io.WaitAll();
 }
@@ -246,12 +287,18 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
 ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, size_t count) {
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
   const size_t slot = (codec.MaxWireBytes(sliceElems) + 63) & ~size_t{63};
-  if (c->wire.size() < 8 * slot) c->wire.assign(8 * slot, 0);
+  // The ring's lanes take four slots each (at most as many lanes as slices); the tree takes eight.
+  const size_t rounds = (PartSize(count, comm->nranks, 0) + sliceElems - 1) / sliceElems;
+  const int depth = static_cast<int>(std::max<size_t>(1, std::min<size_t>(comm->config.ringDepth, rounds)));
+  const size_t slots = std::max<size_t>(8, 4 * static_cast<size_t>(depth));
+  if (c->wire.size() < slots * slot) c->wire.assign(slots * slot, 0);
   CollArgs shape;
   shape.count = count;
   shape.eltSize = sizeof(float);
-  if (ChooseAllReduceAlgo(comm, shape) == ccAlgoTree) return CompressedTree(comm, codec, work, count, c->wire.data(), slot);
-  return CompressedRing(comm, codec, work, count, c->wire.data(), slot);
+  if (ChooseAllReduceAlgo(comm, shape) == ccAlgoTree) {
+    return CompressedTree(comm, codec, work, count, c->wire.data(), slot);
+  }
+  return CompressedRing(comm, codec, work, count, c->wire.data(), slot, depth);
 }
 
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {

@@ -141,6 +141,11 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
     return Fail(ccInvalidArgument, "CC_TREE_DEPTH=%lld is out of range (1 .. 64)", static_cast<long long>(depth));
   }
   out->treeDepth = static_cast<int>(depth);
+  int64_t ringDepth = ParamInt("CC_RING_DEPTH");
+  if (ringDepth < 1 || ringDepth > 64) {
+    return Fail(ccInvalidArgument, "CC_RING_DEPTH=%lld is out of range (1 .. 64)", static_cast<long long>(ringDepth));
+  }
+  out->ringDepth = static_cast<int>(ringDepth);
   int64_t threshold = ParamInt("CC_TREE_THRESHOLD");
   if (threshold < 0) return Fail(ccInvalidArgument, "CC_TREE_THRESHOLD=%lld is negative", (long long)threshold);
   out->treeThreshold = static_cast<size_t>(threshold);

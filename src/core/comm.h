@@ -24,6 +24,7 @@ struct CommConfig {
   int cudaDev = -1;
   size_t sliceBytes = 256 << 10;
   int treeDepth = 4;
+  int ringDepth = 4;  // compressed ring
   size_t treeThreshold = 64 << 10;
 };
 

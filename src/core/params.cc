@@ -25,6 +25,8 @@ const ParamDef kParams[] = {
     {"CC_SLICE_BYTES", ParamType::kInt, "262144",
      "Pipelining unit of ring and tree, in bytes (rounded down to whole elements). Scratch is a few slices."},
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
+    {"CC_RING_DEPTH", ParamType::kInt, "4",
+     "Slices a compressed ring keeps in flight: codec work on one overlaps the transfers of the others."},
     {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",
      "With CC_ALGO=auto, all-reduces of at most this many bytes use the tree, larger ones the ring."},
     {"CC_RANK", ParamType::kInt, "-1", "This rank, for ccCommInitFromEnv (launchers without MPI)."},
