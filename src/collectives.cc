@@ -11,6 +11,7 @@
 #ifdef CCOLL_HAVE_BLAS
 #include "collectives/lowrank.h"
 #endif
+#include "compress/codecs.h"
 #include "compress/compressor.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
@@ -108,12 +109,15 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
       return Fail(ccInvalidUsage, "%s: the compressor is bound to a bucket of %zu elements but count is %zu (use one "
                   "compressor per bucket) on rank %d", fn, c.compressor->boundCount, c.count, rank);
     }
-#ifdef CCOLL_HAVE_BLAS
     std::string why;
+#ifdef CCOLL_HAVE_BLAS
     if (c.compressor->kind == ccCompressPowerSGD && !ccoll::LowRankShapesFit(*c.compressor, c.count, &why)) {
       return Fail(ccInvalidUsage, "%s: powersgd: %s (rank %d)", fn, why.c_str(), rank);
     }
 #endif
+    if (c.compressor->kind == ccCompressQuant && !ccoll::QuantFitsRanks(*c.compressor, n, &why)) {
+      return Fail(ccInvalidUsage, "%s: quant: %s (rank %d)", fn, why.c_str(), rank);
+    }
   }
   if (ccoll::IsDevicePointer(c.send) || ccoll::IsDevicePointer(c.recv)) {
     return Fail(ccInvalidUsage, "%s: device buffers need the CUDA backend, which this version does not have yet "

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "compress/codec.h"
 #include "compress/compressor.h"
@@ -22,5 +23,9 @@ std::unique_ptr<Codec> MakeCast16Codec(ccDataType_t wireType, const CodecCall& c
 
 // Rotation + b-bit quantization, homomorphic or requantizing (parameters from the compressor).
 std::unique_ptr<Codec> MakeQuantCodec(const ccCompressor& c, const CodecCall& call);
+
+// Homomorphic quantization adds codes in lanes of bits + ceil(log2 nranks) bits, and codes are at most 16 bits wide:
+// false, with the reason, when the compressor's bits and the group size do not fit (e.g. 8 bits on 257 ranks).
+bool QuantFitsRanks(const ccCompressor& c, int nranks, std::string* why);
 
 }  // namespace ccoll

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "compress/bitpack.h"
 #include "compress/codecs.h"
@@ -207,6 +208,18 @@ class QuantCodec : public Codec {
 };
 
 }  // namespace
+
+bool QuantFitsRanks(const ccCompressor& c, int nranks, std::string* why) {
+  constexpr int kMaxLaneBits = 16;  // codes are uint16_t; the packer takes 1..16 bits
+  const int bits = static_cast<int>(c.Get(ccParamBits));
+  if (c.Get(ccParamMode) != ccQuantHomomorphic || bits + CeilLog2(nranks) <= kMaxLaneBits) return true;
+  *why = "homomorphic sums of " + std::to_string(bits) + "-bit codes over " + std::to_string(nranks) + " ranks need " +
+         std::to_string(bits + CeilLog2(nranks)) + "-bit lanes, more than " + std::to_string(kMaxLaneBits) +
+         (kMaxLaneBits > CeilLog2(nranks) ? "; use at most " + std::to_string(kMaxLaneBits - CeilLog2(nranks)) +
+                                                 " bits or mode=requant"
+                                           : std::string("; use mode=requant"));
+  return false;
+}
 
 std::unique_ptr<Codec> MakeQuantCodec(const ccCompressor& c, const CodecCall& call) {
   return std::make_unique<QuantCodec>(c, call);
