@@ -60,7 +60,10 @@ struct Pending {
 
 class Root {
  public:
-  Root(int listenFd, const uint8_t* secret, int timeoutMs) : listenFd_(listenFd), timeoutMs_(timeoutMs) {
+  // listenFd < 0: no listener; the root serves the connections in `open` only and returns once each was dropped or
+  // joined (BootstrapServeConnections).
+  Root(int listenFd, const uint8_t* secret, int timeoutMs, std::vector<int> open = {})
+      : listenFd_(listenFd), timeoutMs_(timeoutMs), open_(std::move(open)) {
     std::memcpy(secret_, secret, kSecretBytes);
   }
   void Run();
@@ -76,6 +79,7 @@ class Root {
 
   int listenFd_;
   int timeoutMs_;
+  std::vector<int> open_;
   uint8_t secret_[kSecretBytes];
   int nranks_ = -1;
   std::vector<int> rankFd_;
@@ -223,11 +227,18 @@ void Root::Run() {
   Deadline end = DeadlineIn(timeoutMs_);
   std::vector<Pending> pending;
   const int kHandshakeMs = 10000;  // a connection must deliver its hello within this time
+  for (int fd : open_) {
+    Pending p;
+    p.fd = fd;
+    p.deadline = DeadlineIn(kHandshakeMs);
+    pending.push_back(std::move(p));
+  }
   while (nranks_ < 0 || joined_ < nranks_) {
     if (Clock::now() >= end) {
       CC_WARN("bootstrap root: timed out after %d ms with %d of %d ranks joined", timeoutMs_, joined_, nranks_);
       break;
     }
+    if (listenFd_ < 0 && pending.empty()) break;  // nothing more can arrive
     std::vector<pollfd> fds;
     fds.push_back({listenFd_, POLLIN, 0});
     for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
@@ -321,6 +332,11 @@ ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, 
   std::memcpy(id->internal, &content, sizeof(content));
   CC_INFO(kLogBoot, "bootstrap root listening on %s", ToString(content.root).c_str());
   return ccSuccess;
+}
+
+void BootstrapServeConnections(const std::vector<int>& fds, const uint8_t* secret, int timeoutMs) {
+  Root root(-1, secret, timeoutMs, fds);
+  root.Run();
 }
 
 ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out) {

@@ -36,6 +36,11 @@ ccResult_t RandomBytes(void* out, size_t bytes);
 // launches) and writes the id. The thread ends once all ranks have been answered or after `timeoutMs`.
 ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, int timeoutMs, ccUniqueId* id);
 
+// The root's side of the protocol (what the listener thread runs) over connections that are already open instead of
+// a listener: hellos, rounds and replies, until each connection was dropped or joined and the rounds ended. Takes
+// the fds. For the fuzzer (tests/fuzz), which feeds the root untrusted bytes through socketpairs.
+void BootstrapServeConnections(const std::vector<int>& fds, const uint8_t* secret, int timeoutMs);
+
 // Decodes and validates an id.
 ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out);
 
