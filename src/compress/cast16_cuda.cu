@@ -1,0 +1,88 @@
+// CUDA kernels of the 16-bit cast codec: the same round-to-nearest-even conversions (float16.h) and the same fp32
+// sum order as cast16.cc (local, then the arriving messages in order), one thread per element.
+#include <cuda_runtime.h>
+
+#include "compress/codec_cuda.h"
+#include "compress/float16.h"
+#include "core/error.h"
+
+namespace ccoll {
+namespace gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename W>
+struct Wire;
+template <>
+struct Wire<Bf16> {
+  __device__ static float Load(Bf16 v) { return Bf16ToFloat(v); }
+  __device__ static Bf16 Store(float v) { return FloatToBf16(v); }
+};
+template <>
+struct Wire<Half> {
+  __device__ static float Load(Half v) { return HalfToFloat(v); }
+  __device__ static Half Store(float v) { return FloatToHalf(v); }
+};
+
+template <typename W>
+__global__ void HopKernel(const W* a, const W* b, int nin, const float* local, size_t len, W* out) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= len) return;
+  if (nin == 0) {
+    out[i] = Wire<W>::Store(local[i]);
+  } else if (nin == 1) {
+    out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]));
+  } else {
+    out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]) + Wire<W>::Load(b[i]));
+  }
+}
+
+template <typename W>
+__global__ void DecodeKernel(const W* in, size_t len, float* out) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < len) out[i] = Wire<W>::Load(in[i]);
+}
+
+template <typename W>
+ccResult_t Hop(const void* const* wiresIn, int nin, const float* local, size_t len, void* wireOut,
+               cudaStream_t stream) {
+  const W* a = nin > 0 ? static_cast<const W*>(wiresIn[0]) : nullptr;
+  const W* b = nin > 1 ? static_cast<const W*>(wiresIn[1]) : nullptr;
+  const unsigned blocks = static_cast<unsigned>((len + kThreads - 1) / kThreads);
+  HopKernel<W><<<blocks, kThreads, 0, stream>>>(a, b, nin, local, len, static_cast<W*>(wireOut));
+  return ccSuccess;
+}
+
+ccResult_t Launched(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? ccSuccess : Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
+}
+
+}  // namespace
+
+ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
+                   void* wireOut, cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  if (nin < 0 || nin > 2) return Fail(ccInternalError, "gpu cast hop: %d inputs (0..2)", nin);
+  if (wire == ccFloat16) {
+    Hop<Half>(wiresIn, nin, local, len, wireOut, stream);
+  } else {
+    Hop<Bf16>(wiresIn, nin, local, len, wireOut, stream);
+  }
+  return Launched("cast hop kernel launch");
+}
+
+ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out, cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  const unsigned blocks = static_cast<unsigned>((len + kThreads - 1) / kThreads);
+  if (wire == ccFloat16) {
+    DecodeKernel<Half><<<blocks, kThreads, 0, stream>>>(static_cast<const Half*>(in), len, out);
+  } else {
+    DecodeKernel<Bf16><<<blocks, kThreads, 0, stream>>>(static_cast<const Bf16*>(in), len, out);
+  }
+  return Launched("cast decode kernel launch");
+}
+
+}  // namespace gpu
+}  // namespace ccoll

@@ -1,0 +1,267 @@
+// CUDA kernels of the quantization codec: the randomized Hadamard rotation and the requant encode, decode and hop.
+// They call the same host/device element math as the CPU drivers (hadamard.h, quant_math.h, rng.h, bitpack.h) in
+// the same order of operations, and this file is compiled with --fmad=false, so the bytes match the CPU path.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "compress/bitpack.h"
+#include "compress/codec_cuda.h"
+#include "compress/float16.h"
+#include "compress/hadamard.h"
+#include "compress/rng.h"
+#include "core/error.h"
+
+namespace ccoll {
+namespace gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+ccResult_t Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return ccSuccess;
+  return Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
+}
+
+unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
+
+// One thread block per rotation block of `len` elements starting at base + blockIdx.x * len: signs (forward) or
+// signs and scale (inverse) around the Walsh-Hadamard butterflies, stage by stage as Fwht does them.
+__global__ void RotateKernel(const float* in, float* out, size_t base, size_t len, uint32_t key, bool inverse,
+                             float scale) {
+  extern __shared__ float x[];
+  const size_t off = base + static_cast<size_t>(blockIdx.x) * len;
+  if (!inverse) {
+    const float f = 1.0f / sqrtf(static_cast<float>(len));
+    for (size_t j = threadIdx.x; j < len; j += blockDim.x) x[j] = in[off + j] * (SignBit(key, off + j) ? -f : f);
+  } else {
+    for (size_t j = threadIdx.x; j < len; j += blockDim.x) x[j] = in[off + j];
+  }
+  __syncthreads();
+  for (size_t h = 1; h < len; h <<= 1) {
+    for (size_t p = threadIdx.x; p < len / 2; p += blockDim.x) {
+      const size_t i = (p / h) * 2 * h + (p % h);
+      const float a = x[i], b = x[i + h];
+      x[i] = a + b;
+      x[i + h] = a - b;
+    }
+    __syncthreads();
+  }
+  if (!inverse) {
+    for (size_t j = threadIdx.x; j < len; j += blockDim.x) out[off + j] = x[j];
+  } else {
+    const float f = scale / sqrtf(static_cast<float>(len));
+    for (size_t j = threadIdx.x; j < len; j += blockDim.x) out[off + j] = x[j] * (SignBit(key, off + j) ? -f : f);
+  }
+}
+
+ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint32_t key, bool inverse, float scale,
+                  cudaStream_t stream) {
+  if (block > 16384) return Fail(ccInvalidArgument, "gpu rotation: block %zu is over 16384", block);
+  const size_t smem = block * sizeof(float);
+  CC_CHECK(Check(cudaFuncSetAttribute(RotateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem)), "cudaFuncSetAttribute"));
+  // Full blocks in one launch, then the tail in decreasing powers of two (ForEachRotationBlock's order).
+  size_t off = 0;
+  while (off < count) {
+    size_t len = block;
+    while (len > count - off) len >>= 1;
+    const size_t n = len == block ? (count - off) / block : 1;
+    const unsigned threads = static_cast<unsigned>(len / 2 < 512 ? (len / 2 > 0 ? len / 2 : 1) : 512);
+    RotateKernel<<<static_cast<unsigned>(n), threads, len * sizeof(float), stream>>>(in, out, off, len, key, inverse,
+                                                                                     scale);
+    CC_CHECK(Check(cudaGetLastError(), "rotation kernel launch"));
+    off += n * len;
+  }
+  return ccSuccess;
+}
+
+// Bits [bit, bit + bits) of a little-endian bit stream of `bytes` bytes (bits <= 16).
+__device__ uint32_t ReadBits(const uint8_t* p, size_t bytes, size_t bit, int bits) {
+  const size_t first = bit / 8;
+  const int shift = static_cast<int>(bit % 8);
+  uint32_t acc = 0;
+  for (int k = 0; k < 3 && first + k < bytes && 8 * k < shift + bits; ++k) acc |= static_cast<uint32_t>(p[first + k]) << (8 * k);
+  return (acc >> shift) & ((1u << bits) - 1u);
+}
+
+__device__ float DitherAt(const DitherRule& rule, uint32_t gi) {
+  if (rule.rounding == 0) return 0.5f;
+  if (rule.rounding == 2) return StratifiedDither(Dither(rule.sharedKey, gi), StratumShift(rule.rank, rule.nranks));
+  return Dither(rule.key, gi);
+}
+
+// The scale of a group as GroupScaleOf computes it, rounded up to the format, stored, and read back.
+__device__ float EncodeScale(const float* v, size_t n, float clipK, ScaleFormat format, uint8_t* dst) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = FloatBits(v[i]) & 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  float s = m >= 0x7f800000u ? INFINITY : BitsFloat(m);
+  if (clipK > 0.0f) {
+    float sq = 0.0f;
+    for (size_t i = 0; i < n; ++i) sq += v[i] * v[i];
+    s = GroupScale(s, n ? sqrtf(sq / static_cast<float>(n)) : 0.0f, clipK);
+  }
+  s = RoundScaleUp(FlushTinyScale(s), format);
+  StoreScale(dst, s, format);
+  return LoadScale(dst, format);
+}
+
+// One thread per group: scale, codes, and (aligned groups) the packed bytes of those codes.
+__global__ void EncodeRequantKernel(const float* v, size_t len, uint64_t index0, size_t group, int bits,
+                                    ScaleFormat format, float clipK, DitherRule rule, uint8_t* scales,
+                                    uint16_t* codes, uint8_t* packed, bool aligned) {
+  const size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t groups = (len + group - 1) / group;
+  if (g >= groups) return;
+  const size_t begin = g * group, n = len - begin < group ? len - begin : group;
+  const int sb = ScaleBytes(format);
+  const uint32_t levels = Levels(bits);
+  const float s = EncodeScale(v + begin, n, clipK, format, scales + g * sb);
+  float step, inv;
+  GridOf(s, levels, &step, &inv);
+  const float shift = s * inv;
+  BitWriter w(packed + begin * bits / 8);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t gi = static_cast<uint32_t>(index0 + begin + i);
+    const uint32_t code = QuantizeCode(v[begin + i], inv, shift, levels, DitherAt(rule, gi));
+    if (aligned) {
+      w.Put(code, bits);
+    } else {
+      codes[begin + i] = static_cast<uint16_t>(code);
+    }
+  }
+  if (aligned) w.Flush();
+}
+
+// One thread per output byte of the little-endian stream of `bits`-bit codes.
+__global__ void PackKernel(const uint16_t* codes, size_t n, int bits, uint8_t* out) {
+  const size_t b = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= PackedBytes(n, bits)) return;
+  const size_t bit0 = 8 * b;
+  size_t e = bit0 / static_cast<size_t>(bits);
+  uint32_t acc = 0;
+  for (; e < n && e * bits < bit0 + 8; ++e) {
+    const long long shift = static_cast<long long>(e * bits) - static_cast<long long>(bit0);
+    const uint32_t c = codes[e];
+    acc |= shift >= 0 ? (c << shift) : (c >> -shift);
+  }
+  out[b] = static_cast<uint8_t>(acc);
+}
+
+// One thread per element.
+__global__ void DecodeRequantKernel(const uint8_t* wire, size_t len, size_t group, int bits, ScaleFormat format,
+                                    float* out) {
+  const size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= len) return;
+  const size_t groups = (len + group - 1) / group;
+  const int sb = ScaleBytes(format);
+  const float s = LoadScale(wire + (j / group) * sb, format);
+  float step, inv;
+  GridOf(s, Levels(bits), &step, &inv);
+  const uint32_t code = ReadBits(wire + groups * sb, PackedBytes(len, bits), j * bits, bits);
+  out[j] = DequantizeCode(code, step, s);
+}
+
+__device__ float DecodeAt(const uint8_t* wire, size_t len, size_t group, int bits, ScaleFormat format, size_t j) {
+  const size_t groups = (len + group - 1) / group;
+  const int sb = ScaleBytes(format);
+  const float s = LoadScale(wire + (j / group) * sb, format);
+  float step, inv;
+  GridOf(s, Levels(bits), &step, &inv);
+  return DequantizeCode(ReadBits(wire + groups * sb, PackedBytes(len, bits), j * bits, bits), step, s);
+}
+
+// The fused hop, one thread per group: vals = local + decode(in0) (+ decode(in1)), then the group's scale and codes
+// exactly as EncodeRequantKernel makes them.
+__global__ void HopRequantKernel(const uint8_t* in0, const uint8_t* in1, int nin, const float* local, size_t len,
+                                 uint64_t index0, size_t group, int bits, ScaleFormat format, float clipK,
+                                 DitherRule rule, float* vals, uint8_t* scales, uint16_t* codes, uint8_t* packed,
+                                 bool aligned) {
+  const size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t groups = (len + group - 1) / group;
+  if (g >= groups) return;
+  const size_t begin = g * group, n = len - begin < group ? len - begin : group;
+  for (size_t i = begin; i < begin + n; ++i) {
+    float x = local[i];
+    if (nin > 0) x = x + DecodeAt(in0, len, group, bits, format, i);
+    if (nin > 1) x += DecodeAt(in1, len, group, bits, format, i);
+    vals[i] = x;
+  }
+  const int sb = ScaleBytes(format);
+  const uint32_t levels = Levels(bits);
+  const float s = EncodeScale(vals + begin, n, clipK, format, scales + g * sb);
+  float step, inv;
+  GridOf(s, levels, &step, &inv);
+  const float shift = s * inv;
+  BitWriter w(packed + begin * bits / 8);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t gi = static_cast<uint32_t>(index0 + begin + i);
+    const uint32_t code = QuantizeCode(vals[begin + i], inv, shift, levels, DitherAt(rule, gi));
+    if (aligned) {
+      w.Put(code, bits);
+    } else {
+      codes[begin + i] = static_cast<uint16_t>(code);
+    }
+  }
+  if (aligned) w.Flush();
+}
+
+}  // namespace
+
+ccResult_t RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey,
+                         cudaStream_t stream) {
+  return Rotate(in, out, count, block, signKey, false, 1.0f, stream);
+}
+
+ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, cudaStream_t stream) {
+  return Rotate(x, x, count, block, signKey, true, scale, stream);
+}
+
+size_t RequantBytes(size_t len, size_t group, int bits, ScaleFormat format) {
+  return ((len + group - 1) / group) * ScaleBytes(format) + PackedBytes(len, bits);
+}
+
+ccResult_t EncodeRequant(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
+                         float clipK, const DitherRule& rule, uint16_t* codes, void* wireOut, cudaStream_t stream) {
+  return HopRequant(nullptr, 0, v, len, index0, group, bits, format, clipK, rule, nullptr, codes, wireOut, stream);
+}
+
+ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, float* out,
+                         cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  DecodeRequantKernel<<<Blocks(len), kThreads, 0, stream>>>(static_cast<const uint8_t*>(wire), len, group, bits,
+                                                            format, out);
+  return Check(cudaGetLastError(), "requant decode kernel launch");
+}
+
+ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, size_t len, uint64_t index0,
+                      size_t group, int bits, ScaleFormat format, float clipK, const DitherRule& rule, float* vals,
+                      uint16_t* codes, void* wireOut, cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  if (nin < 0 || nin > 2) return Fail(ccInternalError, "gpu requant hop: %d inputs (0..2)", nin);
+  const size_t groups = (len + group - 1) / group;
+  uint8_t* scales = static_cast<uint8_t*>(wireOut);
+  uint8_t* packed = scales + groups * ScaleBytes(format);
+  const bool aligned = (group * static_cast<size_t>(bits)) % 8 == 0;
+  if (nin == 0) {
+    EncodeRequantKernel<<<Blocks(groups), kThreads, 0, stream>>>(local, len, index0, group, bits, format, clipK, rule,
+                                                                 scales, codes, packed, aligned);
+  } else {
+    const uint8_t* in0 = static_cast<const uint8_t*>(wiresIn[0]);
+    const uint8_t* in1 = nin > 1 ? static_cast<const uint8_t*>(wiresIn[1]) : nullptr;
+    HopRequantKernel<<<Blocks(groups), kThreads, 0, stream>>>(in0, in1, nin, local, len, index0, group, bits, format,
+                                                              clipK, rule, vals, scales, codes, packed, aligned);
+  }
+  CC_CHECK(Check(cudaGetLastError(), "requant encode kernel launch"));
+  if (!aligned) {
+    PackKernel<<<Blocks(PackedBytes(len, bits)), kThreads, 0, stream>>>(codes, len, bits, packed);
+    CC_CHECK(Check(cudaGetLastError(), "pack kernel launch"));
+  }
+  return ccSuccess;
+}
+
+}  // namespace gpu
+}  // namespace ccoll
