@@ -8,6 +8,8 @@
 #
 # Environment (defaults):
 #   RATE=1gbit  NP=4  MINB=1M  MAXB=256M  FACTOR=4  ITERS=5  WARMUP=1  CHECK=1  DIST=iid  ALGO=auto
+#   ROUNDS=1: run every row this many times, in a rotated order each round; the report takes the median time (the
+#             machine is shared: its load changes during a run)
 #   CODECS="f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi mpiring"  (a subset: only those rows)
 #   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks)
 #   CPU_ONLY=1: afterwards run every ccoll row again as NP threads of one process (local transport, no network,
@@ -27,7 +29,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 build="$(cd "${1:-$repo/build}" 2>/dev/null && pwd)" || { echo "allreduce_bench.sh: no build dir ${1:-$repo/build}" >&2; exit 2; }
 RATE="${RATE:-1gbit}" NP="${NP:-4}" MINB="${MINB:-1M}" MAXB="${MAXB:-256M}" FACTOR="${FACTOR:-4}"
-ITERS="${ITERS:-5}" WARMUP="${WARMUP:-1}" CHECK="${CHECK:-1}" DIST="${DIST:-iid}" ALGO="${ALGO:-auto}"
+ITERS="${ITERS:-5}" ROUNDS="${ROUNDS:-1}" WARMUP="${WARMUP:-1}" CHECK="${CHECK:-1}" DIST="${DIST:-iid}" ALGO="${ALGO:-auto}"
 CODECS="${CODECS:-f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi mpiring}"
 CPU_ONLY="${CPU_ONLY:-1}" OUT="${OUT:-$here/results}" TAG="${TAG:-$(date -u +%Y-%m-%d_%H%M)}" CCOLL_ENV="${CCOLL_ENV:-}"
 PY=/usr/bin/python3
@@ -102,26 +104,38 @@ minb="$(to_bytes "$MINB")" maxb="$(to_bytes "$MAXB")"
 failed=()
 # shellcheck disable=SC2206
 ccoll_env=($CCOLL_ENV)
-for r in "${rows[@]}"; do
-  [[ -z "$r" ]] && continue
-  json="$raw/$r.json" log="$raw/$r.log"
-  b="$minb" e="$maxb"
-  if [[ "$r" == bf16 ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
-  sizes=(-b "$b" -e "$e" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$CHECK" -D "$DIST" -J "$json")
-  t0=$SECONDS
-  if [[ "$r" == mpi* ]]; then
-    # shellcheck disable=SC2086
-    nb_mpirun "$NP" ${spec[$r]} -- "$mpi_bin" -d float -o sum "${sizes[@]}" >"$log" 2>&1
-  else
-    # shellcheck disable=SC2086
-    nb_ranks -- env "${ccoll_env[@]}" "$perf_bin" ${spec[$r]} -o sum -a "$ALGO" "${sizes[@]}" >"$log" 2>&1
-  fi
-  rc=$?
-  printf 'allreduce_bench.sh: %-24s %4d s  %s\n' "${label[$r]}" $((SECONDS - t0)) "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc, log $log)")" >&2
-  if ((rc != 0)); then
-    failed+=("$r")
-    tail -5 "$log" >&2
-  fi
+live_rows=()
+for r in "${rows[@]}"; do [[ -n "$r" ]] && live_rows+=("$r"); done
+is_failed() { local f; for f in "${failed[@]}"; do [[ "$f" == "$1" ]] && return 0; done; return 1; }
+# Round k runs every row once, starting at row k-1 (mod the count), so that a change of the machine's load over the
+# run does not always hit the same rows. The result check runs in round 1 only.
+for ((round = 1; round <= ROUNDS; ++round)); do
+  nrows=${#live_rows[@]}
+  for ((i = 0; i < nrows; ++i)); do
+    r="${live_rows[$(((i + round - 1) % nrows))]}"
+    is_failed "$r" && continue
+    json="$raw/$r.r$round.json" log="$raw/$r.r$round.log"
+    b="$minb" e="$maxb"
+    if [[ "$r" == bf16 ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
+    check="$CHECK"
+    ((round > 1)) && check=0
+    sizes=(-b "$b" -e "$e" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$check" -D "$DIST" -J "$json")
+    t0=$SECONDS
+    if [[ "$r" == mpi* ]]; then
+      # shellcheck disable=SC2086
+      nb_mpirun "$NP" ${spec[$r]} -- "$mpi_bin" -d float -o sum "${sizes[@]}" >"$log" 2>&1
+    else
+      # shellcheck disable=SC2086
+      nb_ranks -- env "${ccoll_env[@]}" "$perf_bin" ${spec[$r]} -o sum -a "$ALGO" "${sizes[@]}" >"$log" 2>&1
+    fi
+    rc=$?
+    printf 'allreduce_bench.sh: round %d/%d %-24s %4d s  %s\n' "$round" "$ROUNDS" "${label[$r]}" $((SECONDS - t0)) \
+      "$([[ $rc == 0 ]] && echo ok || echo "FAILED (rc $rc, log $log)")" >&2
+    if ((rc != 0)); then
+      failed+=("$r")
+      tail -5 "$log" >&2
+    fi
+  done
 done
 nb_down
 trap - EXIT INT TERM
@@ -131,7 +145,7 @@ trap - EXIT INT TERM
 if [[ "$CPU_ONLY" == 1 ]]; then
   for r in "${rows[@]}"; do
     [[ -z "$r" || "$r" == mpi* ]] && continue
-    for f in "${failed[@]}"; do [[ "$f" == "$r" ]] && continue 2; done
+    is_failed "$r" && continue
     b="$minb" e="$maxb"
     if [[ "$r" == bf16 ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
     t0=$SECONDS
@@ -153,13 +167,13 @@ meta="$raw/meta.json"
 import json, sys
 json.dump({
     "tag": "$TAG", "start": "$start_time", "elapsed_s": $elapsed, "rate": "$RATE", "np": $NP,
-    "iters": $ITERS, "cpu_only": $CPU_ONLY, "warmup": $WARMUP, "check": $CHECK, "dist": "$DIST", "algo": "$ALGO",
+    "iters": $ITERS, "rounds": $ROUNDS, "cpu_only": $CPU_ONLY, "warmup": $WARMUP, "check": $CHECK, "dist": "$DIST", "algo": "$ALGO",
     "selfcheck_mbit": "$selfcheck", "cores": $(nproc), "load_start": "$load_start", "load_end": "$load_end",
     "busy_start": "$busy_start", "busy_end": "$busy_end",
     "commit": "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)",
     "dirty": "$(git -C "$repo" status --porcelain --untracked-files=no -- src include perf 2>/dev/null | wc -l)",
     "build": "$build", "build_time": "$(date -u -r "$perf_bin" +%FT%TZ)", "ccoll_env": "$CCOLL_ENV", "raw": "$raw",
-    "ccoll_library": """$(grep -h -m1 '^# library:' "$raw"/f32.log "$raw"/*.log 2>/dev/null | grep -m1 ccoll | sed 's/^# library: //')""",
+    "ccoll_library": """$(grep -h -m1 '^# library:' "$raw"/*.log 2>/dev/null | grep -m1 ccoll | sed 's/^# library: //')""",
     "mpi_library": """$(grep -h -m1 '^# library:' "$raw"/mpi*.log 2>/dev/null | head -1 | sed 's/^# library: //')""",
     "rows": "${rows[*]}".split(),
     "labels": {$(for r in "${rows[@]}"; do [[ -n "$r" ]] && printf '"%s": "%s", ' "$r" "${label[$r]}"; done)},

@@ -6,6 +6,7 @@ element count), so its size is doubled here; algbw = size / time for every row, 
 """
 import json
 import os
+import statistics
 import sys
 
 GRAD_ELEMENT_BYTES = 4  # float32 gradients
@@ -20,21 +21,35 @@ def human(n):
 
 def load_rows(meta, raw):
     out = []
+    rounds = meta.get("rounds", 1)
     for key in meta["rows"]:
-        path = os.path.join(raw, key + ".json")
-        if key in meta["failed"] or not os.path.exists(path):
+        if key in meta["failed"]:
             continue
-        with open(path) as f:
-            for r in json.load(f):
-                elements = r["count"]
-                out.append({
-                    "row": key, "label": meta["labels"][key], "size": elements * GRAD_ELEMENT_BYTES,
-                    "elements": elements, "type": r["type"], "codec": r["codec"], "time_us": r["time_us"],
-                    "algbw_GBps": elements * GRAD_ELEMENT_BYTES / r["time_us"] / 1e3,
-                    "wirebits": r["wirebits"], "wirebits_measured": r.get("wirebits_measured", True),
-                    "error": r.get("error"), "wrong": r.get("wrong"), "identical": r.get("identical"),
-                    "send_intact": r.get("send_intact"),
-                })
+        # Round 1 carries the checked values (error, wrong, ...); the time is the median over the rounds.
+        times = {}
+        first = None
+        for k in range(1, rounds + 1):
+            path = os.path.join(raw, "%s.r%d.json" % (key, k))
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                got = json.load(f)
+            first = first or got
+            for r in got:
+                times.setdefault(r["count"], []).append(r["time_us"])
+        for r in first or []:
+            elements = r["count"]
+            t = times[elements]
+            med = statistics.median(t)
+            out.append({
+                "row": key, "label": meta["labels"][key], "size": elements * GRAD_ELEMENT_BYTES,
+                "elements": elements, "type": r["type"], "codec": r["codec"], "time_us": med,
+                "times_us": t, "spread": (max(t) - min(t)) / med if len(t) > 1 else None,
+                "algbw_GBps": elements * GRAD_ELEMENT_BYTES / med / 1e3,
+                "wirebits": r["wirebits"], "wirebits_measured": r.get("wirebits_measured", True),
+                "error": r.get("error"), "wrong": r.get("wrong"), "identical": r.get("identical"),
+                "send_intact": r.get("send_intact"),
+            })
     # CPU-only times (threads, local transport) of the same rows, when the run made them.
     for key in meta["rows"]:
         path = os.path.join(raw, key + ".cpu.json")
@@ -93,14 +108,17 @@ def main():
       "latency 50ms` on both ends of every veth; self-check host 0 -> host 1: %s Mbit/s. No latency emulation "
       "(no netem in this kernel)." % (meta["np"], meta["rate"], meta["selfcheck_mbit"]))
     p("- ccoll ranks: `ip netns exec ccnbK allreduce_perf` with CC_RANK/CC_NRANKS/CC_ROOT=10.77.0.1:port/CC_SECRET, "
-      "CC_SOCKET_IFNAME=eth0, UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0; -n %d -w %d -c %d -D %s -a %s%s. OpenMPI: "
+      "CC_SOCKET_IFNAME=eth0, UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0; -n %d -w %d -c %d -D %s -a %s%s; %s. OpenMPI: "
       "mpirun with one rank per namespace (rsh agent), --mca pml ob1 --mca btl self,tcp on eth0, "
       "mpi_allreduce_perf with the same flags. 'OpenMPI f32' is OpenMPI as it comes (the issue's reference); "
       "'OpenMPI f32 tuned' adds --mca mpi_yield_when_idle 1 (every namespace looks like its own node, so OpenMPI "
       "busy-polls, 4 ranks on 2 cores) and its ring all-reduce (--mca coll_tuned_use_dynamic_rules 1 --mca "
       "coll_tuned_allreduce_algorithm 4): the strongest MPI peer on these links." % (
           meta["iters"], meta["warmup"], meta["check"], meta["dist"], meta["algo"],
-          "; extra environment " + meta["ccoll_env"] if meta["ccoll_env"] else ""))
+          "; extra environment " + meta["ccoll_env"] if meta["ccoll_env"] else "",
+          "one round" if meta.get("rounds", 1) == 1 else
+          "%d rounds, each row once per round in a rotated order; time = the median over the rounds, spread = "
+          "(slowest - fastest) / median; the check ran in round 1" % meta["rounds"]))
     p("- size = float32 gradient bytes; every row all-reduces size/4 elements. The bf16 baseline sends those "
       "elements as bfloat16 (-d bfloat16, half the bytes); every other ccoll row takes float32 in and out. "
       "algbw = size / time (GB/s, 1e9), so speedup vs bf16 = bf16 time / time at the same size. wirebits: bits "
@@ -154,9 +172,10 @@ def main():
       "need. time well above both: the two do not overlap (or TCP/UCX costs add up); CPU-only near time: "
       "compute-bound on this machine." % n)
     p("")
+    multi = meta.get("rounds", 1) > 1
     p("| size | codec | time (ms) | algbw (GB/s) | wirebits | error (vNMSE) | speedup vs bf16 | wire-bound (ms) "
-      "| CPU-only (ms) |")
-    p("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+      "| CPU-only (ms) |" + (" spread |" if multi else ""))
+    p("|---:|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if multi else ""))
     for s in sizes:
         for k in keys:
             r = by.get((k, s))
@@ -166,7 +185,8 @@ def main():
                 human(s), r["label"], r["time_us"] / 1e3, r["algbw_GBps"], "%.2f" % r["wirebits"],
                 "" if r["wirebits_measured"] else " (nominal)", fmt(r["error"], "%.2e"),
                 fmt(r["speedup_vs_bf16"], "%.2f"), fmt(r["wire_bound_us"] and r["wire_bound_us"] / 1e3, "%.1f"),
-                fmt(r.get("cpu_only_us") and r["cpu_only_us"] / 1e3, "%.1f")))
+                fmt(r.get("cpu_only_us") and r["cpu_only_us"] / 1e3, "%.1f")) +
+              (" %s |" % fmt(r["spread"] and 100 * r["spread"], "%.0f%%") if multi else ""))
     with open(prefix + ".md", "w") as f:
         f.write("\n".join(L) + "\n")
 
