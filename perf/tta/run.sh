@@ -17,8 +17,10 @@
 #   RATE     tc rate of every link (default 1gbit); K hosts = ranks (default 4)
 #   OUT      result folder (default perf/tta/results); TRAIN_ARGS extra arguments for train_ddp.py
 #   MAX_TIME seconds of training after which a run stops early (default 600)
-#   WAIT_IDLE=1 (default): before each run, wait while perf/netbench/allreduce_bench.sh runs (2 cores: timed runs
-#            disturb each other); a run during which it started anyway is flagged in OUT/run_info.txt
+#   WAIT_IDLE=1 (default): before each run, wait until no process matching FOREIGN (default perf/netbench's
+#            allreduce_bench.sh and perf/soak) has run for QUIET seconds (default 60): on 2 cores timed runs disturb
+#            each other. A run during which one ran anyway is run again (at most RETRIES times, default 1) and
+#            flagged in OUT/run_info.txt when it stays disturbed.
 #
 # The baseline is "bf16": the float32 gradient bucket rounded to bfloat16 and all-reduced exactly by ccoll (bf16 on
 # the wire), the same baseline as perf/netbench's "ccoll bf16". "none" (DDP's own gloo all-reduce, float32) is
@@ -49,15 +51,23 @@ declare -A SPEC=(
 )
 
 WAIT_IDLE="${WAIT_IDLE:-1}"
+FOREIGN="${FOREIGN:-allreduce_bench[.]sh|perf/soak}"
+RETRIES="${RETRIES:-1}"
 
-foreign() { pgrep -f 'allreduce_bench[.]sh' >/dev/null; }
+foreign() { pgrep -f "$FOREIGN" >/dev/null; }
+# Waits until no foreign benchmark has run for QUIET seconds in a row.
 wait_idle() {
   ((WAIT_IDLE)) || return 0
-  if foreign; then
-    echo "run.sh: perf/netbench/allreduce_bench.sh is running; waiting until it ends ($(date -u +%H:%M:%S))" >&2
-    while foreign; do sleep 10; done
+  local quiet=0 said=0
+  while ((quiet < ${QUIET:-60})); do
+    if foreign; then
+      ((said)) || echo "run.sh: another benchmark runs ($(pgrep -af "$FOREIGN" | head -1 | cut -c1-80)); waiting ($(date -u +%H:%M:%S))" >&2
+      said=1 quiet=0
+    else
+      quiet=$((quiet + 5))
+    fi
     sleep 5
-  fi
+  done
 }
 
 wait_idle
@@ -84,18 +94,28 @@ for entry in $CODECS; do
   name="${entry%%=*}"
   if [[ "$entry" == *=* && -z "${SPEC[$name]:-}" ]]; then spec="${entry#*=}"; else spec="${SPEC[$name]:-}"; fi
   [[ -n "$spec" ]] || { echo "run.sh: unknown codec name $name (give NAME=SPEC)" >&2; status=2; continue; }
-  rm -rf "${OUT:?}/logs/$name" "$OUT/$name.jsonl"
-  wait_idle
-  echo "== $name ($spec): $(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg)" | tee -a "$OUT/run_info.txt" >&2
-  # torch.distributed (gloo) meets at host 0 on CC_ROOT's port + 1 (train_ddp.py's default); GLOO_SOCKET_IFNAME
-  # keeps gloo on the shaped eth0.
-  # shellcheck disable=SC2086
-  nb_ranks -l "$OUT/logs/$name" -- env MASTER_ADDR="$(nb_addr 0)" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
-    "$PY" "$ROOT/examples/train_ddp.py" --codec "$spec" --max-steps "$STEPS" --target "$TARGET" \
-    --eval-every "$EVAL_EVERY" --max-time "$MAX_TIME" --log "$OUT/$name.jsonl" $TRAIN_ARGS
-  rc=$?
-  foreign && echo "   WARNING: allreduce_bench.sh was running at the end of $name: its timing is disturbed" |
-    tee -a "$OUT/run_info.txt" >&2
+  for ((try = 0; try <= RETRIES; ++try)); do
+    rm -rf "${OUT:?}/logs/$name" "$OUT/$name.jsonl"
+    wait_idle
+    echo "== $name ($spec): $(date -u +%H:%M:%S), load $(cut -d' ' -f1 /proc/loadavg)" | tee -a "$OUT/run_info.txt" >&2
+    # A sampler notes whether a foreign benchmark ran at any time during this run.
+    rm -f "$OUT/.disturbed"
+    (while kill -0 $$ 2>/dev/null; do foreign && touch "$OUT/.disturbed"; sleep 3; done) &
+    sampler=$!
+    # torch.distributed (gloo) meets at host 0 on CC_ROOT's port + 1 (train_ddp.py's default); GLOO_SOCKET_IFNAME
+    # keeps gloo on the shaped eth0.
+    # shellcheck disable=SC2086
+    nb_ranks -l "$OUT/logs/$name" -- env MASTER_ADDR="$(nb_addr 0)" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+      "$PY" "$ROOT/examples/train_ddp.py" --codec "$spec" --max-steps "$STEPS" --target "$TARGET" \
+      --eval-every "$EVAL_EVERY" --max-time "$MAX_TIME" --log "$OUT/$name.jsonl" $TRAIN_ARGS
+    rc=$?
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    [[ -e "$OUT/.disturbed" ]] || break
+    rm -f "$OUT/.disturbed"
+    echo "   WARNING: another benchmark ran during $name: its timing is disturbed$( ((try < RETRIES)) &&
+      echo "; running it again")" | tee -a "$OUT/run_info.txt" >&2
+  done
   if ((rc != 0)); then
     echo "run.sh: $name failed (status $rc); last lines of rank 0:" >&2
     tail -n 5 "$OUT/logs/$name/rank0.log" >&2
