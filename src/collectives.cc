@@ -7,6 +7,7 @@
 #include "api_guard.h"
 #include "ccoll.h"
 #include "collectives/algo.h"
+#include "collectives/call_check.h"
 #include "collectives/compressed.h"
 #ifdef CCOLL_HAVE_BLAS
 #include "collectives/lowrank.h"
@@ -174,14 +175,21 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       comm->RecordError(ccoll::LastError());
       return r;
     }
-    switch (c.kind) {
-      case Kind::kAllReduce:
-        r = c.compressor != nullptr ? ccoll::CompressedAllReduce(comm, args, c.compressor)
-                                    : ccoll::AllReduce(comm, args);
-        break;
-      case Kind::kReduceScatter: r = ccoll::RingReduceScatter(comm, args); break;
-      case Kind::kAllGather: r = ccoll::RingAllGather(comm, args); break;
-      case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;
+    if (comm->config.checkCalls) {
+      const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+      r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
+                                                            reduces ? args.op : ccSum, args.root, c.compressor));
+    }
+    if (r == ccSuccess) {
+      switch (c.kind) {
+        case Kind::kAllReduce:
+          r = c.compressor != nullptr ? ccoll::CompressedAllReduce(comm, args, c.compressor)
+                                      : ccoll::AllReduce(comm, args);
+          break;
+        case Kind::kReduceScatter: r = ccoll::RingReduceScatter(comm, args); break;
+        case Kind::kAllGather: r = ccoll::RingAllGather(comm, args); break;
+        case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;
+      }
     }
     if (r != ccSuccess) {
       // A failure in the middle of a collective leaves the group out of step: the communicator is done for.

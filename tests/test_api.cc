@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -683,6 +684,14 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
 // Failures inside a group: they must end in an error on every rank involved, quickly, never in a hang.
 // ------------------------------------------------------------------------------------------------------------
 
+// With the call check (CC_CHECK_CALLS=1, the default) ranks compare their calls before any data moves; without it
+// (ctest runs this case again with CC_CHECK_CALLS=0) a count or datatype mismatch is still caught by the transport,
+// from the message sizes.
+bool CallCheckOn() {
+  const char* v = std::getenv("CC_CHECK_CALLS");
+  return v == nullptr || std::string(v) != "0";
+}
+
 TEST_CASE("ranks that disagree on count or datatype all get an error that says so", "[api][mismatch]") {
   const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree);
   const bool dtypeMismatch = GENERATE(false, true);
@@ -691,24 +700,88 @@ TEST_CASE("ranks that disagree on count or datatype all get an error that says s
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
   std::vector<RankResult> results(2);
+  std::vector<std::vector<double>> outs(2, std::vector<double>(200, -7.0));
   auto start = std::chrono::steady_clock::now();
   RunRanks(2, [&](int r) {
     size_t count = dtypeMismatch ? 100 : (r == 0 ? 100 : 200);
     ccDataType_t dtype = dtypeMismatch && r == 1 ? ccFloat64 : ccFloat32;
-    std::vector<double> in(200, 1.0), out(200, 0.0);
-    results[r] = Record(ccAllReduce(in.data(), out.data(), count, dtype, ccSum, nullptr, g[r], nullptr), g[r]);
+    std::vector<double> in(200, 1.0);
+    results[r] = Record(ccAllReduce(in.data(), outs[r].data(), count, dtype, ccSum, nullptr, g[r], nullptr), g[r]);
   });
   double seconds = SecondsSince(start);
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << " returned " << results[r].rc << ": " << results[r].error);
     CHECK(results[r].rc != ccSuccess);
-    CHECK(results[r].rc != ccTimeout);  // detected from the message sizes, not by waiting
-    CHECK(Contains(results[r].error, "different counts"));
+    CHECK(results[r].rc != ccTimeout);  // detected, not waited out
+    if (CallCheckOn()) {
+      CHECK(results[r].rc == ccInvalidUsage);
+      CHECK(Contains(results[r].error, "must make the same call"));
+      CHECK(Contains(results[r].error, dtypeMismatch ? "float64" : "200"));
+      for (double x : outs[r]) CHECK(x == -7.0);  // caught before any data moved
+    } else {
+      CHECK(Contains(results[r].error, "different counts"));
+    }
     ccResult_t async = ccSuccess;
     REQUIRE(ccCommGetAsyncError(g[r], &async) == ccSuccess);
     CHECK(async != ccSuccess);  // the communicator is out of step and says so
   }
   CHECK(seconds < 2.5);
+}
+
+TEST_CASE("a rank that differs in op, root or compressor parameters: every rank fails fast and says why",
+          "[api][mismatch]") {
+  if (!CallCheckOn()) return;  // same-size mismatches are what the call check exists for
+  const int n = 4;
+  struct Case {
+    const char* what;
+    int kind;  // 0 all-reduce, 1 broadcast, 2 compressed all-reduce
+    ccRedOp_t op;
+    int root;
+    const char* spec;
+  };
+  for (const Case& odd : {Case{"op max instead of sum", 0, ccMax, 0, nullptr},
+                          Case{"broadcast root 2 instead of 0", 1, ccSum, 2, nullptr},
+                          Case{"quant bits=8 instead of 4", 2, ccSum, 0, "quant:bits=8"}}) {
+    INFO(odd.what);
+    Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, 5000));
+    REQUIRE(g.status == ccSuccess);
+    std::vector<RankResult> results(n);
+    std::vector<std::vector<float>> outs(n, std::vector<float>(1000, -7.0f));
+    auto start = std::chrono::steady_clock::now();
+    RunRanks(n, [&](int r) {
+      const bool me = r == 2;  // the odd one
+      std::vector<float> in(1000, 1.0f);
+      ccCompressor_t comp = nullptr;
+      if (odd.kind == 2) ccCompressorCreateFromString(&comp, me ? odd.spec : "quant:bits=4");
+      ccResult_t rc;
+      if (odd.kind == 1) {
+        rc = ccBroadcast(in.data(), outs[r].data(), 1000, ccFloat32, me ? odd.root : 0, g[r], nullptr);
+      } else {
+        rc = ccAllReduce(in.data(), outs[r].data(), 1000, ccFloat32, me ? odd.op : ccSum, comp, g[r], nullptr);
+      }
+      results[r] = Record(rc, g[r]);
+      ccCompressorDestroy(comp);
+    });
+    const double seconds = SecondsSince(start);
+    int usage = 0;
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " returned " << results[r].rc << ": " << results[r].error);
+      CHECK((results[r].rc == ccInvalidUsage || results[r].rc == ccRemoteError));
+      CHECK(Contains(results[r].error, "must make the same call"));  // the abort carries the reason
+      usage += results[r].rc == ccInvalidUsage ? 1 : 0;
+      if (results[r].rc == ccInvalidUsage) {
+        // A rank that saw the mismatch stopped before writing; the others had started and their output is
+        // undefined, as after any failed collective.
+        size_t written = 0;
+        for (float x : outs[r]) written += x == -7.0f ? 0 : 1;
+        CHECK(written == 0);
+      }
+    }
+    // The odd rank and its neighbours see the mismatch; a rank whose neighbour aborted first may report that abort
+    // (ccRemoteError, carrying the same sentence) instead, so at least one rank says ccInvalidUsage.
+    CHECK(usage >= 1);
+    CHECK(seconds < 2.5);  // the others learn through the abort, not the 5 s timeout
+  }
 }
 
 TEST_CASE("ccCommAbort from another thread unblocks a rank waiting in ccAllReduce", "[api][abort]") {

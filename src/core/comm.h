@@ -25,6 +25,7 @@ struct CommConfig {
   size_t sliceBytes = 256 << 10;
   int treeDepth = 4;
   int ringDepth = 4;  // compressed ring
+  bool checkCalls = true;  // CC_CHECK_CALLS
   size_t treeThreshold = 64 << 10;
 };
 

@@ -25,6 +25,9 @@ const ParamDef kParams[] = {
     {"CC_SLICE_BYTES", ParamType::kInt, "262144",
      "Pipelining unit of ring and tree, in bytes (rounded down to whole elements). Scratch is a few slices."},
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
+    {"CC_CHECK_CALLS", ParamType::kInt, "1",
+     "1: before any data moves, ranks compare their calls (collective, count, datatype, op, root, compressor) with "
+     "their ring neighbours; a mismatch is ccInvalidUsage there and aborts the communicator. 0: no check."},
     {"CC_RING_DEPTH", ParamType::kInt, "4",
      "Slices a compressed ring keeps in flight: codec work on one overlaps the transfers of the others."},
     {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",
