@@ -74,6 +74,7 @@ class Root {
   bool Accept(Pending* p);
   bool Reply();
   void ReplyMissing();  // after a timeout: tells the ranks that joined which ones did not
+  void ReplyLost();     // after a rank was lost between rounds: tells the others which one
   // Reads every rank's next blob; false when the ranks are done (or one failed).
   bool NextRound();
 
@@ -85,6 +86,7 @@ class Root {
   std::vector<int> rankFd_;
   std::vector<std::string> infos_;
   int joined_ = 0;
+  std::vector<int> lost_;  // ranks that died or left while the others continued
 };
 
 bool Root::Advance(Pending* p, bool* complete) {
@@ -152,7 +154,7 @@ bool Root::Accept(Pending* p) {
 
 bool Root::NextRound() {
   Deadline deadline = DeadlineIn(timeoutMs_);
-  int closed = 0;
+  std::vector<int> closedRanks;
   for (int r = 0; r < nranks_; ++r) {
     RoundHeader h{};
     char probe;
@@ -160,22 +162,31 @@ bool Root::NextRound() {
     pollfd pfd{rankFd_[r], POLLIN, 0};
     if (poll(&pfd, 1, RemainingMs(deadline)) <= 0) {
       CC_WARN("bootstrap root: rank %d neither continued nor left within %d ms", r, timeoutMs_);
+      lost_.push_back(r);
       return false;
     }
     ssize_t n = recv(rankFd_[r], &probe, 1, MSG_PEEK);
     if (n <= 0) {
-      ++closed;
+      closedRanks.push_back(r);
       continue;
     }
     if (RecvAll(rankFd_[r], &h, sizeof(h), deadline, "a bootstrap round") != ccSuccess || h.magic != kBootstrapMagic ||
         h.len > kMaxRankInfoBytes) {
       CC_WARN("bootstrap root: rank %d sent a malformed round", r);
+      lost_.push_back(r);
       return false;
     }
     infos_[r].resize(h.len);
-    if (RecvAll(rankFd_[r], &infos_[r][0], h.len, deadline, "a bootstrap round") != ccSuccess) return false;
+    if (RecvAll(rankFd_[r], &infos_[r][0], h.len, deadline, "a bootstrap round") != ccSuccess) {
+      lost_.push_back(r);
+      return false;
+    }
   }
-  if (closed != 0 && closed != nranks_) CC_WARN("bootstrap root: %d of %d ranks left before a round", closed, nranks_);
+  const int closed = static_cast<int>(closedRanks.size());
+  if (closed != 0 && closed != nranks_) {
+    CC_WARN("bootstrap root: %d of %d ranks left before a round", closed, nranks_);
+    lost_ = closedRanks;
+  }
   return closed == 0;
 }
 
@@ -195,6 +206,7 @@ bool Root::Reply() {
     if (SendAll(rankFd_[r], &ok, sizeof(ok), deadline, "bootstrap reply") != ccSuccess ||
         SendAll(rankFd_[r], payload.data(), payload.size(), deadline, "bootstrap reply") != ccSuccess) {
       CC_WARN("bootstrap root: could not answer rank %d", r);
+      lost_.push_back(r);
       all = false;
     }
   }
@@ -220,6 +232,39 @@ void Root::ReplyMissing() {
     if (SendAll(rankFd_[r], &fail, sizeof(fail), deadline, "bootstrap reply") == ccSuccess) {
       SendAll(rankFd_[r], text.data(), text.size(), deadline, "bootstrap reply");
     }
+  }
+}
+
+void Root::ReplyLost() {
+  if (lost_.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < lost_.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(lost_[i]);
+  if (lost_.size() > 16) list += ", ...";
+  std::string text = "rank" + std::string(lost_.size() > 1 ? "s " : " ") + list + " of " + std::to_string(nranks_) +
+                     " left the bootstrap while the others continued (died, or its connection was lost)";
+  text.resize(std::min<size_t>(text.size(), kMaxReplyText));
+  ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccRemoteError), nranks_, static_cast<uint32_t>(text.size())};
+  std::vector<pollfd> open;
+  Deadline deadline = DeadlineIn(1000);
+  for (int r = 0; r < nranks_; ++r) {
+    if (rankFd_[r] < 0 || std::find(lost_.begin(), lost_.end(), r) != lost_.end()) continue;
+    // A rank reads this as the answer to its next (or current) round.
+    if (SendAll(rankFd_[r], &fail, sizeof(fail), deadline, "bootstrap reply") == ccSuccess &&
+        SendAll(rankFd_[r], text.data(), text.size(), deadline, "bootstrap reply") == ccSuccess) {
+      open.push_back({rankFd_[r], POLLIN, 0});
+    }
+  }
+  // Closing now would reset the connection of a rank that is still sending its round, and it would see a broken
+  // pipe instead of this answer: read (and drop) what the ranks send until they close, for a bounded time.
+  Deadline end = DeadlineIn(std::min(timeoutMs_, 5000));
+  char sink[4096];
+  while (!open.empty() && Clock::now() < end) {
+    if (poll(open.data(), open.size(), std::max(1, RemainingMs(end))) <= 0) break;
+    std::vector<pollfd> next;
+    for (const pollfd& p : open) {
+      if (p.revents == 0 || recv(p.fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) next.push_back({p.fd, POLLIN, 0});
+    }
+    open.swap(next);
   }
 }
 
@@ -280,6 +325,7 @@ void Root::Run() {
   if (nranks_ > 0 && joined_ == nranks_) {
     while (Reply() && NextRound()) {
     }
+    ReplyLost();
   } else if (nranks_ > 0) {
     ReplyMissing();  // the ranks that joined learn who is missing instead of timing out on their own
   }
@@ -383,10 +429,12 @@ ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline 
                 ToString(id_.root).c_str(), LastError().c_str());
   }
   if (reply.magic != kBootstrapMagic) return Fail(ccRemoteError, "bootstrap root sent a malformed reply");
-  if (reply.status == static_cast<uint32_t>(ccTimeout) && reply.textLen <= kMaxReplyText) {
+  if ((reply.status == static_cast<uint32_t>(ccTimeout) || reply.status == static_cast<uint32_t>(ccRemoteError)) &&
+      reply.textLen <= kMaxReplyText) {
     std::string text(reply.textLen, '\0');
     if (RecvAll(fd_, &text[0], text.size(), deadline, "the bootstrap reply", cancel_) != ccSuccess) text = "?";
-    return Fail(ccTimeout, "rank %d of %d: the bootstrap root gave up: %s", rank_, nranks_, text.c_str());
+    return Fail(static_cast<ccResult_t>(reply.status), "rank %d of %d: the bootstrap root gave up: %s", rank_, nranks_,
+                text.c_str());
   }
   if (reply.status != 0) {
     return Fail(ccInvalidUsage, "rank %d: the bootstrap root rejected this rank (nranks %d, group has %d ranks, or "
