@@ -92,6 +92,8 @@ fi
 
 # shellcheck source=cluster.sh
 source "$here/cluster.sh"
+exec 3>&2
+NB_MSG_FD=3  # cluster.sh's interrupt message reaches this terminal even while a row's output goes to its log
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 busy() { ps -eo comm= | grep -cxE 'cc1plus|cicc|ptxas|nvcc|ld|ninja|ctest|make' || true; }  # other people's builds
 busy_start="$(busy)"

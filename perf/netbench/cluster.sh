@@ -33,7 +33,7 @@
 #   nb_selfcheck [SECONDS]  host 0 -> host 1 throughput, printed in Mbit/s
 #   nb_down                 kill what still runs in the namespaces and delete them (idempotent)
 # Environment: NB_PREFIX (default ccnb), NB_NET (first three octets, default 10.77.0), NB_BURST (default 256kb),
-# NB_UCX_TLS (default tcp,self), NB_SELFCHECK_TOOL (auto or python).
+# NB_UCX_TLS (default tcp,self), NB_SELFCHECK_TOOL (auto or python), NB_MSG_FD (fd for the interrupt message).
 #
 # Pitfalls (ENVIRONMENT.md): no netem in this kernel (no delay emulation); tbf burst below the MTU drops everything.
 
@@ -97,7 +97,8 @@ NB_CMD_PID=""   # the wrapper's COMMAND, stopped on a signal
 
 _nb_on_signal() {
   trap '' INT TERM
-  _nb_log "interrupted: deleting the cluster"
+  # (to NB_MSG_FD when set: a caller may have sent stderr to a log while the signal came)
+  _nb_log "interrupted: deleting the cluster" 2>&"${NB_MSG_FD:-2}"
   [[ -n "$NB_CMD_PID" ]] && _nb_signal TERM "$NB_CMD_PID"
   nb_down
   trap - EXIT
