@@ -90,11 +90,12 @@ if [[ ! -x "$mpi_bin" ]] || ! command -v mpirun >/dev/null; then
   done
 fi
 
-# shellcheck source=cluster.sh
+# shellcheck source=SCRIPTDIR/cluster.sh
 source "$here/cluster.sh"
 exec 3>&2
-NB_MSG_FD=3  # cluster.sh's interrupt message reaches this terminal even while a row's output goes to its log
+export NB_MSG_FD=3  # cluster.sh's interrupt message reaches this terminal even while a row's output goes to its log
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+# shellcheck disable=SC2009
 busy() { ps -eo comm= | grep -cxE 'cc1plus|cicc|ptxas|nvcc|ld|ninja|ctest|make' || true; }  # other people's builds
 busy_start="$(busy)"
 start_time="$(date -u +%FT%TZ)"

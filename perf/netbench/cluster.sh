@@ -149,7 +149,7 @@ nb_up() {
     ok=0
     for ((try = 0; try < 50 && !ok; ++try)); do
       out="$(nb_exec 0 timeout 2 bash -c "exec 3<>/dev/tcp/$(nb_addr "$i")/9" 2>&1)"
-      [[ "$out" == *refused* ]] && ok=1 || sleep 0.1
+      if [[ "$out" == *refused* ]]; then ok=1; else sleep 0.1; fi
     done
     if ((!ok)); then
       _nb_log "host 0 cannot reach host $i at $(nb_addr "$i")"
@@ -223,8 +223,10 @@ nb_ranks() {
   local -a pids=() own_group=()
   local -A live=() rank_of=()
   # Each rank in its own process group (not its own session: see perf/launch_local.sh on autogroups).
-  command -v perl >/dev/null 2>&1 &&
+  if command -v perl >/dev/null 2>&1; then
+    # shellcheck disable=SC2016
     own_group=(perl -e 'setpgrp(0, 0); exec { $ARGV[0] } @ARGV or die "nb_ranks: cannot run $ARGV[0]: $!\n"')
+  fi
   for ((r = 0; r < n; ++r)); do
     local env_r=(env CC_RANK="$r" CC_NRANKS="$n" CC_ROOT="$(nb_addr 0):$port" CC_SECRET="$secret"
       CC_SOCKET_IFNAME=eth0 UCX_TLS="${NB_UCX_TLS:-tcp,self}" UCX_NET_DEVICES=eth0)
@@ -281,6 +283,7 @@ SH
   for ((i = 0; i < np; ++i)); do hosts+="${hosts:+,}$(nb_ns $((i % NB_K)))"; done
   # In the background and waited for, so that a signal trap of the caller runs at once; that trap (nb_down) stops
   # mpirun with everything else that runs in the namespaces.
+  # shellcheck disable=SC2016
   ip netns exec "$(nb_ns 0)" unshare --uts sh -c 'hostname "$0" && exec "$@"' "${NB_PREFIX}mpirun" \
     env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     mpirun -np "$np" --host "$hosts" --mca plm_rsh_agent "$agent" \
@@ -308,7 +311,7 @@ _nb_main() {
   if ((clean)); then nb_clean_stale; return 0; fi
   nb_up "$k" "$rate" || return $?
   local status=0
-  if ((selfcheck)); then nb_selfcheck >/dev/null || status=1; fi
+  if ((selfcheck)); then nb_selfcheck 3 >/dev/null || status=1; fi
   if (($# > 0)); then
     export -f nb_ns nb_addr nb_exec nb_ranks nb_mpirun nb_selfcheck _nb_log _nb_signal
     export NB_TMP
