@@ -16,11 +16,12 @@
 namespace ccoll {
 namespace {
 
-// Sums `count` floats over the ranks in place with the compressor's wire type for P and Q (f32: exact; bf16:
-// bfloat16 on the wire, float32 accumulation). Every rank ends with the same bytes.
-ccResult_t SumFactors(ccComm* comm, ccCompressor* c, const CodecCall& call, float* data, size_t count) {
+// Sums `count` floats over the ranks in place with wire type `wire` (ccFloat32: exact; ccBfloat16: bfloat16 on the
+// wire, float32 accumulation). Every rank ends with the same bytes.
+ccResult_t SumFloats(ccComm* comm, ccCompressor* c, const CodecCall& call, float* data, size_t count,
+                     ccDataType_t wire) {
   if (count == 0) return ccSuccess;
-  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
+  auto codec = MakeCast16Codec(wire, call);
   return RunCodec(comm, c, *codec, data, count);
 }
 
@@ -60,10 +61,10 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   for (size_t t = 0; t < plan.matrices.size(); ++t) {
     const LowRankMatrix& mt = plan.matrices[t];
     float* q = c->lowRankQ.data() + mt.qOffset;
-    if (warm) Orthogonalize(q, mt.cols, mt.rank, eps);
+    if (warm) Orthogonalize(q, mt.cols, mt.rank, eps, &c->lowRankScratch);
     if (!warm || !UsableQ(q, mt.cols, mt.rank)) {
       const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeLowRank + static_cast<uint32_t>(t << 8));
-      RandomQ(q, mt.cols, mt.rank, key);
+      RandomQ(q, mt.cols, mt.rank, key, &c->lowRankScratch);
     }
   }
 
@@ -78,8 +79,17 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
     std::memcpy(exactPart, m + offset, length * sizeof(float));
     exactPart += length;
   }
-  CC_CHECK(SumFactors(comm, c, call, pBuf.data(), pBuf.size()));
-  for (const LowRankMatrix& mt : plan.matrices) Orthogonalize(pBuf.data() + mt.pOffset, mt.rows, mt.rank, eps);
+  // P in the wire type of the factors; the exact parts in float32 (one all-reduce when those are the same).
+  const ccDataType_t wire = static_cast<ccDataType_t>(c->Get(ccParamValueType));
+  if (wire == ccFloat32) {
+    CC_CHECK(SumFloats(comm, c, call, pBuf.data(), pBuf.size(), ccFloat32));
+  } else {
+    CC_CHECK(SumFloats(comm, c, call, pBuf.data(), plan.pElems, wire));
+    CC_CHECK(SumFloats(comm, c, call, pBuf.data() + plan.pElems, plan.exactElems, ccFloat32));
+  }
+  for (const LowRankMatrix& mt : plan.matrices) {
+    Orthogonalize(pBuf.data() + mt.pOffset, mt.rows, mt.rank, eps, &c->lowRankScratch);
+  }
 
   // Round 2: Q = M^T P.
   std::vector<float>& qBuf = c->lowRankOut;
@@ -87,7 +97,7 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   for (const LowRankMatrix& mt : plan.matrices) {
     ProductMtP(m + mt.offset, mt.rows, mt.cols, pBuf.data() + mt.pOffset, mt.rank, qBuf.data() + mt.qOffset);
   }
-  CC_CHECK(SumFactors(comm, c, call, qBuf.data(), qBuf.size()));
+  CC_CHECK(SumFloats(comm, c, call, qBuf.data(), qBuf.size(), wire));
   for (size_t i = 0; i < plan.qElems; ++i) c->lowRankQ[i] = qBuf[i] / n;  // the average; kept for the warm start
 
   // The result. M (the input or the memory) is not read after this point except by the error feedback, so the

@@ -226,7 +226,7 @@ bool ParseShapes(const std::string& text, std::vector<TensorShape>* shapes) {
       cols = std::strtoll(colText, &end, 10);
       if (errno != 0 || end == colText || cols <= 0) return false;
     }
-    if (*end != '\0') return false;
+    if (*end != '\0' || rows > (1LL << 40) || cols > (1LL << 40)) return false;
     shape.rows = rows;
     shape.cols = cols;
     shapes->push_back(shape);

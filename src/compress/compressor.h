@@ -63,6 +63,7 @@ struct ccCompressor {
   std::vector<float> staging;         // sparsifiers: the chosen chunks, packed; powersgd: P (and exact parts)
   std::vector<float> lowRankQ;        // powersgd: every tensor's Q (cols x r), kept for the warm start
   std::vector<float> lowRankOut;      // powersgd: Q's all-reduce buffer
+  std::vector<double> lowRankScratch; // powersgd: Gram-Schmidt's working copy
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   void ResetState() {

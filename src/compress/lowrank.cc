@@ -43,11 +43,24 @@ bool PlanLowRank(const ccCompressor& c, size_t count, LowRankPlan* plan, std::st
       shapes.push_back({rows, cols});
     }
   }
+  // The shapes must add up to count exactly; checked tensor by tensor so that no product or sum can overflow.
+  size_t total = 0;
+  for (const TensorShape& s : shapes) {
+    const size_t rows = static_cast<size_t>(s.rows), cols = static_cast<size_t>(s.cols);
+    if (rows == 0 || cols == 0 || rows > (count - total) / cols) {
+      *why = "the shapes hold more than count " + std::to_string(count) + " elements";
+      return false;
+    }
+    total += rows * cols;
+  }
+  if (total != count) {
+    *why = "the shapes hold " + std::to_string(total) + " elements but count is " + std::to_string(count);
+    return false;
+  }
   size_t offset = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const TensorShape& s = shapes[i];
     const size_t elems = static_cast<size_t>(s.rows) * static_cast<size_t>(s.cols);
-    if (elems > count - offset) break;  // reported below
     if (WorthCompressing(s.rows, s.cols, rank)) {
       if (s.rows > INT_MAX || s.cols > INT_MAX) {
         *why = "tensor " + std::to_string(i) + " (" + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
@@ -74,18 +87,14 @@ bool PlanLowRank(const ccCompressor& c, size_t count, LowRankPlan* plan, std::st
     }
     offset += elems;
   }
-  size_t total = 0;
-  for (const TensorShape& s : shapes) total += static_cast<size_t>(s.rows) * static_cast<size_t>(s.cols);
-  if (total != count) {
-    *why = "the shapes hold " + std::to_string(total) + " elements but count is " + std::to_string(count);
-    return false;
-  }
   return true;
 }
 
-void Orthogonalize(float* a, int64_t rows, int r, double eps) {
-  std::vector<double> w(static_cast<size_t>(rows) * r);
-  for (size_t i = 0; i < w.size(); ++i) w[i] = a[i];
+void Orthogonalize(float* a, int64_t rows, int r, double eps, std::vector<double>* scratch) {
+  const size_t elems = static_cast<size_t>(rows) * r;
+  if (scratch->size() < elems) scratch->resize(elems);
+  double* w = scratch->data();
+  for (size_t i = 0; i < elems; ++i) w[i] = a[i];
   for (int j = 0; j < r; ++j) {
     double sq = 0.0;
     for (int64_t i = 0; i < rows; ++i) sq += w[i * r + j] * w[i * r + j];
@@ -101,10 +110,10 @@ void Orthogonalize(float* a, int64_t rows, int r, double eps) {
       for (int64_t i = 0; i < rows; ++i) w[i * r + k] -= dot * w[i * r + j];
     }
   }
-  for (size_t i = 0; i < w.size(); ++i) a[i] = static_cast<float>(w[i]);
+  for (size_t i = 0; i < elems; ++i) a[i] = static_cast<float>(w[i]);
 }
 
-void RandomQ(float* q, int64_t cols, int r, uint32_t key) {
+void RandomQ(float* q, int64_t cols, int r, uint32_t key, std::vector<double>* scratch) {
   // A sum of four uniforms (variance 1/3, rescaled to 1): close enough to normal for a random start, and plain
   // arithmetic, so every rank (whatever its libm) draws the same Q.
   const size_t n = static_cast<size_t>(cols) * r;
@@ -116,7 +125,7 @@ void RandomQ(float* q, int64_t cols, int r, uint32_t key) {
     }
     q[i] = sum * 1.7320508f;
   }
-  Orthogonalize(q, cols, r, 0.0);
+  Orthogonalize(q, cols, r, 0.0, scratch);
 }
 
 bool UsableQ(const float* q, int64_t cols, int r) {

@@ -38,11 +38,11 @@ bool PlanLowRank(const ccCompressor& c, size_t count, LowRankPlan* plan, std::st
 // Orthonormalizes the r columns of the row-major rows x r matrix a in place by modified Gram-Schmidt in double
 // precision: column j /= (||column j|| + eps), then it is removed from the later columns. A column with nothing
 // left (norm + eps == 0, e.g. an all-zero input) becomes zero instead of NaN. Deterministic: the same input gives
-// the same bytes on every rank.
-void Orthogonalize(float* a, int64_t rows, int r, double eps);
+// the same bytes on every rank. scratch: grown to rows * r doubles and kept by the caller (no allocation per call).
+void Orthogonalize(float* a, int64_t rows, int r, double eps, std::vector<double>* scratch);
 
-// Fills q (cols x r) with N(0, 1) values from the stream `key`, then orthonormalizes it.
-void RandomQ(float* q, int64_t cols, int r, uint32_t key);
+// Fills q (cols x r) with N(0, 1)-like values from the stream `key`, then orthonormalizes it.
+void RandomQ(float* q, int64_t cols, int r, uint32_t key, std::vector<double>* scratch);
 
 // False when q has a non-finite value or an all-zero column (a warm start from it would stay stuck).
 bool UsableQ(const float* q, int64_t cols, int r);
