@@ -47,6 +47,10 @@ timeout 180 "$BUILD_DIR/perf/gpu_codec_bench" -n $((64 << 20)) -r 20 >"$OUT/benc
 echo
 echo "== summary"
 cat "$OUT/gpu.txt"
-[ "$tests" = ON ] && grep -E "passed|failed" "$OUT/test_gpu.log" | tail -2 || echo "tests: not built (no Catch2 in .deps/)"
+if [ "$tests" = ON ]; then
+  grep -E "passed|failed|skipped" "$OUT/test_gpu.log" | tail -2
+else
+  echo "tests: not built (no Catch2 in .deps/)"
+fi
 cat "$OUT/bench.md"
 exit $status

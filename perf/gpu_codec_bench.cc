@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "compress/codec_cuda.h"
+#include "compress/float16.h"
 
 namespace {
 
@@ -88,6 +89,9 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> normal;
     for (auto& v : h) v = normal(gen);
     CUDA_OK(cudaMemcpy(x, h.data(), n * 4, cudaMemcpyHostToDevice));
+    std::vector<uint16_t> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint16_t>(ccoll::FloatBits(h[i]) >> 16);  // bf16 of x
+    CUDA_OK(cudaMemcpy(half, b.data(), n * 2, cudaMemcpyHostToDevice));
   }
   ccoll::DitherRule rule;
   rule.key = 7;

@@ -1,14 +1,16 @@
 // [gpu] The CUDA codec kernels against the CPU drivers, byte for byte: the rotation (forward and inverse, counts
 // with tails, every block size), the requant encode (bits 1..8, aligned and unaligned groups, every scale format and
 // rounding rule, clipping), its decode, the fused hop with one and two arriving messages, and the 16-bit cast hop
-// and decode, on inputs with outliers, zeros, denormals, NaN and Inf. Without a CUDA device every case says so and
-// passes without checking anything (this machine and CI have none; perf/gpu_check.sh runs them on one).
+// and decode, on inputs with outliers, zeros, denormals, NaN and Inf. Without a CUDA device the binary exits 77 and
+// ctest reports the cases as skipped (this machine and CI have none; perf/gpu_check.sh runs them on one).
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -30,12 +32,13 @@ bool HaveDevice() {
   return true;
 }
 
-#define SKIP_WITHOUT_DEVICE()                                  \
-  do {                                                         \
-    if (!HaveDevice()) {                                       \
-      WARN("no CUDA device: the [gpu] case checked nothing"); \
-      return;                                                  \
-    }                                                          \
+// Without a device the process exits with 77, which ctest reports as skipped (SKIP_RETURN_CODE), not passed.
+#define SKIP_WITHOUT_DEVICE()                                              \
+  do {                                                                     \
+    if (!HaveDevice()) {                                                   \
+      std::fprintf(stderr, "no CUDA device: the [gpu] cases are skipped\n"); \
+      std::exit(77);                                                       \
+    }                                                                      \
   } while (0)
 
 // A device buffer of T, freed with the object.
@@ -119,8 +122,10 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
               rule.sharedKey = 99;
               rule.rank = 1;
               rule.nranks = 3;
-              const uint64_t index0 = 12345;  // odd: dithers start at the high half of a word
-              const std::vector<float> local = Inputs(len, len * 31 + bits, len > 100 && rounding == 1);
+              // Odd (dithers start at the high half of a word), even, and a slice that crosses 2^32 elements.
+              const uint64_t index0 = (len + bits) % 3 == 0 ? 12345 : (len + bits) % 3 == 1 ? 12346
+                                                                                                : (1ull << 32) - 100;
+              const std::vector<float> local = Inputs(len, len * 31 + bits, len > 100 && clipK == 0.0f);
               const size_t bytes = ccoll::gpu::RequantBytes(len, group, bits, format);
               std::vector<uint16_t> codes(len);
               std::vector<uint8_t> cpuMsg(bytes), cpuHop(bytes);
@@ -128,7 +133,7 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
                                                 codes.data(), cpuMsg.data()) == bytes);
               Dev<float> dLocal(len), dVals(len), dOut(len);
               Dev<uint16_t> dCodes(len);
-              Dev<uint8_t> dMsg(bytes), dHop(bytes);
+              Dev<uint8_t> dMsg(bytes), dMsg2(bytes), dHop(bytes);
               dLocal.Put(local);
               REQUIRE(ccoll::gpu::EncodeRequant(dLocal.p, len, index0, group, bits, format, clipK, rule, dCodes.p,
                                                 dMsg.p, nullptr) == ccSuccess);
@@ -151,11 +156,18 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
                                              dCodes.p, dHop.p, nullptr) == ccSuccess);
               std::vector<uint8_t> gpuHop = dHop.Get();
               CHECK(SameBytes(cpuHop.data(), gpuHop.data(), bytes));
-              // Two arriving messages (a tree node): local + decode(a) + decode(b).
-              for (size_t j = 0; j < len; ++j) sum[j] = sum[j] + cpuOut[j];
+              // Two different arriving messages (a tree node): local + decode(a) + decode(b), in that order.
+              std::vector<uint8_t> cpuMsg2(bytes);
+              const std::vector<float> other = Inputs(len, len * 7 + 3, false);
+              ccoll::EncodeRequantSlice(other.data(), len, index0, group, bits, format, clipK, rule, codes.data(),
+                                        cpuMsg2.data());
+              std::vector<float> cpuOut2(len);
+              ccoll::DecodeRequantSlice(cpuMsg2.data(), len, group, bits, format, codes.data(), cpuOut2.data());
+              for (size_t j = 0; j < len; ++j) sum[j] = sum[j] + cpuOut2[j];
               ccoll::EncodeRequantSlice(sum.data(), len, index0, group, bits, format, clipK, rule, codes.data(),
                                         cpuHop.data());
-              const void* in2[2] = {dMsg.p, dMsg.p};
+              dMsg2.Put(cpuMsg2);
+              const void* in2[2] = {dMsg.p, dMsg2.p};
               REQUIRE(ccoll::gpu::HopRequant(in2, 2, dLocal.p, len, index0, group, bits, format, clipK, rule,
                                              dVals.p, dCodes.p, dHop.p, nullptr) == ccSuccess);
               gpuHop = dHop.Get();
@@ -173,9 +185,11 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
   for (ccDataType_t wire : {ccBfloat16, ccFloat16}) {
     const size_t len = 100003;
     const std::vector<float> local = Inputs(len, 5, true), other = Inputs(len, 6, false);
-    std::vector<uint16_t> msg(len), cpu(len);
+    const std::vector<float> third = Inputs(len, 7, false);
+    std::vector<uint16_t> msg(len), msg2(len), cpu(len);
     for (size_t i = 0; i < len; ++i) {
       msg[i] = wire == ccBfloat16 ? ccoll::FloatToBf16(other[i]).bits : ccoll::FloatToHalf(other[i]).bits;
+      msg2[i] = wire == ccBfloat16 ? ccoll::FloatToBf16(third[i]).bits : ccoll::FloatToHalf(third[i]).bits;
     }
     for (int nin : {0, 1, 2}) {
       INFO((wire == ccBfloat16 ? "bf16" : "fp16") << " nin " << nin);
@@ -185,14 +199,15 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
         };
         float x = local[i];
         if (nin == 1) x = local[i] + load(msg[i]);
-        if (nin == 2) x = local[i] + load(msg[i]) + load(msg[i]);
+        if (nin == 2) x = local[i] + load(msg[i]) + load(msg2[i]);
         cpu[i] = wire == ccBfloat16 ? ccoll::FloatToBf16(x).bits : ccoll::FloatToHalf(x).bits;
       }
       Dev<float> dLocal(len), dOut(len);
-      Dev<uint16_t> dMsg(len), dHop(len);
+      Dev<uint16_t> dMsg(len), dMsg2(len), dHop(len);
       dLocal.Put(local);
       dMsg.Put(msg);
-      const void* in[2] = {dMsg.p, dMsg.p};
+      dMsg2.Put(msg2);
+      const void* in[2] = {dMsg.p, dMsg2.p};
       REQUIRE(ccoll::gpu::CastHop(wire, in, nin, dLocal.p, len, dHop.p, nullptr) == ccSuccess);
       std::vector<uint16_t> gpu = dHop.Get();
       CHECK(SameBytes(cpu.data(), gpu.data(), len * 2));

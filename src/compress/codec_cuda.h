@@ -27,7 +27,7 @@ size_t RequantBytes(size_t len, size_t group, int bits, ScaleFormat format);
 
 // EncodeRequantSlice: per group a scale, then the packed codes. One thread per group; when a group's codes end on a
 // byte boundary (group * bits % 8 == 0) it packs them itself, otherwise `codes` (len values of scratch) holds them
-// for a packing pass. Returns the message's bytes through *bytes.
+// for a packing pass. The message has RequantBytes(len, group, bits, format) bytes.
 ccResult_t EncodeRequant(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
                          float clipK, const DitherRule& rule, uint16_t* codes, void* wireOut, cudaStream_t stream);
 ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, float* out,

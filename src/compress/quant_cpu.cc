@@ -155,19 +155,22 @@ CC_INLINE void QuantizeDithered(const float* v, size_t n, float inv, float shift
     codes[0] = static_cast<uint16_t>(QuantizeCode(v[0], inv, shift, levels, dither(RandomWord(key, i0 >> 1) >> 16)));
     i = 1;
   }
-  const uint32_t pair0 = (i0 + static_cast<uint32_t>(i)) >> 1;
+  // The word of an element pair is (its global index mod 2^32) / 2, as Dither defines it, also where a slice
+  // crosses a multiple of 2^32 elements.
+  const uint32_t first = i0 + static_cast<uint32_t>(i);
   const size_t pairs = (n - i) / 2;
   const float* x = v + i;
   uint16_t* c = codes + i;
   for (size_t p = 0; p < pairs; ++p) {
-    uint32_t w = RandomWord(key, pair0 + static_cast<uint32_t>(p));
+    uint32_t w = RandomWord(key, (first + 2u * static_cast<uint32_t>(p)) >> 1);
     c[2 * p] = static_cast<uint16_t>(QuantizeCode(x[2 * p], inv, shift, levels, dither(w & 0xffffu)));
     c[2 * p + 1] = static_cast<uint16_t>(QuantizeCode(x[2 * p + 1], inv, shift, levels, dither(w >> 16)));
   }
   i += 2 * pairs;
   if (i < n) {
     uint32_t gi = i0 + static_cast<uint32_t>(i);
-    codes[i] = static_cast<uint16_t>(QuantizeCode(v[i], inv, shift, levels, dither(RandomWord(key, gi >> 1) & 0xffffu)));
+    const float u = dither(RandomWord(key, gi >> 1) & 0xffffu);
+    codes[i] = static_cast<uint16_t>(QuantizeCode(v[i], inv, shift, levels, u));
   }
 }
 

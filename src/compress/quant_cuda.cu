@@ -1,6 +1,7 @@
 // CUDA kernels of the quantization codec: the randomized Hadamard rotation and the requant encode, decode and hop.
 // They call the same host/device element math as the CPU drivers (hadamard.h, quant_math.h, rng.h, bitpack.h) in
-// the same order of operations, and this file is compiled with --fmad=false, so the bytes match the CPU path.
+// the same order of operations, and this file is compiled with --fmad=false, so that the bytes match the CPU path;
+// tests/test_gpu.cc checks that on a device (not yet run on one: see perf/gpu_check.sh).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -81,7 +82,9 @@ __device__ uint32_t ReadBits(const uint8_t* p, size_t bytes, size_t bit, int bit
   const size_t first = bit / 8;
   const int shift = static_cast<int>(bit % 8);
   uint32_t acc = 0;
-  for (int k = 0; k < 3 && first + k < bytes && 8 * k < shift + bits; ++k) acc |= static_cast<uint32_t>(p[first + k]) << (8 * k);
+  for (int k = 0; k < 3 && first + k < bytes && 8 * k < shift + bits; ++k) {
+    acc |= static_cast<uint32_t>(p[first + k]) << (8 * k);
+  }
   return (acc >> shift) & ((1u << bits) - 1u);
 }
 

@@ -49,6 +49,12 @@ CC_HD float Dither(uint32_t key, uint32_t i) {
 }
 
 // Purpose tags.
-enum : uint32_t { kPurposeRotation = 1, kPurposeDither = 2, kPurposeShared = 3, kPurposeChunks = 4, kPurposeLowRank = 5 };
+enum : uint32_t {
+  kPurposeRotation = 1,
+  kPurposeDither = 2,
+  kPurposeShared = 3,
+  kPurposeChunks = 4,
+  kPurposeLowRank = 5,
+};
 
 }  // namespace ccoll
