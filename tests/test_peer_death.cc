@@ -65,6 +65,16 @@ struct RankArgs {
   std::string idHex;
 };
 
+// True when `error` says "rank N" for some N other than `self` (every sentence names the rank it comes from; it
+// must also name a peer: the dead one, or one that aborted because of it).
+bool NamesAnotherRank(const std::string& error, int self) {
+  for (size_t at = error.find("rank "); at != std::string::npos; at = error.find("rank ", at + 1)) {
+    const char* digits = error.c_str() + at + 5;
+    if (*digits >= '0' && *digits <= '9' && std::atoi(digits) != self) return true;
+  }
+  return false;
+}
+
 int RankMain(const RankArgs& a) {
   if (a.rank == a.victim) {
     const int64_t at = a.killAtNs;
@@ -115,7 +125,7 @@ int RankMain(const RankArgs& a) {
   if (rc != ccRemoteError && rc != ccTimeout) return kWrongCode;
   // Allow the timeout plus scheduling slack on a loaded 2-core machine.
   if (afterKill > a.timeoutMs / 1000.0 + 3.0) return kTooSlow;
-  if (error.find("rank") == std::string::npos) return kNoPeerNamed;
+  if (!NamesAnotherRank(error, a.rank)) return kNoPeerNamed;
   return kOk;
 }
 

@@ -45,7 +45,7 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count,
     size_t outBytes = 0, payloadBytes = 0;
     int payloadSlot = 0;
   };
-  std::vector<Lane> lanes(static_cast<size_t>(depth));
+  Lane lanes[64];  // CC_RING_DEPTH is at most 64; no allocation per call
   for (int j = 0; j < depth; ++j) {
     char* base = wire + 4 * static_cast<size_t>(j) * slot;
     lanes[j].in[0] = base;
@@ -130,7 +130,8 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count,
       }
     }
     CC_CHECK(io.WaitAll());  // every slot is free for the next group; the requests are gone
-    for (Lane& L : lanes) {
+    for (int j = 0; j < depth; ++j) {
+      Lane& L = lanes[j];
       L.sent[0] = L.sent[1] = L.forwarded[0] = L.forwarded[1] = L.recv = nullptr;
     }
   }

@@ -30,6 +30,7 @@ struct RankInfo {
   uint8_t processToken[16];  // random per process: equal tokens mean "same process, use the local transport"
   int32_t pid;
   char host[64];
+  int32_t checkCalls;        // CC_CHECK_CALLS: it changes the messages of every call, so all ranks must agree
 };
 
 const uint8_t* ProcessToken() {
@@ -176,6 +177,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   std::memcpy(info.processToken, ProcessToken(), sizeof(info.processToken));
   info.pid = getpid();
   gethostname(info.host, sizeof(info.host) - 1);
+  info.checkCalls = comm->config.checkCalls ? 1 : 0;
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -188,6 +190,13 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     std::memcpy(&infos[peer], all[peer].data(), sizeof(RankInfo));
     infos[peer].host[sizeof(infos[peer].host) - 1] = '\0';
     anyRemote |= std::memcmp(infos[peer].processToken, infos[0].processToken, sizeof(info.processToken)) != 0;
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    if (infos[peer].checkCalls != info.checkCalls) {
+      return Fail(ccInvalidUsage, "rank %d: CC_CHECK_CALLS is %d here but %d on rank %d (pid %d on %s); every rank "
+                  "needs the same setting", rank, info.checkCalls, infos[peer].checkCalls, peer, infos[peer].pid,
+                  infos[peer].host);
+    }
   }
   auto sameProcess = [&](int peer) {
     return std::memcmp(infos[peer].processToken, info.processToken, sizeof(info.processToken)) == 0;

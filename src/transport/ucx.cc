@@ -237,8 +237,10 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
       st = ucp_ep_create(impl_->worker, &params, &impl_->eps[peer]);
     }
     if (st != UCS_OK) {
-      return Fail(ccSystemError, "rank %d: cannot create a UCX endpoint to rank %d: %s", impl_->rank, peer,
-                  ucs_status_string(st));
+      // The peer's address came from the bootstrap a moment ago: failing to reach it means it died or its host is
+      // unreachable, a remote failure rather than a local one.
+      return Fail(ccRemoteError, "rank %d: cannot create a UCX endpoint to rank %d (it died or is unreachable): %s",
+                  impl_->rank, peer, ucs_status_string(st));
     }
   }
   return ccSuccess;
