@@ -25,7 +25,9 @@
 
 #include "ccoll.h"
 #include "compress/hadamard.h"
+#include "compress/bitpack.h"
 #include "compress/quant_cpu.h"
+#include "compress/rng.h"
 #include "rank_harness.h"
 
 using cctest::Group;
@@ -1108,5 +1110,44 @@ TEST_CASE("the CPU rotation equals the host/device reference rotation byte for b
       ccoll::RotateInverse(got.data(), count, block, key, 0.25f);
       CHECK(std::memcmp(ref.data(), got.data(), count * sizeof(float)) == 0);
     }
+  }
+}
+
+// The requant encoder's dithers are Dither(key, global index mod 2^32) (rng.h, the definition the CUDA kernels use
+// too), also for a slice that crosses a multiple of 2^32 elements and for odd and even starts: the encoder's bytes
+// equal a message built element by element from the reference definitions.
+TEST_CASE("requant codes use Dither's definition of the dither of every element, across 2^32 too", "[dither]") {
+  const size_t len = 1000, group = 32;
+  const int bits = 4;
+  const auto format = ccoll::ScaleFormat::kBf16;
+  std::mt19937_64 gen(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(len);
+  for (auto& x : v) x = normal(gen);
+  for (uint64_t index0 : {uint64_t{0}, uint64_t{7}, (uint64_t{1} << 32) - 100, (uint64_t{1} << 32) - 101,
+                          (uint64_t{3} << 32) + 5}) {
+    INFO("index0 " << index0);
+    ccoll::DitherRule rule;
+    rule.rounding = 1;
+    rule.key = 0xabcdef;
+    const size_t groups = (len + group - 1) / group;
+    std::vector<uint16_t> codes(len), want(len);
+    std::vector<uint8_t> msg(groups * 2 + ccoll::PackedBytes(len, bits)), ref(msg.size());
+    REQUIRE(ccoll::EncodeRequantSlice(v.data(), len, index0, group, bits, format, 0.0f, rule, codes.data(),
+                                      msg.data()) == msg.size());
+    for (size_t g = 0; g < groups; ++g) {
+      const size_t begin = g * group, n = std::min(group, len - begin);
+      float s = ccoll::RoundScaleUp(ccoll::GroupScaleOf(v.data() + begin, n, 0.0f), format);
+      ccoll::StoreScale(ref.data() + 2 * g, s, format);
+      s = ccoll::LoadScale(ref.data() + 2 * g, format);
+      float step, inv;
+      ccoll::GridOf(s, ccoll::Levels(bits), &step, &inv);
+      for (size_t j = begin; j < begin + n; ++j) {
+        const float u = ccoll::Dither(rule.key, static_cast<uint32_t>(index0 + j));
+        want[j] = static_cast<uint16_t>(ccoll::QuantizeCode(v[j], inv, s * inv, ccoll::Levels(bits), u));
+      }
+    }
+    ccoll::PackCodes(want.data(), len, bits, ref.data() + 2 * groups);
+    CHECK(std::memcmp(msg.data(), ref.data(), msg.size()) == 0);
   }
 }
