@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The test suite under sanitizers, in build trees of their own (g++, see shared/ENVIRONMENT.md):
+#   build-asan: ASan + UBSan (float-cast-overflow included: NaN or huge floats converted to integers), the whole
+#               ctest suite (unit, thread-rank, process and perf smoke tests; the Python tests too, with libasan
+#               preloaded into the interpreter).
+#   build-tsan: TSan, the thread-rank tests (ranks as threads of one process over the local transport).
+# Only what ctest runs is built (no examples, no CUDA: there is no GPU to run device code on here).
+#
+#   scripts/sanitize.sh            # both
+#   scripts/sanitize.sh asan       # or: tsan
+# Environment: ASAN_DIR, TSAN_DIR (build trees), JOBS (ctest -j, default nproc), SANITIZE_PYTHON=0 skips the Python
+# tests under ASan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ASAN_DIR=${ASAN_DIR:-build-asan}
+TSAN_DIR=${TSAN_DIR:-build-tsan}
+JOBS=${JOBS:-$(nproc)}
+WHAT=${1:-all}
+
+LAUNCHER=""
+command -v ccache >/dev/null 2>&1 && LAUNCHER="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+GEN=""
+command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
+
+configure() {  # dir sanitizers
+  if [ ! -f "$1/CMakeCache.txt" ]; then
+    # RelWithDebInfo: -O2 keeps the runs short, -g gives the reports file:line.
+    cmake -S . -B "$1" $GEN -DCMAKE_BUILD_TYPE=RelWithDebInfo $LAUNCHER -DCCOLL_SANITIZE="$2" \
+      -DCCOLL_ENABLE_CUDA=OFF -DCCOLL_BUILD_EXAMPLES=OFF >/dev/null
+  fi
+}
+
+stamp() { date +%s; }
+# The pipelining case with 64-byte slices hands every chunk over in thousands of slices, each a wake-up of another
+# thread: slowed by a sanitizer (and by a loaded machine) it can outlast its ctest TIMEOUT (240 s), so it runs outside
+# ctest, with a limit of its own.
+slow_tests='with CC_SLICE_BYTES=64$'
+run_slow() {  # build dir, extra env
+  echo "== test_collectives [slice] with CC_SLICE_BYTES=64 (outside ctest)"
+  (cd "$1" && env CC_SLICE_BYTES=64 "${@:2}" timeout 1200 tests/test_collectives "[slice]")
+}
+report=""
+
+if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
+  t0=$(stamp)
+  echo "== ASan+UBSan: build ($ASAN_DIR)"
+  configure "$ASAN_DIR" "address,undefined,float-cast-overflow"
+  cmake --build "$ASAN_DIR" -j "$(nproc)"
+  t1=$(stamp)
+  echo "== ASan+UBSan: ctest"
+  # detect_leaks=0: LeakSanitizer reports allocations that OpenMPI and UCX keep until exit, inside processes started
+  # by mpirun (test_processes.*, perf_mpi_*, perf_compare_mpi_script), and they cannot be suppressed there (see
+  # ENVIRONMENT.md). Every other test runs with leak detection on. UBSan: every finding is fatal (halt_on_error also
+  # covers float-cast-overflow, which -fno-sanitize-recover=undefined does not include).
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  asan_common="abort_on_error=0:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1"
+  mpi_tests='^(test_processes\.|perf_mpi_allreduce$|perf_compare_mpi_script$)'
+  py_env=()
+  if [ "${SANITIZE_PYTHON:-1}" = 1 ]; then
+    # The interpreter is not instrumented: the runtime must be the first library loaded. Python and numpy keep
+    # objects alive until exit, so leak detection is off for these too.
+    py_env=(LD_PRELOAD="$(g++ -print-file-name=libasan.so)")
+  fi
+  (cd "$ASAN_DIR" &&
+    ASAN_OPTIONS="$asan_common:detect_leaks=1" ctest --output-on-failure -j "$JOBS" --timeout 900 \
+      -E "$mpi_tests|^python\\.|$slow_tests" &&
+    ASAN_OPTIONS="$asan_common:detect_leaks=0" ctest --output-on-failure -j "$JOBS" --timeout 900 -R "$mpi_tests")
+  run_slow "$ASAN_DIR" ASAN_OPTIONS="$asan_common:detect_leaks=1"
+  if [ ${#py_env[@]} -gt 0 ]; then
+    (cd "$ASAN_DIR" && env "${py_env[@]}" ASAN_OPTIONS="$asan_common:detect_leaks=0" \
+      ctest --output-on-failure -j "$JOBS" --timeout 900 -R '^python\.')
+  fi
+  t2=$(stamp)
+  report+="asan+ubsan: build $((t1 - t0)) s, tests $((t2 - t1)) s"$'\n'
+fi
+
+if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
+  t0=$(stamp)
+  echo "== TSan: build ($TSAN_DIR)"
+  configure "$TSAN_DIR" "thread"
+  thread_tests="test_collectives test_api test_compression test_internals"
+  grep -q "CCOLL_ENABLE_BLAS:BOOL=ON" "$TSAN_DIR/CMakeCache.txt" && thread_tests+=" test_lowrank"
+  cmake --build "$TSAN_DIR" -j "$(nproc)" --target $thread_tests
+  t1=$(stamp)
+  echo "== TSan: thread-rank tests"
+  # UCX intercepts malloc and mmap through its own hooks, which TSan cannot follow (ENVIRONMENT.md): the thread-rank
+  # tests use the local transport, but a test that touches UCX must not install the hooks.
+  export UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4"
+  regex="^($(echo "$thread_tests" | sed 's/ /|/g'))\\."
+  # Not under TSan: the cases that repeat the smaller cases' code paths on 2^20 elements (codec and reduction
+  # arithmetic, statistics over many trials). Instrumented, every memory access is 5-15 times slower: they are
+  # CPU-bound for many minutes and time out, while adding no interleaving the smaller cases lack. ASan+UBSan runs
+  # them.
+  heavy='2\^20|every codec and mode|rounding are unbiased'
+  (cd "$TSAN_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900 -R "$regex" -E "$slow_tests|$heavy")
+  run_slow "$TSAN_DIR"
+  t2=$(stamp)
+  report+="tsan: build $((t1 - t0)) s, tests $((t2 - t1)) s"$'\n'
+fi
+
+echo "== sanitizers passed"
+printf '%s' "$report"
