@@ -24,7 +24,7 @@ struct HelloHeader {
   int32_t rank;
   int32_t nranks;
   uint32_t infoLen;
-  uint32_t reserved;
+  uint32_t timeoutMs;  // the rank's timeout: the root gives up on missing ranks after the shortest one it hears
 };
 
 // Rank -> root for every all-gather after the first, followed by len bytes.
@@ -42,6 +42,7 @@ struct ReplyHeader {
   uint32_t textLen;
 };
 constexpr uint32_t kMaxReplyText = 512;
+constexpr int kRootVerdictGraceMs = 1000;
 
 bool SecretEqual(const uint8_t* a, const uint8_t* b) {
   uint8_t diff = 0;  // constant time: do not leak how much of a guess was right
@@ -80,6 +81,7 @@ class Root {
 
   int listenFd_;
   int timeoutMs_;
+  Deadline end_{};  // when the root stops waiting for ranks to join
   std::vector<int> open_;
   uint8_t secret_[kSecretBytes];
   int nranks_ = -1;
@@ -146,6 +148,11 @@ bool Root::Accept(Pending* p) {
     return false;
   }
   rankFd_[h.rank] = p->fd;
+  if (h.timeoutMs > 0 && h.timeoutMs < static_cast<uint32_t>(timeoutMs_)) {
+    // The ranks wait this long for the root's answer: give up on missing ranks by then, and say so in time.
+    timeoutMs_ = static_cast<int>(h.timeoutMs);
+    end_ = std::min(end_, Clock::now() + std::chrono::milliseconds(timeoutMs_));
+  }
   infos_[h.rank] = std::move(p->info);
   ++joined_;
   CC_INFO(kLogBoot, "bootstrap root: rank %d of %d joined", h.rank, nranks_);
@@ -269,7 +276,7 @@ void Root::ReplyLost() {
 }
 
 void Root::Run() {
-  Deadline end = DeadlineIn(timeoutMs_);
+  end_ = DeadlineIn(timeoutMs_);
   std::vector<Pending> pending;
   const int kHandshakeMs = 10000;  // a connection must deliver its hello within this time
   for (int fd : open_) {
@@ -279,7 +286,7 @@ void Root::Run() {
     pending.push_back(std::move(p));
   }
   while (nranks_ < 0 || joined_ < nranks_) {
-    if (Clock::now() >= end) {
+    if (Clock::now() >= end_) {
       CC_WARN("bootstrap root: timed out after %d ms with %d of %d ranks joined", timeoutMs_, joined_, nranks_);
       break;
     }
@@ -287,7 +294,7 @@ void Root::Run() {
     std::vector<pollfd> fds;
     fds.push_back({listenFd_, POLLIN, 0});
     for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
-    int r = poll(fds.data(), fds.size(), 100);
+    int r = poll(fds.data(), fds.size(), std::max(0, std::min(100, RemainingMs(end_))));
     if (r < 0 && errno != EINTR) break;
     if (fds[0].revents & POLLIN) {
       int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -412,13 +419,16 @@ ccResult_t BootstrapSession::AllGather(const std::string& mine, std::vector<std:
     hello.rank = rank_;
     hello.nranks = nranks_;
     hello.infoLen = static_cast<uint32_t>(mine.size());
+    hello.timeoutMs = timeoutMs_ > 0 ? static_cast<uint32_t>(timeoutMs_) : 0;
     CC_CHECK(SendAll(fd_, &hello, sizeof(hello), deadline, "the bootstrap hello", cancel_));
   } else {
     RoundHeader h{kBootstrapMagic, static_cast<uint32_t>(mine.size())};
     CC_CHECK(SendAll(fd_, &h, sizeof(h), deadline, "a bootstrap round", cancel_));
   }
   CC_CHECK(SendAll(fd_, mine.data(), mine.size(), deadline, "a bootstrap blob", cancel_));
-  return ReceiveAll(all, deadline);
+  // The root answers within its own timeout, also when it gives up (then it names the ranks that never joined):
+  // wait a little longer than that for its answer, so a rank reports the root's verdict rather than a bare timeout.
+  return ReceiveAll(all, deadline + std::chrono::milliseconds(kRootVerdictGraceMs));
 }
 
 ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline deadline) {
