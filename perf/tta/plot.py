@@ -33,10 +33,10 @@ def load(path):
     return config, points, final
 
 
-def time_to(points, target):
+def time_to(points, target, key="time"):
     for p in points:
         if p["acc"] >= target:
-            return p["time"]
+            return p[key]
     return None
 
 
@@ -80,6 +80,7 @@ def main():
             "name": name,
             "codec": config.get("codec", name),
             "ttt": ttt,
+            "stt": time_to(points, target, "step"),
             "speedup": (base_ttt / ttt) if (base_ttt and ttt) else None,
             "acc": acc,
             "delta": (acc - base_acc) if base_acc is not None else None,
@@ -96,12 +97,13 @@ def main():
 
     out = ["Target: test accuracy >= %.1f %% (the first evaluation at or above it). Baseline: %s. Time = training "
            "wall time, evaluation excluded." % (100 * target, args.baseline), "",
-           "| codec | spec | time to target (s) | speedup vs %s | final acc (%%) | Δ acc vs %s (points) | best acc (%%) "
+           "| codec | spec | time to target (s) | steps to target | speedup vs %s | final acc (%%) | Δ acc vs %s (points) | best acc (%%) "
            "| steps | ms/step | comm share (%%) | MB sent/step/rank |" % (args.baseline, args.baseline),
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append("| %s | `%s` | %s | %s | %.2f | %s | %.2f | %d | %.0f | %s | %s |" % (
-            r["name"], r["codec"], fmt(r["ttt"], ".1f", "not reached"), fmt(r["speedup"], ".2f") +
+        out.append("| %s | `%s` | %s | %s | %s | %.2f | %s | %.2f | %d | %.0f | %s | %s |" % (
+            r["name"], r["codec"], fmt(r["ttt"], ".1f", "not reached"), fmt(r["stt"], "d", "—"),
+            fmt(r["speedup"], ".2f") +
             ("x" if r["speedup"] else ""), 100 * r["acc"], fmt(None if r["delta"] is None else 100 * r["delta"], "+.2f"),
             100 * r["best"], r["steps"], r["step_ms"], fmt(r["comm"], ".0f"), fmt(r["mb"], ".2f")))
     table = "\n".join(out) + "\n"
