@@ -114,6 +114,30 @@ class Group {
   std::string error;
 };
 
+// One compressor per rank from the same spec (and seed, when >= 0); destroyed with the object.
+struct Compressors {
+  std::vector<ccCompressor_t> c;
+  ccResult_t status = ccSuccess;
+  std::string error;
+
+  Compressors(const std::string& spec, int nranks, int64_t seed = -1) : c(static_cast<size_t>(nranks), nullptr) {
+    for (auto& comp : c) {
+      status = ccCompressorCreateFromString(&comp, spec.c_str());
+      if (status == ccSuccess && seed >= 0) status = ccCompressorSetParam(comp, ccParamSeed, seed);
+      if (status != ccSuccess) {
+        error = ccGetLastError(nullptr);
+        return;
+      }
+    }
+  }
+  Compressors(const Compressors&) = delete;
+  Compressors& operator=(const Compressors&) = delete;
+  ~Compressors() {
+    for (auto comp : c) ccCompressorDestroy(comp);
+  }
+  ccCompressor_t operator[](int r) const { return c[static_cast<size_t>(r)]; }
+};
+
 inline double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

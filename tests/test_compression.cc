@@ -30,6 +30,7 @@
 #include "compress/rng.h"
 #include "rank_harness.h"
 
+using cctest::Compressors;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -88,29 +89,6 @@ double SweepBound(const std::string& spec) {
   return 1.0;  // biased topk / randk: what is not sent is missing, what is sent is (nearly) exact
 }
 
-// One compressor per rank from the same spec; destroyed with the object.
-struct Compressors {
-  std::vector<ccCompressor_t> c;
-  ccResult_t status = ccSuccess;
-  std::string error;
-
-  Compressors(const std::string& spec, int nranks, int64_t seed = -1) : c(static_cast<size_t>(nranks), nullptr) {
-    for (auto& comp : c) {
-      status = ccCompressorCreateFromString(&comp, spec.c_str());
-      if (status == ccSuccess && seed >= 0) status = ccCompressorSetParam(comp, ccParamSeed, seed);
-      if (status != ccSuccess) {
-        error = ccGetLastError(nullptr);
-        return;
-      }
-    }
-  }
-  Compressors(const Compressors&) = delete;
-  Compressors& operator=(const Compressors&) = delete;
-  ~Compressors() {
-    for (auto comp : c) ccCompressorDestroy(comp);
-  }
-  ccCompressor_t operator[](int r) const { return c[static_cast<size_t>(r)]; }
-};
 
 // `corr` input: rank r holds g + noiseScale * noise_r with g, noise_r ~ N(0,1) and g shared by all ranks.
 Buffers CorrInput(int nranks, size_t count, uint64_t seed, double noiseScale = 0.5) {

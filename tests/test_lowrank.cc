@@ -21,6 +21,7 @@
 #include "compress/compressor.h"
 #include "rank_harness.h"
 
+using cctest::Compressors;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -34,27 +35,6 @@ bool Contains(const std::string& s, const std::string& part) { return s.find(par
 
 Group MakeGroup(int nranks, int algo = ccAlgoRing) { return Group::InitConfig(nranks, cctest::MakeConfig(algo)); }
 
-// One compressor per rank from the same spec.
-struct Compressors {
-  std::vector<ccCompressor_t> c;
-  ccResult_t status = ccSuccess;
-  std::string error;
-  Compressors(const std::string& spec, int nranks) : c(static_cast<size_t>(nranks), nullptr) {
-    for (auto& comp : c) {
-      status = ccCompressorCreateFromString(&comp, spec.c_str());
-      if (status != ccSuccess) {
-        error = ccGetLastError(nullptr);
-        return;
-      }
-    }
-  }
-  Compressors(const Compressors&) = delete;
-  Compressors& operator=(const Compressors&) = delete;
-  ~Compressors() {
-    for (auto comp : c) ccCompressorDestroy(comp);
-  }
-  ccCompressor_t operator[](int r) const { return c[static_cast<size_t>(r)]; }
-};
 
 struct CallResult {
   Buffers out;

@@ -112,17 +112,14 @@ __device__ float EncodeScale(const float* v, size_t n, float clipK, ScaleFormat 
   return LoadScale(dst, format);
 }
 
-// One thread per group: scale, codes, and (aligned groups) the packed bytes of those codes.
-__global__ void EncodeRequantKernel(const float* v, size_t len, uint64_t index0, size_t group, int bits,
-                                    ScaleFormat format, float clipK, DitherRule rule, uint8_t* scales,
-                                    uint16_t* codes, uint8_t* packed, bool aligned) {
-  const size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t groups = (len + group - 1) / group;
-  if (g >= groups) return;
+// Group g of the values v (global index of v[0]: index0): its scale, its codes, and, when groups end on byte
+// boundaries, the packed bytes of those codes (else the codes go to `codes` for the packing pass).
+__device__ void EncodeGroup(const float* v, size_t len, size_t g, uint64_t index0, size_t group, int bits,
+                            ScaleFormat format, float clipK, const DitherRule& rule, uint8_t* scales,
+                            uint16_t* codes, uint8_t* packed, bool aligned) {
   const size_t begin = g * group, n = len - begin < group ? len - begin : group;
-  const int sb = ScaleBytes(format);
   const uint32_t levels = Levels(bits);
-  const float s = EncodeScale(v + begin, n, clipK, format, scales + g * sb);
+  const float s = EncodeScale(v + begin, n, clipK, format, scales + g * ScaleBytes(format));
   float step, inv;
   GridOf(s, levels, &step, &inv);
   const float shift = s * inv;
@@ -137,6 +134,15 @@ __global__ void EncodeRequantKernel(const float* v, size_t len, uint64_t index0,
     }
   }
   if (aligned) w.Flush();
+}
+
+// One thread per group.
+__global__ void EncodeRequantKernel(const float* v, size_t len, uint64_t index0, size_t group, int bits,
+                                    ScaleFormat format, float clipK, DitherRule rule, uint8_t* scales,
+                                    uint16_t* codes, uint8_t* packed, bool aligned) {
+  const size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= (len + group - 1) / group) return;
+  EncodeGroup(v, len, g, index0, group, bits, format, clipK, rule, scales, codes, packed, aligned);
 }
 
 // One thread per output byte of the little-endian stream of `bits`-bit codes.
@@ -154,20 +160,7 @@ __global__ void PackKernel(const uint16_t* codes, size_t n, int bits, uint8_t* o
   out[b] = static_cast<uint8_t>(acc);
 }
 
-// One thread per element.
-__global__ void DecodeRequantKernel(const uint8_t* wire, size_t len, size_t group, int bits, ScaleFormat format,
-                                    float* out) {
-  const size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= len) return;
-  const size_t groups = (len + group - 1) / group;
-  const int sb = ScaleBytes(format);
-  const float s = LoadScale(wire + (j / group) * sb, format);
-  float step, inv;
-  GridOf(s, Levels(bits), &step, &inv);
-  const uint32_t code = ReadBits(wire + groups * sb, PackedBytes(len, bits), j * bits, bits);
-  out[j] = DequantizeCode(code, step, s);
-}
-
+// Element j of a requant message of len values.
 __device__ float DecodeAt(const uint8_t* wire, size_t len, size_t group, int bits, ScaleFormat format, size_t j) {
   const size_t groups = (len + group - 1) / group;
   const int sb = ScaleBytes(format);
@@ -177,8 +170,15 @@ __device__ float DecodeAt(const uint8_t* wire, size_t len, size_t group, int bit
   return DequantizeCode(ReadBits(wire + groups * sb, PackedBytes(len, bits), j * bits, bits), step, s);
 }
 
-// The fused hop, one thread per group: vals = local + decode(in0) (+ decode(in1)), then the group's scale and codes
-// exactly as EncodeRequantKernel makes them.
+// One thread per element.
+__global__ void DecodeRequantKernel(const uint8_t* wire, size_t len, size_t group, int bits, ScaleFormat format,
+                                    float* out) {
+  const size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j < len) out[j] = DecodeAt(wire, len, group, bits, format, j);
+}
+
+// The fused hop, one thread per group: vals = local + decode(in0) (+ decode(in1)), then the group encoded as
+// EncodeRequantKernel does it.
 __global__ void HopRequantKernel(const uint8_t* in0, const uint8_t* in1, int nin, const float* local, size_t len,
                                  uint64_t index0, size_t group, int bits, ScaleFormat format, float clipK,
                                  DitherRule rule, float* vals, uint8_t* scales, uint16_t* codes, uint8_t* packed,
@@ -193,23 +193,7 @@ __global__ void HopRequantKernel(const uint8_t* in0, const uint8_t* in1, int nin
     if (nin > 1) x += DecodeAt(in1, len, group, bits, format, i);
     vals[i] = x;
   }
-  const int sb = ScaleBytes(format);
-  const uint32_t levels = Levels(bits);
-  const float s = EncodeScale(vals + begin, n, clipK, format, scales + g * sb);
-  float step, inv;
-  GridOf(s, levels, &step, &inv);
-  const float shift = s * inv;
-  BitWriter w(packed + begin * bits / 8);
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t gi = static_cast<uint32_t>(index0 + begin + i);
-    const uint32_t code = QuantizeCode(vals[begin + i], inv, shift, levels, DitherAt(rule, gi));
-    if (aligned) {
-      w.Put(code, bits);
-    } else {
-      codes[begin + i] = static_cast<uint16_t>(code);
-    }
-  }
-  if (aligned) w.Flush();
+  EncodeGroup(vals, len, g, index0, group, bits, format, clipK, rule, scales, codes, packed, aligned);
 }
 
 }  // namespace
