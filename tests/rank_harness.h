@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <utility>
@@ -137,6 +138,15 @@ struct Compressors {
   }
   ccCompressor_t operator[](int r) const { return c[static_cast<size_t>(r)]; }
 };
+
+inline bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// CC_CHECK_CALLS (default 1): every call starts with a descriptor exchange with both ring neighbours. Tests that
+// count bytes or expect a particular error read it here (ctest also runs some cases with CC_CHECK_CALLS=0).
+inline bool CallCheckOn() {
+  const char* v = std::getenv("CC_CHECK_CALLS");
+  return v == nullptr || std::string(v) != "0";
+}
 
 inline double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -18,6 +18,8 @@
 #include "core/params.h"
 #include "rank_harness.h"
 
+using cctest::CallCheckOn;
+using cctest::Contains;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -25,8 +27,6 @@ using cctest::RunRanks;
 using cctest::SecondsSince;
 
 namespace {
-
-bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Float all-reduce of `count` elements where rank r contributes r + 1 + i; returns "" when every rank got the sum.
 std::string AllReduceWorks(const std::vector<ccComm_t>& comms, size_t count = 1000) {
@@ -687,11 +687,6 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
 // With the call check (CC_CHECK_CALLS=1, the default) ranks compare their calls before any data moves; without it
 // (ctest runs this case again with CC_CHECK_CALLS=0) a count or datatype mismatch is still caught by the transport,
 // from the message sizes.
-bool CallCheckOn() {
-  const char* v = std::getenv("CC_CHECK_CALLS");
-  return v == nullptr || std::string(v) != "0";
-}
-
 TEST_CASE("ranks that disagree on count or datatype all get an error that says so", "[api][mismatch]") {
   const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree);
   const bool dtypeMismatch = GENERATE(false, true);

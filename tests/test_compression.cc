@@ -31,6 +31,8 @@
 #include "rank_harness.h"
 
 using cctest::Compressors;
+using cctest::CallCheckOn;
+using cctest::Contains;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -39,14 +41,6 @@ using cctest::RunRanks;
 namespace {
 
 using Buffers = std::vector<std::vector<float>>;
-
-bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// CC_CHECK_CALLS (default 1): every call starts with a descriptor exchange with both ring neighbours.
-bool CallCheckOn() {
-  const char* v = std::getenv("CC_CHECK_CALLS");
-  return v == nullptr || std::string(v) != "0";
-}
 
 const char* AlgoName(int algo) { return algo == ccAlgoTree ? "tree" : "ring"; }
 

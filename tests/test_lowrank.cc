@@ -22,6 +22,8 @@
 #include "rank_harness.h"
 
 using cctest::Compressors;
+using cctest::CallCheckOn;
+using cctest::Contains;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -30,8 +32,6 @@ using cctest::RunRanks;
 namespace {
 
 using Buffers = std::vector<std::vector<float>>;
-
-bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 Group MakeGroup(int nranks, int algo = ccAlgoRing) { return Group::InitConfig(nranks, cctest::MakeConfig(algo)); }
 
