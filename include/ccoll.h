@@ -152,7 +152,7 @@ typedef struct {
  */
 typedef struct {
   size_t size;             /**< sizeof(ccCommStats_t) as the caller was compiled. */
-  uint64_t bytesSent;      /**< Payload bytes this rank has sent to peers since init. */
+  uint64_t bytesSent;      /**< Payload bytes sent to peers since init (24-byte message headers not counted). */
   uint64_t bytesReceived;  /**< Payload bytes this rank has received from peers since init. */
   uint64_t collectives;    /**< Collectives this rank has completed since init. */
 } ccCommStats_t;

@@ -10,11 +10,12 @@ BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-Release}
 
 # catch2: tests; libopenmpi-dev/openmpi-bin: MPI launch and the MPI_Allreduce comparison; libucx-dev/ucx-utils:
-# the UCX transport; libopenblas-dev: CPU GEMMs (low-rank compression); ninja-build: fast builds; python3-numpy and
-# python3-torch (Debian's torch 1.13, CPU; about 90 s and 830 MB): the Python binding's tests and the DDP hook.
+# the UCX transport; libopenblas-dev: CPU GEMMs (low-rank compression); libisal-dev: CRC32C (CC_CHECKSUM);
+# ninja-build: fast builds; python3-numpy and python3-torch (Debian's torch 1.13, CPU; about 90 s and 830 MB): the
+# Python binding's tests and the DDP hook.
 # Never libcub-dev: it shadows the CUDA toolkit's CUB (see shared/ENVIRONMENT.md).
-PACKAGES="cmake g++ pkg-config ninja-build catch2 libopenmpi-dev openmpi-bin libucx-dev ucx-utils libopenblas-dev time
-          python3-numpy python3-torch"
+PACKAGES="cmake g++ pkg-config ninja-build catch2 libopenmpi-dev openmpi-bin libucx-dev ucx-utils libopenblas-dev
+          libisal-dev time python3-numpy python3-torch"
 missing=""
 for p in $PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

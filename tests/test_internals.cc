@@ -31,6 +31,10 @@
 #include "core/socket.h"
 #include "rank_harness.h"
 #include "transport/local.h"
+#include "transport/wire.h"
+#ifdef CCOLL_HAVE_UCX
+#include "transport/ucx.h"
+#endif
 
 using ccoll::Bf16;
 using ccoll::Half;
@@ -602,15 +606,15 @@ TEST_CASE("LocalTransport matches sends and receives by tag, in posting order", 
   int ra = 0, rb = 0, rc = 0, rd = 0;
   ccoll::Request *sa, *sb, *sc, *sd, *qa, *qb, *qc, *qd;
   // Sends first (unexpected-message queue): tags 1, 2, then two with tag 3.
-  REQUIRE(p.t[0]->Isend(1, &a, sizeof(a), 1, &sa) == ccSuccess);
-  REQUIRE(p.t[0]->Isend(1, &b, sizeof(b), 2, &sb) == ccSuccess);
-  REQUIRE(p.t[0]->Isend(1, &c, sizeof(c), 3, &sc) == ccSuccess);
-  REQUIRE(p.t[0]->Isend(1, &d, sizeof(d), 3, &sd) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &a, sizeof(a), 1, ccoll::kWireData, &sa) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &b, sizeof(b), 2, ccoll::kWireData, &sb) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &c, sizeof(c), 3, ccoll::kWireData, &sc) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &d, sizeof(d), 3, ccoll::kWireData, &sd) == ccSuccess);
   // Receives in another order: tag 2 first, then 3 twice, then 1.
-  REQUIRE(p.t[1]->Irecv(0, &rb, sizeof(rb), 2, &qb) == ccSuccess);
-  REQUIRE(p.t[1]->Irecv(0, &rc, sizeof(rc), 3, &qc) == ccSuccess);
-  REQUIRE(p.t[1]->Irecv(0, &rd, sizeof(rd), 3, &qd) == ccSuccess);
-  REQUIRE(p.t[1]->Irecv(0, &ra, sizeof(ra), 1, &qa) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &rb, sizeof(rb), 2, ccoll::kWireData, &qb) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &rc, sizeof(rc), 3, ccoll::kWireData, &qc) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &rd, sizeof(rd), 3, ccoll::kWireData, &qd) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &ra, sizeof(ra), 1, ccoll::kWireData, &qa) == ccSuccess);
   for (ccoll::Request* r : {qa, qb, qc, qd}) CHECK(p.t[1]->Wait(r, 1000) == ccSuccess);
   for (ccoll::Request* r : {sa, sb, sc, sd}) CHECK(p.t[0]->Wait(r, 1000) == ccSuccess);
   CHECK(ra == 11);
@@ -621,10 +625,10 @@ TEST_CASE("LocalTransport matches sends and receives by tag, in posting order", 
   // Receives first (posted-receive queue), and a zero-byte message.
   int x = 5, rx = 0;
   ccoll::Request *s1, *q1, *s0, *q0;
-  REQUIRE(p.t[0]->Irecv(1, &rx, sizeof(rx), 7, &q1) == ccSuccess);
-  REQUIRE(p.t[0]->Irecv(1, nullptr, 0, 8, &q0) == ccSuccess);
-  REQUIRE(p.t[1]->Isend(0, nullptr, 0, 8, &s0) == ccSuccess);
-  REQUIRE(p.t[1]->Isend(0, &x, sizeof(x), 7, &s1) == ccSuccess);
+  REQUIRE(p.t[0]->Irecv(1, &rx, sizeof(rx), 7, ccoll::kWireData, &q1) == ccSuccess);
+  REQUIRE(p.t[0]->Irecv(1, nullptr, 0, 8, ccoll::kWireData, &q0) == ccSuccess);
+  REQUIRE(p.t[1]->Isend(0, nullptr, 0, 8, ccoll::kWireData, &s0) == ccSuccess);
+  REQUIRE(p.t[1]->Isend(0, &x, sizeof(x), 7, ccoll::kWireData, &s1) == ccSuccess);
   CHECK(p.t[0]->Wait(q1, 1000) == ccSuccess);
   CHECK(p.t[0]->Wait(q0, 1000) == ccSuccess);
   CHECK(p.t[1]->Wait(s0, 1000) == ccSuccess);
@@ -637,8 +641,8 @@ TEST_CASE("LocalTransport: a size mismatch fails both sides with ccInvalidUsage"
   uint64_t small = 1;
   uint64_t big[2] = {0xabababababababab, 0xabababababababab};
   ccoll::Request *s, *r;
-  REQUIRE(p.t[0]->Isend(1, &small, sizeof(small), 4, &s) == ccSuccess);
-  REQUIRE(p.t[1]->Irecv(0, big, sizeof(big), 4, &r) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &small, sizeof(small), 4, ccoll::kWireData, &s) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, big, sizeof(big), 4, ccoll::kWireData, &r) == ccSuccess);
   CHECK(p.t[1]->Wait(r, 1000) == ccInvalidUsage);
   std::string recvErr = ccoll::LastError();
   CHECK(p.t[0]->Wait(s, 1000) == ccInvalidUsage);
@@ -652,7 +656,7 @@ TEST_CASE("LocalTransport: Wait times out when nobody sends or receives", "[inte
   Pair p = MakePair("test-local-timeout");
   int buf = 0;
   ccoll::Request* r;
-  REQUIRE(p.t[1]->Irecv(0, &buf, sizeof(buf), 1, &r) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &buf, sizeof(buf), 1, ccoll::kWireData, &r) == ccSuccess);
   auto start = std::chrono::steady_clock::now();
   CHECK(p.t[1]->Wait(r, 150) == ccTimeout);
   double seconds = cctest::SecondsSince(start);
@@ -663,15 +667,15 @@ TEST_CASE("LocalTransport: Wait times out when nobody sends or receives", "[inte
   CHECK(err.find("rank 0") != std::string::npos);
 
   ccoll::Request* s;
-  REQUIRE(p.t[0]->Isend(1, &buf, sizeof(buf), 2, &s) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &buf, sizeof(buf), 2, ccoll::kWireData, &s) == ccSuccess);
   CHECK(p.t[0]->Wait(s, 100) == ccTimeout);
   CHECK(ccoll::LastError().find("rank 1") != std::string::npos);
 
   // The timed-out requests are gone: a later pair with the same tags matches each other only.
   int v = 9, got = 0;
   ccoll::Request *s2, *r2;
-  REQUIRE(p.t[0]->Isend(1, &v, sizeof(v), 1, &s2) == ccSuccess);
-  REQUIRE(p.t[1]->Irecv(0, &got, sizeof(got), 1, &r2) == ccSuccess);
+  REQUIRE(p.t[0]->Isend(1, &v, sizeof(v), 1, ccoll::kWireData, &s2) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &got, sizeof(got), 1, ccoll::kWireData, &r2) == ccSuccess);
   CHECK(p.t[1]->Wait(r2, 1000) == ccSuccess);
   CHECK(p.t[0]->Wait(s2, 1000) == ccSuccess);
   CHECK(got == 9);
@@ -681,7 +685,7 @@ TEST_CASE("LocalTransport: Abort wakes a waiting peer with ccRemoteError", "[int
   Pair p = MakePair("test-local-abort");
   int buf = 0;
   ccoll::Request* r;
-  REQUIRE(p.t[1]->Irecv(0, &buf, sizeof(buf), 1, &r) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &buf, sizeof(buf), 1, ccoll::kWireData, &r) == ccSuccess);
   ccResult_t rc = ccSuccess;
   std::string err;
   double seconds = 0;
@@ -700,8 +704,8 @@ TEST_CASE("LocalTransport: Abort wakes a waiting peer with ccRemoteError", "[int
   CHECK(err.find("the test aborted rank 0") != std::string::npos);
   // Later operations on either side fail at once.
   ccoll::Request* s;
-  CHECK(p.t[0]->Isend(1, &buf, sizeof(buf), 2, &s) == ccRemoteError);
-  CHECK(p.t[1]->Irecv(0, &buf, sizeof(buf), 2, &s) == ccRemoteError);
+  CHECK(p.t[0]->Isend(1, &buf, sizeof(buf), 2, ccoll::kWireData, &s) == ccRemoteError);
+  CHECK(p.t[1]->Irecv(0, &buf, sizeof(buf), 2, ccoll::kWireData, &s) == ccRemoteError);
 }
 
 TEST_CASE("LocalTransport::Create rejects a rank joining twice and a disagreeing nranks", "[internals][transport]") {
@@ -715,3 +719,187 @@ TEST_CASE("LocalTransport::Create rejects a rank joining twice and a disagreeing
   c.reset();
   CHECK_FALSE(a->PeerPresent(1));
 }
+
+// ------------------------------------------------------------------------------------------------------------
+// Wire header and CRC32C.
+// ------------------------------------------------------------------------------------------------------------
+
+namespace {
+
+// The textbook bit-at-a-time CRC32C (reflected polynomial 0x82f63b78): the reference ISA-L must match.
+uint32_t Crc32cBitwise(const unsigned char* p, size_t n) {
+  uint32_t crc = 0xffffffffu;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int b = 0; b < 8; ++b) crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+}  // namespace
+
+#ifdef CCOLL_HAVE_ISAL
+TEST_CASE("Crc32c is CRC32C: the check value and a bitwise reference on random buffers", "[internals][wire]") {
+  REQUIRE(ccoll::HaveCrc32c());
+  CHECK(ccoll::Crc32c("123456789", 9) == 0xe3069283u);
+  CHECK(ccoll::Crc32c(nullptr, 0) == 0u);
+  std::mt19937_64 rng(20261201);
+  std::vector<unsigned char> buf(70000);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t off = rng() % 64, len = rng() % (trial < 100 ? 300 : buf.size() - 64);
+    INFO("offset " << off << " length " << len);
+    CHECK(ccoll::Crc32c(buf.data() + off, len) == Crc32cBitwise(buf.data() + off, len));
+  }
+}
+#endif
+
+TEST_CASE("CheckWireHeader accepts its own headers and names what is wrong with others", "[internals][wire]") {
+  const bool crc = ccoll::HaveCrc32c();
+  std::vector<unsigned char> payload(1000);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<unsigned char>(i * 7 + 3);
+  const ccoll::WireKind kind = ccoll::kWireCodecBase + ccCompressQuant;
+  const ccoll::WireHeader good = ccoll::MakeWireHeader(kind, payload.data(), payload.size(), crc);
+  std::string why;
+  auto check = [&](const ccoll::WireHeader& h, ccoll::WireKind expect, size_t bytes) {
+    why.clear();
+    return ccoll::CheckWireHeader(h, expect, payload.data(), bytes, crc, 3, 2, 77, &why);
+  };
+  CHECK(check(good, kind, payload.size()) == ccSuccess);
+  CHECK(why.empty());
+
+  ccoll::WireHeader h = good;
+  h.magic ^= 1;
+  CHECK(check(h, kind, payload.size()) == ccRemoteError);
+  CHECK(why.find("malformed message from rank 2") != std::string::npos);
+  h = good;
+  h.version = ccoll::kWireVersion + 1;
+  CHECK(check(h, kind, payload.size()) == ccRemoteError);
+  h = good;
+  h.flags |= 0x80;
+  CHECK(check(h, kind, payload.size()) == ccRemoteError);
+  h = good;
+  h.reserved = 1;
+  CHECK(check(h, kind, payload.size()) == ccRemoteError);
+  h = good;
+  h.flags ^= ccoll::kWireFlagCrc;
+  CHECK(check(h, kind, payload.size()) == ccRemoteError);
+
+  // Another kind: the ranks made different calls.
+  CHECK(check(good, ccoll::kWireData, payload.size()) == ccInvalidUsage);
+  INFO(why);
+  CHECK(why.find("expected a data message from rank 2") != std::string::npos);
+  CHECK(why.find("quant payload") != std::string::npos);
+
+  // A header whose length disagrees with what arrived.
+  CHECK(check(good, kind, payload.size() - 1) == ccRemoteError);
+  CHECK(why.find("header says 1000 bytes but 999 arrived") != std::string::npos);
+
+  if (crc) {
+    // Every single-bit flip of the payload is caught.
+    for (size_t bit = 0; bit < payload.size() * 8; bit += 13) {
+      payload[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+      CHECK(check(good, kind, payload.size()) == ccRemoteError);
+      payload[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+    }
+    CHECK(why.find("from rank 2 (tag 77) is corrupted") != std::string::npos);
+    CHECK(check(good, kind, payload.size()) == ccSuccess);
+    // A receiver that checks rejects a sender that did not sum.
+    const ccoll::WireHeader plain = ccoll::MakeWireHeader(kind, payload.data(), payload.size(), false);
+    CHECK(check(plain, kind, payload.size()) == ccRemoteError);
+    CHECK(why.find("runs with CC_CHECKSUM=1 but the message from rank 2 (tag 77) has checksum flag 0") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("LocalTransport: a message of another kind is ccInvalidUsage, nothing else is touched",
+          "[internals][transport][wire]") {
+  Pair p = MakePair("test-local-kind");
+  uint64_t v = 42, got = 0;
+  ccoll::Request *s, *r;
+  REQUIRE(p.t[0]->Isend(1, &v, sizeof(v), 4, ccoll::kWireCallCheck, &s) == ccSuccess);
+  REQUIRE(p.t[1]->Irecv(0, &got, sizeof(got), 4, ccoll::kWireData, &r) == ccSuccess);
+  CHECK(p.t[1]->Wait(r, 1000) == ccInvalidUsage);
+  std::string err = ccoll::LastError();
+  INFO(err);
+  CHECK(err.find("call-check record") != std::string::npos);
+  CHECK(p.t[0]->Wait(s, 1000) == ccSuccess);
+}
+
+#ifdef CCOLL_HAVE_ISAL
+TEST_CASE("LocalTransport with CC_CHECKSUM: a payload changed in flight is an error, not a wrong result",
+          "[internals][transport][wire]") {
+  // A send's buffer must stay untouched until the send completes; changing it after Isend and before the receive
+  // matches is what corruption between the sender's memory and the receiver's looks like to the receiver.
+  for (bool checksum : {true, false}) {
+    Pair p = MakePair(checksum ? "test-local-crc-on" : "test-local-crc-off");
+    p.t[0]->SetChecksum(checksum);
+    p.t[1]->SetChecksum(checksum);
+    std::vector<float> data(4096, 1.5f), got(4096, 0.0f);
+    ccoll::Request *s, *r;
+    REQUIRE(p.t[0]->Isend(1, data.data(), data.size() * 4, 9, ccoll::kWireData, &s) == ccSuccess);
+    reinterpret_cast<unsigned char*>(data.data())[5000] ^= 0x10;  // one bit, after the sender summed
+    REQUIRE(p.t[1]->Irecv(0, got.data(), got.size() * 4, 9, ccoll::kWireData, &r) == ccSuccess);
+    ccResult_t rc = p.t[1]->Wait(r, 1000);
+    std::string err = ccoll::LastError();
+    CHECK(p.t[0]->Wait(s, 1000) == ccSuccess);
+    INFO("checksum " << checksum << ": " << err);
+    if (checksum) {
+      CHECK(rc == ccRemoteError);
+      CHECK(err.find("16384-byte data message from rank 0 (tag 9) is corrupted") != std::string::npos);
+    } else {
+      CHECK(rc == ccSuccess);  // without the checksum the flipped bit goes through unnoticed
+      CHECK(got[1250] != 1.5f);
+    }
+  }
+}
+#endif
+
+#if defined(CCOLL_HAVE_UCX) && defined(CCOLL_HAVE_ISAL)
+TEST_CASE("UcxTransport with CC_CHECKSUM: header, payload and CRC travel as one message; corruption is caught",
+          "[internals][transport][wire][ucx]") {
+  std::unique_ptr<ccoll::UcxTransport> t[2];
+  for (int i = 0; i < 2; ++i) REQUIRE(ccoll::UcxTransport::Create(i, 2, ccoll::UcxOptions{}, &t[i]) == ccSuccess);
+  std::vector<std::string> addr = {t[0]->Address(), t[1]->Address()};
+  REQUIRE(t[0]->Connect({1}, addr, {false}) == ccSuccess);
+  REQUIRE(t[1]->Connect({0}, addr, {false}) == ccSuccess);
+  for (auto& x : t) x->SetChecksum(true);
+  // Small (eager) and large (rendezvous: the receiver reads the sender's memory when it matches) messages, intact;
+  // then a large one changed after Isend; then a kind mismatch.
+  for (size_t elems : {size_t{16}, size_t{1} << 20}) {
+    for (int corrupt = 0; corrupt < 2; ++corrupt) {
+      std::vector<float> data(elems), got(elems, 0.0f);
+      for (size_t i = 0; i < elems; ++i) data[i] = static_cast<float>(i % 1000) * 0.25f;
+      ccoll::Request *s, *r;
+      const uint64_t tag = elems * 2 + corrupt;
+      REQUIRE(t[0]->Isend(1, data.data(), elems * 4, tag, ccoll::kWireData, &s) == ccSuccess);
+      if (corrupt) data[elems / 2] = -1.0f;
+      REQUIRE(t[1]->Irecv(0, got.data(), elems * 4, tag, ccoll::kWireData, &r) == ccSuccess);
+      ccResult_t sendRc = ccSuccess;
+      std::thread sender([&] { sendRc = t[0]->Wait(s, 10000); });
+      ccResult_t rc = t[1]->Wait(r, 10000);
+      std::string err = ccoll::LastError();
+      sender.join();
+      INFO(elems << " elements, corrupt " << corrupt << ": " << err);
+      CHECK(sendRc == ccSuccess);
+      if (!corrupt) {
+        CHECK(rc == ccSuccess);
+        CHECK(std::memcmp(data.data(), got.data(), elems * 4) == 0);
+      } else if (got[elems / 2] == -1.0f) {
+        // UCX read the buffer after the change (rendezvous): the receiver must notice.
+        CHECK(rc == ccRemoteError);
+        CHECK(err.find("is corrupted") != std::string::npos);
+      } else {
+        CHECK(rc == ccSuccess);  // UCX had copied the message at Isend (eager): it arrived as summed
+      }
+    }
+  }
+  float one = 1.0f, got = 0.0f;
+  ccoll::Request *s, *r;
+  REQUIRE(t[0]->Isend(1, &one, 4, 99, ccoll::kWireCodecBase + ccCompressCast16, &s) == ccSuccess);
+  REQUIRE(t[1]->Irecv(0, &got, 4, 99, ccoll::kWireData, &r) == ccSuccess);
+  CHECK(t[1]->Wait(r, 10000) == ccInvalidUsage);
+  CHECK(ccoll::LastError().find("cast16 payload") != std::string::npos);
+  CHECK(t[0]->Wait(s, 10000) == ccSuccess);
+}
+#endif

@@ -28,7 +28,8 @@ namespace {
 // slots of `slot` bytes in `wire` (two for arriving messages, two for leaving ones). Within a group the lanes move
 // in lock step, each posting its next transfer as soon as its codec work is done, so the codec work on one lane
 // overlaps the transfers of the others.
-ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count, char* wire, size_t slot, int depth) {
+ccResult_t CompressedRing(ccComm* comm, Codec& codec, WireKind kind, float* work, size_t count, char* wire,
+                          size_t slot, int depth) {
   const int n = comm->nranks, r = comm->rank;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const uint64_t seq = ++comm->seq;
@@ -53,7 +54,7 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count,
     lanes[j].out[0] = base + 2 * slot;
     lanes[j].out[1] = base + 3 * slot;
   }
-  Inflight io(comm);
+  Inflight io(comm, kind);
   // Reduce-scatter step s of lane L: send chunk r-s (encoded at s = 0, the previous hop's result after) from
   // out[s % 2]; receive chunk r-s-1 into in[s % 2].
   auto postReduce = [&](Lane& L, int s) -> ccResult_t {
@@ -142,7 +143,8 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, float* work, size_t count,
 // ReduceFinal at the root, which decodes its own payload), then the root's payload goes down unchanged and every
 // rank decodes it. Slices run one after the other (the tree serves small messages; the ring pipelines large ones).
 // `wire` has eight slots: per tree two for the children, one for the message up, one for the payload.
-ccResult_t CompressedTree(ccComm* comm, Codec& codec, float* work, size_t count, char* wire, size_t slot) {
+ccResult_t CompressedTree(ccComm* comm, Codec& codec, WireKind kind, float* work, size_t count, char* wire,
+                          size_t slot) {
   const int n = comm->nranks;
   const uint64_t seq = ++comm->seq;
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
@@ -155,7 +157,7 @@ ccResult_t CompressedTree(ccComm* comm, Codec& codec, float* work, size_t count,
     slices[t] = (cnt[t] + sliceElems - 1) / sliceElems;
   }
   auto at = [&](int t, int i) { return wire + (4 * t + i) * slot; };  // i: 0,1 children, 2 up, 3 payload
-  Inflight io(comm);
+  Inflight io(comm, kind);
   for (size_t k = 0; k < std::max(slices[0], slices[1]); ++k) {
     size_t o[2], len[2];
     for (int t = 0; t < 2; ++t) {
@@ -296,10 +298,11 @@ ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, si
   CollArgs shape;
   shape.count = count;
   shape.eltSize = sizeof(float);
+  const WireKind kind = static_cast<WireKind>(kWireCodecBase + c->kind);
   if (ChooseAllReduceAlgo(comm, shape) == ccAlgoTree) {
-    return CompressedTree(comm, codec, work, count, c->wire.data(), slot);
+    return CompressedTree(comm, codec, kind, work, count, c->wire.data(), slot);
   }
-  return CompressedRing(comm, codec, work, count, c->wire.data(), slot, depth);
+  return CompressedRing(comm, codec, kind, work, count, c->wire.data(), slot, depth);
 }
 
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {

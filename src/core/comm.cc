@@ -31,6 +31,7 @@ struct RankInfo {
   int32_t pid;
   char host[64];
   int32_t checkCalls;        // CC_CHECK_CALLS: it changes the messages of every call, so all ranks must agree
+  int32_t checksum;          // CC_CHECKSUM: likewise
 };
 
 const uint8_t* ProcessToken() {
@@ -152,6 +153,15 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
     return Fail(ccInvalidArgument, "CC_CHECK_CALLS=%lld must be 0 or 1", static_cast<long long>(check));
   }
   out->checkCalls = check == 1;
+  int64_t checksum = ParamInt("CC_CHECKSUM");
+  if (checksum != 0 && checksum != 1) {
+    return Fail(ccInvalidArgument, "CC_CHECKSUM=%lld must be 0 or 1", static_cast<long long>(checksum));
+  }
+  if (checksum == 1 && !HaveCrc32c()) {
+    return Fail(ccInvalidUsage, "CC_CHECKSUM=1 needs CRC32C, and this build has none (configure with libisal-dev "
+                "installed)");
+  }
+  out->checksum = checksum == 1;
   int64_t threshold = ParamInt("CC_TREE_THRESHOLD");
   if (threshold < 0) return Fail(ccInvalidArgument, "CC_TREE_THRESHOLD=%lld is negative", (long long)threshold);
   out->treeThreshold = static_cast<size_t>(threshold);
@@ -178,6 +188,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   info.pid = getpid();
   gethostname(info.host, sizeof(info.host) - 1);
   info.checkCalls = comm->config.checkCalls ? 1 : 0;
+  info.checksum = comm->config.checksum ? 1 : 0;
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -195,6 +206,11 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     if (infos[peer].checkCalls != info.checkCalls) {
       return Fail(ccInvalidUsage, "rank %d: CC_CHECK_CALLS is %d here but %d on rank %d (pid %d on %s); every rank "
                   "needs the same setting", rank, info.checkCalls, infos[peer].checkCalls, peer, infos[peer].pid,
+                  infos[peer].host);
+    }
+    if (infos[peer].checksum != info.checksum) {
+      return Fail(ccInvalidUsage, "rank %d: CC_CHECKSUM is %d here but %d on rank %d (pid %d on %s); every rank "
+                  "needs the same setting", rank, info.checksum, infos[peer].checksum, peer, infos[peer].pid,
                   infos[peer].host);
     }
   }
@@ -252,6 +268,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     comm->peers[peer] = local.get();
   }
   comm->transports.push_back(std::move(local));
+  for (auto& t : comm->transports) t->SetChecksum(comm->config.checksum);
   comm->scratch.assign(comm->config.sliceBytes * ccComm::kScratchSlots, 0);
   CC_INFO(kLogInit, "rank %d of %d ready: transport %s%s, algorithm %s, slice %zu bytes, timeout %d ms", rank, n,
           TransportName(want), anyRemote ? " (ucx between processes)" : "", AlgoName(comm->config.algorithm),
@@ -270,7 +287,7 @@ Inflight::~Inflight() {
 
 ccResult_t Inflight::Send(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
   *req = nullptr;
-  CC_CHECK(comm_->peers[peer]->Isend(peer, buf, bytes, tag, req));
+  CC_CHECK(comm_->peers[peer]->Isend(peer, buf, bytes, tag, kind_, req));
   open_.insert(*req);
   comm_->bytesSent.fetch_add(bytes, std::memory_order_relaxed);
   return ccSuccess;
@@ -278,7 +295,7 @@ ccResult_t Inflight::Send(int peer, const void* buf, size_t bytes, uint64_t tag,
 
 ccResult_t Inflight::Recv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
   *req = nullptr;
-  CC_CHECK(comm_->peers[peer]->Irecv(peer, buf, bytes, tag, req));
+  CC_CHECK(comm_->peers[peer]->Irecv(peer, buf, bytes, tag, kind_, req));
   open_.insert(*req);
   comm_->bytesReceived.fetch_add(bytes, std::memory_order_relaxed);
   return ccSuccess;

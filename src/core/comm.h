@@ -26,6 +26,7 @@ struct CommConfig {
   int treeDepth = 4;
   int ringDepth = 4;  // compressed ring
   bool checkCalls = true;  // CC_CHECK_CALLS
+  bool checksum = false;   // CC_CHECKSUM
   size_t treeThreshold = 64 << 10;
 };
 
@@ -88,7 +89,8 @@ void ReleaseComm(ccComm* comm);
 // too, at once) and waits for what is still open.
 class Inflight {
  public:
-  explicit Inflight(ccComm* comm) : comm_(comm) {}
+  // Every message posted through this carries (and every receive expects) payload kind `kind`.
+  explicit Inflight(ccComm* comm, WireKind kind = kWireData) : comm_(comm), kind_(kind) {}
   ~Inflight();
   Inflight(const Inflight&) = delete;
   Inflight& operator=(const Inflight&) = delete;
@@ -102,6 +104,7 @@ class Inflight {
 
  private:
   ccComm* comm_;
+  WireKind kind_;
   std::unordered_set<Request*> open_;  // O(1) removal: schedules may hold many sends open at once
 };
 

@@ -28,6 +28,9 @@ const ParamDef kParams[] = {
     {"CC_CHECK_CALLS", ParamType::kInt, "1",
      "1: before any data moves, ranks compare their calls (collective, count, datatype, op, root, compressor) with "
      "their ring neighbours; a mismatch is ccInvalidUsage there and aborts the communicator. 0: no check."},
+    {"CC_CHECKSUM", ParamType::kInt, "0",
+     "1: every message carries the CRC32C of its payload and receivers verify it; a corrupted message is "
+     "ccRemoteError naming the sender, never a wrong result. Costs a pass over each message on both sides."},
     {"CC_RING_DEPTH", ParamType::kInt, "4",
      "Slices a compressed ring keeps in flight: codec work on one overlaps the transfers of the others."},
     {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",

@@ -27,6 +27,9 @@ struct LocalRequest : Request {
   uint64_t tag = 0;
   void* buf = nullptr;
   size_t bytes = 0;
+  WireKind kind = 0;   // a send's payload kind, or the kind a receive expects
+  bool checksum = false;
+  WireHeader header{};  // a send's header, stamped when it is posted
   std::atomic<State> state{State::kPosted};  // written under the mailbox lock; read without it only to spin
   ccResult_t error = ccSuccess;
   std::string message;
@@ -90,15 +93,20 @@ std::map<std::string, std::weak_ptr<LocalGroup>>& Registry() {
   return *registry;
 }
 
-// Copies a matched pair outside the mailbox lock, then publishes the result under it.
+// Copies a matched pair outside the mailbox lock, checks the sender's header against the receive, then publishes
+// the result under the lock. A size mismatch fails both sides; a bad header only the receive (the sender did its
+// part; the receiver's failure aborts the group).
 void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
   bool sizeOk = send->bytes == recv->bytes;
   if (sizeOk && send->bytes > 0) std::memcpy(recv->buf, send->buf, send->bytes);
-  std::lock_guard<std::mutex> lock(box->mutex);
+  ccResult_t headerResult = ccSuccess;
+  std::string headerError;
   if (sizeOk) {
-    send->state = State::kDone;
-    recv->state = State::kDone;
-  } else {
+    headerResult = CheckWireHeader(send->header, recv->kind, recv->buf, recv->bytes, recv->checksum, recv->self,
+                                   send->self, send->tag, &headerError);
+  }
+  std::lock_guard<std::mutex> lock(box->mutex);
+  if (!sizeOk) {
     char msg[256];
     std::snprintf(msg, sizeof(msg),
                   "rank %d sent %zu bytes but rank %d expects %zu bytes (tag %llu): the ranks called the "
@@ -109,6 +117,14 @@ void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
       r->error = ccInvalidUsage;
       r->message = msg;
     }
+  } else if (headerResult != ccSuccess) {
+    send->state = State::kDone;
+    recv->state = State::kError;
+    recv->error = headerResult;
+    recv->message = headerError;
+  } else {
+    send->state = State::kDone;
+    recv->state = State::kDone;
   }
   box->cv.notify_all();
 }
@@ -160,7 +176,8 @@ bool LocalTransport::PeerPresent(int peer) const {
 
 // Posts a send (isSend) or a receive. Both sides match in the mailbox of the receiving rank: the new request takes
 // the first opposite request with its tag from the queue of its peer pair, or waits in its own queue.
-ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
+ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind,
+                                Request** req) {
   if (group_->aborted.load()) return AbortedError();
   auto* r = new LocalRequest();
   r->owner = this;
@@ -170,6 +187,9 @@ ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, 
   r->tag = tag;
   r->buf = buf;
   r->bytes = bytes;
+  r->kind = kind;
+  r->checksum = checksum_;
+  if (isSend) r->header = MakeWireHeader(kind, buf, bytes, checksum_);
   const int receiver = isSend ? peer : rank_, sender = isSend ? rank_ : peer;
   Mailbox* box = group_->boxes[receiver].get();
   auto& opposite = isSend ? box->postedRecvs[sender] : box->unmatchedSends[sender];
@@ -190,12 +210,13 @@ ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, 
   return ccSuccess;
 }
 
-ccResult_t LocalTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
-  return Post(true, peer, const_cast<void*>(buf), bytes, tag, req);
+ccResult_t LocalTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind,
+                                 Request** req) {
+  return Post(true, peer, const_cast<void*>(buf), bytes, tag, kind, req);
 }
 
-ccResult_t LocalTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
-  return Post(false, peer, buf, bytes, tag, req);
+ccResult_t LocalTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) {
+  return Post(false, peer, buf, bytes, tag, kind, req);
 }
 
 ccResult_t LocalTransport::Wait(Request* request, int timeoutMs) {

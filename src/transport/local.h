@@ -1,6 +1,7 @@
 // The in-process transport: ranks that are threads of one process exchange data by a single memcpy from the
-// sender's buffer into the receiver's. Ranks find each other through a process-wide table keyed by the group's
-// secret (from the unique id), filled before the bootstrap all-gather completes.
+// sender's buffer into the receiver's; the wire header goes beside it and is checked like any other. Ranks find each
+// other through a process-wide table keyed by the group's secret (from the unique id), filled before the bootstrap
+// all-gather completes.
 #pragma once
 
 #include <memory>
@@ -19,8 +20,8 @@ class LocalTransport : public Transport {
   ~LocalTransport() override;
 
   const char* Name() const override { return "local"; }
-  ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) override;
-  ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) override;
+  ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
+  ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
   ccResult_t Wait(Request* req, int timeoutMs) override;
   void Abort(const char* reason) override;
 
@@ -29,7 +30,7 @@ class LocalTransport : public Transport {
 
  private:
   ccResult_t AbortedError();
-  ccResult_t Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, Request** req);
+  ccResult_t Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req);
   LocalTransport(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
   std::shared_ptr<LocalGroup> group_;
   int rank_;

@@ -1,12 +1,15 @@
 // The transport interface: non-blocking, tagged sends and receives of byte ranges between ranks. Transports know
 // nothing of codecs or schedules. A send's buffer must stay untouched, and a receive's buffer unread, until the
-// request completes.
+// request completes. Every message carries a wire header (transport/wire.h): the sender stamps the payload's kind,
+// the receiver says which kind it expects, and the transport checks the two (and, with CC_CHECKSUM=1, the CRC32C)
+// before the receive completes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "ccoll.h"
+#include "transport/wire.h"
 
 namespace ccoll {
 
@@ -22,14 +25,20 @@ class Transport {
   virtual ~Transport() = default;
   virtual const char* Name() const = 0;
   // Posts a send of `bytes` bytes to rank `peer`. Messages between one pair of ranks match in order of tags.
-  virtual ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) = 0;
+  virtual ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) = 0;
   // Posts a receive of exactly `bytes` bytes from rank `peer`; a send of another size is a ccInvalidUsage error on
-  // both sides (it means the ranks called with different counts or datatypes).
-  virtual ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) = 0;
+  // both sides (it means the ranks called with different counts or datatypes); so is a message of another kind.
+  virtual ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) = 0;
   // Blocks until `req` completes, fails, the transport is aborted, or `timeoutMs` passes. Frees req in all cases.
   virtual ccResult_t Wait(Request* req, int timeoutMs) = 0;
   // Makes every pending and future Wait on this transport, and on the peers waiting for this rank, fail.
   virtual void Abort(const char* reason) = 0;
+
+  // CC_CHECKSUM: sends carry the payload's CRC32C and receives verify it. Set once, before any transfer.
+  void SetChecksum(bool on) { checksum_ = on; }
+
+ protected:
+  bool checksum_ = false;
 };
 
 }  // namespace ccoll

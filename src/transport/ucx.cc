@@ -25,7 +25,22 @@ struct UcxRequest : Request {
   bool isSend = false;
   size_t bytes = 0;
   uint64_t tag = 0;
+  WireKind kind = 0;
+  void* buf = nullptr;
+  WireHeader header{};  // what a send stamps, or where a receive lands the sender's; UCX holds the iov until done
+  ucp_dt_iov_t iov[2]{};
+  ucs_status_t status = UCS_OK;  // final status, once handle is gone
+  ucp_tag_recv_info_t info{};    // a receive's sender tag and length
 };
+
+// Points the request's iov at its header and the payload (an empty payload is left out).
+size_t FillIov(UcxRequest* r, void* buf, size_t bytes) {
+  r->iov[0].buffer = &r->header;
+  r->iov[0].length = sizeof(WireHeader);
+  r->iov[1].buffer = buf;
+  r->iov[1].length = bytes;
+  return bytes > 0 ? 2 : 1;
+}
 
 // UCX tags carry the source rank, so a receive matches only its peer's messages: [src:16][seq:24][index:24].
 uint64_t UcxTag(int src, uint64_t tag) {
@@ -52,6 +67,30 @@ ucs_log_func_rc_t QuietExpectedErrors(const char* file, unsigned line, const cha
   }
   CC_INFO(kLogTransport, "UCX: %s", text);
   return UCS_LOG_FUNC_RC_STOP;
+}
+
+// Checks a request that completed: its status, and for a receive its length and wire header.
+ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
+  const size_t expect = sizeof(WireHeader) + r.bytes;
+  const size_t got = r.info.length;
+  if (r.status == UCS_ERR_MESSAGE_TRUNCATED || (r.status == UCS_OK && !r.isSend && got != expect)) {
+    const std::string what = r.status != UCS_OK             ? std::string("a larger message")
+                             : got < sizeof(WireHeader) ? std::string("a message shorter than a wire header")
+                                                        : std::to_string(got - sizeof(WireHeader)) + " bytes";
+    return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
+                "called the collective with different counts, datatypes or collectives", rank, r.bytes, r.peer,
+                static_cast<unsigned long long>(r.tag), what.c_str());
+  }
+  if (r.status != UCS_OK) {
+    return Fail(ccRemoteError, "rank %d: %s rank %d failed: %s", rank, r.isSend ? "sending to" : "receiving from",
+                r.peer, ucs_status_string(r.status));
+  }
+  if (!r.isSend) {
+    std::string why;
+    ccResult_t hr = CheckWireHeader(r.header, r.kind, r.buf, r.bytes, checksum, rank, r.peer, r.tag, &why);
+    if (hr != ccSuccess) return Fail(hr, "%s", why.c_str());
+  }
+  return ccSuccess;
 }
 
 }  // namespace
@@ -246,7 +285,8 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
   return ccSuccess;
 }
 
-ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
+ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind,
+                               Request** req) {
   Impl& m = *impl_;
   if (m.aborted.load()) {
     std::lock_guard<std::mutex> lock(m.reasonMutex);
@@ -256,46 +296,57 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
     return Fail(ccRemoteError, "rank %d: rank %d is unreachable (%s)", m.rank, peer,
                 ucs_status_string(m.peerStatus[peer] != UCS_OK ? m.peerStatus[peer] : UCS_ERR_NOT_CONNECTED));
   }
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-  param.memory_type = UCS_MEMORY_TYPE_HOST;
-  void* h = ucp_tag_send_nbx(m.eps[peer], buf, bytes, UcxTag(m.rank, tag), &param);
-  if (UCS_PTR_IS_ERR(h)) {
-    return Fail(ccRemoteError, "rank %d: sending %zu bytes to rank %d failed: %s", m.rank, bytes, peer,
-                ucs_status_string(UCS_PTR_STATUS(h)));
-  }
-  auto* r = new UcxRequest();
+  auto r = std::make_unique<UcxRequest>();
   r->owner = this;
-  r->handle = h;
   r->peer = peer;
   r->isSend = true;
   r->bytes = bytes;
   r->tag = tag;
-  *req = r;
+  r->kind = kind;
+  r->header = MakeWireHeader(kind, buf, bytes, checksum_);
+  const size_t parts = FillIov(r.get(), const_cast<void*>(buf), bytes);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
+  param.memory_type = UCS_MEMORY_TYPE_HOST;
+  param.datatype = ucp_dt_make_iov();
+  void* h = ucp_tag_send_nbx(m.eps[peer], r->iov, parts, UcxTag(m.rank, tag), &param);
+  if (UCS_PTR_IS_ERR(h)) {
+    return Fail(ccRemoteError, "rank %d: sending %zu bytes to rank %d failed: %s", m.rank, bytes, peer,
+                ucs_status_string(UCS_PTR_STATUS(h)));
+  }
+  r->handle = h;
+  *req = r.release();
   return ccSuccess;
 }
 
-ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
+ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) {
   Impl& m = *impl_;
   if (m.aborted.load()) {
     std::lock_guard<std::mutex> lock(m.reasonMutex);
     return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
   }
+  auto r = std::make_unique<UcxRequest>();
+  r->owner = this;
+  r->peer = peer;
+  r->bytes = bytes;
+  r->tag = tag;
+  r->kind = kind;
+  r->buf = buf;
+  const size_t parts = FillIov(r.get(), buf, bytes);
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
   param.memory_type = UCS_MEMORY_TYPE_HOST;
-  void* h = ucp_tag_recv_nbx(m.worker, buf, bytes, UcxTag(peer, tag), ~static_cast<ucp_tag_t>(0), &param);
+  param.datatype = ucp_dt_make_iov();
+  // Always a request, so that ucp_tag_recv_request_test reports the length (UCX 1.13 does not fill recv_info on
+  // every path of an immediate completion).
+  param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  void* h = ucp_tag_recv_nbx(m.worker, r->iov, parts, UcxTag(peer, tag), ~static_cast<ucp_tag_t>(0), &param);
   if (UCS_PTR_IS_ERR(h)) {
     return Fail(ccSystemError, "rank %d: posting a receive from rank %d failed: %s", m.rank, peer,
                 ucs_status_string(UCS_PTR_STATUS(h)));
   }
-  auto* r = new UcxRequest();
-  r->owner = this;
   r->handle = h;
-  r->peer = peer;
-  r->bytes = bytes;
-  r->tag = tag;
-  *req = r;
+  *req = r.release();
   return ccSuccess;
 }
 
@@ -307,23 +358,14 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
   int idle = 0;
   Clock::time_point idleSince = start;
   while (r->handle != nullptr) {
-    ucs_status_t st;
     ucp_tag_recv_info_t info{};
-    st = r->isSend ? ucp_request_check_status(r->handle) : ucp_tag_recv_request_test(r->handle, &info);
+    ucs_status_t st = r->isSend ? ucp_request_check_status(r->handle) : ucp_tag_recv_request_test(r->handle, &info);
     if (st != UCS_INPROGRESS) {
       ucp_request_free(r->handle);
       r->handle = nullptr;
-      if (st == UCS_ERR_MESSAGE_TRUNCATED || (st == UCS_OK && !r->isSend && info.length != r->bytes)) {
-        return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
-                    "called the collective with different counts, datatypes or collectives", m.rank, r->bytes,
-                    r->peer, static_cast<unsigned long long>(r->tag),
-                    st == UCS_OK ? (std::to_string(info.length) + " bytes").c_str() : "a larger message");
-      }
-      if (st != UCS_OK) {
-        return Fail(ccRemoteError, "rank %d: %s rank %d failed: %s", m.rank, r->isSend ? "sending to" : "receiving from",
-                    r->peer, ucs_status_string(st));
-      }
-      return ccSuccess;
+      r->status = st;
+      r->info = info;
+      break;
     }
     if (m.aborted.load()) {
       m.Retire(r.get());
@@ -362,7 +404,7 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
       }
     }
   }
-  return ccSuccess;
+  return Finished(m.rank, *r, checksum_);
 }
 
 void UcxTransport::Abort(const char* reason) {

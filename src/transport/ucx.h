@@ -1,7 +1,8 @@
 // The UCX transport: ranks in other processes (or hosts) exchange data with UCP tagged messages. One UCP worker
 // per communicator, one endpoint per remote peer, created from worker addresses exchanged at bootstrap. Endpoints
 // use UCP_ERR_HANDLING_MODE_PEER, so a dead peer turns into an error instead of a hang. UCX_TLS and the other UCX_*
-// variables pass through to UCX untouched.
+// variables pass through to UCX untouched. A message is the wire header and the payload as one UCP iov message, so
+// the payload moves without an extra copy.
 #pragma once
 
 #include <memory>
@@ -30,8 +31,8 @@ class UcxTransport : public Transport {
                      const std::vector<bool>& peerErrors);
 
   const char* Name() const override { return "ucx"; }
-  ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) override;
-  ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) override;
+  ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
+  ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
   ccResult_t Wait(Request* req, int timeoutMs) override;
   // Only sets a flag (safe from another thread): the waiting thread cancels its requests and returns.
   void Abort(const char* reason) override;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/); the layouts are the ones the targets
-read (fuzz_bootstrap_root.cc, fuzz_codec.cc). Deterministic: running it again rewrites the same files."""
+read (fuzz_bootstrap_root.cc, fuzz_codec.cc, fuzz_wire.cc). Deterministic: running it again rewrites the same files."""
 import os
 import random
 import struct
@@ -78,3 +78,17 @@ for name, args in {"b4_exact_gather": (4, 0b00000011, 0, 1, 4, 1, 1, 200, 0, 0),
     scales = struct.pack("<B", 3) + struct.pack("<H", 0) + floats(float("nan")) + struct.pack("<H", 1) \
         + floats(-2.0) + struct.pack("<H", 2) + floats(3e38)
     write("fuzz_codec_quant_homomorphic", name, quant_seed(*args, scales=scales))
+
+
+# wire: mode, checksum, kind, flip position, [24 header bytes in raw mode], payload.
+def wire_header(kind, length, flags=0, crc=0, magic=0x77636363, version=1):
+    return struct.pack("<IBBHIIQ", magic, version, flags, kind, crc, 0, length)
+
+
+for name, data in {"flip_payload_crc": struct.pack("<BBHI", 1, 1, 1, 24 * 8 + 5) + rnd(100),
+                   "flip_header_kind": struct.pack("<BBHI", 1, 1, 0x114, 6 * 8 + 1) + rnd(40),
+                   "flip_crc_without_checksum": struct.pack("<BBHI", 1, 0, 2, 8 * 8 + 3) + rnd(33),
+                   "raw_good_header": struct.pack("<BBHI", 0, 0, 1, 0) + wire_header(1, 16) + rnd(16),
+                   "raw_length_lies": struct.pack("<BBHI", 0, 1, 1, 0) + wire_header(1, 1 << 40, 1, 7) + rnd(8),
+                   "raw_bad_magic": struct.pack("<BBHI", 0, 0, 1, 0) + wire_header(1, 4, magic=1) + rnd(4)}.items():
+    write("fuzz_wire", name, data)

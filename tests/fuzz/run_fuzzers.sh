@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-25}
-TARGETS=${*:-"fuzz_bootstrap_root fuzz_codec_cast16 fuzz_codec_quant_requant fuzz_codec_quant_homomorphic"}
+TARGETS=${*:-"fuzz_bootstrap_root fuzz_codec_cast16 fuzz_codec_quant_requant fuzz_codec_quant_homomorphic fuzz_wire"}
 
 # Debian's clang 14 and its runtime libraries (libFuzzer, ASan, UBSan), installed when missing.
 if ! command -v clang++-14 >/dev/null 2>&1 || ! dpkg -s libclang-rt-14-dev >/dev/null 2>&1; then
