@@ -177,8 +177,17 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     }
     if (comm->config.checkCalls) {
       const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+      bool agreed = false;
       r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
-                                                            reduces ? args.op : ccSum, args.root, c.compressor));
+                                                            reduces ? args.op : ccSum, args.root, c.compressor),
+                                  &agreed);
+      if (agreed) {
+        // Every rank saw the same mismatch and returns it; nothing moved, so the communicator stays usable.
+        std::string sentence = std::string(fn) + ": " + ccoll::LastError();
+        ccoll::SetLastError(sentence);
+        comm->RecordError(sentence);
+        return r;
+      }
     }
     if (r == ccSuccess) {
       switch (c.kind) {

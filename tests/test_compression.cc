@@ -306,8 +306,9 @@ TEST_CASE("bounds table: vNMSE and wire bits per element of each codec at 4 rank
       REQUIRE(res.Failure() == "");
       CHECK(FirstDifferentRank(res.out) == -1);
       vnmse += Vnmse(res.out[0], exacts[s]) / kSeeds;
-      // The codec's bits: without the call check's two 40-byte descriptors per rank and call.
-      const double payload = static_cast<double>(res.bytesSent) - (CallCheckOn() ? 80.0 * nranks : 0.0);
+      // The codec's bits: without the call check's 144-byte records (ceil(log2 n) per rank and call).
+      const double check = CallCheckOn() ? 144.0 * std::ceil(std::log2(nranks)) * nranks : 0.0;
+      const double payload = static_cast<double>(res.bytesSent) - check;
       wireBits += 8.0 * payload / nranks / transmissions / kSeeds;
     }
     char line[256];

@@ -1,9 +1,8 @@
 #include "collectives/call_check.h"
 
 #include <cstdio>
-#include <cstring>
 #include <string>
-#include <tuple>
+#include <vector>
 
 #include "collectives/coll_args.h"
 #include "collectives/reduce.h"
@@ -14,8 +13,20 @@
 namespace ccoll {
 namespace {
 
-constexpr uint32_t kCallMagic = 0x63636c6c;  // "ccll"
-constexpr uint16_t kCallVersion = 1;
+enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kFields };
+const char* const kFieldNames[kFields] = {"collective", "count", "datatype", "op", "root", "compressor"};
+
+// The lowest and highest value of one field over the ranks seen so far, and the lowest rank holding each.
+struct FieldRange {
+  uint64_t lo;
+  uint64_t hi;
+  int32_t loRank;
+  int32_t hiRank;
+};
+struct Agreement {
+  FieldRange f[kFields];
+};
+static_assert(sizeof(Agreement) == 144, "the agreement record is a wire format");
 
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -26,9 +37,9 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
-const char* KindText(int kind) {
+const char* KindText(uint64_t kind) {
   static const char* names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast"};
-  return kind >= 0 && kind < 4 ? names[kind] : "unknown collective";
+  return kind < 4 ? names[kind] : "unknown collective";
 }
 
 std::string Text(const CallDescriptor& d) {
@@ -38,15 +49,56 @@ std::string Text(const CallDescriptor& d) {
   if (d.kind == 3) s += " from root " + std::to_string(d.root);
   if (d.compressor != 0) {
     char buf[40];
-    std::snprintf(buf, sizeof(buf), " with compressor %016llx", static_cast<unsigned long long>(d.compressor));
-    s += buf;
+    std::snprintf(buf, sizeof(buf), " (%016llx)", static_cast<unsigned long long>(d.compressor));
+    s += " with compressor " + d.spec + buf;
   }
   return s;
 }
 
-bool Same(const CallDescriptor& a, const CallDescriptor& b) {
-  return a.kind == b.kind && a.count == b.count && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
-         a.compressor == b.compressor;
+std::string ValueText(int field, uint64_t v) {
+  char buf[64];
+  switch (field) {
+    case kKind:
+      return KindText(v);
+    case kDtype:
+      return DataTypeName(static_cast<ccDataType_t>(static_cast<int>(v)));
+    case kOp:
+      return RedOpName(static_cast<ccRedOp_t>(static_cast<int>(v)));
+    case kCompressor:
+      if (v == 0) return "none";
+      std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+      return buf;
+    default:
+      return std::to_string(static_cast<int64_t>(v));
+  }
+}
+
+Agreement Start(const CallDescriptor& d, int rank) {
+  const uint64_t v[kFields] = {static_cast<uint64_t>(d.kind),
+                               d.count,
+                               static_cast<uint64_t>(d.dtype),
+                               static_cast<uint64_t>(d.op),
+                               static_cast<uint64_t>(static_cast<int64_t>(d.root)),
+                               d.compressor};
+  Agreement a;
+  for (int i = 0; i < kFields; ++i) a.f[i] = FieldRange{v[i], v[i], rank, rank};
+  return a;
+}
+
+// Commutative, associative and idempotent, so the order and repetition of the dissemination steps do not matter.
+void Combine(Agreement* acc, const Agreement& in) {
+  for (int i = 0; i < kFields; ++i) {
+    FieldRange& a = acc->f[i];
+    const FieldRange& b = in.f[i];
+    if (b.lo < a.lo || (b.lo == a.lo && b.loRank < a.loRank)) {
+      a.lo = b.lo;
+      a.loRank = b.loRank;
+    }
+    if (b.hi > a.hi || (b.hi == a.hi && b.hiRank < a.hiRank)) {
+      a.hi = b.hi;
+      a.hiRank = b.hiRank;
+    }
+  }
 }
 
 }  // namespace
@@ -54,47 +106,51 @@ bool Same(const CallDescriptor& a, const CallDescriptor& b) {
 CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
                             const ccCompressor* compressor) {
   CallDescriptor d;
-  d.magic = kCallMagic;
-  d.version = kCallVersion;
-  d.kind = static_cast<uint16_t>(kind);
+  d.kind = kind;
   d.count = count;
   d.dtype = dtype;
   d.op = op;
   d.root = root;
-  d.compressor = compressor != nullptr ? Fnv1a(CompressorSpec(*compressor)) | 1u : 0;
+  if (compressor != nullptr) {
+    d.spec = CompressorSpec(*compressor);
+    d.compressor = Fnv1a(d.spec) | 1u;
+  }
   return d;
 }
 
-ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine) {
+ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed) {
+  *agreed = false;
   const int n = comm->nranks, r = comm->rank;
   if (n == 1) return ccSuccess;
-  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const uint64_t seq = ++comm->seq;
-  CallDescriptor fromPrev, fromNext;
-  Inflight io(comm);
-  Request *rp = nullptr, *rn = nullptr, *sp = nullptr, *sn = nullptr;
-  // Tag 0 travels forward (to next), tag 1 backward (to prev); with two ranks prev == next and the tags tell apart.
-  CC_CHECK(io.Recv(prev, &fromPrev, sizeof(fromPrev), Tag(seq, 0), &rp));
-  CC_CHECK(io.Recv(next, &fromNext, sizeof(fromNext), Tag(seq, 1), &rn));
-  CC_CHECK(io.Send(next, &mine, sizeof(mine), Tag(seq, 0), &sn));
-  CC_CHECK(io.Send(prev, &mine, sizeof(mine), Tag(seq, 1), &sp));
-  // Each descriptor is compared as soon as it is in: a rank that sees a different call reports that, rather than
-  // the abort of a neighbour that saw it first.
-  for (const auto& [peer, theirs, req] : {std::tuple<int, const CallDescriptor*, Request**>{prev, &fromPrev, &rp},
-                                          {next, &fromNext, &rn}}) {
-    CC_CHECK(io.Wait(req));
-    if (theirs->magic != kCallMagic || theirs->version != kCallVersion) {
-      return Fail(ccRemoteError, "rank %d sent a malformed call descriptor (magic 0x%x, version %u) to rank %d", peer,
-                  theirs->magic, theirs->version, r);
-    }
-    if (!Same(mine, *theirs)) {
-      return Fail(ccInvalidUsage, "rank %d was called for: %s; but rank %d for: %s. Every rank must make the same "
-                  "call (count, datatype, op, root and compressor parameters)", r, Text(mine).c_str(), peer,
-                  Text(*theirs).c_str());
-    }
+  Agreement acc = Start(mine, r);
+  std::vector<Agreement> sent;  // step k's send reads sent[k] until it completes
+  sent.reserve(32);
+  Inflight io(comm, kWireCallCheck);
+  int step = 0;
+  for (int dist = 1; dist < n; dist *= 2, ++step) {
+    Agreement in;
+    Request *recv = nullptr, *send = nullptr;
+    sent.push_back(acc);
+    CC_CHECK(io.Recv(Mod(r - dist, n), &in, sizeof(in), Tag(seq, step), &recv));
+    CC_CHECK(io.Send(Mod(r + dist, n), &sent.back(), sizeof(Agreement), Tag(seq, step), &send));
+    CC_CHECK(io.Wait(&recv));
+    Combine(&acc, in);
   }
   CC_CHECK(io.WaitAll());
-  return ccSuccess;
+  std::string differ;
+  for (int i = 0; i < kFields; ++i) {
+    const FieldRange& f = acc.f[i];
+    if (f.lo == f.hi) continue;
+    differ += std::string(differ.empty() ? "" : "; ") + kFieldNames[i] + " " + ValueText(i, f.lo) + " on rank " +
+              std::to_string(f.loRank) + " but " + ValueText(i, f.hi) + " on rank " + std::to_string(f.hiRank);
+  }
+  if (differ.empty()) return ccSuccess;
+  *agreed = true;
+  return Fail(ccInvalidUsage,
+              "the ranks made different calls: %s (rank %d was called for: %s). Every rank must "
+              "make the same call (collective, count, datatype, op, root and compressor parameters)",
+              differ.c_str(), r, Text(mine).c_str());
 }
 
 }  // namespace ccoll

@@ -1,12 +1,14 @@
-// The call check: before any data moves, every rank shows its ring neighbours what it was called with (collective,
-// count, datatype, op, root, compressor spec), and a rank whose neighbour made a different call fails with
-// ccInvalidUsage naming both calls, then aborts the communicator so that every other rank fails at once too
-// (ccRemoteError) instead of computing garbage or waiting for the timeout. Costs one exchange of a 40-byte message
-// with each neighbour per collective; CC_CHECK_CALLS=0 turns it off.
+// The call check: before any data moves, the ranks agree on what they were called with (collective, count,
+// datatype, op, root, compressor spec). Each field's lowest and highest value over all ranks, with the ranks that
+// hold them, travel in a 144-byte record through ceil(log2 n) steps of a dissemination exchange (step k: send to
+// rank r + 2^k, receive from r - 2^k; min and max do not mind seeing a rank twice). Every rank ends with the same
+// record, so on a mismatch every rank returns ccInvalidUsage naming the field and the ranks that differ, nothing is
+// written, and the communicator stays usable. CC_CHECK_CALLS=0 turns it off.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "ccoll.h"
 
@@ -15,24 +17,23 @@ struct ccCompressor;
 
 namespace ccoll {
 
-// What a rank was called with, as it travels (fixed layout, little-endian hosts).
+// What a rank was called with.
 struct CallDescriptor {
-  uint32_t magic = 0;
-  uint16_t version = 0;
-  uint16_t kind = 0;          // 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 broadcast
+  int kind = 0;  // 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 broadcast
   uint64_t count = 0;
-  int32_t dtype = 0;
-  int32_t op = 0;
-  int32_t root = 0;
-  uint32_t reserved = 0;
-  uint64_t compressor = 0;    // hash of the compressor's canonical spec; 0 without one
+  int dtype = 0;
+  int op = 0;
+  int root = 0;
+  uint64_t compressor = 0;  // hash of the compressor's canonical spec; 0 without one
+  std::string spec;         // the spec itself (for this rank's error message; it does not travel)
 };
-static_assert(sizeof(CallDescriptor) == 40, "the descriptor is a wire format");
 
 CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
                             const ccCompressor* compressor);
 
-// Exchanges descriptors with both ring neighbours and compares.
-ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine);
+// Agrees on the call with every other rank. Returns ccInvalidUsage with *agreed = true when the ranks made
+// different calls (every rank returns the same verdict; nothing is left in flight); any other failure (a dead peer,
+// a timeout) leaves *agreed false and the group out of step.
+ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed);
 
 }  // namespace ccoll

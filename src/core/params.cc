@@ -26,8 +26,9 @@ const ParamDef kParams[] = {
      "Pipelining unit of ring and tree, in bytes (rounded down to whole elements). Scratch is a few slices."},
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
     {"CC_CHECK_CALLS", ParamType::kInt, "1",
-     "1: before any data moves, ranks compare their calls (collective, count, datatype, op, root, compressor) with "
-     "their ring neighbours; a mismatch is ccInvalidUsage there and aborts the communicator. 0: no check."},
+     "1: before any data moves, all ranks agree on their calls (collective, count, datatype, op, root, compressor) "
+     "in ceil(log2 n) small exchanges; a mismatch is ccInvalidUsage on every rank, nothing is written and the "
+     "communicator stays usable. 0: no check."},
     {"CC_CHECKSUM", ParamType::kInt, "0",
      "1: every message carries the CRC32C of its payload and receivers verify it; a corrupted message is "
      "ccRemoteError naming the sender, never a wrong result. Costs a pass over each message on both sides."},
