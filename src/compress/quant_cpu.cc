@@ -4,6 +4,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "compress/bitpack.h"
 #include "compress/hadamard.h"
 #include "compress/rng.h"
@@ -191,6 +195,420 @@ CC_INLINE void QuantizeInline(const float* v, size_t n, float s, uint32_t levels
 
 }  // namespace
 
+namespace {
+
+// AVX2 kernels of the rotation and of requant encoding (groups of a multiple of 32 elements from an even global
+// index: the codec's slices). A group stays in registers from its max |x| to its packed codes, with no uint16
+// staging pass, and the sign flips ride along with the Walsh-Hadamard passes. They compute exactly the operations
+// of the scalar code above, in the same order and with the same operands (no FMA: the target has none), so not a
+// byte changes. They are target("avx2") functions behind a CPU check rather than target_clones, because intrinsics
+// cannot be compiled into the baseline clone.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CC_HAVE_AVX2_KERNELS 1
+#define CC_AVX2 __attribute__((target("avx2")))
+#define CC_AVX2_INLINE inline __attribute__((target("avx2"), always_inline))
+
+bool CpuHasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+
+namespace avx2 {
+
+CC_AVX2_INLINE __m256i Mix32V(__m256i x) {
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+  x = _mm256_mullo_epi32(x, _mm256_set1_epi32(static_cast<int>(0x846ca68bu)));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+  return x;
+}
+
+// RandomWord(key, counter) for 8 counters.
+CC_AVX2_INLINE __m256i RandomWordV(__m256i key, __m256i counter) {
+  return Mix32V(_mm256_xor_si256(key, Mix32V(_mm256_add_epi32(counter, _mm256_set1_epi32(0x632be5ab)))));
+}
+
+// The rounding of one group's quantizer: kMode 0 nearest, 1 stochastic, 2 stratified (see QuantizeInline).
+template <int kMode>
+struct Dithers {
+  __m256i key, counter;  // counter: the hash counters of the next 16 elements' 8 pairs
+  __m256 shiftR;
+  // Dithers of the next 16 elements (d0: elements 0..7, d1: 8..15), advancing by 16 elements.
+  CC_AVX2_INLINE void Next(__m256* d0, __m256* d1) {
+    if (kMode == 0) {
+      *d0 = *d1 = _mm256_set1_ps(0.5f);
+      return;
+    }
+    __m256i w = RandomWordV(key, _mm256_srli_epi32(counter, 1));
+    counter = _mm256_add_epi32(counter, _mm256_set1_epi32(16));
+    __m256i b0 = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(w));       // element 2p: low half, 2p+1: high half
+    __m256i b1 = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1));
+    const __m256 half = _mm256_set1_ps(0.5f), unit = _mm256_set1_ps(1.0f / 65536.0f);
+    __m256 u0 = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(b0), half), unit);
+    __m256 u1 = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(b1), half), unit);
+    if (kMode == 2) {
+      u0 = _mm256_add_ps(u0, shiftR);
+      u0 = _mm256_sub_ps(u0, _mm256_floor_ps(u0));
+      u1 = _mm256_add_ps(u1, shiftR);
+      u1 = _mm256_sub_ps(u1, _mm256_floor_ps(u1));
+    }
+    *d0 = u0;
+    *d1 = u1;
+  }
+};
+
+template <int kMode>
+CC_AVX2_INLINE Dithers<kMode> MakeDithers(const DitherRule& rule, uint64_t index0) {
+  Dithers<kMode> d;
+  const uint32_t key = kMode == 2 ? rule.sharedKey : rule.key;
+  d.key = _mm256_set1_epi32(static_cast<int>(key));
+  // Counters as QuantizeDithered forms them: (first + 2p) >> 1 in 32-bit arithmetic (index0 is even here).
+  d.counter = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(index0))),
+                               _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+  d.shiftR = _mm256_set1_ps(kMode == 2 ? StratumShift(rule.rank, rule.nranks) : 0.0f);
+  return d;
+}
+
+// QuantizeCode of 8 values.
+CC_AVX2_INLINE __m256i Quantize8(__m256 x, __m256 inv, __m256 shift, __m256 lev, __m256 u) {
+  __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(x, inv), shift), u);
+  v = _mm256_max_ps(v, _mm256_setzero_ps());  // v > 0 ? v : 0 (NaN to 0)
+  v = _mm256_min_ps(v, lev);                  // v < L ? v : L
+  return _mm256_cvttps_epi32(v);
+}
+
+// Packs 32 codes (0..255, in c0..c3) of kBits bits (0: `bits` at run time) into 4 * bits bytes.
+template <int kBits>
+CC_AVX2_INLINE void Pack32(__m256i c0, __m256i c1, __m256i c2, __m256i c3, int bits, uint8_t* out) {
+  // Bytes after the two packs, per 128-bit lane: [c0 0..3, c1 0..3, c2 0..3, c3 0..3 | c0 4..7, c1 4..7, ...];
+  // the dword permutation puts them in element order.
+  __m256i z = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
+  z = _mm256_permutevar8x32_epi32(z, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (kBits == 8) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), z);
+  } else if (kBits == 4) {
+    __m256i p = _mm256_maddubs_epi16(z, _mm256_set1_epi16(0x1001));  // z[2k] + 16 z[2k+1], at most 255
+    p = _mm256_permute4x64_epi64(_mm256_packus_epi16(p, p), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
+  } else {
+    alignas(32) uint8_t e[32];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(e), z);
+    for (int h = 0; h < 4; ++h) {
+      uint64_t acc = 0;  // 8 codes of at most 8 bits
+      for (int t = 0; t < 8; ++t) acc |= static_cast<uint64_t>(e[8 * h + t]) << (t * bits);
+      std::memcpy(out + h * bits, &acc, static_cast<size_t>(bits));
+    }
+  }
+}
+
+// Sign-cleared patterns of n (a multiple of 16) floats, folded with an unsigned max down to 8 lanes.
+CC_AVX2_INLINE __m256i MaxAbsFold(const float* v, size_t n) {
+  const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+  for (size_t i = 0; i < n; i += 16) {
+    m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)), mask));
+    m1 = _mm256_max_epu32(m1,
+                          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i + 8)), mask));
+  }
+  return _mm256_max_epu32(m0, m1);
+}
+
+// Max |x| bits over n (a multiple of 16) floats, as MaxAbsInline's unsigned max of the sign-cleared patterns.
+CC_AVX2_INLINE uint32_t MaxAbsBits(const float* v, size_t n) {
+  __m256i m = MaxAbsFold(v, n);
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+}
+
+// Lane k: the max |x| bits of group k of 8 consecutive groups of n elements each.
+CC_AVX2_INLINE __m256i MaxAbsBits8(const float* v, size_t n) {
+  __m256i m[8];
+  for (int k = 0; k < 8; ++k) m[k] = MaxAbsFold(v + k * n, n);
+  __m256i t[4];
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * k], m[2 * k + 1]),
+                            _mm256_unpackhi_epi32(m[2 * k], m[2 * k + 1]));
+  }
+  __m256i u0 = _mm256_max_epu32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
+  __m256i u1 = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
+  return _mm256_max_epu32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// The dithers of the next n (a multiple of 32) elements into d (nothing for nearest rounding). Computing them in a
+// pass of their own, ahead of the quantization, keeps each pass's dependency chains short (the hash is ~25 cycles
+// deep), so the core overlaps many iterations instead of stalling on one group's hash, scale and pack in turn.
+template <int kMode>
+CC_AVX2_INLINE void FillDithers(Dithers<kMode>& dith, size_t n, float* d) {
+  if (kMode == 0) return;
+  for (size_t j = 0; j < n; j += 16) {
+    __m256 d0, d1;
+    dith.Next(&d0, &d1);
+    _mm256_store_ps(d + j, d0);
+    _mm256_store_ps(d + j + 8, d1);
+  }
+}
+
+template <int kMode>
+CC_AVX2_INLINE __m256 DitherAt(const float* d, size_t j) {
+  return kMode == 0 ? _mm256_set1_ps(0.5f) : _mm256_load_ps(d + j);
+}
+
+// Quantizes and packs n (a multiple of 32) elements of one group, with dithers d (see FillDithers).
+template <int kBits, int kMode>
+CC_AVX2_INLINE void QuantizeGroup(const float* x, size_t n, __m256 inv, __m256 shift, __m256 lev, const float* d,
+                                  int bits, uint8_t* out) {
+  for (size_t j = 0; j < n; j += 32) {
+    __m256i c0 = Quantize8(_mm256_loadu_ps(x + j), inv, shift, lev, DitherAt<kMode>(d, j));
+    __m256i c1 = Quantize8(_mm256_loadu_ps(x + j + 8), inv, shift, lev, DitherAt<kMode>(d, j + 8));
+    __m256i c2 = Quantize8(_mm256_loadu_ps(x + j + 16), inv, shift, lev, DitherAt<kMode>(d, j + 16));
+    __m256i c3 = Quantize8(_mm256_loadu_ps(x + j + 24), inv, shift, lev, DitherAt<kMode>(d, j + 24));
+    Pack32<kBits>(c0, c1, c2, c3, bits, out + j / 8 * static_cast<size_t>(bits));
+  }
+}
+
+// Full groups of a requant message: kGroup (0: `group` at run time, a multiple of 32) elements each; returns the
+// number of elements done (the caller finishes the tail group).
+template <int kGroup, int kBits, int kMode>
+CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, size_t group, int bits,
+                                   ScaleFormat format, float clipK, const DitherRule& rule, uint8_t* scales,
+                                   uint8_t* packed) {
+  constexpr size_t kChunk = 256;  // dithers computed ahead, per pass
+  alignas(32) float d[kChunk];
+  const size_t G = kGroup ? static_cast<size_t>(kGroup) : group;
+  const size_t full = len / G;
+  const uint32_t levels = Levels(bits);
+  const __m256 lev = _mm256_set1_ps(static_cast<float>(levels));
+  const int sb = ScaleBytes(format);
+  const size_t groupBytes = G / 8 * static_cast<size_t>(bits);
+  Dithers<kMode> dith = MakeDithers<kMode>(rule, index0);
+  size_t g = 0;
+  if (G * 8 == kChunk && format == ScaleFormat::kFp32 && clipK <= 0.0f) {
+    // 8 groups at a time, their scales as one vector: the scale is max |x| (+inf when non-finite), flushed to zero
+    // below kMinScale, stored as is; GridOf's division once for 8 groups.
+    const __m256 twoV = _mm256_set1_ps(2.0f), zero = _mm256_setzero_ps();
+    for (; g + 8 <= full; g += 8) {
+      const float* x = v + g * G;
+      FillDithers<kMode>(dith, kChunk, d);
+      __m256i mb = MaxAbsBits8(x, G);
+      mb = _mm256_blendv_epi8(mb, _mm256_set1_epi32(0x7f800000), _mm256_cmpgt_epi32(mb, _mm256_set1_epi32(0x7f7fffff)));
+      __m256 s = _mm256_castsi256_ps(mb);
+      s = _mm256_andnot_ps(_mm256_cmp_ps(s, _mm256_set1_ps(kMinScale), _CMP_LT_OQ), s);
+      _mm256_storeu_ps(reinterpret_cast<float*>(scales + g * 4), s);
+      __m256 inv = _mm256_and_ps(_mm256_cmp_ps(s, zero, _CMP_GT_OQ), _mm256_div_ps(lev, _mm256_mul_ps(twoV, s)));
+      __m256 shift = _mm256_mul_ps(s, inv);
+      for (int k = 0; k < 8; ++k) {
+        const __m256i idx = _mm256_set1_epi32(k);
+        QuantizeGroup<kBits, kMode>(x + k * G, G, _mm256_permutevar8x32_ps(inv, idx),
+                                    _mm256_permutevar8x32_ps(shift, idx), lev, d + k * G, bits,
+                                    packed + (g + k) * groupBytes);
+      }
+    }
+  }
+  for (; g < full; ++g) {
+    const float* x = v + g * G;
+    uint32_t mb = MaxAbsBits(x, G);
+    float m = mb >= 0x7f800000u ? std::numeric_limits<float>::infinity() : BitsFloat(mb);
+    float s = RoundScaleUp(FlushTinyScale(clipK > 0.0f ? GroupScale(m, RmsInline(x, G), clipK) : m), format);
+    StoreScale(scales + g * sb, s, format);
+    s = LoadScale(scales + g * sb, format);
+    float step, inv;
+    GridOf(s, levels, &step, &inv);
+    const __m256 vinv = _mm256_set1_ps(inv), vshift = _mm256_set1_ps(s * inv);
+    for (size_t j = 0; j < G; j += kChunk) {
+      const size_t n = G - j < kChunk ? G - j : kChunk;
+      FillDithers<kMode>(dith, n, d);
+      QuantizeGroup<kBits, kMode>(x + j, n, vinv, vshift, lev, d, bits, packed + g * groupBytes + j / 8 * bits);
+    }
+  }
+  return full * G;
+}
+
+template <int kGroup, int kBits>
+size_t EncodeRequantGroupsMode(const float* v, size_t len, uint64_t index0, size_t group, int bits,
+                               ScaleFormat format, float clipK, const DitherRule& rule, uint8_t* scales,
+                               uint8_t* packed) {
+  if (rule.rounding == 0) {
+    return EncodeRequantGroups<kGroup, kBits, 0>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+  }
+  if (rule.rounding == 2) {
+    return EncodeRequantGroups<kGroup, kBits, 2>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+  }
+  return EncodeRequantGroups<kGroup, kBits, 1>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+}
+
+template <int kGroup>
+size_t EncodeRequantGroupsBits(const float* v, size_t len, uint64_t index0, size_t group, int bits,
+                               ScaleFormat format, float clipK, const DitherRule& rule, uint8_t* scales,
+                               uint8_t* packed) {
+  if (bits == 4) return EncodeRequantGroupsMode<kGroup, 4>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+  if (bits == 8) return EncodeRequantGroupsMode<kGroup, 8>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+  return EncodeRequantGroupsMode<kGroup, 0>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+}
+
+// Entry: the number of leading elements done in whole groups (0 when the AVX2 kernel does not apply).
+size_t EncodeRequantFast(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
+                         float clipK, const DitherRule& rule, uint8_t* scales, uint8_t* packed) {
+  if (group % 32 != 0 || (index0 & 1) || len < group || !CpuHasAvx2()) return 0;
+  if (group == 32) return EncodeRequantGroupsBits<32>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+  return EncodeRequantGroupsBits<0>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+}
+
+// --- Rotation. A block of len >= 32 floats at a multiple of 32: its sign words first (8 hashes per vector), then the
+// sign flip is fused into the pass of the three smallest Walsh-Hadamard stages (forward), or into the pass of the
+// last stages (inverse), saving one pass over the block. Every stage computes the same butterflies, in the same
+// order and with the same operands, as Wht and SignScale32.
+
+// words[k] = RandomWord(key, (base >> 5) + k) (32-bit counter) for k < n (n a multiple of 8 or less than 8).
+CC_AVX2_INLINE void SignWords(uint64_t base, size_t n, uint32_t key, uint32_t* words) {
+  const __m256i vkey = _mm256_set1_epi32(static_cast<int>(key));
+  __m256i c = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(base >> 5))),
+                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + k), RandomWordV(vkey, c));
+    c = _mm256_add_epi32(c, _mm256_set1_epi32(8));
+  }
+  for (; k < n; ++k) words[k] = RandomWord(key, static_cast<uint32_t>(base >> 5) + static_cast<uint32_t>(k));
+}
+
+// x * (+f or -f) for the 8 elements i..i+7 of a block (i a multiple of 8), the signs from bits i % 32.. of
+// words[i / 32]: each bit is shifted to the top of its lane, where blendv picks -f (exactly f with its sign flipped).
+CC_AVX2_INLINE __m256 SignScale8(__m256 x, const uint32_t* words, size_t i, __m256 f) {
+  alignas(32) static const int32_t kShifts[4][8] = {{31, 30, 29, 28, 27, 26, 25, 24},
+                                                    {23, 22, 21, 20, 19, 18, 17, 16},
+                                                    {15, 14, 13, 12, 11, 10, 9, 8},
+                                                    {7, 6, 5, 4, 3, 2, 1, 0}};
+  __m256i bits = _mm256_sllv_epi32(_mm256_set1_epi32(static_cast<int>(words[i >> 5])),
+                                   _mm256_load_si256(reinterpret_cast<const __m256i*>(kShifts[(i >> 3) & 3])));
+  __m256 nf = _mm256_xor_ps(f, _mm256_set1_ps(-0.0f));
+  return _mm256_mul_ps(x, _mm256_blendv_ps(f, nf, _mm256_castsi256_ps(bits)));
+}
+
+// Wht's three smallest stages on 8 floats: the low lane of a pair gets v + s, the high lane s - v.
+CC_AVX2_INLINE __m256 Wht8(__m256 v) {
+  __m256 s = _mm256_permute_ps(v, 0xb1);
+  v = _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xaa);
+  s = _mm256_permute_ps(v, 0x4e);
+  v = _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xcc);
+  s = _mm256_permute2f128_ps(v, v, 0x01);
+  return _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xf0);
+}
+
+// The stages h = h0, 4 h0, ... < n of Wht in radix-4 passes, then a radix-2 one if a stage is left, as Wht walks
+// them; with kSigned the last pass applies the signs and f to its outputs.
+template <bool kSigned>
+CC_AVX2_INLINE void WhtUpper(float* x, size_t n, size_t h0, const uint32_t* words, float fs) {
+  const __m256 f = _mm256_set1_ps(fs);
+  size_t h = h0;
+  for (; 4 * h <= n; h <<= 2) {
+    const bool last = 4 * h == n;
+    for (size_t i = 0; i < n; i += 4 * h) {
+      float *a = x + i, *b = a + h, *c = b + h, *d = c + h;
+      for (size_t j = 0; j < h; j += 8) {
+        __m256 va = _mm256_loadu_ps(a + j), vb = _mm256_loadu_ps(b + j), vc = _mm256_loadu_ps(c + j),
+               vd = _mm256_loadu_ps(d + j);
+        __m256 p = _mm256_add_ps(va, vb), q = _mm256_sub_ps(va, vb), r = _mm256_add_ps(vc, vd),
+               t = _mm256_sub_ps(vc, vd);
+        __m256 oa = _mm256_add_ps(p, r), ob = _mm256_add_ps(q, t), oc = _mm256_sub_ps(p, r),
+               od = _mm256_sub_ps(q, t);
+        if (kSigned && last) {
+          const size_t ia = i + j, ib = ia + h, ic = ib + h, id = ic + h;
+          oa = SignScale8(oa, words, ia, f);
+          ob = SignScale8(ob, words, ib, f);
+          oc = SignScale8(oc, words, ic, f);
+          od = SignScale8(od, words, id, f);
+        }
+        _mm256_storeu_ps(a + j, oa);
+        _mm256_storeu_ps(b + j, ob);
+        _mm256_storeu_ps(c + j, oc);
+        _mm256_storeu_ps(d + j, od);
+      }
+    }
+  }
+  if (h < n) {  // one radix-2 stage left: h = n / 2
+    float *a = x, *b = x + h;
+    for (size_t j = 0; j < h; j += 8) {
+      __m256 u = _mm256_loadu_ps(a + j), v = _mm256_loadu_ps(b + j);
+      __m256 oa = _mm256_add_ps(u, v), ob = _mm256_sub_ps(u, v);
+      if (kSigned) {
+        oa = SignScale8(oa, words, j, f);
+        ob = SignScale8(ob, words, j + h, f);
+      }
+      _mm256_storeu_ps(a + j, oa);
+      _mm256_storeu_ps(b + j, ob);
+    }
+  }
+}
+
+// u + v into a, u - v into b.
+CC_AVX2_INLINE void Butterfly(__m256& a, __m256& b) {
+  __m256 u = a;
+  a = _mm256_add_ps(u, b);
+  b = _mm256_sub_ps(u, b);
+}
+
+// The stages h = 1 .. 4 kVecs of one chunk of 8 kVecs floats held in registers (kVecs 4 or 8): Wht8 on each
+// vector, then the stages across vectors. kSignIn: signs and f applied to the inputs (forward); kSignOut: to the
+// outputs (inverse, when the chunk is the whole block).
+template <int kVecs, bool kSignIn, bool kSignOut>
+CC_AVX2_INLINE void WhtChunk(const float* in, float* out, size_t i0, const uint32_t* words, __m256 f) {
+  __m256 v[kVecs];
+  for (int k = 0; k < kVecs; ++k) {
+    __m256 x = _mm256_loadu_ps(in + 8 * k);
+    if (kSignIn) x = SignScale8(x, words, i0 + 8 * k, f);
+    v[k] = Wht8(x);
+  }
+  for (int h = 1; h < kVecs; h <<= 1) {
+    for (int k = 0; k < kVecs; ++k) {
+      if ((k & h) == 0) Butterfly(v[k], v[k + h]);
+    }
+  }
+  for (int k = 0; k < kVecs; ++k) {
+    __m256 x = v[k];
+    if (kSignOut) x = SignScale8(x, words, i0 + 8 * k, f);
+    _mm256_storeu_ps(out + 8 * k, x);
+  }
+}
+
+// Forward rotation of one block: len >= 32 and a power of two, base a multiple of 32. Six stages (with the signs)
+// in one pass over chunks of 64, the rest in radix-4 passes.
+CC_AVX2 void RotateBlockForwardAvx2(const float* in, float* out, size_t len, uint64_t base, uint32_t key, float fs) {
+  alignas(32) uint32_t words[16384 / 32];
+  SignWords(base, len / 32, key, words);
+  const __m256 f = _mm256_set1_ps(fs);
+  if (len == 32) {
+    WhtChunk<4, true, false>(in, out, 0, words, f);
+    return;
+  }
+  for (size_t i = 0; i < len; i += 64) WhtChunk<8, true, false>(in + i, out + i, i, words, f);
+  WhtUpper<false>(out, len, 64, words, fs);
+}
+
+// Inverse rotation of one block (in place): len >= 32 and a power of two, base a multiple of 32.
+CC_AVX2 void RotateBlockInverseAvx2(float* x, size_t len, uint64_t base, uint32_t key, float fs) {
+  alignas(32) uint32_t words[16384 / 32];
+  SignWords(base, len / 32, key, words);
+  const __m256 f = _mm256_set1_ps(fs);
+  if (len == 32) {
+    WhtChunk<4, false, true>(x, x, 0, words, f);
+  } else if (len == 64) {
+    WhtChunk<8, false, true>(x, x, 0, words, f);
+  } else {
+    for (size_t i = 0; i < len; i += 64) WhtChunk<8, false, false>(x + i, x + i, i, words, f);
+    WhtUpper<true>(x, len, 64, words, fs);
+  }
+}
+
+}  // namespace avx2
+#endif  // CC_HAVE_AVX2_KERNELS
+}  // namespace
+
 // The rotation is orthonormal on every block (H D / sqrt(len)), so blocks of different lengths (the tail of a
 // count that is not a multiple of the block) keep the same magnitudes and can share a scale group. The block walks
 // below are ForEachRotationBlock written out: a lambda would be compiled for the baseline target only, outside the
@@ -199,7 +617,15 @@ CC_HOT void RotateForward(const float* in, float* out, size_t count, size_t bloc
   for (size_t off = 0; off < count;) {
     size_t len = block;
     while (len > count - off) len >>= 1;
-    ApplySigns(in + off, out + off, len, off, signKey, 1.0f / std::sqrt(static_cast<float>(len)));
+    const float f = 1.0f / std::sqrt(static_cast<float>(len));
+#ifdef CC_HAVE_AVX2_KERNELS
+    if (len >= 32 && len <= 16384 && off % 32 == 0 && CpuHasAvx2()) {
+      avx2::RotateBlockForwardAvx2(in + off, out + off, len, off, signKey, f);
+      off += len;
+      continue;
+    }
+#endif
+    ApplySigns(in + off, out + off, len, off, signKey, f);
     Wht(out + off, len);
     off += len;
   }
@@ -210,8 +636,16 @@ CC_HOT void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey
     size_t len = block;
     while (len > count - off) len >>= 1;
     float* p = x + off;
+    const float f = scale / std::sqrt(static_cast<float>(len));
+#ifdef CC_HAVE_AVX2_KERNELS
+    if (len >= 32 && len <= 16384 && off % 32 == 0 && CpuHasAvx2()) {
+      avx2::RotateBlockInverseAvx2(p, len, off, signKey, f);
+      off += len;
+      continue;
+    }
+#endif
     Wht(p, len);
-    ApplySigns(p, p, len, off, signKey, scale / std::sqrt(static_cast<float>(len)));
+    ApplySigns(p, p, len, off, signKey, f);
     off += len;
   }
 }
@@ -292,14 +726,20 @@ CC_HOT size_t EncodeRequantSlice(const float* v, size_t len, uint64_t index0, si
   uint8_t* scales = static_cast<uint8_t*>(wireOut);
   const size_t groups = (len + group - 1) / group;
   const int sb = ScaleBytes(format);
-  for (size_t g = 0; g < groups; ++g) {
+  size_t done = 0;
+#ifdef CC_HAVE_AVX2_KERNELS
+  done = avx2::EncodeRequantFast(v, len, index0, group, bits, format, clipK, rule, scales, scales + groups * sb);
+#endif
+  // The rest (all of it without the kernel, else the tail group) in scalar code; done is a multiple of 8 elements,
+  // so the rest of the codes start on a byte.
+  for (size_t g = done / group; g < groups; ++g) {
     size_t begin = g * group, n = len - begin < group ? len - begin : group;
     float s = RoundScaleUp(GroupScaleInline(v + begin, n, clipK), format);
     StoreScale(scales + g * sb, s, format);
     s = LoadScale(scales + g * sb, format);  // exactly what the decoder will read
     QuantizeInline(v + begin, n, s, levels, index0 + begin, rule, codes + begin);
   }
-  PackCodesInline(codes, len, bits, scales + groups * sb);
+  PackCodesInline(codes + done, len - done, bits, scales + groups * sb + done / 8 * static_cast<size_t>(bits));
   return groups * sb + PackedBytes(len, bits);
 }
 
