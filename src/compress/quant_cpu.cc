@@ -273,15 +273,15 @@ CC_AVX2_INLINE Dithers<kMode> MakeDithers(const DitherRule& rule, uint64_t index
   return d;
 }
 
-// QuantizeCode of 8 values.
+// QuantizeCode of 8 values, up to its clamp at 0: min(L, v) keeps a NaN (minps returns its second operand then),
+// which converts to INT_MIN like any v <= -1, and the unsigned saturation of Pack32's first pack then gives 0, as
+// does truncating any v in (-1, 0]. So the lanes that Pack32 writes are QuantizeCode's codes.
 CC_AVX2_INLINE __m256i Quantize8(__m256 x, __m256 inv, __m256 shift, __m256 lev, __m256 u) {
   __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(x, inv), shift), u);
-  v = _mm256_max_ps(v, _mm256_setzero_ps());  // v > 0 ? v : 0 (NaN to 0)
-  v = _mm256_min_ps(v, lev);                  // v < L ? v : L
-  return _mm256_cvttps_epi32(v);
+  return _mm256_cvttps_epi32(_mm256_min_ps(lev, v));
 }
 
-// Packs 32 codes (0..255, in c0..c3) of kBits bits (0: `bits` at run time) into 4 * bits bytes.
+// Packs 32 codes (at most 255, negative lanes meaning 0: see Quantize8; in c0..c3) of kBits bits (0: `bits` at run time) into 4 * bits bytes.
 template <int kBits>
 CC_AVX2_INLINE void Pack32(__m256i c0, __m256i c1, __m256i c2, __m256i c3, int bits, uint8_t* out) {
   // Bytes after the two packs, per 128-bit lane: [c0 0..3, c1 0..3, c2 0..3, c3 0..3 | c0 4..7, c1 4..7, ...];
@@ -457,6 +457,121 @@ size_t EncodeRequantFast(const float* v, size_t len, uint64_t index0, size_t gro
   if (group % 32 != 0 || (index0 & 1) || len < group || !CpuHasAvx2()) return 0;
   if (group == 32) return EncodeRequantGroupsBits<32>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
   return EncodeRequantGroupsBits<0>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+}
+
+// --- Homomorphic lanes of b = laneBits (2..16) bits, for slices from a multiple of 32 with groups of a multiple of
+// 32 elements: 8 codes fill exactly b bytes. A code of lane t sits at bits t*b.. of those, inside the 4 bytes from
+// byte t*b/8 (shift t*b%8 + b <= 23 bits).
+
+// Unpacks 8 codes from a 16-byte window: a byte shuffle puts each code's 4 bytes in its lane, then a shift and a
+// mask. Bytes past the window are only ever past the code's bits, and read as zero.
+struct LaneUnpack {
+  __m256i ctrl, shifts, mask;
+};
+
+CC_AVX2_INLINE LaneUnpack MakeLaneUnpack(int b) {
+  alignas(32) int8_t ctrl[32];
+  alignas(32) int32_t shifts[8];
+  for (int t = 0; t < 8; ++t) {
+    const int bit = t * b, o = bit >> 3;
+    shifts[t] = bit & 7;
+    for (int k = 0; k < 4; ++k) ctrl[4 * t + k] = static_cast<int8_t>(o + k <= 15 ? o + k : -128);
+  }
+  LaneUnpack u;
+  u.ctrl = _mm256_load_si256(reinterpret_cast<const __m256i*>(ctrl));  // both halves index the same 16 bytes
+  u.shifts = _mm256_load_si256(reinterpret_cast<const __m256i*>(shifts));
+  u.mask = _mm256_set1_epi32(static_cast<int>((1u << b) - 1u));
+  return u;
+}
+
+CC_AVX2_INLINE __m256i Unpack8(const uint8_t* in, const LaneUnpack& u) {
+  __m256i src = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(src, u.ctrl), u.shifts), u.mask);
+}
+
+// Packs 8 codes (lanes of c, each below 2^b) into b bytes at out, writing 16 bytes (the ones past b are zeros, and
+// the next 8 codes or the caller's tail overwrite them): pairs of codes into 64-bit lanes, pairs of those inside
+// each 128-bit half, then the two halves in a 128-bit integer.
+CC_AVX2_INLINE void Pack8Lanes(__m256i c, int b, uint8_t* out) {
+  const __m128i cb = _mm_cvtsi32_si128(b), c2b = _mm_cvtsi32_si128(2 * b);
+  __m256i p = _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi64x(0xffffffff)),
+                              _mm256_sll_epi64(_mm256_srli_epi64(c, 32), cb));
+  p = _mm256_or_si256(p, _mm256_sll_epi64(_mm256_bsrli_epi128(p, 8), c2b));
+  const uint64_t lo = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_castsi256_si128(p)));
+  const uint64_t hi = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_extracti128_si256(p, 1)));
+  const unsigned __int128 r = lo | (static_cast<unsigned __int128>(hi) << (4 * b));
+  std::memcpy(out, &r, 16);
+}
+
+// Codes of the leading multiple of 32 elements, packed in lanes; returns the elements done. out has `room` bytes.
+template <int kMode>
+CC_AVX2 size_t EncodeLanesGroups(const float* v, size_t len, uint64_t index0, size_t group, const float* scales,
+                                 int bits, int b, const DitherRule& rule, uint8_t* out, size_t room) {
+  const uint32_t levels = Levels(bits);
+  const __m256 lev = _mm256_set1_ps(static_cast<float>(levels));
+  const __m256i zero = _mm256_setzero_si256();
+  Dithers<kMode> dith = MakeDithers<kMode>(rule, index0);
+  const size_t bb = static_cast<size_t>(b);
+  size_t j = 0;
+  while (j + 32 <= len && (j / 8 + 3) * bb + 16 <= room) {
+    const size_t g = (index0 + j) / group;
+    size_t end = (g + 1) * group - index0;
+    if (end > len) end = len;
+    float step, inv;
+    GridOf(scales[g], levels, &step, &inv);
+    const __m256 vinv = _mm256_set1_ps(inv), vshift = _mm256_set1_ps(scales[g] * inv);
+    for (; j + 32 <= end && (j / 8 + 3) * bb + 16 <= room; j += 32) {
+      __m256 d0, d1, d2, d3;
+      dith.Next(&d0, &d1);
+      dith.Next(&d2, &d3);
+      uint8_t* o = out + j / 8 * bb;
+      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j), vinv, vshift, lev, d0), zero), b, o);
+      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 8), vinv, vshift, lev, d1), zero), b, o + bb);
+      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 16), vinv, vshift, lev, d2), zero), b,
+                 o + 2 * bb);
+      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 24), vinv, vshift, lev, d3), zero), b,
+                 o + 3 * bb);
+    }
+    if (j < end) break;  // out of room: the caller does the rest
+  }
+  return j;
+}
+
+size_t EncodeLanesFast(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
+                       int laneBits, const DitherRule& rule, uint8_t* out) {
+  if (group % 32 != 0 || index0 % 32 != 0 || laneBits < 2 || laneBits > 16 || !CpuHasAvx2()) return 0;
+  const size_t room = PackedBytes(len, laneBits);
+  if (rule.rounding == 0) return EncodeLanesGroups<0>(v, len, index0, group, scales, bits, laneBits, rule, out, room);
+  if (rule.rounding == 2) return EncodeLanesGroups<2>(v, len, index0, group, scales, bits, laneBits, rule, out, room);
+  return EncodeLanesGroups<1>(v, len, index0, group, scales, bits, laneBits, rule, out, room);
+}
+
+// The decoding of the leading multiple of 32 elements (x = C * step - nranks * s); returns the elements done.
+CC_AVX2 size_t DecodeLanesFast(const uint8_t* in, size_t len, uint64_t index0, size_t group, const float* scales,
+                               int bits, int b, int nranks, float* out) {
+  if (group % 32 != 0 || index0 % 32 != 0 || b < 2 || b > 16 || !CpuHasAvx2()) return 0;
+  const size_t room = PackedBytes(len, b), bb = static_cast<size_t>(b);
+  const LaneUnpack u = MakeLaneUnpack(b);
+  const uint32_t levels = Levels(bits);
+  const float n = static_cast<float>(nranks);
+  size_t j = 0;
+  while (j + 32 <= len && (j / 8 + 3) * bb + 16 <= room) {
+    const size_t g = (index0 + j) / group;
+    size_t end = (g + 1) * group - index0;
+    if (end > len) end = len;
+    float s = scales[g], step, inv;
+    GridOf(s, levels, &step, &inv);
+    const __m256 vstep = _mm256_set1_ps(step), bias = _mm256_set1_ps(n * s);
+    for (; j + 32 <= end && (j / 8 + 3) * bb + 16 <= room; j += 32) {
+      const uint8_t* p = in + j / 8 * bb;
+      for (int k = 0; k < 4; ++k) {
+        __m256 c = _mm256_cvtepi32_ps(Unpack8(p + k * bb, u));
+        _mm256_storeu_ps(out + j + 8 * k, _mm256_sub_ps(_mm256_mul_ps(c, vstep), bias));
+      }
+    }
+    if (j < end) break;
+  }
+  return j;
 }
 
 // --- Rotation. A block of len >= 32 floats at a multiple of 32: its sign words first (8 hashes per vector), then the
@@ -761,22 +876,36 @@ CC_HOT void DecodeRequantSlice(const void* wire, size_t len, size_t group, int b
 CC_HOT size_t EncodeLanesSlice(const float* v, size_t len, uint64_t index0, size_t group, const float* scales,
                                int bits, int laneBits, const DitherRule& rule, uint16_t* codes, void* wireOut) {
   const uint32_t levels = Levels(bits);
-  for (size_t j = 0; j < len;) {
+  size_t done = 0;
+#ifdef CC_HAVE_AVX2_KERNELS
+  done = avx2::EncodeLanesFast(v, len, index0, group, scales, bits, laneBits, rule, static_cast<uint8_t*>(wireOut));
+#endif
+  // The rest in scalar code; done is a multiple of 8, so its codes start on a byte.
+  for (size_t j = done; j < len;) {
     size_t g = (index0 + j) / group;
     size_t end = (g + 1) * group - index0;
     if (end > len) end = len;
     QuantizeInline(v + j, end - j, scales[g], levels, index0 + j, rule, codes + j);
     j = end;
   }
-  return PackCodesInline(codes, len, laneBits, wireOut);
+  PackCodesInline(codes + done, len - done, laneBits,
+                  static_cast<uint8_t*>(wireOut) + done / 8 * static_cast<size_t>(laneBits));
+  return PackedBytes(len, laneBits);
 }
 
 CC_HOT void DecodeLanesSlice(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales,
                              int bits, int laneBits, int nranks, uint16_t* codes, float* out) {
   const uint32_t levels = Levels(bits);
-  UnpackCodesInline(wire, len, laneBits, codes);
+  size_t j = 0;
+#ifdef CC_HAVE_AVX2_KERNELS
+  j = avx2::DecodeLanesFast(static_cast<const uint8_t*>(wire), len, index0, group, scales, bits, laneBits, nranks,
+                            out);
+#endif
+  // The rest in scalar code; j is a multiple of 8, so its codes start on a byte.
+  UnpackCodesInline(static_cast<const uint8_t*>(wire) + j / 8 * static_cast<size_t>(laneBits), len - j, laneBits,
+                    codes + j);
   const float n = static_cast<float>(nranks);
-  for (size_t j = 0; j < len;) {
+  while (j < len) {
     size_t g = (index0 + j) / group;
     size_t end = (g + 1) * group - index0;
     if (end > len) end = len;
