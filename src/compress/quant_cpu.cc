@@ -245,7 +245,7 @@ struct Dithers {
     }
     __m256i w = RandomWordV(key, _mm256_srli_epi32(counter, 1));
     counter = _mm256_add_epi32(counter, _mm256_set1_epi32(16));
-    __m256i b0 = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(w));       // element 2p: low half, 2p+1: high half
+    __m256i b0 = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(w));  // element 2p: low half, 2p+1: high half
     __m256i b1 = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1));
     const __m256 half = _mm256_set1_ps(0.5f), unit = _mm256_set1_ps(1.0f / 65536.0f);
     __m256 u0 = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtepi32_ps(b0), half), unit);
@@ -281,7 +281,26 @@ CC_AVX2_INLINE __m256i Quantize8(__m256 x, __m256 inv, __m256 shift, __m256 lev,
   return _mm256_cvttps_epi32(_mm256_min_ps(lev, v));
 }
 
-// Packs 32 codes (at most 255, negative lanes meaning 0: see Quantize8; in c0..c3) of kBits bits (0: `bits` at run time) into 4 * bits bytes.
+// RoundScaleUp(s, kBf16) of 8 scales (s >= 0, finite or +inf), stored as StoreScale does, returned as LoadScale
+// reads them back: FloatToBf16's round to nearest even (a NaN quieted, for completeness), one up when that came out
+// below s. The rounded value is a bf16, so storing it again gives the same 16 bits.
+CC_AVX2_INLINE __m256 RoundStoreBf16(__m256 s, uint8_t* out) {
+  const __m256i u = _mm256_castps_si256(s);
+  __m256i h = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                                                 _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))),
+                                16);
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  h = _mm256_blendv_epi8(h, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+  const __m256 below = _mm256_cmp_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), s, _CMP_LT_OQ);
+  h = _mm256_sub_epi32(h, _mm256_castps_si256(below));  // + 1 where below (the mask is -1)
+  __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+// Packs 32 codes (c0..c3; at most 255, a negative lane meaning 0: see Quantize8) of kBits bits (0: `bits` at run
+// time) into 4 * bits bytes.
 template <int kBits>
 CC_AVX2_INLINE void Pack32(__m256i c0, __m256i c1, __m256i c2, __m256i c3, int bits, uint8_t* out) {
   // Bytes after the two packs, per 128-bit lane: [c0 0..3, c1 0..3, c2 0..3, c3 0..3 | c0 4..7, c1 4..7, ...];
@@ -311,8 +330,7 @@ CC_AVX2_INLINE __m256i MaxAbsFold(const float* v, size_t n) {
   __m256i m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
   for (size_t i = 0; i < n; i += 16) {
     m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)), mask));
-    m1 = _mm256_max_epu32(m1,
-                          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i + 8)), mask));
+    m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i + 8)), mask));
   }
   return _mm256_max_epu32(m0, m1);
 }
@@ -332,8 +350,8 @@ CC_AVX2_INLINE __m256i MaxAbsBits8(const float* v, size_t n) {
   for (int k = 0; k < 8; ++k) m[k] = MaxAbsFold(v + k * n, n);
   __m256i t[4];
   for (int k = 0; k < 4; ++k) {
-    t[k] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * k], m[2 * k + 1]),
-                            _mm256_unpackhi_epi32(m[2 * k], m[2 * k + 1]));
+    t[k] =
+        _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * k], m[2 * k + 1]), _mm256_unpackhi_epi32(m[2 * k], m[2 * k + 1]));
   }
   __m256i u0 = _mm256_max_epu32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
   __m256i u1 = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
@@ -388,9 +406,9 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
   const size_t groupBytes = G / 8 * static_cast<size_t>(bits);
   Dithers<kMode> dith = MakeDithers<kMode>(rule, index0);
   size_t g = 0;
-  if (G * 8 == kChunk && format == ScaleFormat::kFp32 && clipK <= 0.0f) {
+  if (G * 8 == kChunk && (format == ScaleFormat::kFp32 || format == ScaleFormat::kBf16) && clipK <= 0.0f) {
     // 8 groups at a time, their scales as one vector: the scale is max |x| (+inf when non-finite), flushed to zero
-    // below kMinScale, stored as is; GridOf's division once for 8 groups.
+    // below kMinScale, rounded up to the format and stored; GridOf's division once for 8 groups.
     const __m256 twoV = _mm256_set1_ps(2.0f), zero = _mm256_setzero_ps();
     for (; g + 8 <= full; g += 8) {
       const float* x = v + g * G;
@@ -399,7 +417,11 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
       mb = _mm256_blendv_epi8(mb, _mm256_set1_epi32(0x7f800000), _mm256_cmpgt_epi32(mb, _mm256_set1_epi32(0x7f7fffff)));
       __m256 s = _mm256_castsi256_ps(mb);
       s = _mm256_andnot_ps(_mm256_cmp_ps(s, _mm256_set1_ps(kMinScale), _CMP_LT_OQ), s);
-      _mm256_storeu_ps(reinterpret_cast<float*>(scales + g * 4), s);
+      if (format == ScaleFormat::kBf16) {
+        s = RoundStoreBf16(s, scales + g * 2);
+      } else {
+        _mm256_storeu_ps(reinterpret_cast<float*>(scales + g * 4), s);
+      }
       __m256 inv = _mm256_and_ps(_mm256_cmp_ps(s, zero, _CMP_GT_OQ), _mm256_div_ps(lev, _mm256_mul_ps(twoV, s)));
       __m256 shift = _mm256_mul_ps(s, inv);
       for (int k = 0; k < 8; ++k) {
@@ -430,9 +452,8 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
 }
 
 template <int kGroup, int kBits>
-size_t EncodeRequantGroupsMode(const float* v, size_t len, uint64_t index0, size_t group, int bits,
-                               ScaleFormat format, float clipK, const DitherRule& rule, uint8_t* scales,
-                               uint8_t* packed) {
+size_t EncodeRequantGroupsMode(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
+                               float clipK, const DitherRule& rule, uint8_t* scales, uint8_t* packed) {
   if (rule.rounding == 0) {
     return EncodeRequantGroups<kGroup, kBits, 0>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
   }
@@ -443,11 +464,12 @@ size_t EncodeRequantGroupsMode(const float* v, size_t len, uint64_t index0, size
 }
 
 template <int kGroup>
-size_t EncodeRequantGroupsBits(const float* v, size_t len, uint64_t index0, size_t group, int bits,
-                               ScaleFormat format, float clipK, const DitherRule& rule, uint8_t* scales,
-                               uint8_t* packed) {
-  if (bits == 4) return EncodeRequantGroupsMode<kGroup, 4>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
-  if (bits == 8) return EncodeRequantGroupsMode<kGroup, 8>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+size_t EncodeRequantGroupsBits(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
+                               float clipK, const DitherRule& rule, uint8_t* scales, uint8_t* packed) {
+  if (bits == 4)
+    return EncodeRequantGroupsMode<kGroup, 4>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+  if (bits == 8)
+    return EncodeRequantGroupsMode<kGroup, 8>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
   return EncodeRequantGroupsMode<kGroup, 0>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
 }
 
@@ -527,10 +549,8 @@ CC_AVX2 size_t EncodeLanesGroups(const float* v, size_t len, uint64_t index0, si
       uint8_t* o = out + j / 8 * bb;
       Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j), vinv, vshift, lev, d0), zero), b, o);
       Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 8), vinv, vshift, lev, d1), zero), b, o + bb);
-      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 16), vinv, vshift, lev, d2), zero), b,
-                 o + 2 * bb);
-      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 24), vinv, vshift, lev, d3), zero), b,
-                 o + 3 * bb);
+      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 16), vinv, vshift, lev, d2), zero), b, o + 2 * bb);
+      Pack8Lanes(_mm256_max_epi32(Quantize8(_mm256_loadu_ps(v + j + 24), vinv, vshift, lev, d3), zero), b, o + 3 * bb);
     }
     if (j < end) break;  // out of room: the caller does the rest
   }
@@ -630,8 +650,7 @@ CC_AVX2_INLINE void WhtUpper(float* x, size_t n, size_t h0, const uint32_t* word
                vd = _mm256_loadu_ps(d + j);
         __m256 p = _mm256_add_ps(va, vb), q = _mm256_sub_ps(va, vb), r = _mm256_add_ps(vc, vd),
                t = _mm256_sub_ps(vc, vd);
-        __m256 oa = _mm256_add_ps(p, r), ob = _mm256_add_ps(q, t), oc = _mm256_sub_ps(p, r),
-               od = _mm256_sub_ps(q, t);
+        __m256 oa = _mm256_add_ps(p, r), ob = _mm256_add_ps(q, t), oc = _mm256_sub_ps(p, r), od = _mm256_sub_ps(q, t);
         if (kSigned && last) {
           const size_t ia = i + j, ib = ia + h, ic = ib + h, id = ic + h;
           oa = SignScale8(oa, words, ia, f);
@@ -898,8 +917,7 @@ CC_HOT void DecodeLanesSlice(const void* wire, size_t len, uint64_t index0, size
   const uint32_t levels = Levels(bits);
   size_t j = 0;
 #ifdef CC_HAVE_AVX2_KERNELS
-  j = avx2::DecodeLanesFast(static_cast<const uint8_t*>(wire), len, index0, group, scales, bits, laneBits, nranks,
-                            out);
+  j = avx2::DecodeLanesFast(static_cast<const uint8_t*>(wire), len, index0, group, scales, bits, laneBits, nranks, out);
 #endif
   // The rest in scalar code; j is a multiple of 8, so its codes start on a byte.
   UnpackCodesInline(static_cast<const uint8_t*>(wire) + j / 8 * static_cast<size_t>(laneBits), len - j, laneBits,
