@@ -358,34 +358,18 @@ CC_AVX2_INLINE __m256i MaxAbsBits8(const float* v, size_t n) {
   return _mm256_max_epu32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-// The dithers of the next n (a multiple of 32) elements into d (nothing for nearest rounding). Computing them in a
-// pass of their own, ahead of the quantization, keeps each pass's dependency chains short (the hash is ~25 cycles
-// deep), so the core overlaps many iterations instead of stalling on one group's hash, scale and pack in turn.
-template <int kMode>
-CC_AVX2_INLINE void FillDithers(Dithers<kMode>& dith, size_t n, float* d) {
-  if (kMode == 0) return;
-  for (size_t j = 0; j < n; j += 16) {
-    __m256 d0, d1;
-    dith.Next(&d0, &d1);
-    _mm256_store_ps(d + j, d0);
-    _mm256_store_ps(d + j + 8, d1);
-  }
-}
-
-template <int kMode>
-CC_AVX2_INLINE __m256 DitherAt(const float* d, size_t j) {
-  return kMode == 0 ? _mm256_set1_ps(0.5f) : _mm256_load_ps(d + j);
-}
-
-// Quantizes and packs n (a multiple of 32) elements of one group, with dithers d (see FillDithers).
+// Quantizes and packs n (a multiple of 32) elements of one group, drawing their dithers.
 template <int kBits, int kMode>
-CC_AVX2_INLINE void QuantizeGroup(const float* x, size_t n, __m256 inv, __m256 shift, __m256 lev, const float* d,
+CC_AVX2_INLINE void QuantizeGroup(const float* x, size_t n, __m256 inv, __m256 shift, __m256 lev, Dithers<kMode>& dith,
                                   int bits, uint8_t* out) {
   for (size_t j = 0; j < n; j += 32) {
-    __m256i c0 = Quantize8(_mm256_loadu_ps(x + j), inv, shift, lev, DitherAt<kMode>(d, j));
-    __m256i c1 = Quantize8(_mm256_loadu_ps(x + j + 8), inv, shift, lev, DitherAt<kMode>(d, j + 8));
-    __m256i c2 = Quantize8(_mm256_loadu_ps(x + j + 16), inv, shift, lev, DitherAt<kMode>(d, j + 16));
-    __m256i c3 = Quantize8(_mm256_loadu_ps(x + j + 24), inv, shift, lev, DitherAt<kMode>(d, j + 24));
+    __m256 d0, d1, d2, d3;
+    dith.Next(&d0, &d1);
+    dith.Next(&d2, &d3);
+    __m256i c0 = Quantize8(_mm256_loadu_ps(x + j), inv, shift, lev, d0);
+    __m256i c1 = Quantize8(_mm256_loadu_ps(x + j + 8), inv, shift, lev, d1);
+    __m256i c2 = Quantize8(_mm256_loadu_ps(x + j + 16), inv, shift, lev, d2);
+    __m256i c3 = Quantize8(_mm256_loadu_ps(x + j + 24), inv, shift, lev, d3);
     Pack32<kBits>(c0, c1, c2, c3, bits, out + j / 8 * static_cast<size_t>(bits));
   }
 }
@@ -396,8 +380,6 @@ template <int kGroup, int kBits, int kMode>
 CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, size_t group, int bits,
                                    ScaleFormat format, float clipK, const DitherRule& rule, uint8_t* scales,
                                    uint8_t* packed) {
-  constexpr size_t kChunk = 256;  // dithers computed ahead, per pass
-  alignas(32) float d[kChunk];
   const size_t G = kGroup ? static_cast<size_t>(kGroup) : group;
   const size_t full = len / G;
   const uint32_t levels = Levels(bits);
@@ -406,13 +388,12 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
   const size_t groupBytes = G / 8 * static_cast<size_t>(bits);
   Dithers<kMode> dith = MakeDithers<kMode>(rule, index0);
   size_t g = 0;
-  if (G * 8 == kChunk && (format == ScaleFormat::kFp32 || format == ScaleFormat::kBf16) && clipK <= 0.0f) {
+  if (G == 32 && (format == ScaleFormat::kFp32 || format == ScaleFormat::kBf16) && clipK <= 0.0f) {
     // 8 groups at a time, their scales as one vector: the scale is max |x| (+inf when non-finite), flushed to zero
     // below kMinScale, rounded up to the format and stored; GridOf's division once for 8 groups.
     const __m256 twoV = _mm256_set1_ps(2.0f), zero = _mm256_setzero_ps();
     for (; g + 8 <= full; g += 8) {
       const float* x = v + g * G;
-      FillDithers<kMode>(dith, kChunk, d);
       __m256i mb = MaxAbsBits8(x, G);
       mb = _mm256_blendv_epi8(mb, _mm256_set1_epi32(0x7f800000), _mm256_cmpgt_epi32(mb, _mm256_set1_epi32(0x7f7fffff)));
       __m256 s = _mm256_castsi256_ps(mb);
@@ -427,7 +408,7 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
       for (int k = 0; k < 8; ++k) {
         const __m256i idx = _mm256_set1_epi32(k);
         QuantizeGroup<kBits, kMode>(x + k * G, G, _mm256_permutevar8x32_ps(inv, idx),
-                                    _mm256_permutevar8x32_ps(shift, idx), lev, d + k * G, bits,
+                                    _mm256_permutevar8x32_ps(shift, idx), lev, dith, bits,
                                     packed + (g + k) * groupBytes);
       }
     }
@@ -441,12 +422,8 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
     s = LoadScale(scales + g * sb, format);
     float step, inv;
     GridOf(s, levels, &step, &inv);
-    const __m256 vinv = _mm256_set1_ps(inv), vshift = _mm256_set1_ps(s * inv);
-    for (size_t j = 0; j < G; j += kChunk) {
-      const size_t n = G - j < kChunk ? G - j : kChunk;
-      FillDithers<kMode>(dith, n, d);
-      QuantizeGroup<kBits, kMode>(x + j, n, vinv, vshift, lev, d, bits, packed + g * groupBytes + j / 8 * bits);
-    }
+    QuantizeGroup<kBits, kMode>(x, G, _mm256_set1_ps(inv), _mm256_set1_ps(s * inv), lev, dith, bits,
+                                packed + g * groupBytes);
   }
   return full * G;
 }
