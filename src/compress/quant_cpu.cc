@@ -488,14 +488,19 @@ CC_AVX2_INLINE __m256i Unpack8(const uint8_t* in, const LaneUnpack& u) {
   return _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(src, u.ctrl), u.shifts), u.mask);
 }
 
-// Packs 8 codes (lanes of c, each below 2^b) into b bytes at out, writing 16 bytes (the ones past b are zeros, and
-// the next 8 codes or the caller's tail overwrite them): pairs of codes into 64-bit lanes, pairs of those inside
-// each 128-bit half, then the two halves in a 128-bit integer.
+// Packs 8 codes (lanes of c, each below 2^b) into b bytes at out, writing up to 16 bytes (the ones past b are zeros,
+// and the next 8 codes or the caller's tail overwrite them): pairs of codes into 64-bit lanes, pairs of those inside
+// each 128-bit half, then the two halves next to each other.
 CC_AVX2_INLINE void Pack8Lanes(__m256i c, int b, uint8_t* out) {
   const __m128i cb = _mm_cvtsi32_si128(b), c2b = _mm_cvtsi32_si128(2 * b);
   __m256i p = _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi64x(0xffffffff)),
                               _mm256_sll_epi64(_mm256_srli_epi64(c, 32), cb));
   p = _mm256_or_si256(p, _mm256_sll_epi64(_mm256_bsrli_epi128(p, 8), c2b));
+  if ((b & 1) == 0) {  // the high half starts on byte b / 2: two 8-byte stores, the second over the first's zeros
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + b / 2), _mm256_extracti128_si256(p, 1));
+    return;
+  }
   const uint64_t lo = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_castsi256_si128(p)));
   const uint64_t hi = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm256_extracti128_si256(p, 1)));
   const unsigned __int128 r = lo | (static_cast<unsigned __int128>(hi) << (4 * b));
