@@ -141,7 +141,7 @@ struct Compressors {
 
 inline bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// CC_CHECK_CALLS (default 1): every call starts with a descriptor exchange with both ring neighbours. Tests that
+// CC_CHECK_CALLS (default 1): every call starts with the call-check agreement (144-byte records). Tests that
 // count bytes or expect a particular error read it here (ctest also runs some cases with CC_CHECK_CALLS=0).
 inline bool CallCheckOn() {
   const char* v = std::getenv("CC_CHECK_CALLS");

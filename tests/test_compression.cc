@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@
 #include "ccoll.h"
 #include "compress/hadamard.h"
 #include "compress/bitpack.h"
+#include "compress/codecs.h"
+#include "compress/compressor.h"
 #include "compress/quant_cpu.h"
 #include "compress/rng.h"
 #include "rank_harness.h"
@@ -1082,6 +1085,77 @@ TEST_CASE("the CPU rotation equals the host/device reference rotation byte for b
       });
       ccoll::RotateInverse(got.data(), count, block, key, 0.25f);
       CHECK(std::memcmp(ref.data(), got.data(), count * sizeof(float)) == 0);
+    }
+  }
+}
+
+// With PipelinePrepareAndFinish the requant codec rotates each block when a hop first touches it and rotates it
+// back when the all-gather has decoded all of it. Two ranks' codecs run a ring by hand over slices that do not line
+// up with the rotation blocks, in a shuffled order (blocks straddle slices handled far apart), in place and not:
+// the result must be the bytes of the eager pre-pass and Finish.
+TEST_CASE("requant's pipelined rotation gives the bytes of the eager passes", "[rotation][pipeline]") {
+  for (bool inPlace : {false, true}) {
+    for (size_t count : {size_t{5000}, size_t{4096}, size_t{77}}) {
+      for (bool average : {false, true}) {
+        CAPTURE(inPlace, count, average);
+        ccCompressor_t comp = nullptr;
+        REQUIRE(ccCompressorCreateFromString(&comp, "quant:bits=4,mode=requant,block=1024") == ccSuccess);
+        std::vector<float> input[2];
+        for (int r = 0; r < 2; ++r) {
+          input[r].resize(count);
+          for (size_t i = 0; i < count; ++i) input[r][i] = std::sin(0.1f * static_cast<float>(i) + r) + 0.001f * i;
+        }
+        std::vector<float> result[2][2];  // [pipelined][rank]
+        for (int pipelined = 0; pipelined < 2; ++pipelined) {
+          std::unique_ptr<ccoll::Codec> codec[2];
+          std::vector<float> in[2], work[2];
+          for (int r = 0; r < 2; ++r) {
+            ccoll::CodecCall call;
+            call.rank = r;
+            call.nranks = 2;
+            call.seed = 11;
+            call.call = 3;
+            codec[r] = ccoll::MakeQuantCodec(*comp, call);
+            in[r] = input[r];
+            work[r].assign(count, -1.0f);
+            if (pipelined) codec[r]->PipelinePrepareAndFinish(average);
+            std::vector<float> meta;
+            float* w = inPlace ? in[r].data() : work[r].data();
+            codec[r]->Prepare(in[r].data(), w, count, &meta);
+            CHECK(meta.empty());
+          }
+          // Slices of 300 elements, in a shuffled order; each one: rank s%2 encodes, the other reduces, both decode.
+          std::vector<size_t> starts;
+          for (size_t off = 0; off < count; off += 300) starts.push_back(off);
+          std::mt19937 rng(5);
+          std::shuffle(starts.begin(), starts.end(), rng);
+          const size_t slot = codec[0]->MaxWireBytes(300);
+          std::vector<char> msg(slot), payload(slot);
+          for (size_t k = 0; k < starts.size(); ++k) {
+            const size_t off = starts[k], len = std::min<size_t>(300, count - off);
+            const int a = static_cast<int>(k % 2), b = 1 - a;
+            float* wa = inPlace ? in[a].data() : work[a].data();
+            float* wb = inPlace ? in[b].data() : work[b].data();
+            codec[a]->Hop(nullptr, 0, wa + off, off, len, msg.data());
+            const void* arrived = msg.data();
+            codec[b]->ReduceFinal(&arrived, 1, wb + off, off, len, payload.data());
+            codec[a]->DecodeGather(payload.data(), off, len, wa + off);
+            codec[b]->DecodeGather(payload.data(), off, len, wb + off);
+          }
+          for (int r = 0; r < 2; ++r) {
+            float* w = inPlace ? in[r].data() : work[r].data();
+            codec[r]->Finish(w, count, average);
+            result[pipelined][r].assign(w, w + count);
+          }
+        }
+        for (int r = 0; r < 2; ++r) {
+          CHECK(std::memcmp(result[0][r].data(), result[1][r].data(), count * sizeof(float)) == 0);
+          CHECK(std::count_if(result[1][r].begin(), result[1][r].end(), [](float x) { return !std::isfinite(x); }) ==
+                0);
+        }
+        CHECK(std::memcmp(result[1][0].data(), result[1][1].data(), count * sizeof(float)) == 0);
+        ccCompressorDestroy(comp);
+      }
     }
   }
 }

@@ -326,6 +326,7 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
                                      : MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
   float* work = static_cast<float*>(a.recv);  // the user's output doubles as the rotated working copy
   std::vector<float> meta;
+  codec->PipelinePrepareAndFinish(a.op == ccAvg);  // the ring and the tree keep its pointer rules
   codec->Prepare(static_cast<const float*>(a.send), work, a.count, &meta);
   CC_CHECK(AgreeMeta(comm, &meta, codec->MetaOp()));
   codec->SetMeta(meta);

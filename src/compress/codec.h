@@ -49,6 +49,13 @@ class Codec {
 
   // After the schedule: `work` holds the (rotated) sum; turn it into the result in place.
   virtual void Finish(float* work, size_t count, bool average) = 0;
+
+  // Optional, called before Prepare by a schedule that passes Hop and ReduceFinal local == work + off and
+  // DecodeGather out == work + off (work as given to Prepare): a codec whose pre-pass and Finish go block by block
+  // may then do them inside the ring (Prepare records the buffers, a hop prepares the blocks it touches, the
+  // all-gather decode finishes the blocks it completes, Finish has nothing left), so they overlap the transfers.
+  // `average` is the op the caller will pass to Finish.
+  virtual void PipelinePrepareAndFinish(bool /*average*/) {}
 };
 
 }  // namespace ccoll

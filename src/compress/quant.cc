@@ -6,6 +6,12 @@
 //   all-reduce); codes travel in lanes of b + ceil(log2 n) bits, so a hop adds its own codes to the incoming lanes
 //   with one multi-word integer addition and nothing is decoded inside the ring. The owner's integer sums go to
 //   the all-gather exactly, or requantized to b bits.
+//
+// requant needs no metadata, so when the schedule allows it (PipelinePrepareAndFinish) its rotation is lazy:
+// Prepare only records the buffers; a rotation block is rotated the first time a hop reads any of its elements,
+// and rotated back as soon as the all-gather has decoded all of them. Both passes then run between the ring's
+// transfers instead of before and after the whole ring, with the same arithmetic per block as the eager passes
+// (the same bytes).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -75,12 +81,16 @@ class QuantCodec : public Codec {
   }
 
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
+    meta->clear();
+    if (pipeline_ && rotate_ && !homomorphic_) {
+      PlanLazyRotation(input, work, count);
+      return;
+    }
     if (rotate_) {
       RotateForward(input, work, count, block_, signKey_);
     } else if (work != input) {
       std::memcpy(work, input, count * sizeof(float));
     }
-    meta->clear();
     if (!homomorphic_) return;
     // One scale per global group, agreed as the max over ranks. Non-finite groups report +inf, which survives any
     // max order, so every rank decodes that group to non-finite values.
@@ -101,6 +111,7 @@ class QuantCodec : public Codec {
       for (int k = 0; k < nin; ++k) AddPackedStreams(wireOut, wireOut, wiresIn[k], bytes);
       return bytes;
     }
+    if (lazy_) EnsureRotated(off, len);
     if (nin == 0) return EncodeRequant(local, off, len, wireOut);
     return EncodeRequant(SumIn(wiresIn, nin, local, len), off, len, wireOut);
   }
@@ -121,11 +132,18 @@ class QuantCodec : public Codec {
       DecodeLanes(wire, off, len, out);
     } else {
       DecodeRequant(wire, len, out);
+      if (lazy_) FinishDecoded(off, len);
     }
+  }
+
+  void PipelinePrepareAndFinish(bool average) override {
+    pipeline_ = true;
+    average_ = average;
   }
 
   void Finish(float* work, size_t count, bool average) override {
     const float scale = average ? 1.0f / static_cast<float>(nranks_) : 1.0f;
+    if (lazy_) return;  // every block was rotated back when its last slice was decoded
     if (rotate_) {
       RotateInverse(work, count, block_, signKey_, scale);
     } else if (average) {
@@ -134,6 +152,65 @@ class QuantCodec : public Codec {
   }
 
  private:
+  // Rotation blocks are the ones RotateForward walks: full blocks of block_, then a tail of smaller powers of two.
+  void PlanLazyRotation(const float* input, float* work, size_t count) {
+    lazy_ = true;
+    input_ = input;
+    work_ = work;
+    full_ = count / block_;
+    tail_.clear();
+    for (size_t off = full_ * block_; off < count;) {
+      size_t len = block_;
+      while (len > count - off) len >>= 1;
+      tail_.push_back({off, len});
+      off += len;
+    }
+    const size_t blocks = full_ + tail_.size();
+    rotated_.assign(blocks, 0);
+    decoded_.assign(blocks, 0);
+    finishScale_ = average_ ? 1.0f / static_cast<float>(nranks_) : 1.0f;
+  }
+
+  size_t BlockOf(size_t i) const {
+    if (i < full_ * block_) return i / block_;
+    size_t b = 0;
+    while (i >= tail_[b].off + tail_[b].len) ++b;
+    return full_ + b;
+  }
+  void BlockSpan(size_t b, size_t* off, size_t* len) const {
+    if (b < full_) {
+      *off = b * block_;
+      *len = block_;
+    } else {
+      *off = tail_[b - full_].off;
+      *len = tail_[b - full_].len;
+    }
+  }
+
+  // Rotates every block that [off, off+len) touches and that is not rotated yet (from the input into work).
+  void EnsureRotated(size_t off, size_t len) {
+    if (len == 0) return;
+    for (size_t b = BlockOf(off), last = BlockOf(off + len - 1); b <= last; ++b) {
+      if (rotated_[b]) continue;
+      rotated_[b] = 1;
+      size_t bo, bl;
+      BlockSpan(b, &bo, &bl);
+      RotateBlockForward(input_ + bo, work_ + bo, bl, bo, signKey_);
+    }
+  }
+
+  // [off, off+len) of work holds decoded sums now: rotates back (and averages) every block that is complete.
+  void FinishDecoded(size_t off, size_t len) {
+    if (len == 0) return;
+    for (size_t b = BlockOf(off), last = BlockOf(off + len - 1); b <= last; ++b) {
+      size_t bo, bl;
+      BlockSpan(b, &bo, &bl);
+      const size_t lo = off > bo ? off : bo, hi = off + len < bo + bl ? off + len : bo + bl;
+      decoded_[b] += static_cast<uint32_t>(hi - lo);
+      if (decoded_[b] == bl) RotateBlockInverse(work_ + bo, bl, bo, signKey_, finishScale_);
+    }
+  }
+
   size_t RequantBytes(size_t len) const {
     return ((len + group_ - 1) / group_) * ScaleBytes(format_) + PackedBytes(len, bits_);
   }
@@ -205,6 +282,20 @@ class QuantCodec : public Codec {
   std::vector<uint16_t> codes_;  // one slice of codes
   std::vector<float> extra_;     // a second decoded input (tree nodes with two children)
   std::vector<char> sums_;     // homomorphic with a requantized all-gather: the owner's lane sums of a slice
+  // Lazy rotation (requant with rotation).
+  struct Span {
+    size_t off, len;
+  };
+  bool pipeline_ = false;  // the schedule allows lazy rotation
+  bool average_ = false;
+  bool lazy_ = false;      // this call rotates lazily
+  const float* input_ = nullptr;
+  float* work_ = nullptr;
+  size_t full_ = 0;              // blocks of block_ elements from index 0
+  std::vector<Span> tail_;       // the smaller blocks after them
+  std::vector<uint8_t> rotated_;   // per block: rotated into work
+  std::vector<uint32_t> decoded_;  // per block: elements the all-gather has decoded
+  float finishScale_ = 1.0f;
 };
 
 }  // namespace

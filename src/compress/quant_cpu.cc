@@ -727,41 +727,46 @@ CC_AVX2 void RotateBlockInverseAvx2(float* x, size_t len, uint64_t base, uint32_
 
 // The rotation is orthonormal on every block (H D / sqrt(len)), so blocks of different lengths (the tail of a
 // count that is not a multiple of the block) keep the same magnitudes and can share a scale group. The block walks
-// below are ForEachRotationBlock written out: a lambda would be compiled for the baseline target only, outside the
-// AVX2 clone.
-CC_HOT void RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey) {
+// below are ForEachRotationBlock written out; each block goes through the dispatched (AVX2 or baseline) one-block
+// functions.
+CC_HOT void RotateBlockForward(const float* in, float* out, size_t len, uint64_t base, uint32_t signKey) {
+  const float f = 1.0f / std::sqrt(static_cast<float>(len));
+#ifdef CC_HAVE_AVX2_KERNELS
+  if (len >= 32 && len <= 16384 && base % 32 == 0 && CpuHasAvx2()) {
+    avx2::RotateBlockForwardAvx2(in, out, len, base, signKey, f);
+    return;
+  }
+#endif
+  ApplySigns(in, out, len, base, signKey, f);
+  Wht(out, len);
+}
+
+CC_HOT void RotateBlockInverse(float* x, size_t len, uint64_t base, uint32_t signKey, float scale) {
+  const float f = scale / std::sqrt(static_cast<float>(len));
+#ifdef CC_HAVE_AVX2_KERNELS
+  if (len >= 32 && len <= 16384 && base % 32 == 0 && CpuHasAvx2()) {
+    avx2::RotateBlockInverseAvx2(x, len, base, signKey, f);
+    return;
+  }
+#endif
+  Wht(x, len);
+  ApplySigns(x, x, len, base, signKey, f);
+}
+
+void RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey) {
   for (size_t off = 0; off < count;) {
     size_t len = block;
     while (len > count - off) len >>= 1;
-    const float f = 1.0f / std::sqrt(static_cast<float>(len));
-#ifdef CC_HAVE_AVX2_KERNELS
-    if (len >= 32 && len <= 16384 && off % 32 == 0 && CpuHasAvx2()) {
-      avx2::RotateBlockForwardAvx2(in + off, out + off, len, off, signKey, f);
-      off += len;
-      continue;
-    }
-#endif
-    ApplySigns(in + off, out + off, len, off, signKey, f);
-    Wht(out + off, len);
+    RotateBlockForward(in + off, out + off, len, off, signKey);
     off += len;
   }
 }
 
-CC_HOT void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale) {
+void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale) {
   for (size_t off = 0; off < count;) {
     size_t len = block;
     while (len > count - off) len >>= 1;
-    float* p = x + off;
-    const float f = scale / std::sqrt(static_cast<float>(len));
-#ifdef CC_HAVE_AVX2_KERNELS
-    if (len >= 32 && len <= 16384 && off % 32 == 0 && CpuHasAvx2()) {
-      avx2::RotateBlockInverseAvx2(p, len, off, signKey, f);
-      off += len;
-      continue;
-    }
-#endif
-    Wht(p, len);
-    ApplySigns(p, p, len, off, signKey, f);
+    RotateBlockInverse(x + off, len, off, signKey, scale);
     off += len;
   }
 }

@@ -16,6 +16,9 @@ namespace ccoll {
 void RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey);
 // The inverse: x = D H x * scale / sqrt(len) per block (scale folds the average in).
 void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale);
+// One block of either: len a power of two, base the global index of its first element (the signs' counter).
+void RotateBlockForward(const float* in, float* out, size_t len, uint64_t base, uint32_t signKey);
+void RotateBlockInverse(float* x, size_t len, uint64_t base, uint32_t signKey, float scale);
 
 // How dithers are drawn. rounding: 0 nearest, 1 stochastic (per-rank stream `key`), 2 correlated (the shared
 // stream, stratified: see StratifiedDither).
