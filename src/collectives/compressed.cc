@@ -24,10 +24,13 @@ namespace ccoll {
 namespace {
 
 // The ring with a codec. `work` holds this rank's (prepared) data and ends holding the decoded result, identical
-// on every rank. Slices go round in groups of up to `depth` lanes; each lane is one slice's whole ring and has four
-// slots of `slot` bytes in `wire` (two for arriving messages, two for leaving ones). Within a group the lanes move
-// in lock step, each posting its next transfer as soon as its codec work is done, so the codec work on one lane
-// overlaps the transfers of the others.
+// on every rank. Up to `depth` lanes carry slices round; a lane is one slice's whole ring (n - 1 reduce-scatter
+// steps, then n - 1 all-gather steps) and has four slots of `slot` bytes in `wire` (two for arriving messages, two
+// for leaving ones). The lanes take turns, one step each, every lane posting its next transfer as soon as its codec
+// work is done, so the codec work on one lane overlaps the transfers of the others; a lane that finishes its slice
+// starts the next one at once (a sliding window, no barrier between groups of slices). Every rank takes the steps
+// in the same order, and each step waits only for a message its predecessor posted at an earlier step: no
+// deadlock.
 ccResult_t CompressedRing(ccComm* comm, Codec& codec, WireKind kind, float* work, size_t count, char* wire,
                           size_t slot, int depth) {
   const int n = comm->nranks, r = comm->rank;
@@ -38,6 +41,7 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, WireKind kind, float* work
   const uint64_t steps = 2 * static_cast<uint64_t>(n - 1);  // messages per slice: reduce-scatter, then all-gather
   struct Lane {
     size_t k = 0;  // the slice
+    int step = 0;  // 0 .. n-2: reduce-scatter step in flight; n-1 .. 2n-3: all-gather step; 2n-2: idle
     char* in[2];
     char* out[2];
     Request* sent[2] = {nullptr, nullptr};       // the send that reads out[i]
@@ -53,6 +57,7 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, WireKind kind, float* work
     lanes[j].in[1] = base + slot;
     lanes[j].out[0] = base + 2 * slot;
     lanes[j].out[1] = base + 3 * slot;
+    lanes[j].step = 2 * (n - 1);  // idle until started
   }
   Inflight io(comm, kind);
   // Reduce-scatter step s of lane L: send chunk r-s (encoded at s = 0, the previous hop's result after) from
@@ -83,57 +88,68 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, WireKind kind, float* work
     return io.Send(next, L.in[(t - 1) % 2], codec.GatherBytes(o.offset, o.count), gatherTag(L, t),
                    &L.forwarded[(t - 1) % 2]);
   };
-  for (size_t k0 = 0; k0 < rounds; k0 += static_cast<size_t>(depth)) {
-    const int active = static_cast<int>(std::min<size_t>(static_cast<size_t>(depth), rounds - k0));
-    for (int j = 0; j < active; ++j) {
-      Lane& L = lanes[j];
-      L.k = k0 + static_cast<size_t>(j);
-      L.outBytes = 0;
-      Slice first = ChunkSlice(count, n, r, L.k, sliceElems);
-      if (first.count > 0) L.outBytes = codec.Hop(nullptr, 0, work + first.offset, first.offset, first.count, L.out[0]);
-      CC_CHECK(postReduce(L, 0));
-    }
-    for (int s = 0; s < n - 1; ++s) {
-      for (int j = 0; j < active; ++j) {
-        Lane& L = lanes[j];
-        Slice i = ChunkSlice(count, n, Mod(r - s - 1, n), L.k, sliceElems);
-        CC_CHECK(io.Wait(&L.recv));
-        const int dst = (s + 1) % 2;
-        CC_CHECK(io.Wait(&L.sent[dst]));  // out[dst] was sent two steps ago; it must be gone before it is rewritten
-        const void* arrived = L.in[s % 2];
-        if (i.count == 0) {
-          L.outBytes = 0;
-        } else if (s < n - 2) {
-          L.outBytes = codec.Hop(&arrived, 1, work + i.offset, i.offset, i.count, L.out[dst]);
-        } else {
-          // The last step's result is the owner's all-gather payload of chunk r+1; the owner decodes it too.
-          L.payloadBytes = codec.ReduceFinal(&arrived, 1, work + i.offset, i.offset, i.count, L.out[dst]);
-          codec.DecodeGather(L.out[dst], i.offset, i.count, work + i.offset);
-        }
-        L.payloadSlot = dst;
-        if (s < n - 2) {
-          CC_CHECK(postReduce(L, s + 1));
-        } else {
-          CC_CHECK(postGatherRecv(L, 0));
-          CC_CHECK(postGatherSend(L, 0));
-        }
+  // Starts slice k on lane L once the sends still reading its slots (from its previous slice) are gone.
+  auto start = [&](Lane& L, size_t k) -> ccResult_t {
+    for (Request** q : {&L.sent[0], &L.sent[1], &L.forwarded[0], &L.forwarded[1]}) CC_CHECK(io.Wait(q));
+    L.k = k;
+    L.step = 0;
+    L.outBytes = 0;
+    Slice first = ChunkSlice(count, n, r, L.k, sliceElems);
+    if (first.count > 0) L.outBytes = codec.Hop(nullptr, 0, work + first.offset, first.offset, first.count, L.out[0]);
+    return postReduce(L, 0);
+  };
+  // Finishes lane L's current step (its receive arrived) and posts the next one.
+  auto advance = [&](Lane& L) -> ccResult_t {
+    if (L.step < n - 1) {
+      const int s = L.step;
+      Slice i = ChunkSlice(count, n, Mod(r - s - 1, n), L.k, sliceElems);
+      CC_CHECK(io.Wait(&L.recv));
+      const int dst = (s + 1) % 2;
+      CC_CHECK(io.Wait(&L.sent[dst]));  // out[dst] was sent two steps ago; it must be gone before it is rewritten
+      const void* arrived = L.in[s % 2];
+      if (i.count == 0) {
+        L.outBytes = 0;
+      } else if (s < n - 2) {
+        L.outBytes = codec.Hop(&arrived, 1, work + i.offset, i.offset, i.count, L.out[dst]);
+      } else {
+        // The last step's result is the owner's all-gather payload of chunk r+1; the owner decodes it too.
+        L.payloadBytes = codec.ReduceFinal(&arrived, 1, work + i.offset, i.offset, i.count, L.out[dst]);
+        codec.DecodeGather(L.out[dst], i.offset, i.count, work + i.offset);
       }
-    }
-    for (int t = 0; t < n - 1; ++t) {
-      for (int j = 0; j < active; ++j) {
-        Lane& L = lanes[j];
-        Slice i = ChunkSlice(count, n, Mod(r - t, n), L.k, sliceElems);
-        CC_CHECK(io.Wait(&L.recv));
-        const bool more = t + 1 < n - 1;
-        if (more) CC_CHECK(postGatherSend(L, t + 1));  // forward in[t % 2] at once; decoding only reads it
-        if (i.count > 0) codec.DecodeGather(L.in[t % 2], i.offset, i.count, work + i.offset);
-        if (more) CC_CHECK(postGatherRecv(L, t + 1));
+      L.payloadSlot = dst;
+      if (s < n - 2) {
+        CC_CHECK(postReduce(L, s + 1));
+      } else {
+        CC_CHECK(postGatherRecv(L, 0));
+        CC_CHECK(postGatherSend(L, 0));
       }
+    } else {
+      const int t = L.step - (n - 1);
+      Slice i = ChunkSlice(count, n, Mod(r - t, n), L.k, sliceElems);
+      CC_CHECK(io.Wait(&L.recv));
+      const bool more = t + 1 < n - 1;
+      if (more) CC_CHECK(postGatherSend(L, t + 1));  // forward in[t % 2] at once; decoding only reads it
+      if (i.count > 0) codec.DecodeGather(L.in[t % 2], i.offset, i.count, work + i.offset);
+      if (more) CC_CHECK(postGatherRecv(L, t + 1));
     }
-    CC_CHECK(io.WaitAll());  // every slot is free for the next group; the requests are gone
+    ++L.step;
+    return ccSuccess;
+  };
+  const int lastStep = 2 * (n - 1);
+  size_t nextSlice = 0;
+  int busy = 0;
+  for (int j = 0; j < depth && nextSlice < rounds; ++j, ++busy) CC_CHECK(start(lanes[j], nextSlice++));
+  while (busy > 0) {
     for (int j = 0; j < depth; ++j) {
       Lane& L = lanes[j];
-      L.sent[0] = L.sent[1] = L.forwarded[0] = L.forwarded[1] = L.recv = nullptr;
+      if (L.step == lastStep) continue;  // idle: no slice left for it
+      CC_CHECK(advance(L));
+      if (L.step < lastStep) continue;
+      if (nextSlice < rounds) {
+        CC_CHECK(start(L, nextSlice++));
+      } else {
+        --busy;
+      }
     }
   }
   return io.WaitAll();
