@@ -33,13 +33,28 @@ struct UcxRequest : Request {
   ucp_tag_recv_info_t info{};    // a receive's sender tag and length
 };
 
-// Points the request's iov at its header and the payload (an empty payload is left out).
-size_t FillIov(UcxRequest* r, void* buf, size_t bytes) {
+// A request for one message: its iov is the wire header and the payload (an empty payload left out: *parts), and
+// *param the UCP parameters of a host-memory iov transfer.
+std::unique_ptr<UcxRequest> NewRequest(Transport* owner, bool isSend, int peer, void* buf, size_t bytes, uint64_t tag,
+                                       WireKind kind, ucp_request_param_t* param, size_t* parts) {
+  auto r = std::make_unique<UcxRequest>();
+  r->owner = owner;
+  r->isSend = isSend;
+  r->peer = peer;
+  r->buf = buf;
+  r->bytes = bytes;
+  r->tag = tag;
+  r->kind = kind;
   r->iov[0].buffer = &r->header;
   r->iov[0].length = sizeof(WireHeader);
   r->iov[1].buffer = buf;
   r->iov[1].length = bytes;
-  return bytes > 0 ? 2 : 1;
+  *parts = bytes > 0 ? 2 : 1;
+  *param = ucp_request_param_t{};
+  param->op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
+  param->memory_type = UCS_MEMORY_TYPE_HOST;
+  param->datatype = ucp_dt_make_iov();
+  return r;
 }
 
 // UCX tags carry the source rank, so a receive matches only its peer's messages: [src:16][seq:24][index:24].
@@ -296,19 +311,10 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
     return Fail(ccRemoteError, "rank %d: rank %d is unreachable (%s)", m.rank, peer,
                 ucs_status_string(m.peerStatus[peer] != UCS_OK ? m.peerStatus[peer] : UCS_ERR_NOT_CONNECTED));
   }
-  auto r = std::make_unique<UcxRequest>();
-  r->owner = this;
-  r->peer = peer;
-  r->isSend = true;
-  r->bytes = bytes;
-  r->tag = tag;
-  r->kind = kind;
+  ucp_request_param_t param;
+  size_t parts;
+  auto r = NewRequest(this, true, peer, const_cast<void*>(buf), bytes, tag, kind, &param, &parts);
   r->header = MakeWireHeader(kind, buf, bytes, checksum_);
-  const size_t parts = FillIov(r.get(), const_cast<void*>(buf), bytes);
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
-  param.memory_type = UCS_MEMORY_TYPE_HOST;
-  param.datatype = ucp_dt_make_iov();
   void* h = ucp_tag_send_nbx(m.eps[peer], r->iov, parts, UcxTag(m.rank, tag), &param);
   if (UCS_PTR_IS_ERR(h)) {
     return Fail(ccRemoteError, "rank %d: sending %zu bytes to rank %d failed: %s", m.rank, bytes, peer,
@@ -325,18 +331,9 @@ ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, 
     std::lock_guard<std::mutex> lock(m.reasonMutex);
     return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
   }
-  auto r = std::make_unique<UcxRequest>();
-  r->owner = this;
-  r->peer = peer;
-  r->bytes = bytes;
-  r->tag = tag;
-  r->kind = kind;
-  r->buf = buf;
-  const size_t parts = FillIov(r.get(), buf, bytes);
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FIELD_DATATYPE;
-  param.memory_type = UCS_MEMORY_TYPE_HOST;
-  param.datatype = ucp_dt_make_iov();
+  ucp_request_param_t param;
+  size_t parts;
+  auto r = NewRequest(this, false, peer, buf, bytes, tag, kind, &param, &parts);
   // Always a request, so that ucp_tag_recv_request_test reports the length (UCX 1.13 does not fill recv_info on
   // every path of an immediate completion).
   param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
