@@ -11,7 +11,8 @@
 #   ROUNDS=1: run every row this many times, in a rotated order each round; the report takes the median time (the
 #             machine is shared: its load changes during a run)
 #   CODECS="f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi mpiring"  (a subset: only those rows)
-#   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks)
+#   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks;
+#            OPENBLAS_NUM_THREADS=1 is added unless it names it)
 #   CPU_ONLY=1: afterwards run every ccoll row again as NP threads of one process (local transport, no network,
 #               -c 0): the CPU-only time column, which says whether a row is bound by the wire or by the cores
 #
@@ -105,6 +106,10 @@ selfcheck="$(nb_selfcheck 3)" || selfcheck="?"
 
 minb="$(to_bytes "$MINB")" maxb="$(to_bytes "$MAXB")"
 failed=()
+# The ranks share this machine's cores: PowerSGD's GEMMs get one OpenBLAS thread per rank (as perf/tta sets
+# OMP_NUM_THREADS=1), unless CCOLL_ENV says otherwise; OpenBLAS's default of one thread per core made 4 ranks run 8
+# spinning BLAS threads on 2 cores (powersgd at 64 MiB: 185 ms instead of 149-157 ms).
+[[ " $CCOLL_ENV" == *" OPENBLAS_NUM_THREADS="* ]] || CCOLL_ENV="OPENBLAS_NUM_THREADS=1${CCOLL_ENV:+ $CCOLL_ENV}"
 # shellcheck disable=SC2206
 ccoll_env=($CCOLL_ENV)
 live_rows=()
