@@ -142,8 +142,8 @@ class QuantCodec : public Codec {
   }
 
   void Finish(float* work, size_t count, bool average) override {
-    const float scale = average ? 1.0f / static_cast<float>(nranks_) : 1.0f;
     if (lazy_) return;  // every block was rotated back when its last slice was decoded
+    const float scale = average ? 1.0f / static_cast<float>(nranks_) : 1.0f;
     if (rotate_) {
       RotateInverse(work, count, block_, signKey_, scale);
     } else if (average) {
@@ -152,19 +152,15 @@ class QuantCodec : public Codec {
   }
 
  private:
-  // Rotation blocks are the ones RotateForward walks: full blocks of block_, then a tail of smaller powers of two.
+  // Rotation blocks are ForEachRotationBlock's: full blocks of block_, then a tail of smaller powers of two.
   void PlanLazyRotation(const float* input, float* work, size_t count) {
     lazy_ = true;
     input_ = input;
     work_ = work;
     full_ = count / block_;
     tail_.clear();
-    for (size_t off = full_ * block_; off < count;) {
-      size_t len = block_;
-      while (len > count - off) len >>= 1;
-      tail_.push_back({off, len});
-      off += len;
-    }
+    const size_t tail0 = full_ * block_;
+    ForEachRotationBlock(count - tail0, block_, [&](size_t off, size_t len) { tail_.push_back({tail0 + off, len}); });
     const size_t blocks = full_ + tail_.size();
     rotated_.assign(blocks, 0);
     decoded_.assign(blocks, 0);

@@ -726,9 +726,8 @@ CC_AVX2 void RotateBlockInverseAvx2(float* x, size_t len, uint64_t base, uint32_
 }  // namespace
 
 // The rotation is orthonormal on every block (H D / sqrt(len)), so blocks of different lengths (the tail of a
-// count that is not a multiple of the block) keep the same magnitudes and can share a scale group. The block walks
-// below are ForEachRotationBlock written out; each block goes through the dispatched (AVX2 or baseline) one-block
-// functions.
+// count that is not a multiple of the block) keep the same magnitudes and can share a scale group. Each block goes
+// through the dispatched (AVX2 or baseline) one-block functions.
 CC_HOT void RotateBlockForward(const float* in, float* out, size_t len, uint64_t base, uint32_t signKey) {
   const float f = 1.0f / std::sqrt(static_cast<float>(len));
 #ifdef CC_HAVE_AVX2_KERNELS
@@ -754,21 +753,13 @@ CC_HOT void RotateBlockInverse(float* x, size_t len, uint64_t base, uint32_t sig
 }
 
 void RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey) {
-  for (size_t off = 0; off < count;) {
-    size_t len = block;
-    while (len > count - off) len >>= 1;
-    RotateBlockForward(in + off, out + off, len, off, signKey);
-    off += len;
-  }
+  ForEachRotationBlock(count, block,
+                       [&](size_t off, size_t len) { RotateBlockForward(in + off, out + off, len, off, signKey); });
 }
 
 void RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale) {
-  for (size_t off = 0; off < count;) {
-    size_t len = block;
-    while (len > count - off) len >>= 1;
-    RotateBlockInverse(x + off, len, off, signKey, scale);
-    off += len;
-  }
+  ForEachRotationBlock(count, block,
+                       [&](size_t off, size_t len) { RotateBlockInverse(x + off, len, off, signKey, scale); });
 }
 
 CC_HOT float MaxAbs(const float* v, size_t n) { return MaxAbsInline(v, n); }
