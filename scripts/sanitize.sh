@@ -32,8 +32,8 @@ configure() {  # dir sanitizers
 
 stamp() { date +%s; }
 # The pipelining case with 64-byte slices hands every chunk over in thousands of slices, each a wake-up of another
-# thread: slowed by a sanitizer (and by a loaded machine) it can outlast its ctest TIMEOUT (240 s), so it runs outside
-# ctest, with a limit of its own.
+# thread: slowed by a sanitizer (and by a loaded machine) it can outlast its ctest TIMEOUT (900 s here), so it runs
+# outside ctest, with a limit of its own.
 slow_tests='with CC_SLICE_BYTES=64$'
 run_slow() {  # build dir, extra env
   echo "== test_collectives [slice] with CC_SLICE_BYTES=64 (outside ctest)"
