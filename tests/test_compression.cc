@@ -1198,3 +1198,71 @@ TEST_CASE("requant codes use Dither's definition of the dither of every element,
     CHECK(std::memcmp(msg.data(), ref.data(), msg.size()) == 0);
   }
 }
+
+// The requant decoder (vector kernel plus scalar tail) gives DequantizeCode of every code read bit by bit, and the
+// requant hop (decode and add in parts of kHopPart elements, each encoded while in cache) gives exactly the bytes
+// of EncodeRequantSlice of local + the decoded messages: every bit width, groups that are and are not multiples of
+// 8 and 32, every scale format, slices shorter and longer than a part, odd starts, one and two incoming messages,
+// every rounding mode, and groups with an infinite scale.
+TEST_CASE("requant decode and hop equal the element-by-element reference, byte for byte", "[requant][hop]") {
+  std::mt19937_64 gen(11);
+  std::normal_distribution<float> normal;
+  const ccoll::ScaleFormat formats[] = {ccoll::ScaleFormat::kFp32, ccoll::ScaleFormat::kBf16,
+                                        ccoll::ScaleFormat::kFp16};
+  int configs = 0;
+  for (int bits : {1, 2, 3, 4, 5, 8}) {
+    for (size_t group : {size_t{7}, size_t{8}, size_t{24}, size_t{32}, size_t{64}, size_t{96}, size_t{2048}}) {
+      for (size_t len : {size_t{1}, size_t{37}, size_t{1000}, ccoll::kHopPart + 40, 3 * ccoll::kHopPart + 7}) {
+        const auto format = formats[configs % 3];
+        const int rounding = (configs / 3) % 3;
+        const int nin = 1 + configs % 2;
+        const uint64_t index0 = (configs % 5 == 0) ? 7 : 6 * static_cast<uint64_t>(configs);
+        ++configs;
+        INFO("bits " << bits << " group " << group << " len " << len << " format " << static_cast<int>(format)
+                     << " rounding " << rounding << " nin " << nin << " index0 " << index0);
+        ccoll::DitherRule rule;
+        rule.rounding = rounding;
+        rule.key = 0x1234u + static_cast<uint32_t>(configs);
+        rule.sharedKey = 0x777u;
+        rule.rank = 1;
+        rule.nranks = 3;
+        const size_t groups = (len + group - 1) / group, sb = static_cast<size_t>(ccoll::ScaleBytes(format));
+        const size_t bytes = groups * sb + ccoll::PackedBytes(len, bits);
+        std::vector<float> local(len), sum(len), dec(len), vals(len);
+        std::vector<uint16_t> codes(len);
+        for (auto& x : local) x = normal(gen);
+        // The incoming messages, from other random values; in the second one, the first group is infinite.
+        std::vector<std::vector<uint8_t>> in(nin, std::vector<uint8_t>(bytes));
+        for (int k = 0; k < nin; ++k) {
+          std::vector<float> other(len);
+          for (auto& x : other) x = 3.0f * normal(gen);
+          if (k == 1) other[0] = std::numeric_limits<float>::infinity();
+          REQUIRE(ccoll::EncodeRequantSlice(other.data(), len, index0, group, bits, format, 0.0f, rule, codes.data(),
+                                            in[k].data()) == bytes);
+        }
+        // The reference decode: codes read one by one, DequantizeCode with the group's scale.
+        sum = local;
+        for (int k = 0; k < nin; ++k) {
+          ccoll::BitReader reader(in[k].data() + groups * sb);
+          std::vector<float> want(len);
+          for (size_t j = 0; j < len; ++j) {
+            const float s = ccoll::LoadScale(in[k].data() + j / group * sb, format);
+            float step, inv;
+            ccoll::GridOf(s, ccoll::Levels(bits), &step, &inv);
+            want[j] = ccoll::DequantizeCode(reader.Get(bits), step, s);
+            sum[j] = sum[j] + want[j];
+          }
+          ccoll::DecodeRequantSlice(in[k].data(), len, group, bits, format, codes.data(), dec.data());
+          CHECK(std::memcmp(dec.data(), want.data(), len * sizeof(float)) == 0);
+        }
+        std::vector<uint8_t> want(bytes), got(bytes, 0xee);
+        REQUIRE(ccoll::EncodeRequantSlice(sum.data(), len, index0, group, bits, format, 0.0f, rule, codes.data(),
+                                          want.data()) == bytes);
+        const void* wires[2] = {in[0].data(), nin > 1 ? in[1].data() : nullptr};
+        REQUIRE(ccoll::HopRequantSlice(wires, nin, local.data(), len, index0, group, bits, format, 0.0f, rule,
+                                       vals.data(), codes.data(), got.data()) == bytes);
+        CHECK(std::memcmp(got.data(), want.data(), bytes) == 0);
+      }
+    }
+  }
+}

@@ -113,7 +113,9 @@ class QuantCodec : public Codec {
     }
     if (lazy_) EnsureRotated(off, len);
     if (nin == 0) return EncodeRequant(local, off, len, wireOut);
-    return EncodeRequant(SumIn(wiresIn, nin, local, len), off, len, wireOut);
+    Grow(len);
+    return HopRequantSlice(wiresIn, nin, local, len, off, group_, bits_, format_, clipK_, Rule(), vals_.data(),
+                           codes_.data(), wireOut);
   }
 
   size_t ReduceFinal(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
@@ -211,19 +213,6 @@ class QuantCodec : public Codec {
     return ((len + group_ - 1) / group_) * ScaleBytes(format_) + PackedBytes(len, bits_);
   }
 
-  // local + the decoded requant messages, in that order, in fp32.
-  const float* SumIn(const void* const* wiresIn, int nin, const float* local, size_t len) {
-    Grow(len);
-    if (extra_.size() < len) extra_.resize(len);
-    DecodeRequant(wiresIn[0], len, vals_.data());
-    for (size_t j = 0; j < len; ++j) vals_[j] = local[j] + vals_[j];
-    for (int k = 1; k < nin; ++k) {
-      DecodeRequant(wiresIn[k], len, extra_.data());
-      for (size_t j = 0; j < len; ++j) vals_[j] += extra_[j];
-    }
-    return vals_.data();
-  }
-
   void Grow(size_t len) {
     if (vals_.size() < len) vals_.resize(len);  // one slice; grows once, then is reused
     if (codes_.size() < len) codes_.resize(len);
@@ -276,7 +265,6 @@ class QuantCodec : public Codec {
   std::vector<float> scales_;  // homomorphic: the agreed scale of every global group
   std::vector<float> vals_;     // one slice of values being re-encoded
   std::vector<uint16_t> codes_;  // one slice of codes
-  std::vector<float> extra_;     // a second decoded input (tree nodes with two children)
   std::vector<char> sums_;     // homomorphic with a requantized all-gather: the owner's lane sums of a slice
   // Lazy rotation (requant with rotation).
   struct Span {

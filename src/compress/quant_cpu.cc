@@ -576,6 +576,42 @@ CC_AVX2 size_t DecodeLanesFast(const uint8_t* in, size_t len, uint64_t index0, s
   return j;
 }
 
+// The decoding of a requant message's leading whole groups (group a multiple of 8 elements, bits 1..8): x =
+// C * step - s per element, as DequantizeCode, plus add[j] in front when kAdd (add may be out). Returns the elements
+// done: whole groups, stopping where an 8-code window of 16 bytes would read past the packed codes.
+template <bool kAdd>
+CC_AVX2 size_t DecodeRequantGroups(const uint8_t* scales, const uint8_t* packed, size_t room, size_t len, size_t group,
+                                   int bits, ScaleFormat format, const float* add, float* out, const float* ahead,
+                                   size_t aheadLen) {
+  const size_t groups = (len + group - 1) / group, bb = static_cast<size_t>(bits);
+  const size_t sb = static_cast<size_t>(ScaleBytes(format));
+  const LaneUnpack u = MakeLaneUnpack(bits);
+  const uint32_t levels = Levels(bits);
+  size_t j = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t end = (g + 1) * group;
+    if (end > len || (end / 8 - 1) * bb + 16 > room) break;
+    float s = LoadScale(scales + g * sb, format), step, inv;
+    GridOf(s, levels, &step, &inv);
+    const __m256 vstep = _mm256_set1_ps(step), vs = _mm256_set1_ps(s);
+    for (; j < end; j += 8) {
+      if (j % 16 == 0 && j < aheadLen) _mm_prefetch(reinterpret_cast<const char*>(ahead + j), _MM_HINT_T0);
+      __m256 x = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(Unpack8(packed + j / 8 * bb, u)), vstep), vs);
+      if (kAdd) x = _mm256_add_ps(_mm256_loadu_ps(add + j), x);
+      _mm256_storeu_ps(out + j, x);
+    }
+  }
+  return j;
+}
+
+// room: the bytes from packed on that may be read. ahead[0..aheadLen): memory to prefetch meanwhile.
+size_t DecodeRequantFast(const uint8_t* scales, const uint8_t* packed, size_t room, size_t len, size_t group, int bits,
+                         ScaleFormat format, const float* add, float* out, const float* ahead, size_t aheadLen) {
+  if (group % 8 != 0 || bits < 1 || bits > 8 || !CpuHasAvx2()) return 0;
+  if (add) return DecodeRequantGroups<true>(scales, packed, room, len, group, bits, format, add, out, ahead, aheadLen);
+  return DecodeRequantGroups<false>(scales, packed, room, len, group, bits, format, nullptr, out, ahead, aheadLen);
+}
+
 // --- Rotation. A block of len >= 32 floats at a multiple of 32: its sign words first (8 hashes per vector), then the
 // sign flip is fused into the pass of the three smallest Walsh-Hadamard stages (forward), or into the pass of the
 // last stages (inverse), saving one pass over the block. Every stage computes the same butterflies, in the same
@@ -831,43 +867,96 @@ CC_INLINE void UnpackCodesInline(const void* in, size_t n, int bits, uint16_t* c
 size_t PackCodes(const uint16_t* codes, size_t n, int bits, void* out) { return PackCodesInline(codes, n, bits, out); }
 void UnpackCodes(const void* in, size_t n, int bits, uint16_t* codes) { UnpackCodesInline(in, n, bits, codes); }
 
-CC_HOT size_t EncodeRequantSlice(const float* v, size_t len, uint64_t index0, size_t group, int bits,
-                                 ScaleFormat format, float clipK, const DitherRule& rule, uint16_t* codes,
-                                 void* wireOut) {
+// A run of whole groups of a requant message (the last one may be short): n elements from global index index0, their
+// scales written at `scales` and their codes at `packed`.
+CC_INLINE void EncodeRequantPart(const float* v, size_t n, uint64_t index0, size_t group, int bits, ScaleFormat format,
+                                 float clipK, const DitherRule& rule, uint16_t* codes, uint8_t* scales,
+                                 uint8_t* packed) {
   const uint32_t levels = Levels(bits);
-  uint8_t* scales = static_cast<uint8_t*>(wireOut);
-  const size_t groups = (len + group - 1) / group;
+  const size_t groups = (n + group - 1) / group;
   const int sb = ScaleBytes(format);
   size_t done = 0;
 #ifdef CC_HAVE_AVX2_KERNELS
-  done = avx2::EncodeRequantFast(v, len, index0, group, bits, format, clipK, rule, scales, scales + groups * sb);
+  done = avx2::EncodeRequantFast(v, n, index0, group, bits, format, clipK, rule, scales, packed);
 #endif
   // The rest (all of it without the kernel, else the tail group) in scalar code; done is a multiple of 8 elements,
   // so the rest of the codes start on a byte.
   for (size_t g = done / group; g < groups; ++g) {
-    size_t begin = g * group, n = len - begin < group ? len - begin : group;
-    float s = RoundScaleUp(GroupScaleInline(v + begin, n, clipK), format);
+    size_t begin = g * group, m = n - begin < group ? n - begin : group;
+    float s = RoundScaleUp(GroupScaleInline(v + begin, m, clipK), format);
     StoreScale(scales + g * sb, s, format);
     s = LoadScale(scales + g * sb, format);  // exactly what the decoder will read
-    QuantizeInline(v + begin, n, s, levels, index0 + begin, rule, codes + begin);
+    QuantizeInline(v + begin, m, s, levels, index0 + begin, rule, codes + begin);
   }
-  PackCodesInline(codes + done, len - done, bits, scales + groups * sb + done / 8 * static_cast<size_t>(bits));
+  PackCodesInline(codes + done, n - done, bits, packed + done / 8 * static_cast<size_t>(bits));
+}
+
+// The decoding of such a run: out[j] = the value (add[j] + the value when add is not null; add may be out). room: the
+// bytes of the message from `packed` on (the vector kernel reads 16-byte windows).
+CC_INLINE void DecodeRequantPart(const uint8_t* scales, const uint8_t* packed, size_t room, size_t n, size_t group,
+                                 int bits, ScaleFormat format, uint16_t* codes, float* out, const float* add,
+                                 const float* ahead = nullptr, size_t aheadLen = 0) {
+  const uint32_t levels = Levels(bits);
+  const size_t groups = (n + group - 1) / group;
+  const int sb = ScaleBytes(format);
+  size_t done = 0;
+#ifdef CC_HAVE_AVX2_KERNELS
+  done = avx2::DecodeRequantFast(scales, packed, room, n, group, bits, format, add, out, ahead, aheadLen);
+#endif
+  // The rest (all of it without the kernel, else the last groups) in scalar code; done is a multiple of 8 elements,
+  // so the rest of the codes start on a byte.
+  UnpackCodesInline(packed + done / 8 * static_cast<size_t>(bits), n - done, bits, codes + done);
+  for (size_t g = done / group; g < groups; ++g) {
+    size_t begin = g * group, end = n - begin < group ? n : begin + group;
+    float s = LoadScale(scales + g * sb, format), step, inv;
+    GridOf(s, levels, &step, &inv);
+    if (add) {
+      for (size_t j = begin; j < end; ++j) out[j] = add[j] + DequantizeCode(codes[j], step, s);
+    } else {
+      for (size_t j = begin; j < end; ++j) out[j] = DequantizeCode(codes[j], step, s);
+    }
+  }
+}
+
+CC_HOT size_t EncodeRequantSlice(const float* v, size_t len, uint64_t index0, size_t group, int bits,
+                                 ScaleFormat format, float clipK, const DitherRule& rule, uint16_t* codes,
+                                 void* wireOut) {
+  uint8_t* scales = static_cast<uint8_t*>(wireOut);
+  const size_t groups = (len + group - 1) / group, sb = static_cast<size_t>(ScaleBytes(format));
+  EncodeRequantPart(v, len, index0, group, bits, format, clipK, rule, codes, scales, scales + groups * sb);
   return groups * sb + PackedBytes(len, bits);
 }
 
 CC_HOT void DecodeRequantSlice(const void* wire, size_t len, size_t group, int bits, ScaleFormat format,
                                uint16_t* codes, float* out) {
-  const uint32_t levels = Levels(bits);
   const uint8_t* scales = static_cast<const uint8_t*>(wire);
-  const size_t groups = (len + group - 1) / group;
-  const int sb = ScaleBytes(format);
-  UnpackCodesInline(scales + groups * sb, len, bits, codes);
-  for (size_t g = 0; g < groups; ++g) {
-    size_t begin = g * group, end = len - begin < group ? len : begin + group;
-    float s = LoadScale(scales + g * sb, format), step, inv;
-    GridOf(s, levels, &step, &inv);
-    for (size_t j = begin; j < end; ++j) out[j] = DequantizeCode(codes[j], step, s);
+  const size_t groups = (len + group - 1) / group, sb = static_cast<size_t>(ScaleBytes(format));
+  DecodeRequantPart(scales, scales + groups * sb, PackedBytes(len, bits), len, group, bits, format, codes, out,
+                    nullptr);
+}
+
+CC_HOT size_t HopRequantSlice(const void* const* wiresIn, int nin, const float* local, size_t len, uint64_t index0,
+                              size_t group, int bits, ScaleFormat format, float clipK, const DitherRule& rule,
+                              float* vals, uint16_t* codes, void* wireOut) {
+  const size_t groups = (len + group - 1) / group, sb = static_cast<size_t>(ScaleBytes(format));
+  const size_t room = PackedBytes(len, bits), bb = static_cast<size_t>(bits);
+  // Parts of whole groups and of a multiple of 8 elements (their codes start on a byte), or the whole slice.
+  const size_t part = group % 8 == 0 ? group * (kHopPart > group ? kHopPart / group : 1) : len;
+  uint8_t* out = static_cast<uint8_t*>(wireOut);
+  for (size_t b = 0; b < len; b += part) {
+    const size_t n = len - b < part ? len - b : part, g0 = b / group, c0 = b / 8 * bb;
+    // While the first message is added to this part of `local`, the next part is fetched into the cache, to be
+    // there when this part's encoding is done.
+    const size_t next = b + n, nextLen = len - next < part ? len - next : part;
+    for (int k = 0; k < nin; ++k) {
+      const uint8_t* in = static_cast<const uint8_t*>(wiresIn[k]);
+      DecodeRequantPart(in + g0 * sb, in + groups * sb + c0, room - c0, n, group, bits, format, codes, vals,
+                        k == 0 ? local + b : vals, k == 0 ? local + next : nullptr, k == 0 ? nextLen : 0);
+    }
+    EncodeRequantPart(vals, n, index0 + b, group, bits, format, clipK, rule, codes, out + g0 * sb,
+                      out + groups * sb + c0);
   }
+  return groups * sb + room;
 }
 
 CC_HOT size_t EncodeLanesSlice(const float* v, size_t len, uint64_t index0, size_t group, const float* scales,

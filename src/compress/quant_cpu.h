@@ -47,6 +47,15 @@ size_t EncodeRequantSlice(const float* v, size_t len, uint64_t index0, size_t gr
 void DecodeRequantSlice(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, uint16_t* codes,
                         float* out);
 
+// The requant hop: local + the decoded messages wiresIn[0..nin), in that order, in fp32, encoded as a requant
+// message (EncodeRequantSlice's bytes exactly). It runs in parts of about kHopPart elements, each decoded, summed
+// and encoded while it is in L1 (the next part of `local` is prefetched meanwhile, so reading it from memory overlaps
+// the encoding). vals and codes: len elements of scratch, of which one part at a time is used.
+constexpr size_t kHopPart = 1024;
+size_t HopRequantSlice(const void* const* wiresIn, int nin, const float* local, size_t len, uint64_t index0,
+                       size_t group, int bits, ScaleFormat format, float clipK, const DitherRule& rule, float* vals,
+                       uint16_t* codes, void* wireOut);
+
 // Homomorphic lanes: codes of v[0..len) (global index index0) with the agreed scales of global groups, packed in
 // `laneBits` lanes; and the decoding of lane sums of nranks ranks: x = C * step - nranks * s.
 size_t EncodeLanesSlice(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
