@@ -313,6 +313,12 @@ CC_AVX2_INLINE void Pack32(__m256i c0, __m256i c1, __m256i c2, __m256i c3, int b
     __m256i p = _mm256_maddubs_epi16(z, _mm256_set1_epi16(0x1001));  // z[2k] + 16 z[2k+1], at most 255
     p = _mm256_permute4x64_epi64(_mm256_packus_epi16(p, p), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
+  } else if (kBits == 2) {
+    __m256i p = _mm256_maddubs_epi16(z, _mm256_set1_epi16(0x0401));  // z[2k] + 4 z[2k+1], at most 15
+    p = _mm256_packus_epi16(p, p);                                    // per lane: its 8 pairs, twice
+    p = _mm256_maddubs_epi16(p, _mm256_set1_epi16(0x1001));          // 4 codes per byte, at most 255
+    p = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p, p), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(p));
   } else {
     alignas(32) uint8_t e[32];
     _mm256_store_si256(reinterpret_cast<__m256i*>(e), z);
@@ -447,6 +453,8 @@ size_t EncodeRequantGroupsBits(const float* v, size_t len, uint64_t index0, size
     return EncodeRequantGroupsMode<kGroup, 4>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
   if (bits == 8)
     return EncodeRequantGroupsMode<kGroup, 8>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
+  if (bits == 2)
+    return EncodeRequantGroupsMode<kGroup, 2>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
   return EncodeRequantGroupsMode<kGroup, 0>(v, len, index0, group, bits, format, clipK, rule, scales, packed);
 }
 
