@@ -67,6 +67,8 @@ def parse_args(argv=None):
     p.add_argument("--target", type=float, default=0.95, help="target test accuracy (fraction)")
     p.add_argument("--stop-at-target", action="store_true", help="stop at the first evaluation at or above --target")
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb")
+    p.add_argument("--async-comm", action="store_true",
+                   help="all-reduce the buckets on a background thread (async_op), overlapping the backward pass")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--log", default=None, help="JSON-lines log written by rank 0")
     p.add_argument("--spawn", type=int, default=0, help="start this many local ranks (a quick try without a launcher)")
@@ -125,13 +127,17 @@ def make_model(args, n_in):
 # -- gradient all-reduce ---------------------------------------------------------------------------------------------
 
 class Bf16State:
-    """State of bf16_hook: the communicator (a bf16 copy per bucket is allocated at each call; it is small)."""
+    """State of bf16_hook: the communicator (a bf16 copy per bucket is allocated at each call; it is small), and a
+    ccoll.torch.CommWorker with async_op, as CcollHookState has."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, async_op=False):
+        import ccoll.torch
         self.comm = comm
+        self.worker = ccoll.torch.CommWorker() if async_op else None
 
     def close(self):
-        pass
+        if self.worker is not None:
+            self.worker.close()
 
 
 def bf16_hook(state, bucket):
@@ -139,15 +145,22 @@ def bf16_hook(state, bucket):
     import torch
     tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     half = tensor.to(torch.bfloat16)
-    state.comm.all_reduce(half, op="avg")
-    tensor.copy_(half)
+
+    def reduce():
+        state.comm.all_reduce(half, op="avg")
+        tensor.copy_(half)
+        return tensor
+
+    if state.worker is not None:
+        return state.worker.submit(reduce)
     fut = torch.futures.Future()
-    fut.set_result(tensor)
+    fut.set_result(reduce())
     return fut
 
 
 def timed(hook, clock):
-    """Wraps a synchronous hook; clock[0] adds up the seconds it takes (this rank's gradient communication)."""
+    """Wraps a hook; clock[0] adds up the seconds the backward pass spends in it: this rank's gradient communication
+    for a synchronous hook, only the submission with --async-comm (the all-reduces then overlap the backward pass)."""
 
     def timed_hook(state, bucket):
         t0 = time.perf_counter()
@@ -200,9 +213,10 @@ def run(args):
         else:
             comm = ccoll.Communicator.from_store(dist.distributed_c10d._get_default_store(), rank, world)
         if args.codec == "bf16":
-            state, hook = Bf16State(comm), bf16_hook
+            state, hook = Bf16State(comm, async_op=args.async_comm), bf16_hook
         else:
-            state, hook = ccoll.torch.CcollHookState(comm, spec=args.codec), ccoll.torch.allreduce_hook
+            state = ccoll.torch.CcollHookState(comm, spec=args.codec, async_op=args.async_comm)
+            hook = ccoll.torch.allreduce_hook
         clock = [0.0]
         ddp.register_comm_hook(state, timed(hook, clock))
 
@@ -219,7 +233,7 @@ def run(args):
 
     emit({"config": True, "codec": args.codec, "world": world, "params": n_params, "train": len(train_y) * world,
           "test": len(test_y) * world, "batch_per_rank": args.batch, "lr": args.lr, "schedule": args.schedule,
-          "momentum": args.momentum, "max_steps": args.max_steps,
+          "momentum": args.momentum, "max_steps": args.max_steps, "async_comm": args.async_comm,
           "seed": args.seed, "target": args.target, "res": args.res, "hidden": args.hidden, "depth": args.depth,
           "torch": torch.__version__})
 

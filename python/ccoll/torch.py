@@ -5,12 +5,19 @@
     model = torch.nn.parallel.DistributedDataParallel(model)
     model.register_comm_hook(state, ccoll.torch.allreduce_hook)
 
-The hook averages each bucket over the ranks (op avg) in place and returns a completed future. float32 buckets go
+The hook averages each bucket over the ranks (op avg) in place. By default it returns a completed future: the
+backward pass waits for every bucket's all-reduce. With CcollHookState(..., async_op=True) the all-reduces run in
+order on one background thread (a CommWorker) and the hook returns at once, so a bucket's all-reduce overlaps the
+backward computation of the buckets after it, as DDP's own NCCL and gloo all-reduces do; DDP waits for the futures
+at the end of the backward pass. float32 buckets go
 through the bucket's own compressor (it keeps that bucket's error feedback); other dtypes, and every bucket when
 spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
 bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself.
 Works with torch 1.13 and current torch (GradBucket.buffer(); the older name get_tensor() is accepted too).
 """
+
+import queue
+import threading
 
 import torch
 
@@ -21,16 +28,60 @@ def _bucket_tensor(bucket):
     return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
 
 
+class CommWorker:
+    """Runs communicator calls one after the other on a background thread, in the order they were submitted.
+
+    submit(fn) returns a torch Future that receives fn()'s result, or the exception fn raised. Every rank submits
+    its collectives in the same order (DDP's bucket order), so they match across ranks as they would in the calling
+    thread. The library's calls drop the GIL while they run, so Python and torch keep computing meanwhile. While
+    calls are pending, the communicator must not be used from another thread; after DDP's backward pass returns,
+    every bucket's future is done. close() waits for the pending calls and stops the thread.
+    """
+
+    def __init__(self):
+        self._queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="ccoll-comm-worker", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, fut = item
+            try:
+                result = fn()
+            except BaseException as e:  # the Future carries it to whoever waits
+                fut.set_exception(e)
+            else:
+                fut.set_result(result)
+
+    def submit(self, fn):
+        if self._thread is None:
+            raise RuntimeError("CommWorker.submit after close()")
+        fut = torch.futures.Future()
+        self._queue.put((fn, fut))
+        return fut
+
+    def close(self):
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+
 class CcollHookState:
     """The hook's state: the communicator and one compressor per bucket index, created at the bucket's first use.
 
     DDP rebuilds its buckets once, after the first iteration; a bucket index whose element count changes gets a new
     compressor (its error feedback starts again). Every rank sees the same rebuild, so the ranks stay in step.
+    async_op=True: the all-reduces run on a CommWorker (see the module's text); the results are bitwise the same.
     """
 
-    def __init__(self, comm, spec="quant:bits=4,mode=requant"):
+    def __init__(self, comm, spec="quant:bits=4,mode=requant", async_op=False):
         self.comm = comm
         self.spec = spec
+        self.worker = CommWorker() if async_op else None
         self._compressors = {}  # bucket index -> ((element count, shapes), Compressor)
         # PowerSGD needs the bucket's matrix shapes; unless the spec gives a shape, they come from the bucket.
         self.wants_shapes = False
@@ -58,20 +109,29 @@ class CcollHookState:
         return comp
 
     def close(self):
-        """Frees the compressors (not the communicator, which the caller owns)."""
+        """Waits for pending all-reduces and frees the compressors (not the communicator, which the caller owns)."""
+        if self.worker is not None:
+            self.worker.close()
         for _, comp in self._compressors.values():
             comp.destroy()
         self._compressors.clear()
 
 
 def allreduce_hook(state, bucket):
-    """DDP comm hook: bucket average over the ranks through ccoll; returns a completed Future of the bucket tensor."""
+    """DDP comm hook: bucket average over the ranks through ccoll; returns a Future of the bucket tensor (completed,
+    or completed by the state's worker with async_op)."""
     tensor = _bucket_tensor(bucket)
     comp = None
     if tensor.dtype == torch.float32:
         shapes = [tuple(g.shape) for g in bucket.gradients()] if state.wants_shapes else None
         comp = state.compressor(bucket.index(), tensor.numel(), shapes)
-    state.comm.all_reduce(tensor, op="avg", compressor=comp)
+
+    def reduce():
+        state.comm.all_reduce(tensor, op="avg", compressor=comp)
+        return tensor
+
+    if state.worker is not None:
+        return state.worker.submit(reduce)
     fut = torch.futures.Future()
-    fut.set_result(tensor)
+    fut.set_result(reduce())
     return fut

@@ -29,6 +29,7 @@ STEPS = 6
 TENSOR_COUNT = 5003
 DTYPES = ["float32", "bfloat16", "float16", "float64", "int32", "int64"]
 HOOK_SPECS = [None, "quant:bits=4,mode=requant", "topk:density=0.25,chunk=256", "powersgd:rank=4"]
+ASYNC_SPECS = [None, "quant:bits=4,mode=requant", "topk:density=0.25,chunk=256"]  # again with async_op=True
 
 
 def _raw(t):
@@ -95,8 +96,9 @@ def _batch(seed, rank, step):
     return x, (x @ teacher).argmax(dim=1)
 
 
-def _train(comm, rank, seed, spec):
-    """STEPS of SGD under DDP; spec "gloo" uses DDP's default all-reduce, otherwise the ccoll hook with spec."""
+def _train(comm, rank, seed, spec, async_op=False):
+    """STEPS of SGD under DDP; spec "gloo" uses DDP's default all-reduce, otherwise the ccoll hook with spec (its
+    all-reduces on the state's background worker with async_op)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = _Mlp.make(seed)
@@ -106,7 +108,7 @@ def _train(comm, rank, seed, spec):
     state = None
     buckets = set()
     if spec != "gloo":
-        state = ccoll.torch.CcollHookState(comm, spec=spec)
+        state = ccoll.torch.CcollHookState(comm, spec=spec, async_op=async_op)
 
         def hook(state, bucket):
             buckets.add((bucket.index(), ccoll.torch._bucket_tensor(bucket).numel()))
@@ -153,6 +155,8 @@ def torch_rank(rank, nranks, uid, store_path, seed):
             out[spec] = {"unavailable": str(e)}
             continue
         out[spec] = _train(comm, rank, seed, spec)
+    for spec in ASYNC_SPECS:
+        out[("async", spec)] = _train(comm, rank, seed, spec, async_op=True)
     comm.destroy()
     dist.destroy_process_group()
     return out
@@ -246,6 +250,41 @@ class TestTorch(unittest.TestCase):
                 bound = {"quant": 0.3, "topk": 0.5, "powersgd": 0.6}[spec.split(":")[0]]
                 self.assertLess(np.linalg.norm(params - gloo) / moved, bound)
                 self.assertGreater(np.linalg.norm(params - gloo), 0.0, "no compression happened")
+
+    def test_ddp_async_hook_gives_the_same_bits(self):
+        # The all-reduces on the background worker, overlapping the backward pass: the same calls in the same order,
+        # so the same parameters bit for bit (error feedback included), on every rank.
+        for spec in ASYNC_SPECS:
+            with self.subTest(spec=spec, seed=self.seed):
+                for r in range(NRANKS):
+                    res = self.results[r][("async", spec)]
+                    self.assertEqual(res["params"].tobytes(), self.results[r][spec]["params"].tobytes(),
+                                     "rank %d: async hook differs from the synchronous one" % r)
+                    self.assertEqual(res["collectives"], self.results[r][spec]["collectives"])
+
+    def test_comm_worker_runs_in_order_and_carries_errors(self):
+        import threading
+        import ccoll.torch
+        worker = ccoll.torch.CommWorker()
+        gate, order = threading.Event(), []
+        first = worker.submit(lambda: (gate.wait(10), order.append(1), "one")[-1])
+        second = worker.submit(lambda: (order.append(2), "two")[-1])
+        self.assertFalse(first.done(), "submit must not wait for the call")
+        gate.set()
+        self.assertEqual(second.wait(), "two")
+        self.assertEqual(first.wait(), "one")
+        self.assertEqual(order, [1, 2])
+
+        def fails():
+            raise ccoll.InvalidUsageError("from the worker")
+
+        bad = worker.submit(fails)
+        with self.assertRaisesRegex(Exception, "from the worker"):
+            bad.wait()
+        self.assertEqual(worker.submit(lambda: 3).wait(), 3)  # still serving after an error
+        worker.close()
+        with self.assertRaises(RuntimeError):
+            worker.submit(lambda: 4)
 
 
 if __name__ == "__main__":
