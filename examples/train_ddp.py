@@ -143,6 +143,7 @@ class Bf16State:
 def bf16_hook(state, bucket):
     """The 16-bit baseline: exact ccoll all-reduce (avg) of a bfloat16 copy of the float32 bucket."""
     import torch
+    import ccoll.torch
     tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     half = tensor.to(torch.bfloat16)
 
@@ -151,11 +152,7 @@ def bf16_hook(state, bucket):
         tensor.copy_(half)
         return tensor
 
-    if state.worker is not None:
-        return state.worker.submit(reduce)
-    fut = torch.futures.Future()
-    fut.set_result(reduce())
-    return fut
+    return ccoll.torch.future_of(state.worker, reduce)
 
 
 def timed(hook, clock):

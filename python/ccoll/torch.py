@@ -70,6 +70,15 @@ class CommWorker:
             self._thread = None
 
 
+def future_of(worker, fn):
+    """A hook's Future of fn(): fn runs on the CommWorker when worker is set (the Future completes later), else now."""
+    if worker is not None:
+        return worker.submit(fn)
+    fut = torch.futures.Future()
+    fut.set_result(fn())
+    return fut
+
+
 class CcollHookState:
     """The hook's state: the communicator and one compressor per bucket index, created at the bucket's first use.
 
@@ -130,8 +139,4 @@ def allreduce_hook(state, bucket):
         state.comm.all_reduce(tensor, op="avg", compressor=comp)
         return tensor
 
-    if state.worker is not None:
-        return state.worker.submit(reduce)
-    fut = torch.futures.Future()
-    fut.set_result(reduce())
-    return fut
+    return future_of(state.worker, reduce)
