@@ -1,6 +1,7 @@
 #include "compress/quant_cpu.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -208,8 +209,11 @@ namespace {
 #define CC_AVX2 __attribute__((target("avx2")))
 #define CC_AVX2_INLINE inline __attribute__((target("avx2"), always_inline))
 
+// CC_CPU_BASELINE=1 keeps to the scalar code (the bytes are the same: the tests run both).
 bool CpuHasAvx2() {
   static const bool has = [] {
+    const char* baseline = std::getenv("CC_CPU_BASELINE");
+    if (baseline != nullptr && std::strcmp(baseline, "1") == 0) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();
