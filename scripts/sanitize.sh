@@ -57,9 +57,11 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   mpi_tests='^(test_processes\.|perf_mpi_allreduce$|perf_compare_mpi_script$)'
   py_env=()
   if [ "${SANITIZE_PYTHON:-1}" = 1 ]; then
-    # The interpreter is not instrumented: the runtime must be the first library loaded. Python and numpy keep
-    # objects alive until exit, so leak detection is off for these too.
-    py_env=(LD_PRELOAD="$(g++ -print-file-name=libasan.so)")
+    # The interpreter is not instrumented: the runtime must be the first library loaded. libstdc++ comes right
+    # after it, so that ASan finds the real __cxa_throw at start-up: the interpreter does not link libstdc++, and a
+    # C++ exception thrown later (torch raising a Future's exception) would abort in ASan's interceptor otherwise.
+    # Python and numpy keep objects alive until exit, so leak detection is off for these too.
+    py_env=(LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)")
   fi
   (cd "$ASAN_DIR" &&
     ASAN_OPTIONS="$asan_common:detect_leaks=1" ctest --output-on-failure -j "$JOBS" --timeout 900 \
