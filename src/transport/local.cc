@@ -21,13 +21,7 @@ enum class State { kPosted, kCopying, kDone, kError };
 constexpr int kSpinYields = 256;
 
 struct LocalRequest : Request {
-  bool isSend = false;
   int self = 0;
-  int peer = 0;
-  uint64_t tag = 0;
-  void* buf = nullptr;
-  size_t bytes = 0;
-  WireKind kind = 0;   // a send's payload kind, or the kind a receive expects
   bool checksum = false;
   WireHeader header{};  // a send's header, stamped when it is posted
   std::atomic<State> state{State::kPosted};  // written under the mailbox lock; read without it only to spin
@@ -180,14 +174,8 @@ ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, 
                                 Request** req) {
   if (group_->aborted.load()) return AbortedError();
   auto* r = new LocalRequest();
-  r->owner = this;
-  r->isSend = isSend;
+  r->Describe(this, isSend, peer, buf, bytes, tag, kind);
   r->self = rank_;
-  r->peer = peer;
-  r->tag = tag;
-  r->buf = buf;
-  r->bytes = bytes;
-  r->kind = kind;
   r->checksum = checksum_;
   if (isSend) r->header = MakeWireHeader(kind, buf, bytes, checksum_);
   const int receiver = isSend ? peer : rank_, sender = isSend ? rank_ : peer;

@@ -16,8 +16,25 @@ namespace ccoll {
 class Transport;
 
 // One pending send or receive. Owned by its transport; freed by Wait/Test once they report completion or error.
+// Every transport's request starts with the message as it was posted.
 struct Request {
   Transport* owner = nullptr;
+  bool isSend = false;
+  int peer = 0;
+  void* buf = nullptr;
+  size_t bytes = 0;
+  uint64_t tag = 0;
+  WireKind kind = 0;  // a send's payload kind, or the kind a receive expects
+
+  void Describe(Transport* t, bool send, int p, void* b, size_t n, uint64_t tg, WireKind k) {
+    owner = t;
+    isSend = send;
+    peer = p;
+    buf = b;
+    bytes = n;
+    tag = tg;
+    kind = k;
+  }
 };
 
 class Transport {

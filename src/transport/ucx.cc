@@ -21,12 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 struct UcxRequest : Request {
   void* handle = nullptr;  // UCX request, or nullptr when the operation completed at once
-  int peer = 0;
-  bool isSend = false;
-  size_t bytes = 0;
-  uint64_t tag = 0;
-  WireKind kind = 0;
-  void* buf = nullptr;
   WireHeader header{};  // what a send stamps, or where a receive lands the sender's; UCX holds the iov until done
   ucp_dt_iov_t iov[2]{};
   ucs_status_t status = UCS_OK;  // final status, once handle is gone
@@ -38,13 +32,7 @@ struct UcxRequest : Request {
 std::unique_ptr<UcxRequest> NewRequest(Transport* owner, bool isSend, int peer, void* buf, size_t bytes, uint64_t tag,
                                        WireKind kind, ucp_request_param_t* param, size_t* parts) {
   auto r = std::make_unique<UcxRequest>();
-  r->owner = owner;
-  r->isSend = isSend;
-  r->peer = peer;
-  r->buf = buf;
-  r->bytes = bytes;
-  r->tag = tag;
-  r->kind = kind;
+  r->Describe(owner, isSend, peer, buf, bytes, tag, kind);
   r->iov[0].buffer = &r->header;
   r->iov[0].length = sizeof(WireHeader);
   r->iov[1].buffer = buf;
