@@ -268,6 +268,12 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  * - Every rank of comm calls the collective, in the same order, with the same count, datatype and op.
  * - Host buffers take stream == NULL; the call blocks until this rank's part is done and recvbuff holds the
  *   result (like MPI_Allreduce).
+ * - Device buffers (a build with CUDA; both buffers on the communicator's device, see ccConfig_t.cudaDev) take a
+ *   stream of that device: the call returns once the work is queued on it, reads what was queued before it, and
+ *   work queued after it sees the result (like NCCL). Calls on one communicator run in call order. An error found
+ *   after the call returned becomes the communicator's async error (ccCommGetAsyncError) and the stream is released
+ *   without a result. A stream being captured into a CUDA graph is refused (ccInvalidUsage). Thread ranks sharing a
+ *   device need a stream each, not the legacy default stream.
  * - Buffers may be NULL only when count is 0.
  * - Results are deterministic: the same inputs give the same bits on every run, and every rank ends with
  *   bitwise-identical output (floating-point sums are always added in the same order).

@@ -4,7 +4,8 @@
 #               ctest suite (unit, thread-rank, process and perf smoke tests; the Python tests too, with libasan
 #               preloaded into the interpreter).
 #   build-tsan: TSan, the thread-rank tests (ranks as threads of one process over the local transport).
-# Only what ctest runs is built (no examples, no CUDA: there is no GPU to run device code on here).
+# Only what ctest runs is built (no examples, no CUDA: there is no GPU to run device code on here; the device proxy
+# runs against tests/fake_cuda).
 #
 #   scripts/sanitize.sh            # both
 #   scripts/sanitize.sh asan       # or: tsan
@@ -82,6 +83,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   configure "$TSAN_DIR" "thread"
   thread_tests="test_collectives test_api test_compression test_internals"
   grep -q "CCOLL_ENABLE_BLAS:BOOL=ON" "$TSAN_DIR/CMakeCache.txt" && thread_tests+=" test_lowrank"
+  # The device proxy against the fake CUDA runtime (built when the CUDA headers are there): caller, proxy and
+  # stream threads.
+  cmake --build "$TSAN_DIR" --target help | grep -q test_gpu_collectives_fakecuda &&
+    thread_tests+=" test_gpu_collectives_fakecuda"
   cmake --build "$TSAN_DIR" -j "$(nproc)" --target $thread_tests
   t1=$(stamp)
   echo "== TSan: thread-rank tests"

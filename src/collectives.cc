@@ -2,6 +2,7 @@
 // gets a specific error and leaves recvbuff untouched; then the schedule runs.
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "api_guard.h"
@@ -17,6 +18,7 @@
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "core/comm.h"
+#include "core/device_proxy.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "raw_enum.h"
@@ -51,7 +53,7 @@ struct Call {
 };
 
 // Checks everything that can be checked locally. On success fills *args.
-ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
+ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice) {
   const char* fn = KindName(c.kind);
   const int rank = comm->rank, n = comm->nranks;
   int async = comm->asyncError.load();
@@ -82,8 +84,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
                 ccoll::DataTypeName(dtype), perRank ? " times nranks" : "", rank);
   }
   if (c.count > 0) {
-    bool needSend = c.kind != Kind::kBroadcast || rank == c.root;
-    if (needSend && c.send == nullptr) {
+    if ((c.kind != Kind::kBroadcast || rank == c.root) && c.send == nullptr) {
       return Fail(ccInvalidArgument, "%s: sendbuff is NULL but count is %zu on rank %d", fn, c.count, rank);
     }
     if (c.recv == nullptr) {
@@ -106,9 +107,10 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes op sum or avg, not %s (rank %d)", fn,
                   ccoll::RedOpName(op), rank);
     }
-    if (c.compressor->boundCount != 0 && c.compressor->boundCount != c.count) {
+    const size_t bound = c.compressor->boundCount.load();
+    if (bound != 0 && bound != c.count) {
       return Fail(ccInvalidUsage, "%s: the compressor is bound to a bucket of %zu elements but count is %zu (use one "
-                  "compressor per bucket) on rank %d", fn, c.compressor->boundCount, c.count, rank);
+                  "compressor per bucket) on rank %d", fn, bound, c.count, rank);
     }
     std::string why;
 #ifdef CCOLL_HAVE_BLAS
@@ -120,11 +122,27 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
       return Fail(ccInvalidUsage, "%s: quant: %s (rank %d)", fn, why.c_str(), rank);
     }
   }
-  if (ccoll::IsDevicePointer(c.send) || ccoll::IsDevicePointer(c.recv)) {
-    return Fail(ccInvalidUsage, "%s: device buffers need the CUDA backend, which this version does not have yet "
-                "(rank %d)", fn, rank);
-  }
-  if (c.stream != nullptr) {
+  // Where the buffers live: both on the communicator's device (stream-ordered), or both in host memory (blocking).
+  const bool needSend = c.count > 0 && (c.kind != Kind::kBroadcast || rank == c.root);
+  const int sendDev = needSend ? ccoll::PointerDevice(c.send) : -1;
+  const int recvDev = c.count > 0 ? ccoll::PointerDevice(c.recv) : -1;
+  *onDevice = sendDev >= 0 || recvDev >= 0;
+  if (*onDevice) {
+    if ((needSend && sendDev < 0) || recvDev < 0) {
+      return Fail(ccInvalidUsage, "%s: %s is device memory but %s is host memory; both must be on the "
+                  "communicator's device, or both in host memory (rank %d)", fn, sendDev >= 0 ? "sendbuff" : "recvbuff",
+                  sendDev >= 0 ? "recvbuff" : "sendbuff", rank);
+    }
+    if (comm->config.cudaDev < 0) {
+      return Fail(ccInvalidUsage, "%s: device buffers, but the communicator is bound to no CUDA device (set "
+                  "ccConfig_t.cudaDev) on rank %d", fn, rank);
+    }
+    const int dev = needSend ? sendDev : recvDev;
+    if ((needSend && sendDev != comm->config.cudaDev) || recvDev != comm->config.cudaDev) {
+      return Fail(ccInvalidUsage, "%s: buffers on CUDA device %d, but the communicator is bound to device %d (rank "
+                  "%d)", fn, needSend && sendDev != comm->config.cudaDev ? dev : recvDev, comm->config.cudaDev, rank);
+    }
+  } else if (c.stream != nullptr && c.count > 0) {
     return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
   }
   if (perRank && c.count > 0) {
@@ -160,6 +178,98 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args) {
   return ccSuccess;
 }
 
+// Runs a validated call: the cross-rank call check, then the schedule. `deferred`: a device call on the proxy
+// thread, whose caller has already returned, so that every error becomes the communicator's async error.
+ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool deferred) {
+  const char* fn = KindName(c.kind);
+  ccResult_t r = ccSuccess;
+  if (comm->config.checkCalls) {
+    const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+    bool agreed = false;
+    r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
+                                                          reduces ? args.op : ccSum, args.root, c.compressor),
+                                &agreed);
+    if (agreed) {
+      // Every rank saw the same mismatch and returns it; nothing moved, so the communicator stays usable (unless
+      // nobody is left to return it to).
+      std::string sentence = std::string(fn) + ": " + ccoll::LastError();
+      ccoll::SetLastError(sentence);
+      comm->RecordError(sentence);
+      if (deferred) comm->asyncError = r;
+      return r;
+    }
+  }
+  if (r == ccSuccess) {
+    switch (c.kind) {
+      case Kind::kAllReduce:
+        r = c.compressor != nullptr ? ccoll::CompressedAllReduce(comm, args, c.compressor)
+                                    : ccoll::AllReduce(comm, args);
+        break;
+      case Kind::kReduceScatter: r = ccoll::RingReduceScatter(comm, args); break;
+      case Kind::kAllGather: r = ccoll::RingAllGather(comm, args); break;
+      case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;
+    }
+  }
+  if (r != ccSuccess) {
+    // A failure in the middle of a collective leaves the group out of step: the communicator is done for.
+    std::string sentence = std::string(fn) + ": " + ccoll::LastError();
+    ccoll::SetLastError(sentence);
+    comm->RecordError(sentence);
+    comm->asyncError = r;
+    comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
+    return r;
+  }
+  comm->collectives.fetch_add(1, std::memory_order_relaxed);
+  return ccSuccess;
+}
+
+// A call on device buffers: staged through host memory and run by the communicator's proxy thread, in call order
+// (core/device_proxy.h). The host schedules run in place on the staging buffer: all-reduce and broadcast on the
+// whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's block at rank * count).
+ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
+  ccoll::DeviceProxy* proxy = nullptr;
+  CC_CHECK(comm->DeviceProxyOf(&proxy));
+  const size_t bytes = args.count * args.eltSize;
+  const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
+  ccoll::StagedCall staged;
+  staged.stream = c.stream;
+  staged.in = args.send;
+  staged.out = args.recv;
+  size_t hostSend = 0, hostRecv = 0;  // offsets of the host schedule's buffers in the staging buffer
+  switch (c.kind) {
+    case Kind::kAllReduce:
+    case Kind::kBroadcast:
+      staged.stagingBytes = staged.outBytes = bytes;
+      staged.inBytes = c.kind == Kind::kAllReduce || comm->rank == args.root ? bytes : 0;
+      break;
+    case Kind::kReduceScatter:
+      staged.stagingBytes = staged.inBytes = n * bytes;
+      staged.outBytes = bytes;
+      staged.outOffset = hostRecv = mine;
+      break;
+    case Kind::kAllGather:
+      staged.stagingBytes = staged.outBytes = n * bytes;
+      staged.inBytes = bytes;
+      staged.inOffset = hostSend = mine;
+      break;
+  }
+  // The compressor counts the queued call until the work is gone (run, skipped, or never queued), so that
+  // destroying or changing it waits for the call.
+  std::shared_ptr<void> hold;
+  if (c.compressor != nullptr) {
+    c.compressor->boundCount = args.count;  // the next call's check sees the binding before this one runs
+    c.compressor->inFlight.fetch_add(1);
+    hold.reset(c.compressor, [](ccCompressor* comp) { comp->inFlight.fetch_sub(1); });
+  }
+  return proxy->Enqueue(staged, [comm, c, args, hostSend, hostRecv, hold](char* staging) {
+    if (staging == nullptr) return;
+    CollArgs host = args;
+    host.send = staging + hostSend;
+    host.recv = staging + hostRecv;
+    ccoll::Guarded(KindName(c.kind), [&] { return Execute(comm, c, host, true); });
+  });
+}
+
 ccResult_t Run(ccComm* comm, const Call& c) {
   const char* fn = KindName(c.kind);
   return ccoll::Guarded(fn, [&]() -> ccResult_t {
@@ -170,47 +280,21 @@ ccResult_t Run(ccComm* comm, const Call& c) {
                   "initialized)", fn, static_cast<void*>(comm));
     }
     CollArgs args;
-    ccResult_t r = Validate(comm, c, &args);
+    bool onDevice = false;
+    ccResult_t r = Validate(comm, c, &args, &onDevice);
+    if (r == ccSuccess && onDevice) r = EnqueueOnDevice(comm, c, args);
     if (r != ccSuccess) {
       comm->RecordError(ccoll::LastError());
       return r;
     }
-    if (comm->config.checkCalls) {
-      const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
-      bool agreed = false;
-      r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
-                                                            reduces ? args.op : ccSum, args.root, c.compressor),
-                                  &agreed);
-      if (agreed) {
-        // Every rank saw the same mismatch and returns it; nothing moved, so the communicator stays usable.
-        std::string sentence = std::string(fn) + ": " + ccoll::LastError();
-        ccoll::SetLastError(sentence);
-        comm->RecordError(sentence);
-        return r;
-      }
+    if (onDevice) return ccSuccess;
+    comm->DrainDevice();  // device calls queued earlier run first, on every rank alike
+    const int async = comm->asyncError.load();
+    if (async != ccSuccess) {
+      return Fail(static_cast<ccResult_t>(async), "%s: rank %d: a device call queued earlier failed (%s); destroy "
+                  "the communicator", fn, comm->rank, ccGetErrorString(static_cast<ccResult_t>(async)));
     }
-    if (r == ccSuccess) {
-      switch (c.kind) {
-        case Kind::kAllReduce:
-          r = c.compressor != nullptr ? ccoll::CompressedAllReduce(comm, args, c.compressor)
-                                      : ccoll::AllReduce(comm, args);
-          break;
-        case Kind::kReduceScatter: r = ccoll::RingReduceScatter(comm, args); break;
-        case Kind::kAllGather: r = ccoll::RingAllGather(comm, args); break;
-        case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;
-      }
-    }
-    if (r != ccSuccess) {
-      // A failure in the middle of a collective leaves the group out of step: the communicator is done for.
-      std::string sentence = std::string(fn) + ": " + ccoll::LastError();
-      ccoll::SetLastError(sentence);
-      comm->RecordError(sentence);
-      comm->asyncError = r;
-      comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
-      return r;
-    }
-    comm->collectives.fetch_add(1, std::memory_order_relaxed);
-    return ccSuccess;
+    return Execute(comm, c, args, false);
   });
 }
 

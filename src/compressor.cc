@@ -274,6 +274,7 @@ CC_API ccResult_t ccCompressorDestroy(ccCompressor_t comp) {
                     static_cast<void*>(comp));
       }
     }
+    comp->WaitIdle();  // device calls queued with it still run
     delete comp;
     return ccSuccess;
   });

@@ -20,26 +20,9 @@
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
 #include "compress/quant_cpu.h"
+#include "gpu_skip.h"
 
 namespace {
-
-bool HaveDevice() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return false;
-  }
-  return true;
-}
-
-// Without a device the process exits with 77, which ctest reports as skipped (SKIP_RETURN_CODE), not passed.
-#define SKIP_WITHOUT_DEVICE()                                              \
-  do {                                                                     \
-    if (!HaveDevice()) {                                                   \
-      std::fprintf(stderr, "no CUDA device: the [gpu] cases are skipped\n"); \
-      std::exit(77);                                                       \
-    }                                                                      \
-  } while (0)
 
 // A device buffer of T, freed with the object.
 template <typename T>

@@ -71,6 +71,10 @@ def view(obj, what, writable):
                                        "x.contiguous())" % what)
         stream = None
         if obj.device.type == "cuda":
+            from . import _library
+            if not _library.has_cuda:
+                raise InvalidArgumentError("%s: a CUDA tensor, but %s was built without CUDA (CCOLL_ENABLE_CUDA=OFF)"
+                                           % (what, _library.path))
             # Stream-ordered like NCCL: the collective runs after the work already queued on the current stream.
             stream = torch.cuda.current_stream(obj.device).cuda_stream
         return Buffer(obj, obj.data_ptr(), obj.numel(), dtype, True, stream)

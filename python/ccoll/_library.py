@@ -143,3 +143,7 @@ def _load():
 
 
 lib, path = _load()
+
+# Whether this libccoll has the CUDA backend: such a build links the CUDA runtime, whose symbols a lookup through the
+# library's handle finds among its dependencies. Without it a CUDA tensor would be read as host memory.
+has_cuda = hasattr(lib, "cudaPointerGetAttributes")

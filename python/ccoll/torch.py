@@ -9,7 +9,8 @@ The hook averages each bucket over the ranks (op avg) in place. By default it re
 backward pass waits for every bucket's all-reduce. With CcollHookState(..., async_op=True) the all-reduces run in
 order on one background thread (a CommWorker) and the hook returns at once, so a bucket's all-reduce overlaps the
 backward computation of the buckets after it, as DDP's own NCCL and gloo all-reduces do; DDP waits for the futures
-at the end of the backward pass. float32 buckets go
+at the end of the backward pass. CUDA buckets (a library built with CUDA) are queued on torch's current stream
+and return at once, with or without async_op. float32 buckets go
 through the bucket's own compressor (it keeps that bucket's error feedback); other dtypes, and every bucket when
 spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
 bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself.
@@ -139,4 +140,6 @@ def allreduce_hook(state, bucket):
         state.comm.all_reduce(tensor, op="avg", compressor=comp)
         return tensor
 
-    return future_of(state.worker, reduce)
+    # A CUDA bucket's all-reduce is already asynchronous: queued on torch's current stream, which DDP's later work
+    # on the bucket follows. It is queued here, on the caller's thread, whose current stream that is.
+    return future_of(None if tensor.is_cuda else state.worker, reduce)

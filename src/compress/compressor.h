@@ -3,9 +3,12 @@
 // default, which kinds take it), used by the setters, the spec parser and the spec printer alike.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ccoll.h"
@@ -57,7 +60,10 @@ struct ccCompressor {
 
   // State of the bucket, reset when a parameter changes.
   uint64_t calls = 0;
-  size_t boundCount = 0;              // element count of the bucket (0: not bound yet)
+  std::atomic<size_t> boundCount{0};  // element count of the bucket (0: not bound yet)
+  // Device calls queued with this compressor and not yet run (core/device_proxy.h): destroying it, changing a
+  // parameter or resetting it waits for them.
+  std::atomic<int> inFlight{0};
   std::vector<float> errorFeedback;   // sparsifiers with ef=1: what was not sent yet
   std::vector<char> wire;             // wire scratch: a few slices' worth of messages
   std::vector<float> staging;         // sparsifiers: the chosen chunks, packed; powersgd: P (and exact parts)
@@ -66,7 +72,12 @@ struct ccCompressor {
   std::vector<double> lowRankScratch; // powersgd: Gram-Schmidt's working copy
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
+  // Waits until no queued device call uses this compressor any more.
+  void WaitIdle() const {
+    while (inFlight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   void ResetState() {
+    WaitIdle();
     calls = 0;
     boundCount = 0;
     errorFeedback.clear();

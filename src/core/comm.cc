@@ -7,6 +7,10 @@
 #include <mutex>
 #include <unordered_set>
 
+#ifdef CCOLL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "core/bootstrap.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -133,6 +137,16 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
   }
   out->blocking = static_cast<int>(blocking);
   out->cudaDev = cfg.cudaDev != CC_CONFIG_UNDEF_INT ? cfg.cudaDev : -1;
+#ifdef CCOLL_HAVE_CUDA
+  if (out->cudaDev < 0) {  // bound to the device current at init, when there is one
+    int dev = -1;
+    if (cudaGetDevice(&dev) == cudaSuccess) {
+      out->cudaDev = dev;
+    } else {
+      cudaGetLastError();
+    }
+  }
+#endif
   int64_t slice = ParamInt("CC_SLICE_BYTES");
   if (slice < 64 || slice > (1LL << 30)) {
     return Fail(ccInvalidArgument, "CC_SLICE_BYTES=%lld is out of range (64 .. 1G)", static_cast<long long>(slice));
@@ -340,6 +354,30 @@ bool AcquireComm(ccComm* comm) {
 void ReleaseComm(ccComm* comm) { comm->activeCalls.fetch_sub(1); }
 
 }  // namespace ccoll
+
+ccComm::~ccComm() { proxy.reset(); }
+
+ccResult_t ccComm::DeviceProxyOf(ccoll::DeviceProxy** out) {
+  std::lock_guard<std::mutex> lock(proxyMutex);
+  if (!proxy) {
+    if (config.cudaDev < 0) {
+      return ccoll::Fail(ccInvalidUsage, "rank %d: the communicator is bound to no CUDA device (there was none at "
+                         "init; set ccConfig_t.cudaDev)", rank);
+    }
+    CC_CHECK(ccoll::DeviceProxy::Create(this, config.cudaDev, &proxy));
+  }
+  *out = proxy.get();
+  return ccSuccess;
+}
+
+void ccComm::DrainDevice() {
+  ccoll::DeviceProxy* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(proxyMutex);
+    p = proxy.get();
+  }
+  if (p != nullptr) p->Drain();
+}
 
 void ccComm::Abort(const char* reason) {
   for (auto& t : transports) t->Abort(reason);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "core/device_proxy.h"
 #include "transport/transport.h"
 
 namespace ccoll {
@@ -67,9 +68,19 @@ struct ccComm {
   std::mutex errorMutex;
   std::string lastError;  // last error sentence recorded for this comm by any thread
 
+  // Device calls (core/device_proxy.h): the proxy is created at the first one. Declared last, so that it is torn
+  // down first, while the transports still work.
+  std::mutex proxyMutex;
+  std::unique_ptr<ccoll::DeviceProxy> proxy;
+
+  ~ccComm();
   // Fails every pending and future transfer on this rank and its peers.
   void Abort(const char* reason);
   void RecordError(const std::string& sentence);
+  // The device proxy, created on first use for config.cudaDev.
+  ccResult_t DeviceProxyOf(ccoll::DeviceProxy** out);
+  // Blocks until the device calls queued so far have run (a host call must not overtake them).
+  void DrainDevice();
 };
 
 namespace ccoll {

@@ -6,19 +6,20 @@
 
 namespace ccoll {
 
-bool IsDevicePointer(const void* ptr) {
+int PointerDevice(const void* ptr) {
 #ifdef CCOLL_HAVE_CUDA
-  if (ptr == nullptr) return false;
+  if (ptr == nullptr) return -1;
   cudaPointerAttributes attr;
   cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err != cudaSuccess) {
     cudaGetLastError();  // no device, or not a CUDA pointer: clear the sticky error and treat it as host memory
-    return false;
+    return -1;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return -1;
+  return attr.device;
 #else
   (void)ptr;
-  return false;
+  return -1;
 #endif
 }
 

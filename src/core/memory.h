@@ -1,10 +1,10 @@
-// Where a user buffer lives. Host buffers go through the CPU backend; device buffers need the CUDA backend.
+// Where a user buffer lives. Host buffers go through the CPU backend; device buffers through the CUDA backend.
 #pragma once
 
 namespace ccoll {
 
-// True when ptr is CUDA device (or managed) memory. Always false in a build without CUDA, and when no CUDA device
-// is present.
-bool IsDevicePointer(const void* ptr);
+// The CUDA device that holds ptr (device or managed memory), or -1 for host memory. Always -1 in a build without
+// CUDA, when no CUDA device is present, and for NULL.
+int PointerDevice(const void* ptr);
 
 }  // namespace ccoll

@@ -1,0 +1,274 @@
+#include "core/device_proxy.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/error.h"
+
+#ifdef CCOLL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "core/stream_wait.h"
+#endif
+
+namespace ccoll {
+
+#ifdef CCOLL_HAVE_CUDA
+
+namespace {
+
+ccResult_t CudaFail(cudaError_t e, const char* what, int rank) {
+  return Fail(ccUnhandledCudaError, "rank %d: %s failed: %s", rank, what, cudaGetErrorString(e));
+}
+
+#define CC_CUDA(call, what)                             \
+  do {                                                  \
+    cudaError_t cc_cuda_err_ = (call);                  \
+    if (cc_cuda_err_ != cudaSuccess) {                  \
+      return CudaFail(cc_cuda_err_, what, comm_->rank); \
+    }                                                   \
+  } while (0)
+
+// Makes `device` current for the scope and restores the caller's device after.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&saved_) != cudaSuccess) saved_ = -1;
+    if (saved_ != device) cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    int now = -1;
+    if (saved_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != saved_) cudaSetDevice(saved_);
+  }
+
+ private:
+  int saved_ = -1;
+};
+
+}  // namespace
+
+// Two staging buffers, used by calls in turn: call t (tickets count from 1) uses slot t % 2. A slot is free again
+// once its last call's copy back has completed on its stream (`done`).
+struct DeviceProxy::Impl {
+  struct Slot {
+    char* host = nullptr;  // pinned
+    size_t bytes = 0;
+    cudaEvent_t in = nullptr;    // the device input is in `host`
+    cudaEvent_t done = nullptr;  // the result left `host`
+    bool used = false;           // `done` was recorded
+  };
+  struct Op {
+    uint64_t ticket;
+    int slot;
+    HostWork work;
+  };
+
+  ccComm* comm_ = nullptr;
+  int device = 0;
+  Slot slots[2];
+  std::vector<char*> retired;  // staging outgrown while a stream might still read it: freed at the end
+  uint64_t* flag = nullptr;    // pinned, mapped: the last ticket the proxy has finished
+  uint64_t* flagDevice = nullptr;
+  uint64_t issued = 0;  // tickets handed out (caller side, under enqueueMutex)
+  std::mutex enqueueMutex;
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<Op> queue;
+  bool running = false;  // the proxy thread is inside an op
+  bool stop = false;
+  std::thread thread;
+
+  bool Failed() const { return comm_->aborting.load() || comm_->asyncError.load() != ccSuccess; }
+
+  ccResult_t Init() {
+    DeviceScope scope(device);
+    CC_CUDA(
+        cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable),
+        "cudaHostAlloc (proxy flag)");
+    __atomic_store_n(flag, 0, __ATOMIC_RELEASE);
+    CC_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flagDevice), flag, 0), "cudaHostGetDevicePointer");
+    for (Slot& s : slots) {
+      CC_CUDA(cudaEventCreateWithFlags(&s.in, cudaEventDisableTiming), "cudaEventCreate");
+      CC_CUDA(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    thread = std::thread([this] { Loop(); });
+    return ccSuccess;
+  }
+
+  // Polls ev until it completes; false when the communicator failed first or ev reports an error.
+  bool WaitEvent(cudaEvent_t ev) {
+    for (int spins = 0;; ++spins) {
+      cudaError_t e = cudaEventQuery(ev);
+      if (e == cudaSuccess) return true;
+      if (e != cudaErrorNotReady) {
+        comm_->RecordError(std::string("device proxy: waiting for the staged input failed: ") + cudaGetErrorString(e));
+        int expected = ccSuccess;
+        comm_->asyncError.compare_exchange_strong(expected, ccUnhandledCudaError);
+        return false;
+      }
+      if (Failed()) return false;
+      if (spins < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+
+  void Loop() {
+    cudaSetDevice(device);
+    for (;;) {
+      Op op;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        cv.wait(lock, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;  // stop, and nothing left
+        op = std::move(queue.front());
+        queue.pop_front();
+        running = true;
+      }
+      Slot& s = slots[op.slot];
+      const bool run = !Failed() && WaitEvent(s.in);
+      try {
+        op.work(run ? s.host : nullptr);  // the work records its own errors on the communicator
+      } catch (const std::exception& e) {
+        comm_->RecordError(std::string("device proxy: ") + e.what());
+        int expected = ccSuccess;
+        comm_->asyncError.compare_exchange_strong(expected, ccInternalError);
+      }
+      // Release the stream whatever happened: a failed call leaves its result undefined, never a hung stream.
+      __atomic_store_n(flag, op.ticket, __ATOMIC_RELEASE);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        running = false;
+      }
+      cv.notify_all();
+    }
+  }
+
+  ccResult_t Enqueue(const StagedCall& call, HostWork work) {
+    std::lock_guard<std::mutex> serial(enqueueMutex);
+    DeviceScope scope(device);
+    cudaStream_t stream = reinterpret_cast<cudaStream_t>(call.stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CC_CUDA(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+    if (capture != cudaStreamCaptureStatusNone) {
+      return Fail(ccInvalidUsage,
+                  "rank %d: the stream is being captured into a CUDA graph; device buffers are "
+                  "staged through host memory by a proxy thread, which a graph cannot hold",
+                  comm_->rank);
+    }
+    const uint64_t ticket = issued + 1;
+    Slot& s = slots[ticket % 2];
+    if (s.used) {
+      // The slot's last call must have copied its result out before its staging is reused.
+      cudaError_t e;
+      while ((e = cudaEventQuery(s.done)) == cudaErrorNotReady) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      if (e != cudaSuccess) return CudaFail(e, "cudaEventQuery (staging reuse)", comm_->rank);
+    }
+    if (s.bytes < call.stagingBytes) {
+      size_t bytes = 4096;
+      while (bytes < call.stagingBytes) bytes *= 2;
+      char* fresh = nullptr;
+      CC_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&fresh), bytes, cudaHostAllocPortable), "cudaHostAlloc (staging)");
+      // Not freed now: cudaFreeHost may wait for the whole device, including other ranks' waiting streams.
+      if (s.host != nullptr) retired.push_back(s.host);
+      s.host = fresh;
+      s.bytes = bytes;
+    }
+    if (call.inBytes > 0) {
+      CC_CUDA(cudaMemcpyAsync(s.host + call.inOffset, call.in, call.inBytes, cudaMemcpyDeviceToHost, stream),
+              "cudaMemcpyAsync (device to staging)");
+    }
+    CC_CUDA(cudaEventRecord(s.in, stream), "cudaEventRecord");
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      queue.push_back(Op{ticket, static_cast<int>(ticket % 2), std::move(work)});
+    }
+    issued = ticket;
+    cv.notify_all();
+    // From here the call is queued: the proxy runs it whatever happens below (the peers expect it).
+    s.used = true;
+    CC_CUDA(LaunchStreamWait(flagDevice, ticket, stream), "the stream wait kernel launch");
+    if (call.outBytes > 0) {
+      CC_CUDA(cudaMemcpyAsync(call.out, s.host + call.outOffset, call.outBytes, cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync (staging to device)");
+    }
+    CC_CUDA(cudaEventRecord(s.done, stream), "cudaEventRecord");
+    return ccSuccess;
+  }
+
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return queue.empty() && !running; });
+  }
+
+  ~Impl() {
+    if (thread.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        stop = true;
+      }
+      cv.notify_all();
+      thread.join();
+    }
+    DeviceScope scope(device);
+    if (flag != nullptr) __atomic_store_n(flag, UINT64_MAX, __ATOMIC_RELEASE);  // no stream waits any more
+    for (Slot& s : slots) {
+      if (s.used) cudaEventSynchronize(s.done);  // the streams are done with the staging
+      if (s.in) cudaEventDestroy(s.in);
+      if (s.done) cudaEventDestroy(s.done);
+      if (s.host) cudaFreeHost(s.host);
+    }
+    for (char* p : retired) cudaFreeHost(p);
+    if (flag != nullptr) cudaFreeHost(flag);
+    cudaGetLastError();
+  }
+};
+
+#undef CC_CUDA
+
+ccResult_t DeviceProxy::Create(ccComm* comm, int device, std::unique_ptr<DeviceProxy>* out) {
+  auto impl = std::make_unique<Impl>();
+  impl->comm_ = comm;
+  impl->device = device;
+  CC_CHECK(impl->Init());
+  out->reset(new DeviceProxy(std::move(impl)));
+  return ccSuccess;
+}
+
+ccResult_t DeviceProxy::Enqueue(const StagedCall& call, HostWork work) { return impl_->Enqueue(call, std::move(work)); }
+
+void DeviceProxy::Drain() { impl_->Drain(); }
+
+#else  // no CUDA
+
+struct DeviceProxy::Impl {};
+
+ccResult_t DeviceProxy::Create(ccComm* comm, int /*device*/, std::unique_ptr<DeviceProxy>* /*out*/) {
+  return Fail(ccInvalidUsage, "rank %d: device buffers need a build with CUDA (CCOLL_ENABLE_CUDA)", comm->rank);
+}
+
+ccResult_t DeviceProxy::Enqueue(const StagedCall& /*call*/, HostWork /*work*/) { return ccInternalError; }
+
+void DeviceProxy::Drain() {}
+
+#endif
+
+DeviceProxy::DeviceProxy(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DeviceProxy::~DeviceProxy() = default;
+
+}  // namespace ccoll

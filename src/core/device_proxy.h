@@ -1,0 +1,68 @@
+// Collectives on device buffers through host staging, stream-ordered: the call copies the device input into pinned
+// host memory on the user's stream and queues the host collective for this communicator's proxy thread; the stream
+// then waits (a one-thread kernel polling a mapped host word) until the proxy has run it, and copies the result
+// back. So the call returns once the work is enqueued, later work on the stream sees the result, and every codec and
+// transport works on device buffers with the CPU codecs. The fused-kernel pipeline replaces this path for the codecs
+// it covers.
+//
+// Order: a communicator's device calls run on its proxy thread one after the other, in call order, as host calls
+// would; a host call first waits for the queue to empty (ccComm::DrainDevice). A failure on the proxy thread becomes
+// the communicator's async error (ccCommGetAsyncError), and the streams waiting for the failed call and every later
+// one are released without a result: a failure never hangs a stream.
+//
+// Streams that wait for one another's ranks must be different and must not be the legacy default stream (it
+// serializes with every blocking stream of the device): thread ranks on one GPU each take their own stream.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "ccoll.h"
+
+struct ccComm;
+
+namespace ccoll {
+
+// What one device call moves: inBytes from `in` (device) to staging + inOffset before the host work, outBytes from
+// staging + outOffset to `out` (device) after it. The staging buffer holds stagingBytes.
+struct StagedCall {
+  ccStream_t stream = nullptr;
+  const void* in = nullptr;
+  size_t inBytes = 0;
+  size_t inOffset = 0;
+  void* out = nullptr;
+  size_t outBytes = 0;
+  size_t outOffset = 0;
+  size_t stagingBytes = 0;
+};
+
+// The host part of a device call, run on the proxy thread with the call's staging buffer; staging is NULL when the
+// call is skipped (the communicator failed or is aborting, or the staged input could not be read). The proxy
+// destroys the work once it has run or been skipped (what the work holds is let go then).
+using HostWork = std::function<void(char* staging)>;
+
+class DeviceProxy {
+ public:
+  // A proxy for comm on CUDA device `device`. ccInvalidUsage in a build without CUDA.
+  static ccResult_t Create(ccComm* comm, int device, std::unique_ptr<DeviceProxy>* out);
+  // Runs what is queued (skipping it once the communicator failed or is aborting), releases every waiting stream,
+  // waits for the streams to be done with the staging memory, and frees it.
+  ~DeviceProxy();
+  DeviceProxy(const DeviceProxy&) = delete;
+  DeviceProxy& operator=(const DeviceProxy&) = delete;
+
+  // Queues one call on call.stream. Blocks only while both staging buffers are still in use by earlier calls. An
+  // error (a CUDA call failed, the stream is being captured into a graph) leaves the queue unchanged.
+  ccResult_t Enqueue(const StagedCall& call, HostWork work);
+  // Blocks until every queued call has run on the proxy thread (not until the streams have copied the results).
+  void Drain();
+
+  struct Impl;
+
+ private:
+  explicit DeviceProxy(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ccoll

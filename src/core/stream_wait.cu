@@ -1,0 +1,19 @@
+#include "core/stream_wait.h"
+
+namespace ccoll {
+namespace {
+
+// One thread polls the host word, sleeping between reads so that it costs the SM next to nothing.
+__global__ void StreamWaitKernel(const volatile uint64_t* flag, uint64_t ticket) {
+  while (*flag < ticket) __nanosleep(1000);
+  __threadfence_system();
+}
+
+}  // namespace
+
+cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t stream) {
+  StreamWaitKernel<<<1, 1, 0, stream>>>(flag, ticket);
+  return cudaGetLastError();
+}
+
+}  // namespace ccoll

@@ -1,0 +1,335 @@
+// A CPU stand-in for the part of the CUDA runtime that ccoll's host code and the device tests call, so that the
+// device proxy's orchestration runs where there is no GPU (ctest here and in CI, under the sanitizers too). One
+// device. Each stream is a worker thread that runs its operations in order; an event is "everything its stream had
+// been given when it was recorded"; device memory is host memory that cudaPointerGetAttributes reports as device
+// memory; the stream-wait kernel is an operation that polls the flag. Not modelled: kernels in general, the legacy
+// default stream's implicit synchronization with other streams, graphs beyond "this stream is capturing".
+// Implements the functions as declared in cuda_runtime_api.h, so the signatures are the real ones.
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "core/stream_wait.h"
+
+namespace {
+
+// How far a stream has come. Shared with the events recorded on it, which outlive the stream (as in CUDA, where an
+// event of a destroyed stream is simply complete).
+struct Progress {
+  std::mutex m;
+  std::condition_variable cv;
+  uint64_t pushed = 0, done = 0;
+
+  bool Reached(uint64_t n) {
+    std::lock_guard<std::mutex> lock(m);
+    return done >= n;
+  }
+  void WaitFor(uint64_t n) {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return done >= n; });
+  }
+};
+
+class FakeStream {
+ public:
+  FakeStream() : progress_(std::make_shared<Progress>()), worker_([this] { Run(); }) {}
+  ~FakeStream() {
+    {
+      std::lock_guard<std::mutex> lock(progress_->m);
+      stop_ = true;
+    }
+    progress_->cv.notify_all();
+    worker_.join();  // runs what is queued first, as CUDA lets it complete
+  }
+
+  void Push(std::function<void()> op) {
+    std::lock_guard<std::mutex> lock(progress_->m);
+    ops_.push_back(std::move(op));
+    ++progress_->pushed;
+    progress_->cv.notify_all();
+  }
+  // The progress object and the number of operations queued so far.
+  std::shared_ptr<Progress> Mark(uint64_t* pushed) {
+    std::lock_guard<std::mutex> lock(progress_->m);
+    *pushed = progress_->pushed;
+    return progress_;
+  }
+  void Synchronize() {
+    uint64_t n;
+    Mark(&n)->WaitFor(n);
+  }
+  bool Idle() {
+    uint64_t n;
+    return Mark(&n)->Reached(n);
+  }
+
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+
+ private:
+  void Run() {
+    Progress& p = *progress_;
+    std::unique_lock<std::mutex> lock(p.m);
+    for (;;) {
+      p.cv.wait(lock, [&] { return stop_ || !ops_.empty(); });
+      if (ops_.empty()) return;  // stop with nothing left
+      std::function<void()> op = std::move(ops_.front());
+      ops_.pop_front();
+      lock.unlock();
+      op();
+      lock.lock();
+      ++p.done;
+      p.cv.notify_all();
+    }
+  }
+
+  std::shared_ptr<Progress> progress_;
+  std::deque<std::function<void()>> ops_;  // guarded by progress_->m
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+struct FakeEvent {
+  std::mutex m;
+  std::shared_ptr<Progress> progress;  // null: never recorded (complete)
+  uint64_t target = 0;
+};
+
+FakeStream& LegacyStream() {
+  static auto* s = new FakeStream();  // never destroyed: other static destructors may still queue work
+  return *s;
+}
+
+FakeStream* StreamOf(cudaStream_t s) { return s ? reinterpret_cast<FakeStream*>(s) : &LegacyStream(); }
+
+// Allocations: device (cudaMalloc) and pinned host (cudaHostAlloc), by start address.
+std::mutex gMemMutex;
+std::map<uintptr_t, std::pair<size_t, cudaMemoryType>>& Allocations() {
+  static auto* m = new std::map<uintptr_t, std::pair<size_t, cudaMemoryType>>();
+  return *m;
+}
+
+void* Allocate(size_t bytes, cudaMemoryType type) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return nullptr;
+  std::lock_guard<std::mutex> lock(gMemMutex);
+  Allocations()[reinterpret_cast<uintptr_t>(p)] = {bytes ? bytes : 1, type};
+  return p;
+}
+
+cudaError_t Release(void* p, cudaMemoryType type) {
+  if (p == nullptr) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> lock(gMemMutex);
+    auto it = Allocations().find(reinterpret_cast<uintptr_t>(p));
+    if (it == Allocations().end() || it->second.second != type) return cudaErrorInvalidValue;
+    Allocations().erase(it);
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaMemoryType TypeOf(const void* p) {
+  std::lock_guard<std::mutex> lock(gMemMutex);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = Allocations().upper_bound(a);
+  if (it == Allocations().begin()) return cudaMemoryTypeUnregistered;
+  --it;
+  return a < it->first + it->second.first ? it->second.second : cudaMemoryTypeUnregistered;
+}
+
+thread_local int tDevice = 0;
+
+}  // namespace
+
+extern "C" {
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "no error (fake CUDA runtime)";
+    case cudaErrorNotReady:
+      return "device not ready (fake CUDA runtime)";
+    case cudaErrorInvalidValue:
+      return "invalid argument (fake CUDA runtime)";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal (fake CUDA runtime)";
+    default:
+      return "error (fake CUDA runtime)";
+  }
+}
+
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = tDevice;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  tDevice = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  std::memset(attributes, 0, sizeof(*attributes));
+  attributes->type = TypeOf(ptr);
+  attributes->device = attributes->type == cudaMemoryTypeUnregistered ? -2 : 0;
+  if (attributes->type != cudaMemoryTypeUnregistered) {
+    attributes->devicePointer = const_cast<void*>(ptr);
+    if (attributes->type == cudaMemoryTypeHost) attributes->hostPointer = const_cast<void*>(ptr);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  *devPtr = Allocate(size, cudaMemoryTypeDevice);
+  return *devPtr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void* devPtr) { return Release(devPtr, cudaMemoryTypeDevice); }
+
+cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
+  *pHost = Allocate(size, cudaMemoryTypeHost);
+  return *pHost ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int /*flags*/) {
+  if (TypeOf(pHost) != cudaMemoryTypeHost) return cudaErrorInvalidValue;
+  *pDevice = pHost;  // unified addressing
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) { return Release(ptr, cudaMemoryTypeHost); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int /*flags*/) {
+  *pStream = reinterpret_cast<cudaStream_t>(new FakeStream());
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<FakeStream*>(stream);  // runs what is queued first, as CUDA lets it complete
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  StreamOf(stream)->Synchronize();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) { return StreamOf(stream)->Idle() ? cudaSuccess : cudaErrorNotReady; }
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* pCaptureStatus) {
+  *pCaptureStatus = StreamOf(stream)->capture;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode /*mode*/) {
+  StreamOf(stream)->capture = cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
+  StreamOf(stream)->capture = cudaStreamCaptureStatusNone;
+  *pGraph = reinterpret_cast<cudaGraph_t>(new char(0));
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete reinterpret_cast<char*>(graph);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) {
+  *event = reinterpret_cast<cudaEvent_t>(new FakeEvent());
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<FakeEvent*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
+  uint64_t target;
+  std::shared_ptr<Progress> p = StreamOf(stream)->Mark(&target);
+  std::lock_guard<std::mutex> lock(e->m);
+  e->progress = std::move(p);
+  e->target = target;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
+  std::lock_guard<std::mutex> lock(e->m);
+  return e->progress == nullptr || e->progress->Reached(e->target) ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
+  std::shared_ptr<Progress> p;
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(e->m);
+    p = e->progress;
+    target = e->target;
+  }
+  if (p != nullptr) p->WaitFor(target);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind /*kind*/,
+                            cudaStream_t stream) {
+  StreamOf(stream)->Push([=] { std::memcpy(dst, src, count); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  cudaMemcpyAsync(dst, src, count, kind, nullptr);
+  return cudaStreamSynchronize(nullptr);
+}
+
+cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  StreamOf(stream)->Push([=] { std::memset(devPtr, value, count); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  cudaMemsetAsync(devPtr, value, count, nullptr);
+  return cudaStreamSynchronize(nullptr);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
+  StreamOf(stream)->Push([=] { fn(userData); });
+  return cudaSuccess;
+}
+
+}  // extern "C"
+
+namespace ccoll {
+
+cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t stream) {
+  StreamOf(stream)->Push([=] {
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < ticket) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  });
+  return cudaSuccess;
+}
+
+}  // namespace ccoll

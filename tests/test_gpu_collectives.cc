@@ -1,0 +1,416 @@
+// [gpu] Collectives on device buffers (core/device_proxy.h): thread ranks share one GPU, each with its own stream.
+// Every result is compared byte for byte with the same call on host buffers (itself checked against fp64 references
+// in test_collectives and test_compression): exact all-reduce over datatypes, ops, counts, 1/2/4 ranks, in place;
+// reduce-scatter, all-gather, broadcast; every codec over successive calls (error feedback, warm start). Stream
+// semantics: the call returns before the stream has run it, work queued before and after is ordered, a host call
+// waits for the device calls before it. Errors: mixed host/device buffers, a device the communicator is not bound
+// to, graph capture; a peer that aborts releases the waiting stream with an async error instead of hanging it.
+// Without a CUDA device the binary exits 77 and ctest reports the cases as skipped.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ccoll.h"
+#include "gpu_skip.h"
+#include "rank_harness.h"
+
+namespace {
+
+using cctest::Compressors;
+using cctest::Group;
+using cctest::RankResult;
+using cctest::Record;
+using cctest::RunRanks;
+using Bytes = std::vector<char>;
+
+// nranks thread ranks bound to device 0 (ccCommInitAll with a device list).
+Group DeviceGroup(int nranks, int device = 0) {
+  Group g;
+  g.comms.assign(static_cast<size_t>(nranks), nullptr);
+  std::vector<int> devs(static_cast<size_t>(nranks), device);
+  g.status = ccCommInitAll(g.comms.data(), nranks, devs.data());
+  if (g.status != ccSuccess) {
+    g.error = ccGetLastError(nullptr);
+    g.comms.clear();
+  }
+  return g;
+}
+
+// One non-blocking stream per rank (the legacy default stream would serialize the ranks' waits).
+struct Streams {
+  std::vector<cudaStream_t> s;
+  explicit Streams(int n) : s(static_cast<size_t>(n), nullptr) {
+    for (auto& st : s) REQUIRE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess);
+  }
+  ~Streams() {
+    for (auto st : s) cudaStreamDestroy(st);
+  }
+  ccStream_t operator[](int r) const { return reinterpret_cast<ccStream_t>(s[static_cast<size_t>(r)]); }
+};
+
+// Issues rank r's collective with the given buffers (host: stream NULL).
+using Issue = std::function<ccResult_t(int r, const void* send, void* recv, ccStream_t stream)>;
+
+struct Outcome {
+  std::vector<Bytes> out;
+  std::vector<RankResult> rc;
+  std::string Failure() const {
+    for (size_t r = 0; r < rc.size(); ++r) {
+      if (rc[r].rc != ccSuccess) return "rank " + std::to_string(r) + ": " + rc[r].error;
+    }
+    return "";
+  }
+};
+
+Outcome OnHost(const Group& g, const std::vector<Bytes>& in, size_t outBytes, const Issue& issue) {
+  const int n = g.size();
+  Outcome o;
+  o.out.assign(static_cast<size_t>(n), Bytes(outBytes, '\x5a'));
+  o.rc.resize(static_cast<size_t>(n));
+  RunRanks(n, [&](int r) { o.rc[r] = Record(issue(r, in[r].data(), o.out[r].data(), nullptr), g[r]); });
+  return o;
+}
+
+// The same on device buffers: the input copied in and the output poisoned on the rank's stream before the call, the
+// result copied back on it after; one synchronize at the end. inPlace: recv is the send buffer.
+Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in, size_t outBytes, const Issue& issue,
+                 bool inPlace = false) {
+  const int n = g.size();
+  Outcome o;
+  o.out.assign(static_cast<size_t>(n), Bytes(outBytes, '\x5a'));
+  o.rc.resize(static_cast<size_t>(n));
+  RunRanks(n, [&](int r) {
+    cudaSetDevice(0);
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
+    void *send = nullptr, *recv = nullptr;
+    const size_t inBytes = in[r].size();
+    if (cudaMalloc(&send, std::max<size_t>(inBytes, inPlace ? outBytes : 1)) != cudaSuccess ||
+        (!inPlace && cudaMalloc(&recv, std::max<size_t>(outBytes, 1)) != cudaSuccess)) {
+      o.rc[r] = RankResult{ccUnhandledCudaError, "cudaMalloc failed"};
+      return;
+    }
+    if (inPlace) recv = send;
+    if (!inPlace) cudaMemsetAsync(recv, 0x5a, outBytes, s);
+    cudaMemcpyAsync(send, in[r].data(), inBytes, cudaMemcpyHostToDevice, s);
+    o.rc[r] = Record(issue(r, send, recv, st[r]), g[r]);
+    cudaMemcpyAsync(o.out[r].data(), recv, outBytes, cudaMemcpyDeviceToHost, s);
+    cudaError_t e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{ccUnhandledCudaError, cudaGetErrorString(e)};
+    ccResult_t async = ccSuccess;
+    ccCommGetAsyncError(g[r], &async);
+    if (async != ccSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{async, ccGetLastError(g[r])};
+    cudaFree(send);
+    if (!inPlace) cudaFree(recv);
+  });
+  return o;
+}
+
+// Random inputs: floats of both signs for float types, small integers for int32, as raw bytes.
+std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal;
+  std::vector<Bytes> in(static_cast<size_t>(n));
+  for (auto& b : in) {
+    switch (dtype) {
+      case ccFloat32: {
+        std::vector<float> v(count);
+        for (auto& x : v) x = normal(gen);
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      case ccFloat64: {
+        std::vector<double> v(count);
+        for (auto& x : v) x = normal(gen);
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      case ccInt32: {
+        std::vector<int32_t> v(count);
+        for (auto& x : v) x = static_cast<int32_t>(gen() % 2001) - 1000;
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      default: {  // bfloat16: the top half of a float
+        std::vector<uint16_t> v(count);
+        for (auto& x : v) {
+          float f = normal(gen);
+          uint32_t u;
+          std::memcpy(&u, &f, 4);
+          x = static_cast<uint16_t>(u >> 16);
+        }
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+    }
+  }
+  return in;
+}
+
+size_t SizeOf(ccDataType_t t) { return t == ccFloat64 ? 8 : t == ccBfloat16 ? 2 : 4; }
+
+}  // namespace
+
+TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte for byte", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  struct Case {
+    ccDataType_t dtype;
+    ccRedOp_t op;
+  };
+  const Case cases[] = {{ccFloat32, ccSum}, {ccFloat32, ccAvg}, {ccFloat32, ccMax}, {ccFloat64, ccSum},
+                        {ccInt32, ccSum},   {ccInt32, ccMin},   {ccBfloat16, ccSum}};
+  for (int n : {1, 2, 4}) {
+    Group g = DeviceGroup(n);
+    REQUIRE(g.status == ccSuccess);
+    Streams st(n);
+    for (const Case& k : cases) {
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{3 * 65537}}) {
+        for (bool inPlace : {false, true}) {
+          INFO(n << " ranks, dtype " << k.dtype << ", op " << k.op << ", count " << count
+                 << (inPlace ? ", in place" : ""));
+          const std::vector<Bytes> in = Inputs(n, count, k.dtype, count * 31 + n);
+          Issue issue = [&](int r, const void* s, void* d, ccStream_t stream) {
+            return ccAllReduce(s, d, count, k.dtype, k.op, nullptr, g[r], stream);
+          };
+          const size_t bytes = count * SizeOf(k.dtype);
+          Outcome host = OnHost(g, in, bytes, issue);
+          REQUIRE(host.Failure() == "");
+          Outcome dev = OnDevice(g, st, in, bytes, issue, inPlace);
+          REQUIRE(dev.Failure() == "");
+          for (int r = 0; r < n; ++r) CHECK(dev.out[r] == host.out[r]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equal the host calls", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  for (int n : {2, 4}) {
+    Group g = DeviceGroup(n);
+    REQUIRE(g.status == ccSuccess);
+    Streams st(n);
+    const size_t count = 12345;
+    const std::vector<Bytes> big = Inputs(n, count * n, ccFloat32, 7 + n);
+    const std::vector<Bytes> small = Inputs(n, count, ccFloat32, 9 + n);
+    Issue rs = [&](int r, const void* s, void* d, ccStream_t stream) {
+      return ccReduceScatter(s, d, count, ccFloat32, ccSum, g[r], stream);
+    };
+    Issue ag = [&](int r, const void* s, void* d, ccStream_t stream) {
+      return ccAllGather(s, d, count, ccFloat32, g[r], stream);
+    };
+    Issue bc = [&](int r, const void* s, void* d, ccStream_t stream) {
+      return ccBroadcast(s, d, count, ccFloat32, n - 1, g[r], stream);
+    };
+    struct {
+      const char* name;
+      const Issue* issue;
+      const std::vector<Bytes>* in;
+      size_t outBytes;
+    } calls[] = {{"reduce-scatter", &rs, &big, count * 4},
+                 {"all-gather", &ag, &small, count * n * 4},
+                 {"broadcast", &bc, &small, count * 4}};
+    for (const auto& c : calls) {
+      INFO(c.name << ", " << n << " ranks");
+      Outcome host = OnHost(g, *c.in, c.outBytes, *c.issue);
+      REQUIRE(host.Failure() == "");
+      Outcome dev = OnDevice(g, st, *c.in, c.outBytes, *c.issue);
+      REQUIRE(dev.Failure() == "");
+      for (int r = 0; r < n; ++r) CHECK(dev.out[r] == host.out[r]);
+    }
+  }
+}
+
+TEST_CASE("[gpu] every codec on device buffers equals the host call, call after call", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const char* specs[] = {"cast16",
+                         "quant:bits=4,mode=requant",
+                         "quant:bits=8,mode=homomorphic",
+                         "quant:bits=2,mode=requant",
+                         "topk:density=0.1,ef=1",
+                         "randk:density=0.1,ef=1",
+                         "powersgd:rank=2,rows=300,cols=333"};
+  const size_t count = 300 * 333;
+  for (int n : {1, 2, 4}) {
+    Group g = DeviceGroup(n);
+    REQUIRE(g.status == ccSuccess);
+    Streams st(n);
+    for (const char* spec : specs) {
+      Compressors hostComps(spec, n, 42), devComps(spec, n, 42);
+      if (hostComps.status != ccSuccess && std::string(spec).rfind("powersgd", 0) == 0) continue;  // built without BLAS
+      REQUIRE(hostComps.status == ccSuccess);
+      REQUIRE(devComps.status == ccSuccess);
+      for (int call = 0; call < 3; ++call) {
+        INFO(spec << ", " << n << " ranks, call " << call);
+        const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 100 + call);
+        Outcome host = OnHost(g, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+          return ccAllReduce(s, d, count, ccFloat32, ccAvg, hostComps[r], g[r], stream);
+        });
+        REQUIRE(host.Failure() == "");
+        Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+          return ccAllReduce(s, d, count, ccFloat32, ccAvg, devComps[r], g[r], stream);
+        });
+        REQUIRE(dev.Failure() == "");
+        for (int r = 0; r < n; ++r) CHECK(dev.out[r] == host.out[r]);
+      }
+    }
+  }
+}
+
+TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and host calls wait for it",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const size_t count = 1 << 20;
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 5);
+  Outcome host = OnHost(g, in, count * 4, [&](int r, const void* s, void* d, ccStream_t) {
+    return ccAllReduce(s, d, count, ccFloat32, ccSum, nullptr, g[r], nullptr);
+  });
+  REQUIRE(host.Failure() == "");
+
+  // Rank 0's stream is held by a host function until the main thread lets it go: the calls must still return.
+  std::atomic<bool> release{false};
+  auto hold = [](void* flag) {
+    while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  std::vector<float*> send(n), recv(n);
+  std::vector<RankResult> rc(n), hostAfter(n);
+  std::vector<std::vector<float>> hostIn(n, std::vector<float>(1000, 1.0f)), hostOut(n, std::vector<float>(1000));
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&send[r]), count * 4) == cudaSuccess);
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&recv[r]), count * 4) == cudaSuccess);
+  }
+  cudaStream_t s0 = reinterpret_cast<cudaStream_t>(st[0]);
+  REQUIRE(cudaLaunchHostFunc(s0, hold, &release) == cudaSuccess);
+  RunRanks(n, [&](int r) {
+    cudaSetDevice(0);
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
+    cudaMemcpyAsync(send[r], in[r].data(), count * 4, cudaMemcpyHostToDevice, s);  // before the call
+    rc[r] = Record(ccAllReduce(send[r], recv[r], count, ccFloat32, ccSum, nullptr, g[r], st[r]), g[r]);
+  });
+  CHECK(rc[0].rc == ccSuccess);
+  CHECK(rc[1].rc == ccSuccess);
+  CHECK(cudaStreamQuery(s0) == cudaErrorNotReady);  // returned, not run
+  release = true;
+  std::vector<Bytes> out(n, Bytes(count * 4));
+  RunRanks(n, [&](int r) {
+    cudaSetDevice(0);
+    cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
+    cudaMemcpyAsync(out[r].data(), recv[r], count * 4, cudaMemcpyDeviceToHost, s);  // after the call
+    // A host call on the same communicator: it waits for the device call before it, on every rank.
+    hostAfter[r] =
+        Record(ccAllReduce(hostIn[r].data(), hostOut[r].data(), 1000, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
+    cudaStreamSynchronize(s);
+  });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    CHECK(out[r] == host.out[r]);
+    CHECK(hostAfter[r].rc == ccSuccess);
+    CHECK(hostOut[r][999] == 2.0f);
+    cudaFree(send[r]);
+    cudaFree(recv[r]);
+  }
+}
+
+TEST_CASE("[gpu] device buffers: bad calls are refused before anything moves", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  Group g = DeviceGroup(1);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(1);
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(st[0]);
+  const size_t count = 4096;
+  float* dev = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev), count * 4) == cudaSuccess);
+  REQUIRE(cudaMemset(dev, 0x5a, count * 4) == cudaSuccess);
+  std::vector<float> host(count, 1.0f);
+
+  // Host input, device output.
+  CHECK(ccAllReduce(host.data(), dev, count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccInvalidUsage);
+  CHECK(cctest::Contains(ccGetLastError(g[0]), "host memory"));
+
+  // Graph capture: the staged path cannot be captured, and says so.
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  CHECK(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccInvalidUsage);
+  CHECK(cctest::Contains(ccGetLastError(g[0]), "graph"));
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+
+  std::vector<uint8_t> back(count * 4);
+  REQUIRE(cudaMemcpy(back.data(), dev, count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  bool untouched = true;
+  for (uint8_t b : back) untouched = untouched && b == 0x5a;
+  CHECK(untouched);
+
+  // A communicator bound to another device refuses buffers on device 0.
+  int devices = 0;
+  cudaGetDeviceCount(&devices);
+  Group other = DeviceGroup(1, devices);  // one past the last device
+  REQUIRE(other.status == ccSuccess);
+  CHECK(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, other[0], st[0]) == ccInvalidUsage);
+  CHECK(cctest::Contains(ccGetLastError(other[0]), "bound to device"));
+  cudaFree(dev);
+}
+
+TEST_CASE("[gpu] a peer that aborts releases the waiting stream with an async error", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  Group g = DeviceGroup(2);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(2);
+  const size_t count = 1 << 16;
+  float* dev = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev), count * 4) == cudaSuccess);
+  REQUIRE(cudaMemset(dev, 0, count * 4) == cudaSuccess);
+  // Rank 0 queues a call that rank 1 never makes; rank 1 aborts instead.
+  REQUIRE(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(ccCommAbort(g.comms[1]) == ccSuccess);
+  g.comms[1] = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(st[0])) == cudaSuccess);  // released, not hung
+  INFO("released after " << cctest::SecondsSince(start) << " s");
+  ccResult_t async = ccSuccess;
+  CHECK(ccCommGetAsyncError(g[0], &async) == ccSuccess);
+  CHECK(async != ccSuccess);
+  CHECK(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, g[0], st[0]) != ccSuccess);
+  cudaFree(dev);
+}
+
+TEST_CASE("[gpu] a compressor destroyed right after its device call outlives the call", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const size_t count = 100000;
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 77);
+  Compressors ref("quant:bits=4,mode=requant", n, 3);
+  REQUIRE(ref.status == ccSuccess);
+  Outcome host = OnHost(g, in, count * 4, [&](int r, const void* s, void* d, ccStream_t) {
+    return ccAllReduce(s, d, count, ccFloat32, ccAvg, ref[r], g[r], nullptr);
+  });
+  REQUIRE(host.Failure() == "");
+  Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+    ccCompressor_t c = nullptr;
+    ccResult_t rc = ccCompressorCreateFromString(&c, "quant:bits=4,mode=requant,seed=3");
+    if (rc == ccSuccess) rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, c, g[r], stream);
+    ccCompressorDestroy(c);  // waits for the queued call that uses it
+    return rc;
+  });
+  REQUIRE(dev.Failure() == "");
+  for (int r = 0; r < n; ++r) CHECK(dev.out[r] == host.out[r]);
+}
