@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -17,6 +18,9 @@
 #include "options.h"
 #include "report.h"
 
+#ifdef CCOLL_PERF_CUDA
+#include "device_twins.h"
+#endif
 #ifdef CCOLL_PERF_MPI
 #include <mpi.h>
 
@@ -36,12 +40,12 @@ enum class Launch { kThreads, kMpi, kEnv };
 
 #ifdef CCOLL_PERF_MPI
 constexpr const char* kProgram = "allreduce_perf_mpi";
-constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec;
+constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagDevice;
 constexpr const char* kNotes =
     "Ranks are the MPI processes (mpirun -np N); the ccUniqueId is shared with MPI_Bcast.\n";
 #else
 constexpr const char* kProgram = "allreduce_perf";
-constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagThreads;
+constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagThreads | ccperf::kFlagDevice;
 constexpr const char* kNotes =
     "Launch modes:\n"
     "  threads    (default, and whenever -t is given): -t ranks, each a thread of this process (local transport).\n"
@@ -91,7 +95,23 @@ class CcollAllReducer : public ccperf::AllReducer {
   CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<uint64_t()> sideBytes)
       : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)),
         sideBytes_(std::move(sideBytes)) {}
-  ~CcollAllReducer() override { ccCompressorDestroy(comp_); }
+  ~CcollAllReducer() override {
+    Finish();
+    ccCompressorDestroy(comp_);
+  }
+
+  // -G 1: device twins of the buffers and a stream; false (with LastError) when that is not possible.
+  bool UseDevice() {
+#ifdef CCOLL_PERF_CUDA
+    twins_ = std::make_unique<ccperf::DeviceTwins>();
+    if (twins_->Init(&error_)) return true;
+    error_ = "-G 1: " + error_;
+    return false;
+#else
+    error_ = "-G 1: this allreduce_perf was built without CUDA (CCOLL_ENABLE_CUDA=OFF)";
+    return false;
+#endif
+  }
 
   bool Run(const void* send, void* recv, size_t count) override {
     if (comp_ != nullptr && count != bucket_) {
@@ -106,11 +126,32 @@ class CcollAllReducer : public ccperf::AllReducer {
       }
       bucket_ = count;
     }
-    ccResult_t r = ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, nullptr);
+    ccStream_t stream = nullptr;
+#ifdef CCOLL_PERF_CUDA
+    if (twins_) {
+      send = twins_->Twin(send);
+      recv = twins_->Twin(recv);
+      stream = static_cast<ccStream_t>(twins_->stream());
+    }
+#endif
+    ccResult_t r = ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
     if (r == ccSuccess) return true;
     error_ = Failure("ccAllReduce", r, comm_);
     return false;
   }
+#ifdef CCOLL_PERF_CUDA
+  bool Upload(const void* host, size_t bytes) override { return !twins_ || twins_->Upload(host, bytes, &error_); }
+  bool Download(void* host, size_t bytes) override { return !twins_ || twins_->Download(host, bytes, &error_); }
+  bool Finish() override {
+    if (!twins_) return true;
+    if (!twins_->Sync(&error_)) return false;
+    ccResult_t async = ccSuccess;
+    ccCommGetAsyncError(comm_, &async);
+    if (async == ccSuccess) return true;
+    error_ = Failure("a queued ccAllReduce", async, comm_);
+    return false;
+  }
+#endif
   std::string LastError() override { return error_; }
   bool BytesSent(uint64_t* bytes) override {
     ccCommStats_t st;
@@ -129,6 +170,9 @@ class CcollAllReducer : public ccperf::AllReducer {
   ccRedOp_t op_;
   std::function<uint64_t()> sideBytes_;
   std::string error_;
+#ifdef CCOLL_PERF_CUDA
+  std::unique_ptr<ccperf::DeviceTwins> twins_;
+#endif
 };
 
 // Every rank passes whether its step succeeded; the lowest failing rank prints its message (all ranks usually fail
@@ -187,6 +231,9 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
   report.Line("library: ccoll %d.%d.%d (version code %d; built against header %d)", version / 10000,
               version / 100 % 100, version % 100, version, CC_VERSION_CODE);
   report.Line("transport: %s", EnvOr("CC_TRANSPORT", defaultTransport));
+  report.Line("buffers: %s", o.device ? "GPU memory (-G 1: device 0, one non-blocking stream per rank; time includes "
+                                        "the wait for the stream after the -n calls)"
+                                      : "host memory");
   if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
   report.Line("time: us per all-reduce, mean of -n iterations timed on rank 0 between barriers, after -w warmup "
               "iterations at each size; algbw = size / time (logical bytes); busbw = algbw * 2(n-1)/n");
@@ -224,7 +271,12 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   int code;
   {
     CcollAllReducer reducer(comm, comp, o, std::move(sideBytes));  // owns comp (and each size's successor) from here
-    code = ccperf::RunAllReduceBench(setup, group, reducer, rank == 0 ? &report : nullptr);
+    const bool usable = !o.device || reducer.UseDevice();
+    if (!Agree(group, usable, reducer.LastError())) {
+      code = 1;
+    } else {
+      code = ccperf::RunAllReduceBench(setup, group, reducer, rank == 0 ? &report : nullptr);
+    }
   }
   ccResult_t r = ccCommDestroy(comm);
   if (r != ccSuccess) {

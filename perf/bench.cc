@@ -60,6 +60,9 @@ class RankRun {
     FillInput(spec_, group_.rank(), send_.get(), maxCount);
     FillPoison(o_.dtype, send_.get(), maxCount, maxCount + guard_);
     if (recv_) FillPoison(o_.dtype, recv_.get(), 0, maxCount + guard_);
+    ok = reducer_.Upload(send_.get(), bufBytes) && (!recv_ || reducer_.Upload(recv_.get(), bufBytes));
+    if (!ok) Complain("copying the buffers to their device twins failed: %s", reducer_.LastError().c_str());
+    if (!group_.AllOk(ok)) return 1;
 
     bool failed = false;
     for (size_t bytes = o_.minBytes; bytes <= o_.maxBytes;) {
@@ -119,6 +122,11 @@ class RankRun {
         return false;
       }
     }
+    if (!reducer_.Finish()) {
+      Complain("all-reduce of %zu bytes failed (%s, after the call returned): %s", bytes, phase,
+               reducer_.LastError().c_str());
+      return false;
+    }
     return true;
   }
 
@@ -127,7 +135,13 @@ class RankRun {
     const size_t count = requested / es_;
     const size_t bytes = count * es_;
     void* out = o_.inplace ? send_.get() : recv_.get();
-    if (o_.inplace) FillInput(spec_, rank, send_.get(), count);  // earlier sizes overwrote it
+    if (o_.inplace) {
+      FillInput(spec_, rank, send_.get(), count);  // earlier sizes overwrote it
+      if (!reducer_.Upload(send_.get(), bytes)) {
+        Complain("copying the inputs to the device failed: %s", reducer_.LastError().c_str());
+        return false;
+      }
+    }
 
     if (!group_.AllOk(Repeat(o_.warmup, count, bytes, "warmup"))) return false;
     uint64_t sent0 = 0, sent1 = 0;
@@ -182,7 +196,15 @@ class RankRun {
     if (!o_.inplace) FillPoison(o_.dtype, out, 0, count);
     FillPoison(o_.dtype, out, count, count + guard_);
     const uint64_t sendHash = o_.inplace ? 0 : HashBytes(send_.get(), bytes);
+    const size_t outBytes = (count + guard_) * es_;
+    bool moved = reducer_.Upload(send_.get(), o_.inplace ? outBytes : bytes) &&
+                 (o_.inplace || reducer_.Upload(out, outBytes));
+    if (!moved) Complain("copying the inputs to the device failed: %s", reducer_.LastError().c_str());
+    if (!group_.AllOk(moved)) return false;
     if (!group_.AllOk(Repeat(1, count, bytes, "check"))) return false;
+    moved = reducer_.Download(out, outBytes) && (o_.inplace || reducer_.Download(send_.get(), bytes));
+    if (!moved) Complain("copying the outputs from the device failed: %s", reducer_.LastError().c_str());
+    if (!group_.AllOk(moved)) return false;
     const bool intact = o_.inplace || HashBytes(send_.get(), bytes) == sendHash;
     const std::vector<uint64_t> hashes = group_.GatherU64(HashBytes(out, bytes));
     CheckResult cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1),
@@ -198,7 +220,10 @@ class RankRun {
     row->identical = true;
     for (uint64_t h : hashes) row->identical = row->identical && h == hashes[0];
     // Restore the inputs for the next size (out of place they were never changed unless the check failed).
-    if (!o_.inplace && !row->sendIntact) FillInput(spec_, rank, send_.get(), o_.maxBytes / es_);
+    if (!o_.inplace && !row->sendIntact) {
+      FillInput(spec_, rank, send_.get(), o_.maxBytes / es_);
+      reducer_.Upload(send_.get(), o_.maxBytes / es_ * es_);
+    }
     return true;
   }
 

@@ -21,6 +21,13 @@ class AllReducer {
   virtual std::string LastError() = 0;
   // Payload bytes this rank has sent since it started, if the implementation counts them.
   virtual bool BytesSent(uint64_t* bytes) = 0;
+
+  // Device-memory runs: Run may only queue the call (stream-ordered) and works on device twins of the host buffers.
+  // The loop calls Upload after it writes a host buffer, Download before it reads one, and Finish after a batch of
+  // Runs, which waits for them and reports a failure that happened after Run returned. Host runs: nothing to do.
+  virtual bool Upload(const void* /*host*/, size_t /*bytes*/) { return true; }
+  virtual bool Download(void* /*host*/, size_t /*bytes*/) { return true; }
+  virtual bool Finish() { return true; }
 };
 
 struct BenchSetup {

@@ -43,6 +43,11 @@ void PrintUsage(const ProgramInfo& prog, FILE* f) {
     std::fprintf(f, "  -t, --nthreads <n>         ranks, each a thread of this process; default 4 (not 1 as in "
                     "nccl-tests: a 1-rank all-reduce is a copy)\n");
   }
+  if (prog.flags & kFlagDevice) {
+    std::fprintf(f, "  -G, --device <0|1>         1: buffers in GPU memory (device 0), each rank on its own stream;\n"
+                    "                             the inputs are copied in and the outputs out around the timed "
+                    "calls; default 0\n");
+  }
   std::fprintf(f,
                "  -I, --inplace <0|1>        1: sendbuff == recvbuff (timed iterations reduce the previous result,\n"
                "                             as in nccl-tests; the check starts from fresh inputs); default 0\n"
@@ -98,7 +103,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
       {"algo", required_argument, nullptr, 'a'},       {"codec", required_argument, nullptr, 'z'},
       {"nthreads", required_argument, nullptr, 't'},   {"inplace", required_argument, nullptr, 'I'},
       {"seed", required_argument, nullptr, 'S'},       {"json", required_argument, nullptr, 'J'},
-      {"dist", required_argument, nullptr, 'D'},
+      {"dist", required_argument, nullptr, 'D'},       {"device", required_argument, nullptr, 'G'},
       {"help", no_argument, nullptr, 'h'},             {nullptr, 0, nullptr, 0}};
   auto fail = [&](const char* what, const char* value) {
     if (speak) {
@@ -111,7 +116,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
   opterr = speak ? 1 : 0;
   int c;
   long v;
-  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:G:h", kLong, nullptr)) != -1) {
     switch (c) {
       case 'b':
         if (!ParseBytes(optarg, &opts->minBytes)) return fail("-b (minbytes)", optarg);
@@ -156,6 +161,11 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
         if (!ParseInt(optarg, 1, 4096, &v)) return fail("-t (nthreads)", optarg);
         opts->threads = static_cast<int>(v);
         opts->threadsGiven = true;
+        break;
+      case 'G':
+        if (!(prog.flags & kFlagDevice)) return fail("-G (not taken by this program)", optarg);
+        if (!ParseInt(optarg, 0, 1, &v)) return fail("-G (device)", optarg);
+        opts->device = v != 0;
         break;
       case 'I':
         if (!ParseInt(optarg, 0, 1, &v)) return fail("-I (inplace)", optarg);

@@ -23,6 +23,7 @@ struct Options {
   int threads = 4;            // ranks as threads of this process
   bool threadsGiven = false;  // -t was on the command line (allreduce_perf: thread ranks even under a launcher)
   bool inplace = false;
+  bool device = false;        // -G: buffers in GPU memory (allreduce_perf built with CUDA)
   uint64_t seed = 0x5eedu;
   std::string dist = "iid";   // -D: input distribution of float data (iid, corr, heavy)
   std::string jsonPath;       // empty: no JSON
@@ -33,6 +34,7 @@ enum OptionFlags : unsigned {
   kFlagAlgo = 1u << 0,     // -a
   kFlagCodec = 1u << 1,    // -z
   kFlagThreads = 1u << 2,  // -t
+  kFlagDevice = 1u << 3,   // -G
 };
 
 struct ProgramInfo {
