@@ -88,12 +88,20 @@ class _Mlp(object):
                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
 
 
-def _batch(seed, rank, step):
+def _batch(seed, rank, step, size=64):
     """A teacher-labelled batch, different on every rank and step; the same for every run of the rank."""
     import torch
     teacher = torch.randn(32, 10, generator=torch.Generator().manual_seed(seed))
-    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(seed + 1 + rank * 1000 + step))
+    x = torch.randn(size, 32, generator=torch.Generator().manual_seed(seed + 1 + rank * 1000 + step))
     return x, (x @ teacher).argmax(dim=1)
+
+
+def _held_out_loss(model, seed):
+    """The loss on 4096 samples no rank trains on: what "learning" means, without one minibatch's noise."""
+    import torch
+    x, y = _batch(seed, 999, 999, size=4096)
+    with torch.no_grad():
+        return torch.nn.functional.cross_entropy(model(x), y).item()
 
 
 def _train(comm, rank, seed, spec, async_op=False):
@@ -117,6 +125,7 @@ def _train(comm, rank, seed, spec, async_op=False):
         ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.5)
     before = comm.stats()["collectives"]
+    held_out = [_held_out_loss(model, seed)]
     losses = []
     for step in range(STEPS):
         x, y = _batch(seed, rank, step)
@@ -125,12 +134,14 @@ def _train(comm, rank, seed, spec, async_op=False):
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    held_out.append(_held_out_loss(model, seed))
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
     specs = []
     if state is not None:
         specs = [comp.spec for _, comp in state._compressors.values()]
         state.close()
-    return {"params": params, "losses": losses, "collectives": comm.stats()["collectives"] - before,
+    return {"params": params, "losses": losses, "held_out": held_out,
+            "collectives": comm.stats()["collectives"] - before,
             "buckets": sorted(buckets), "compressor_specs": specs}
 
 
@@ -244,8 +255,14 @@ class TestTorch(unittest.TestCase):
                     self.assertTrue(comp_spec.startswith(spec.split(":")[0]), comp_spec)
                     if spec.startswith("powersgd"):  # the hook told it the bucket's gradient shapes
                         self.assertIn("shapes=", comp_spec)
-                # Still learning, and on gloo's path: the error is a fraction of how far training moved.
-                self.assertLess(res["losses"][-1], res["losses"][0])
+                # Still learning (the held-out loss falls; a training minibatch's loss is too noisy at 6 steps: with
+                # some seeds even gloo's last one is barely below its first), and on gloo's path: the error is a
+                # fraction of how far training moved.
+                # Measured over 12 seeds: gloo lowers it by 0.27-0.34 in 6 steps, the codecs by at least 70% of that.
+                drop, gloo_drop = (res["held_out"][0] - res["held_out"][-1],
+                                   self.results[0]["gloo"]["held_out"][0] - self.results[0]["gloo"]["held_out"][-1])
+                self.assertGreater(gloo_drop, 0.0)
+                self.assertGreater(drop, 0.5 * gloo_drop)
                 # (measured at 6 steps: quant 4-bit ~0.13, top-k 25% ~0.25, powersgd rank 4 ~0.36)
                 bound = {"quant": 0.3, "topk": 0.5, "powersgd": 0.6}[spec.split(":")[0]]
                 self.assertLess(np.linalg.norm(params - gloo) / moved, bound)
