@@ -19,6 +19,7 @@
 
 #include "compress/bitpack.h"
 #include "compress/codecs.h"
+#include "compress/quant.h"
 #include "compress/hadamard.h"
 #include "compress/quant_cpu.h"
 #include "compress/quant_math.h"
@@ -26,8 +27,6 @@
 
 namespace ccoll {
 namespace {
-
-enum Rounding { kNearest = 0, kStochastic = 1, kCorrelated = 2 };
 
 // k with P(|N(0,1)| > k) = p, by bisection on erfc (done once per codec).
 float ClipMultiplier(double p) {
@@ -48,57 +47,39 @@ int CeilLog2(int n) {
 
 class QuantCodec : public Codec {
  public:
-  QuantCodec(const ccCompressor& c, const CodecCall& call)
-      : bits_(static_cast<int>(c.Get(ccParamBits))),
-        levels_(Levels(bits_)),
-        homomorphic_(c.Get(ccParamMode) == ccQuantHomomorphic),
-        rotate_(c.Get(ccParamRotation) != 0),
-        block_(static_cast<size_t>(c.Get(ccParamRotationBlock))),
-        format_(static_cast<ScaleFormat>(c.Get(ccParamScaleFormat))),
-        clipK_(ClipMultiplier(static_cast<double>(c.Get(ccParamClipPpm)) / 1e6)),
-        rounding_(static_cast<int>(c.Get(ccParamRounding))),
-        gatherExact_(c.Get(ccParamGatherPayload) == 0),
-        rank_(call.rank),
-        nranks_(call.nranks) {
-    int64_t g = c.Get(ccParamGroupSize);
-    group_ = g > 0 ? static_cast<size_t>(g) : (homomorphic_ ? block_ : 32);
-    laneBits_ = homomorphic_ ? bits_ + CeilLog2(nranks_) : bits_;
-    signKey_ = StreamKey(call.seed, call.call, ~0u, kPurposeRotation);
-    ditherKey_ = StreamKey(call.seed, call.call, static_cast<uint32_t>(rank_), kPurposeDither);
-    sharedKey_ = StreamKey(call.seed, call.call, ~0u, kPurposeShared);
-  }
+  QuantCodec(const ccCompressor& c, const CodecCall& call) : plan_(MakeQuantPlan(c, call)) {}
 
   size_t MaxWireBytes(size_t len) const override {
-    size_t lanes = PackedBytes(len, laneBits_);
-    size_t requant = RequantBytes(len);
+    size_t lanes = PackedBytes(len, plan_.laneBits);
+    size_t requant = plan_.RequantBytes(len);
     return lanes > requant ? lanes : requant;
   }
   size_t HopBytes(size_t, size_t len) const override {
-    return homomorphic_ ? PackedBytes(len, laneBits_) : RequantBytes(len);
+    return plan_.homomorphic ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
   }
   size_t GatherBytes(size_t, size_t len) const override {
-    return homomorphic_ && gatherExact_ ? PackedBytes(len, laneBits_) : RequantBytes(len);
+    return plan_.homomorphic && plan_.gatherExact ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
   }
 
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
-    if (pipeline_ && rotate_ && !homomorphic_) {
+    if (pipeline_ && plan_.rotate && !plan_.homomorphic) {
       PlanLazyRotation(input, work, count);
       return;
     }
-    if (rotate_) {
-      RotateForward(input, work, count, block_, signKey_);
+    if (plan_.rotate) {
+      RotateForward(input, work, count, plan_.block, plan_.signKey);
     } else if (work != input) {
       std::memcpy(work, input, count * sizeof(float));
     }
-    if (!homomorphic_) return;
+    if (!plan_.homomorphic) return;
     // One scale per global group, agreed as the max over ranks. Non-finite groups report +inf, which survives any
     // max order, so every rank decodes that group to non-finite values.
-    size_t groups = (count + group_ - 1) / group_;
+    size_t groups = (count + plan_.group - 1) / plan_.group;
     meta->resize(groups);
     for (size_t g = 0; g < groups; ++g) {
-      size_t begin = g * group_, n = begin + group_ < count ? group_ : count - begin;
-      (*meta)[g] = GroupScaleOf(work + begin, n, clipK_);
+      size_t begin = g * plan_.group, n = begin + plan_.group < count ? plan_.group : count - begin;
+      (*meta)[g] = GroupScaleOf(work + begin, n, plan_.clipK);
     }
   }
 
@@ -106,7 +87,7 @@ class QuantCodec : public Codec {
 
   size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
           void* wireOut) override {
-    if (homomorphic_) {
+    if (plan_.homomorphic) {
       size_t bytes = EncodeLanes(local, off, len, wireOut);
       for (int k = 0; k < nin; ++k) AddPackedStreams(wireOut, wireOut, wiresIn[k], bytes);
       return bytes;
@@ -114,15 +95,15 @@ class QuantCodec : public Codec {
     if (lazy_) EnsureRotated(off, len);
     if (nin == 0) return EncodeRequant(local, off, len, wireOut);
     Grow(len);
-    return HopRequantSlice(wiresIn, nin, local, len, off, group_, bits_, format_, clipK_, Rule(), vals_.data(),
-                           codes_.data(), wireOut);
+    return HopRequantSlice(wiresIn, nin, local, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK,
+                           plan_.rule, vals_.data(), codes_.data(), wireOut);
   }
 
   size_t ReduceFinal(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
                      void* wireOut) override {
-    if (!homomorphic_ || gatherExact_) return Hop(wiresIn, nin, local, off, len, wireOut);
+    if (!plan_.homomorphic || plan_.gatherExact) return Hop(wiresIn, nin, local, off, len, wireOut);
     // The integer sums, decoded, are requantized to b bits with fresh scales for the all-gather.
-    sums_.resize(PackedBytes(len, laneBits_));  // grows to one slice once, then is reused
+    sums_.resize(PackedBytes(len, plan_.laneBits));  // grows to one slice once, then is reused
     Hop(wiresIn, nin, local, off, len, sums_.data());
     Grow(len);
     DecodeLanes(sums_.data(), off, len, vals_.data());
@@ -130,7 +111,7 @@ class QuantCodec : public Codec {
   }
 
   void DecodeGather(const void* wire, size_t off, size_t len, float* out) override {
-    if (homomorphic_ && gatherExact_) {
+    if (plan_.homomorphic && plan_.gatherExact) {
       DecodeLanes(wire, off, len, out);
     } else {
       DecodeRequant(wire, len, out);
@@ -145,40 +126,41 @@ class QuantCodec : public Codec {
 
   void Finish(float* work, size_t count, bool average) override {
     if (lazy_) return;  // every block was rotated back when its last slice was decoded
-    const float scale = average ? 1.0f / static_cast<float>(nranks_) : 1.0f;
-    if (rotate_) {
-      RotateInverse(work, count, block_, signKey_, scale);
+    const float scale = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
+    if (plan_.rotate) {
+      RotateInverse(work, count, plan_.block, plan_.signKey, scale);
     } else if (average) {
       for (size_t i = 0; i < count; ++i) work[i] *= scale;
     }
   }
 
  private:
-  // Rotation blocks are ForEachRotationBlock's: full blocks of block_, then a tail of smaller powers of two.
+  // Rotation blocks are ForEachRotationBlock's: full blocks of plan_.block, then a tail of smaller powers of two.
   void PlanLazyRotation(const float* input, float* work, size_t count) {
     lazy_ = true;
     input_ = input;
     work_ = work;
-    full_ = count / block_;
+    full_ = count / plan_.block;
     tail_.clear();
-    const size_t tail0 = full_ * block_;
-    ForEachRotationBlock(count - tail0, block_, [&](size_t off, size_t len) { tail_.push_back({tail0 + off, len}); });
+    const size_t tail0 = full_ * plan_.block;
+    ForEachRotationBlock(count - tail0, plan_.block,
+                         [&](size_t off, size_t len) { tail_.push_back({tail0 + off, len}); });
     const size_t blocks = full_ + tail_.size();
     rotated_.assign(blocks, 0);
     decoded_.assign(blocks, 0);
-    finishScale_ = average_ ? 1.0f / static_cast<float>(nranks_) : 1.0f;
+    finishScale_ = average_ ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
   }
 
   size_t BlockOf(size_t i) const {
-    if (i < full_ * block_) return i / block_;
+    if (i < full_ * plan_.block) return i / plan_.block;
     size_t b = 0;
     while (i >= tail_[b].off + tail_[b].len) ++b;
     return full_ + b;
   }
   void BlockSpan(size_t b, size_t* off, size_t* len) const {
     if (b < full_) {
-      *off = b * block_;
-      *len = block_;
+      *off = b * plan_.block;
+      *len = plan_.block;
     } else {
       *off = tail_[b - full_].off;
       *len = tail_[b - full_].len;
@@ -193,7 +175,7 @@ class QuantCodec : public Codec {
       rotated_[b] = 1;
       size_t bo, bl;
       BlockSpan(b, &bo, &bl);
-      RotateBlockForward(input_ + bo, work_ + bo, bl, bo, signKey_);
+      RotateBlockForward(input_ + bo, work_ + bo, bl, bo, plan_.signKey);
     }
   }
 
@@ -205,12 +187,8 @@ class QuantCodec : public Codec {
       BlockSpan(b, &bo, &bl);
       const size_t lo = off > bo ? off : bo, hi = off + len < bo + bl ? off + len : bo + bl;
       decoded_[b] += static_cast<uint32_t>(hi - lo);
-      if (decoded_[b] == bl) RotateBlockInverse(work_ + bo, bl, bo, signKey_, finishScale_);
+      if (decoded_[b] == bl) RotateBlockInverse(work_ + bo, bl, bo, plan_.signKey, finishScale_);
     }
-  }
-
-  size_t RequantBytes(size_t len) const {
-    return ((len + group_ - 1) / group_) * ScaleBytes(format_) + PackedBytes(len, bits_);
   }
 
   void Grow(size_t len) {
@@ -218,50 +196,30 @@ class QuantCodec : public Codec {
     if (codes_.size() < len) codes_.resize(len);
   }
 
-  DitherRule Rule() const {
-    DitherRule rule;
-    rule.rounding = (rounding_ == kCorrelated && !homomorphic_) ? kStochastic : rounding_;
-    rule.key = ditherKey_;
-    rule.sharedKey = sharedKey_;
-    rule.rank = rank_;
-    rule.nranks = nranks_;
-    return rule;
-  }
-
   size_t EncodeLanes(const float* local, size_t off, size_t len, void* wireOut) {
     Grow(len);
-    return EncodeLanesSlice(local, len, off, group_, scales_.data(), bits_, laneBits_, Rule(), codes_.data(), wireOut);
+    return EncodeLanesSlice(local, len, off, plan_.group, scales_.data(), plan_.bits, plan_.laneBits, plan_.rule,
+                            codes_.data(), wireOut);
   }
 
   void DecodeLanes(const void* wire, size_t off, size_t len, float* out) {
     Grow(len);
-    DecodeLanesSlice(wire, len, off, group_, scales_.data(), bits_, laneBits_, nranks_, codes_.data(), out);
+    DecodeLanesSlice(wire, len, off, plan_.group, scales_.data(), plan_.bits, plan_.laneBits, plan_.nranks,
+                     codes_.data(), out);
   }
 
   size_t EncodeRequant(const float* v, size_t off, size_t len, void* wireOut) {
     Grow(len);
-    return EncodeRequantSlice(v, len, off, group_, bits_, format_, clipK_, Rule(), codes_.data(), wireOut);
+    return EncodeRequantSlice(v, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK, plan_.rule,
+                              codes_.data(), wireOut);
   }
 
   void DecodeRequant(const void* wire, size_t len, float* out) {
     Grow(len);
-    DecodeRequantSlice(wire, len, group_, bits_, format_, codes_.data(), out);
+    DecodeRequantSlice(wire, len, plan_.group, plan_.bits, plan_.format, codes_.data(), out);
   }
 
-  const int bits_;
-  const uint32_t levels_;
-  const bool homomorphic_;
-  const bool rotate_;
-  const size_t block_;
-  const ScaleFormat format_;
-  const float clipK_;
-  const int rounding_;
-  const bool gatherExact_;
-  const int rank_;
-  const int nranks_;
-  size_t group_ = 32;
-  int laneBits_ = 0;
-  uint32_t signKey_ = 0, ditherKey_ = 0, sharedKey_ = 0;
+  const QuantPlan plan_;
   std::vector<float> scales_;  // homomorphic: the agreed scale of every global group
   std::vector<float> vals_;     // one slice of values being re-encoded
   std::vector<uint16_t> codes_;  // one slice of codes
@@ -275,7 +233,7 @@ class QuantCodec : public Codec {
   bool lazy_ = false;      // this call rotates lazily
   const float* input_ = nullptr;
   float* work_ = nullptr;
-  size_t full_ = 0;              // blocks of block_ elements from index 0
+  size_t full_ = 0;              // blocks of plan_.block elements from index 0
   std::vector<Span> tail_;       // the smaller blocks after them
   std::vector<uint8_t> rotated_;   // per block: rotated into work
   std::vector<uint32_t> decoded_;  // per block: elements the all-gather has decoded
@@ -283,6 +241,36 @@ class QuantCodec : public Codec {
 };
 
 }  // namespace
+
+size_t QuantPlan::RequantBytes(size_t len) const {
+  return ((len + group - 1) / group) * ScaleBytes(format) + PackedBytes(len, bits);
+}
+
+QuantPlan MakeQuantPlan(const ccCompressor& c, const CodecCall& call) {
+  QuantPlan p;
+  p.bits = static_cast<int>(c.Get(ccParamBits));
+  p.homomorphic = c.Get(ccParamMode) == ccQuantHomomorphic;
+  p.rotate = c.Get(ccParamRotation) != 0;
+  p.block = static_cast<size_t>(c.Get(ccParamRotationBlock));
+  p.format = static_cast<ScaleFormat>(c.Get(ccParamScaleFormat));
+  p.clipK = ClipMultiplier(static_cast<double>(c.Get(ccParamClipPpm)) / 1e6);
+  p.gatherExact = c.Get(ccParamGatherPayload) == 0;
+  p.rank = call.rank;
+  p.nranks = call.nranks;
+  const int64_t g = c.Get(ccParamGroupSize);
+  p.group = g > 0 ? static_cast<size_t>(g) : (p.homomorphic ? p.block : 32);
+  p.laneBits = p.homomorphic ? p.bits + CeilLog2(p.nranks) : p.bits;
+  p.signKey = StreamKey(call.seed, call.call, ~0u, kPurposeRotation);
+  // Correlated (stratified) rounding needs every rank to round the same groups on the same grid, as homomorphic
+  // codes do; requant hops round different partial sums with their own scales, so they round stochastically.
+  const int rounding = static_cast<int>(c.Get(ccParamRounding));
+  p.rule.rounding = rounding == kCorrelated && !p.homomorphic ? kStochastic : rounding;
+  p.rule.key = StreamKey(call.seed, call.call, static_cast<uint32_t>(call.rank), kPurposeDither);
+  p.rule.sharedKey = StreamKey(call.seed, call.call, ~0u, kPurposeShared);
+  p.rule.rank = call.rank;
+  p.rule.nranks = call.nranks;
+  return p;
+}
 
 bool QuantFitsRanks(const ccCompressor& c, int nranks, std::string* why) {
   constexpr int kMaxLaneBits = 16;  // codes are uint16_t; the packer takes 1..16 bits
