@@ -15,6 +15,9 @@
 #endif
 #include "compress/codecs.h"
 #include "compress/compressor.h"
+#ifdef CCOLL_HAVE_CUDA
+#include "compress/device_codec.h"
+#endif
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "core/comm.h"
@@ -223,12 +226,20 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
   return ccSuccess;
 }
 
-// A call on device buffers: staged through host memory and run by the communicator's proxy thread, in call order
-// (core/device_proxy.h). The host schedules run in place on the staging buffer: all-reduce and broadcast on the
-// whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's block at rank * count).
+// A call on device buffers, run by the communicator's proxy thread in call order (core/device_proxy.h). A compressed
+// all-reduce whose codec has CUDA kernels runs on the device buffers themselves (compress/device_codec.h). Every
+// other call is staged through host memory, where the host schedules run in place on the staging buffer:
+// all-reduce and broadcast on the whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's
+// block at rank * count).
 ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
   ccoll::DeviceProxy* proxy = nullptr;
   CC_CHECK(comm->DeviceProxyOf(&proxy));
+#ifdef CCOLL_HAVE_CUDA
+  const bool kernels = c.compressor != nullptr && comm->config.deviceKernels &&
+                       ccoll::DeviceCodecCovers(*c.compressor);
+#else
+  const bool kernels = false;  // (no proxy either: DeviceProxyOf has refused the call)
+#endif
   const size_t bytes = args.count * args.eltSize;
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;
@@ -239,6 +250,7 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
   switch (c.kind) {
     case Kind::kAllReduce:
     case Kind::kBroadcast:
+      if (kernels) break;  // nothing staged: the proxy runs the device codec on the device buffers
       staged.stagingBytes = staged.outBytes = bytes;
       staged.inBytes = c.kind == Kind::kAllReduce || comm->rank == args.root ? bytes : 0;
       break;
@@ -261,12 +273,16 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
     c.compressor->inFlight.fetch_add(1);
     hold.reset(c.compressor, [](ccCompressor* comp) { comp->inFlight.fetch_sub(1); });
   }
-  return proxy->Enqueue(staged, [comm, c, args, hostSend, hostRecv, hold](char* staging) {
-    if (staging == nullptr) return;
-    CollArgs host = args;
-    host.send = staging + hostSend;
-    host.recv = staging + hostRecv;
-    ccoll::Guarded(KindName(c.kind), [&] { return Execute(comm, c, host, true); });
+  return proxy->Enqueue(staged, [comm, c, args, kernels, hostSend, hostRecv, hold](char* staging) {
+    if (staging == nullptr) return;  // skipped
+    CollArgs run = args;
+    if (kernels) {
+      run.onDevice = true;
+    } else {
+      run.send = staging + hostSend;
+      run.recv = staging + hostRecv;
+    }
+    ccoll::Guarded(KindName(c.kind), [&] { return Execute(comm, c, run, true); });
   });
 }
 

@@ -16,6 +16,9 @@ struct CollArgs {
   ccRedOp_t op = ccSum;
   int root = 0;
   size_t eltSize = 4;
+  // send and recv are memory of the communicator's CUDA device, and the call runs on its proxy thread with device
+  // codecs (only compressed all-reduces with a codec that DeviceCodecCovers; every other device call is staged).
+  bool onDevice = false;
 };
 
 // Byte pointer arithmetic in elements.

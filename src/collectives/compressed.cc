@@ -13,6 +13,9 @@
 #endif
 #include "collectives/ring.h"
 #include "compress/codecs.h"
+#ifdef CCOLL_HAVE_CUDA
+#include "compress/device_codec.h"
+#endif
 #include "compress/compressor.h"
 #include "compress/quant_cpu.h"
 #include "compress/rng.h"
@@ -299,26 +302,68 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   return ccSuccess;
 }
 
+#ifdef CCOLL_HAVE_CUDA
+// On device buffers, on the proxy thread: the codec's passes are kernels on the compressor's stream and only wire
+// messages, in pinned host memory, meet the transports. The same schedule as the host call, so the same bytes.
+ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
+  if (!DeviceCodecCovers(*c)) {
+    return Fail(ccInvalidUsage, "rank %d: the compressor's parameters changed while its device call was queued",
+                comm->rank);
+  }
+  try {
+    if (!c->device) c->device = DeviceCodecState::Create();
+    DeviceCodecState* st = c->device.get();
+    const float* send = static_cast<const float*>(a.send);
+    float* work = static_cast<float*>(a.recv);  // as on the host: the output doubles as the working copy
+    if (comm->nranks == 1 || a.count == 0) {
+      if (work != send && a.count > 0) {
+        CheckCuda(cudaMemcpyAsync(work, send, a.count * sizeof(float), cudaMemcpyDeviceToDevice, st->stream()),
+                  "cudaMemcpyAsync (one rank)");
+      }
+      st->Synchronize();
+      return ccSuccess;
+    }
+    std::unique_ptr<Codec> codec = MakeDeviceCodec(*c, call, st);
+    std::vector<float> meta;
+    codec->Prepare(send, work, a.count, &meta);
+    if (!meta.empty()) return Fail(ccInternalError, "rank %d: a device codec asked for metadata", comm->rank);
+    CC_CHECK(RunCodec(comm, c, *codec, work, a.count, [st](size_t bytes) { return st->HostWire(bytes); }));
+    codec->Finish(work, a.count, a.op == ccAvg);
+    st->Synchronize();
+    return ccSuccess;
+  } catch (const DeviceCodecError& e) {
+    return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, e.what());
+  }
+}
+#endif
+
 }  // namespace
 
 // Runs the codec over `work` with the communicator's all-reduce algorithm, sizing the compressor's wire scratch
 // once for this communicator's slices.
-ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, size_t count) {
+ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, size_t count,
+                    const std::function<char*(size_t bytes)>& hostWire) {
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
   const size_t slot = (codec.MaxWireBytes(sliceElems) + 63) & ~size_t{63};
   // The ring's lanes take four slots each (at most as many lanes as slices); the tree takes eight.
   const size_t rounds = (PartSize(count, comm->nranks, 0) + sliceElems - 1) / sliceElems;
   const int depth = static_cast<int>(std::max<size_t>(1, std::min<size_t>(comm->config.ringDepth, rounds)));
   const size_t slots = std::max<size_t>(8, 4 * static_cast<size_t>(depth));
-  if (c->wire.size() < slots * slot) c->wire.assign(slots * slot, 0);
+  char* wire = nullptr;
+  if (hostWire) {
+    wire = hostWire(slots * slot);
+  } else {
+    if (c->wire.size() < slots * slot) c->wire.assign(slots * slot, 0);
+    wire = c->wire.data();
+  }
   CollArgs shape;
   shape.count = count;
   shape.eltSize = sizeof(float);
   const WireKind kind = static_cast<WireKind>(kWireCodecBase + c->kind);
   if (ChooseAllReduceAlgo(comm, shape) == ccAlgoTree) {
-    return CompressedTree(comm, codec, kind, work, count, c->wire.data(), slot);
+    return CompressedTree(comm, codec, kind, work, count, wire, slot);
   }
-  return CompressedRing(comm, codec, kind, work, count, c->wire.data(), slot, depth);
+  return CompressedRing(comm, codec, kind, work, count, wire, slot, depth);
 }
 
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
@@ -328,6 +373,9 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
   call.nranks = comm->nranks;
   call.seed = static_cast<uint64_t>(c->Get(ccParamSeed));
   call.call = c->calls++;
+#ifdef CCOLL_HAVE_CUDA
+  if (a.onDevice) return DeviceCompressedAllReduce(comm, a, c, call);
+#endif
   if (comm->nranks == 1 || a.count == 0) {
     // Nothing to communicate: the exact result (sum or average of one rank is its input).
     if (a.recv != a.send) std::memmove(a.recv, a.send, a.count * sizeof(float));

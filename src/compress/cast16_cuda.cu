@@ -1,5 +1,5 @@
 // CUDA kernels of the 16-bit cast codec: the same round-to-nearest-even conversions (float16.h) and the same fp32
-// sum order as cast16.cc (local, then the arriving messages in order), one thread per element.
+// sum order as cast16.cc (local, then the arriving messages in order), one thread per element; and the average.
 #include <cuda_runtime.h>
 
 #include "compress/codec_cuda.h"
@@ -44,6 +44,11 @@ __global__ void DecodeKernel(const W* in, size_t len, float* out) {
   if (i < len) out[i] = Wire<W>::Load(in[i]);
 }
 
+__global__ void ScaleKernel(float* x, size_t count, float factor, bool divide) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) x[i] = divide ? x[i] / factor : x[i] * factor;
+}
+
 template <typename W>
 ccResult_t Hop(const void* const* wiresIn, int nin, const float* local, size_t len, void* wireOut,
                cudaStream_t stream) {
@@ -82,6 +87,13 @@ ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out,
     DecodeKernel<Bf16><<<blocks, kThreads, 0, stream>>>(static_cast<const Bf16*>(in), len, out);
   }
   return Launched("cast decode kernel launch");
+}
+
+ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
+  ScaleKernel<<<blocks, kThreads, 0, stream>>>(x, count, factor, divide);
+  return Launched("scale kernel launch");
 }
 
 }  // namespace gpu

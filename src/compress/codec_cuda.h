@@ -43,5 +43,9 @@ ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const
                    void* wireOut, cudaStream_t stream);
 ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out, cudaStream_t stream);
 
+// x[i] = x[i] / factor (divide) or x[i] * factor: the average of the codecs without rotation, as their CPU Finish
+// computes it.
+ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream);
+
 }  // namespace gpu
 }  // namespace ccoll

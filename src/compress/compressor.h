@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "ccoll.h"
 
 namespace ccoll {
+
+class DeviceCodecState;  // compress/device_codec.h (CUDA builds)
 
 struct CompressorParamInfo {
   ccCompressorParam_t param;
@@ -70,6 +73,7 @@ struct ccCompressor {
   std::vector<float> lowRankQ;        // powersgd: every tensor's Q (cols x r), kept for the warm start
   std::vector<float> lowRankOut;      // powersgd: Q's all-reduce buffer
   std::vector<double> lowRankScratch; // powersgd: Gram-Schmidt's working copy
+  std::shared_ptr<ccoll::DeviceCodecState> device;  // device calls with a device codec: stream, scratch
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   // Waits until no queued device call uses this compressor any more.

@@ -162,6 +162,11 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
     return Fail(ccInvalidArgument, "CC_RING_DEPTH=%lld is out of range (1 .. 64)", static_cast<long long>(ringDepth));
   }
   out->ringDepth = static_cast<int>(ringDepth);
+  int64_t kernels = ParamInt("CC_DEVICE_KERNELS");
+  if (kernels != 0 && kernels != 1) {
+    return Fail(ccInvalidArgument, "CC_DEVICE_KERNELS=%lld must be 0 or 1", static_cast<long long>(kernels));
+  }
+  out->deviceKernels = kernels == 1;
   int64_t check = ParamInt("CC_CHECK_CALLS");
   if (check != 0 && check != 1) {
     return Fail(ccInvalidArgument, "CC_CHECK_CALLS=%lld must be 0 or 1", static_cast<long long>(check));

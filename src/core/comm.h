@@ -28,6 +28,7 @@ struct CommConfig {
   int ringDepth = 4;  // compressed ring
   bool checkCalls = true;  // CC_CHECK_CALLS
   bool checksum = false;   // CC_CHECKSUM
+  bool deviceKernels = true;  // CC_DEVICE_KERNELS
   size_t treeThreshold = 64 << 10;
 };
 

@@ -178,7 +178,7 @@ struct DeviceProxy::Impl {
       }
       if (e != cudaSuccess) return CudaFail(e, "cudaEventQuery (staging reuse)", comm_->rank);
     }
-    if (s.bytes < call.stagingBytes) {
+    if (s.host == nullptr || s.bytes < call.stagingBytes) {  // (a call that stages nothing still gets a buffer)
       size_t bytes = 4096;
       while (bytes < call.stagingBytes) bytes *= 2;
       char* fresh = nullptr;

@@ -2,8 +2,9 @@
 // device proxy's orchestration runs where there is no GPU (ctest here and in CI, under the sanitizers too). One
 // device. Each stream is a worker thread that runs its operations in order; an event is "everything its stream had
 // been given when it was recorded"; device memory is host memory that cudaPointerGetAttributes reports as device
-// memory; the stream-wait kernel is an operation that polls the flag. Not modelled: kernels in general, the legacy
-// default stream's implicit synchronization with other streams, graphs beyond "this stream is capturing".
+// memory; the stream-wait kernel is an operation that polls the flag; the codec kernels (fake_codec_kernels.cc) are
+// operations that run the CPU drivers. Not modelled: other kernels, the legacy default stream's implicit
+// synchronization with other streams, graphs beyond "this stream is capturing".
 // Implements the functions as declared in cuda_runtime_api.h, so the signatures are the real ones.
 #include <cuda_runtime_api.h>
 
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "core/stream_wait.h"
+#include "fake_launch.h"
 
 namespace {
 
@@ -322,6 +324,12 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 }
 
 }  // extern "C"
+
+namespace cctest {
+
+void FakeLaunch(cudaStream_t stream, std::function<void()> op) { StreamOf(stream)->Push(std::move(op)); }
+
+}  // namespace cctest
 
 namespace ccoll {
 
