@@ -8,9 +8,10 @@
 # Catch2 is not on that machine: before the call, on the development machine, `apt-get download catch2` into .deps/
 # (ignored by git) and pass carry [".deps"]; this script unpacks it next to the build. Without it the tests are
 # not built and only the benchmark runs. UCX, MPI and a BLAS are optional: CMake leaves out what is missing.
-# Then allreduce_perf -t 4 -G 1 (4 thread ranks sharing the GPU, device buffers staged through the proxy) for the
-# exact float and bf16 all-reduce and every codec. Not covered yet: the fused-kernel ring, the NCCL and UCX-CUDA
-# transports, graph capture.
+# Then allreduce_perf -t 4 -G 1 (4 thread ranks sharing the GPU) for the exact float and bf16 all-reduce (staged
+# through the proxy) and every codec, with its device kernels (CC_DEVICE_KERNELS=1, the default) and staged through
+# host memory with the CPU codecs (CC_DEVICE_KERNELS=0), side by side at 64 MiB. Not covered yet: the NCCL and
+# UCX-CUDA transports, graph capture.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -33,7 +34,7 @@ start=$(date +%s)
 cmake -S . -B "$BUILD_DIR" $gen -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DCCOLL_BUILD_TESTS=$tests -DCCOLL_BUILD_EXAMPLES=OFF $prefix >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
-targets="gpu_codec_bench allreduce_perf"
+targets="ccoll_info gpu_codec_bench allreduce_perf"
 [ "$tests" = ON ] && targets="$targets test_gpu test_gpu_collectives"
 cmake --build "$BUILD_DIR" --target $targets -j "$(nproc)" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "configure + build: $(( $(date +%s) - start )) s"
@@ -44,6 +45,9 @@ if [ "$tests" = ON ]; then
   tail -3 "$OUT/test_gpu.log"
   timeout 150 "$BUILD_DIR/tests/test_gpu_collectives" >"$OUT/test_gpu_collectives.log" 2>&1 || status=1
   tail -3 "$OUT/test_gpu_collectives.log"
+  CC_DEVICE_KERNELS=0 timeout 120 "$BUILD_DIR/tests/test_gpu_collectives" "[codec]" \
+    >"$OUT/test_gpu_collectives_staged.log" 2>&1 || status=1
+  tail -3 "$OUT/test_gpu_collectives_staged.log"
 fi
 # CUDA tensors through the Python binding (that machine's PyTorch has CUDA); 77 means skipped.
 (cd tests/python && CCOLL_LIBRARY="$OLDPWD/$BUILD_DIR/src/libccoll.so" PYTHONPATH="$OLDPWD/python" \
@@ -51,24 +55,35 @@ fi
 py=$?
 [ $py -ne 0 ] && [ $py -ne 77 ] && status=1
 tail -3 "$OUT/test_cuda_py.log"
+"$BUILD_DIR/src/ccoll_info" >"$OUT/features.txt" 2>&1
+cat "$OUT/features.txt"
 timeout 180 "$BUILD_DIR/perf/gpu_codec_bench" -n $((64 << 20)) -r 20 >"$OUT/bench.md" 2>&1 || status=1
 # Device buffers through the whole perf path (checked against fp64, ranks identical), one line per codec at 64 MiB.
 : >"$OUT/device_allreduce.txt"
 for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=requant quant:bits=8,mode=homomorphic \
-         topk:density=0.1 randk:density=0.1 powersgd:rank=4; do
-  if [ "${z%%:*}" = powersgd ] && ! "$BUILD_DIR/perf/allreduce_perf" -t 2 -b 64K -e 64K -n 1 -w 0 -z "$z" \
-       >/dev/null 2>&1; then
-    echo "$z: skipped (no BLAS on this machine)" >>"$OUT/device_allreduce.txt"
+         quant:bits=4,mode=homomorphic topk:density=0.1 randk:density=0.1 powersgd:rank=4; do
+  name=$(echo "$z" | tr ':,=' '___')
+  if [ "${z%%:*}" = powersgd ] && ! grep -q "cublas yes" "$OUT/features.txt"; then
+    echo "$z: skipped (this build has no cuBLAS)" >>"$OUT/device_allreduce.txt"
     continue
   fi
   d=float
   [ "$z" = none ] && d="float bfloat16"
   for t in $d; do
-    log="$OUT/allreduce_G_${z%%:*}_$t.log"
+    log="$OUT/allreduce_G_${name}_$t.log"
     timeout 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 64M -f 8 -n 5 -w 2 -d "$t" -o avg -z "$z" \
       >"$log" 2>&1 || status=1
     echo "$z $t: $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" >>"$OUT/device_allreduce.txt"
   done
+  if [ "${z%%:*}" = powersgd ] && ! grep -q "cpu blas yes" "$OUT/features.txt"; then
+    echo "$z float, staged: skipped (no CPU BLAS on this machine)" >>"$OUT/device_allreduce.txt"
+  elif [ "$z" != none ]; then
+    log="$OUT/allreduce_G_${name}_staged.log"
+    CC_DEVICE_KERNELS=0 timeout 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 64M -e 64M -n 5 -w 2 -o avg \
+      -z "$z" >"$log" 2>&1 || status=1
+    echo "$z float, staged (CC_DEVICE_KERNELS=0): $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" \
+      >>"$OUT/device_allreduce.txt"
+  fi
 done
 
 echo
@@ -77,6 +92,7 @@ cat "$OUT/gpu.txt"
 if [ "$tests" = ON ]; then
   grep -E "passed|failed|skipped" "$OUT/test_gpu.log" | tail -2
   grep -E "passed|failed|skipped" "$OUT/test_gpu_collectives.log" | tail -2
+  grep -E "passed|failed|skipped" "$OUT/test_gpu_collectives_staged.log" | tail -2
   echo "python test_cuda.py: exit $py ($(tail -1 "$OUT/test_cuda_py.log"))"
 else
   echo "tests: not built (no Catch2 in .deps/)"

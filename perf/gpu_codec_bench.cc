@@ -4,11 +4,16 @@
 //   gpu_codec_bench [-n ELEMENTS] [-r REPEATS]      default 64M float32 elements (256 MiB), 20 repeats
 //
 // Kernels: rotation forward (signs + Walsh-Hadamard, block 1024), requant encode (4 bits, group 32, bf16 scales,
-// stochastic), the fused requant hop (decode + add + encode), requant decode, and the bf16 cast hop and decode.
-// Inputs are float32; bfloat16 gradients would be widened first (not measured here).
+// stochastic), the fused requant hop (decode + add + encode), requant decode, the bf16 cast hop and decode, the
+// homomorphic lanes (group scales, 4-bit codes in 6-bit lanes: encode, packed add, decode), the sparsifiers' chunk
+// norms, gather and scatter (10% of the chunks) and error-feedback passes, and PowerSGD's three cuBLAS products (a
+// square-ish matrix of the same elements, rank 4). Inputs are float32; bfloat16 gradients would be widened first
+// (not measured here).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,8 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
+#ifdef CCOLL_HAVE_CUBLAS
+#include "compress/lowrank_cuda.h"
+#endif
 
 namespace {
 
@@ -116,8 +125,65 @@ int main(int argc, char** argv) {
        [&] { ccoll::gpu::CastHop(ccBfloat16, in1h, 1, x, n, codes, nullptr); }},
       {"bf16 cast decode", n * 2.0 + n * 4.0, [&] { ccoll::gpu::CastDecode(ccBfloat16, half, n, y, nullptr); }},
   };
-  // The requant hop and decode need a valid message first.
+  // Homomorphic lanes: 4-bit codes, 6-bit lanes (room for 4 ranks), one agreed scale per 1024 values.
+  const size_t hgroup = 1024, groups = (n + hgroup - 1) / hgroup;
+  const int laneBits = 6;
+  const size_t laneBytes = ccoll::PackedBytes(n, laneBits);
+  float* scales;
+  void *lanes, *lanes2;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&scales), groups * 4));
+  CUDA_OK(cudaMalloc(&lanes, laneBytes));
+  CUDA_OK(cudaMalloc(&lanes2, laneBytes));
+  // Sparsifiers: chunks of 1024, every tenth one chosen.
+  const size_t chunk = 1024, chunks = (n + chunk - 1) / chunk;
+  std::vector<uint32_t> chosen;
+  for (size_t c = 0; c + 1 < chunks; c += 10) chosen.push_back(static_cast<uint32_t>(c));
+  const size_t packed = chosen.size() * chunk;
+  uint32_t* dChosen;
+  float* norms;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&dChosen), chosen.size() * 4));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&norms), chunks * 4));
+  CUDA_OK(cudaMemcpy(dChosen, chosen.data(), chosen.size() * 4, cudaMemcpyHostToDevice));
+  rows.push_back({"lanes: group scales (group 1024)", n * 4.0 + groups * 4.0,
+                  [&] { ccoll::gpu::GroupScales(x, n, hgroup, 0.0f, scales, nullptr); }});
+  rows.push_back({"lanes: encode (4b in 6-bit lanes)", n * 4.0 + groups * 4.0 + laneBytes,
+                  [&] { ccoll::gpu::EncodeLanes(x, n, 0, hgroup, scales, bits, laneBits, rule, lanes, nullptr); }});
+  rows.push_back({"lanes: packed add", 3.0 * laneBytes,
+                  [&] { ccoll::gpu::AddLanes(lanes2, lanes, lanes, n, laneBits, nullptr); }});
+  rows.push_back({"lanes: decode", laneBytes + groups * 4.0 + n * 4.0,
+                  [&] { ccoll::gpu::DecodeLanes(lanes, n, 0, hgroup, scales, bits, laneBits, 4, y, nullptr); }});
+  rows.push_back({"sparse: chunk norms (chunk 1024)", n * 4.0 + chunks * 4.0,
+                  [&] { ccoll::gpu::ChunkNorms(x, n, chunk, norms, nullptr); }});
+  rows.push_back({"sparse: gather 10% of chunks", 2.0 * packed * 4,
+                  [&] { ccoll::gpu::GatherChunks(x, chunk, dChosen, packed, vals, nullptr); }});
+  rows.push_back({"sparse: scatter 10% of chunks", 2.0 * packed * 4,
+                  [&] { ccoll::gpu::ScatterChunks(vals, chunk, dChosen, packed, y, nullptr); }});
+  rows.push_back({"error feedback: add gradient", 3.0 * n * 4, [&] { ccoll::gpu::AddInto(y, x, n, nullptr); }});
+  rows.push_back({"error feedback: keep residual", 3.0 * n * 4, [&] { ccoll::gpu::KeepResidual(y, x, n, nullptr); }});
+#ifdef CCOLL_HAVE_CUBLAS
+  // PowerSGD on the most square matrix of n elements, rank 4: each product reads M (or writes it, for P Q^T).
+  const int64_t prow = static_cast<int64_t>(std::sqrt(static_cast<double>(n))), pcol = static_cast<int64_t>(n) / prow;
+  const int rank = 4;
+  std::unique_ptr<ccoll::gpu::LowRankBlas> blas;
+  if (ccoll::gpu::LowRankBlas::Create(nullptr, &blas) != ccSuccess) {
+    std::fprintf(stderr, "cuBLAS handle: failed\n");
+    return 1;
+  }
+  float *pm, *qm;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&pm), prow * rank * 4));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&qm), pcol * rank * 4));
+  CUDA_OK(cudaMemset(pm, 0, prow * rank * 4));
+  CUDA_OK(cudaMemset(qm, 0, pcol * rank * 4));
+  const double mBytes = static_cast<double>(prow) * pcol * 4;
+  const std::string shape = std::to_string(prow) + "x" + std::to_string(pcol) + ", r 4";
+  rows.push_back({"powersgd: P = M Q (" + shape + ")", mBytes, [&] { blas->ProductMQ(x, prow, pcol, qm, rank, pm); }});
+  rows.push_back({"powersgd: Q = M^T P", mBytes, [&] { blas->ProductMtP(x, prow, pcol, pm, rank, qm); }});
+  rows.push_back({"powersgd: G = P Q^T", mBytes, [&] { blas->ProductPQt(pm, qm, prow, pcol, rank, y); }});
+#endif
+  // The requant hop and decode need a valid message first; the lanes' add and decode a valid lane stream.
   ccoll::gpu::EncodeRequant(x, n, 0, group, bits, format, 0.0f, rule, codes, msg, nullptr);
+  ccoll::gpu::GroupScales(x, n, hgroup, 0.0f, scales, nullptr);
+  ccoll::gpu::EncodeLanes(x, n, 0, hgroup, scales, bits, laneBits, rule, lanes, nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   std::printf("# %s, %zu float32 elements (%.0f MiB), median of %d\n", prop.name, n, n * 4.0 / (1 << 20), repeats);
   std::printf("| kernel | time (ms) | GB/s (read+written) | vs copy |\n|---|---:|---:|---:|\n");

@@ -10,7 +10,7 @@
 #include "collectives/algo.h"
 #include "collectives/call_check.h"
 #include "collectives/compressed.h"
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
 #include "collectives/lowrank.h"
 #endif
 #include "compress/codecs.h"
@@ -54,6 +54,27 @@ struct Call {
   ccCompressor_t compressor;
   ccStream_t stream;
 };
+
+// True when a compressed all-reduce on device buffers runs on them with the device codecs and drivers
+// (collectives/device_compressed.h); else it is staged through host memory and runs the host drivers.
+bool RunsDeviceCodec(const ccComm* comm, const ccCompressor* comp) {
+#ifdef CCOLL_HAVE_CUDA
+  return comp != nullptr && comm->config.deviceKernels && ccoll::DeviceCodecCovers(*comp);
+#else
+  return false;
+#endif
+}
+
+// Where a compressor's error-feedback memory lives: host calls (and staged device calls) keep it in host memory,
+// device codecs in device memory. One compressor serves one kind.
+int MemoryOf(const ccComm* comm, const ccCompressor* comp, bool onDevice) {
+  return onDevice && RunsDeviceCodec(comm, comp) ? ccCompressor::kMemoryDevice : ccCompressor::kMemoryHost;
+}
+
+bool KeepsMemory(const ccCompressor& comp) {
+  const bool fed = comp.kind == ccCompressTopkChunk || comp.kind == ccCompressRandk || comp.kind == ccCompressPowerSGD;
+  return fed && comp.Get(ccParamErrorFeedback) != 0;
+}
 
 // Checks everything that can be checked locally. On success fills *args.
 ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice) {
@@ -116,7 +137,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
                   "compressor per bucket) on rank %d", fn, bound, c.count, rank);
     }
     std::string why;
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
     if (c.compressor->kind == ccCompressPowerSGD && !ccoll::LowRankShapesFit(*c.compressor, c.count, &why)) {
       return Fail(ccInvalidUsage, "%s: powersgd: %s (rank %d)", fn, why.c_str(), rank);
     }
@@ -147,6 +168,23 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
     }
   } else if (c.stream != nullptr && c.count > 0) {
     return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
+  }
+  if (c.compressor != nullptr && c.count > 0) {
+    const int where = MemoryOf(comm, c.compressor, *onDevice);
+    const int was = c.compressor->memory.load();
+    const char* names[] = {"", "host", "device"};
+    if (KeepsMemory(*c.compressor) && was != ccCompressor::kMemoryNone && was != where) {
+      return Fail(ccInvalidUsage, "%s: the compressor's error-feedback memory is in %s memory from its earlier calls, "
+                  "but this call keeps it in %s memory; use one compressor per bucket and kind of buffer (rank %d)", fn,
+                  names[was], names[where], rank);
+    }
+#ifndef CCOLL_HAVE_BLAS
+    if (c.compressor->kind == ccCompressPowerSGD && where == ccCompressor::kMemoryHost) {
+      return Fail(ccInvalidUsage, "%s: powersgd on %s needs a CPU BLAS, and this build of ccoll has only cuBLAS (device "
+                  "buffers with CC_DEVICE_KERNELS=1) (rank %d)", fn,
+                  *onDevice ? "staged device buffers" : "host buffers", rank);
+    }
+#endif
   }
   if (perRank && c.count > 0) {
     // The only overlap allowed is the in-place layout; anything else would read what the call has written.
@@ -234,12 +272,7 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
 ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
   ccoll::DeviceProxy* proxy = nullptr;
   CC_CHECK(comm->DeviceProxyOf(&proxy));
-#ifdef CCOLL_HAVE_CUDA
-  const bool kernels = c.compressor != nullptr && comm->config.deviceKernels &&
-                       ccoll::DeviceCodecCovers(*c.compressor);
-#else
-  const bool kernels = false;  // (no proxy either: DeviceProxyOf has refused the call)
-#endif
+  const bool kernels = RunsDeviceCodec(comm, c.compressor);
   const size_t bytes = args.count * args.eltSize;
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;
@@ -298,6 +331,9 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     CollArgs args;
     bool onDevice = false;
     ccResult_t r = Validate(comm, c, &args, &onDevice);
+    if (r == ccSuccess && c.compressor != nullptr && c.count > 0) {
+      c.compressor->memory = MemoryOf(comm, c.compressor, onDevice);
+    }
     if (r == ccSuccess && onDevice) r = EnqueueOnDevice(comm, c, args);
     if (r != ccSuccess) {
       comm->RecordError(ccoll::LastError());

@@ -38,10 +38,10 @@ ccResult_t NewCompressor(int kind, ccCompressor** out) {
                 "randk %d, powersgd %d)", kind, ccCompressCast16, ccCompressQuant, ccCompressTopkChunk,
                 ccCompressRandk, ccCompressPowerSGD);
   }
-#ifndef CCOLL_HAVE_BLAS
+#ifndef CCOLL_HAVE_LOWRANK
   if (kind == ccCompressPowerSGD) {
-    return Fail(ccInvalidUsage, "compressor kind powersgd needs a BLAS, and this build of ccoll has none (configure "
-                "with a BLAS installed, e.g. libopenblas-dev)");
+    return Fail(ccInvalidUsage, "compressor kind powersgd needs a BLAS (a CPU BLAS for host buffers, cuBLAS for "
+                "device buffers), and this build of ccoll has neither (configure with libopenblas-dev installed)");
   }
 #endif
   auto c = std::make_unique<ccCompressor>();

@@ -877,7 +877,7 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
     CHECK(Contains(ccGetLastError(nullptr), "11"));
     comp = fake;
     for (ccCompressorKind_t kind : {ccCompressCast16, ccCompressQuant, ccCompressTopkChunk, ccCompressRandk,
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
                                     ccCompressPowerSGD
 #endif
                                    }) {

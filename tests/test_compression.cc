@@ -760,7 +760,7 @@ TEST_CASE("compressor parameters and spec strings are validated with sentences t
         {"cast16:dtype=f32", ccInvalidArgument, "dtype"},
         {"zip:level=3", ccInvalidArgument, "zip"},
         {"Quant:bits=4", ccInvalidArgument, "Quant"},
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
         {"powersgd:bits=4", ccInvalidArgument, "bits"},
         {"powersgd:rank=0", ccInvalidArgument, "rank"},
         {"powersgd:rank=65", ccInvalidArgument, "rank"},
@@ -798,7 +798,7 @@ TEST_CASE("compressor parameters and spec strings are validated with sentences t
                                           ccParamStartIter,     ccParamOrthoEpsilon, ccParamSeed};
     int applied[sizeof(params) / sizeof(params[0])] = {};
     for (ccCompressorKind_t kind : {ccCompressCast16, ccCompressQuant, ccCompressTopkChunk, ccCompressRandk,
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
                                     ccCompressPowerSGD
 #endif
                                    }) {
@@ -825,7 +825,7 @@ TEST_CASE("compressor parameters and spec strings are validated with sentences t
     }
     for (size_t k = 0; k < sizeof(params) / sizeof(params[0]); ++k) {
       INFO("param " << params[k] << " applies to no kind");
-#ifndef CCOLL_HAVE_BLAS
+#ifndef CCOLL_HAVE_LOWRANK
       if (params[k] >= ccParamRank && params[k] <= ccParamOrthoEpsilon) continue;  // PowerSGD's own
 #endif
       CHECK(applied[k] > 0);
@@ -837,7 +837,7 @@ TEST_CASE("compressor parameters and spec strings are validated with sentences t
     for (const char* s : {"cast16", "quant", "topk", "randk", "quant:clip=0.000001,seed=9223372036854775807",
                           "topk:density=0.123457,chunk=1,ef=0", "randk:density=1,unbiased=on,dtype=bf16",
                           "quant:bits=1,block=64,group=1048576,scale=fp16,rounding=nearest",
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
                           "powersgd", "powersgd:rank=64,rows=4096,cols=2048,warm=off,start=10,eps=1e-08,dtype=bf16,ef=0",
                           "powersgd:shapes=1024x512+512+10x512+10"
 #endif

@@ -7,19 +7,26 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
 #include "compress/quant_cpu.h"
+#include "compress/sparse.h"
+#ifdef CCOLL_HAVE_CUBLAS
+#include "compress/lowrank_cuda.h"
+#endif
 #include "gpu_skip.h"
 
 namespace {
@@ -206,3 +213,203 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
     }
   }
 }
+
+TEST_CASE("[gpu] homomorphic lanes: scales, encode, add and decode equal the CPU driver byte for byte", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  for (size_t len : {size_t{1}, size_t{13}, size_t{1000}, size_t{65536 + 5}}) {
+    for (size_t group : {size_t{1024}, size_t{7}, size_t{100}}) {
+      for (int bits : {1, 2, 4, 8}) {
+        for (int nranks : {2, 3, 8}) {
+          for (int rounding : {0, 1, 2}) {
+            for (float clipK : {0.0f, 2.5f}) {
+              int laneBits = bits;
+              while ((1 << (laneBits - bits)) < nranks) ++laneBits;
+              INFO("len " << len << " group " << group << " bits " << bits << " lanes " << laneBits << " rounding "
+                          << rounding << " clipK " << clipK);
+              ccoll::DitherRule rule;
+              rule.rounding = rounding;
+              rule.key = 5;
+              rule.sharedKey = 6;
+              rule.rank = 1;
+              rule.nranks = nranks;
+              const uint64_t index0 = len % 2 ? 4097 : 3 * 65536;  // the slice's global index (odd and even)
+              const std::vector<float> v = Inputs(len, len + bits + group, len > 100 && clipK == 0.0f);
+              // The scales of the global groups that [index0, index0 + len) touches, from these values (as if the
+              // buffer started at index0 - first): GroupScales over a buffer that starts on a group boundary.
+              const size_t first = index0 % group, total = first + len, groups = (total + group - 1) / group;
+              std::vector<float> buf(total, 0.5f);
+              std::copy(v.begin(), v.end(), buf.begin() + static_cast<long>(first));
+              std::vector<float> cpuScales(groups);
+              for (size_t g = 0; g < groups; ++g) {
+                cpuScales[g] = ccoll::GroupScaleOf(buf.data() + g * group, std::min(group, total - g * group), clipK);
+              }
+              Dev<float> dBuf(total), dScales(groups), dV(len), dOut(len);
+              dBuf.Put(buf);
+              REQUIRE(ccoll::gpu::GroupScales(dBuf.p, total, group, clipK, dScales.p, nullptr) == ccSuccess);
+              std::vector<float> gpuScales = dScales.Get();
+              CHECK(SameBytes(cpuScales.data(), gpuScales.data(), groups * sizeof(float)));
+              // The codec indexes scales by global group: shift the array so that entry index0 / group is group 0.
+              std::vector<float> scales(index0 / group + groups, 0.0f);
+              std::copy(cpuScales.begin(), cpuScales.end(), scales.begin() + static_cast<long>(index0 / group));
+              const size_t bytes = ccoll::PackedBytes(len, laneBits);
+              std::vector<uint16_t> codes(len);
+              std::vector<uint8_t> cpuMsg(bytes), cpuSum(bytes);
+              ccoll::EncodeLanesSlice(v.data(), len, index0, group, scales.data(), bits, laneBits, rule, codes.data(),
+                                      cpuMsg.data());
+              Dev<float> dAll(scales.size());
+              Dev<uint8_t> dMsg(bytes), dMsg2(bytes);
+              dAll.Put(scales);
+              dV.Put(v);
+              REQUIRE(ccoll::gpu::EncodeLanes(dV.p, len, index0, group, dAll.p, bits, laneBits, rule, dMsg.p,
+                                              nullptr) == ccSuccess);
+              std::vector<uint8_t> gpuMsg = dMsg.Get();
+              CHECK(SameBytes(cpuMsg.data(), gpuMsg.data(), bytes));
+              // The packed add of nranks - 1 copies of another rank's codes (every lane stays within its width).
+              rule.rank = 0;
+              std::vector<uint8_t> other(bytes);
+              ccoll::EncodeLanesSlice(v.data(), len, index0, group, scales.data(), bits, laneBits, rule, codes.data(),
+                                      other.data());
+              cpuSum = cpuMsg;
+              dMsg2.Put(other);
+              for (int k = 1; k < nranks; ++k) {
+                ccoll::AddPackedStreams(cpuSum.data(), cpuSum.data(), other.data(), bytes);
+                REQUIRE(ccoll::gpu::AddLanes(dMsg.p, dMsg.p, dMsg2.p, len, laneBits, nullptr) == ccSuccess);
+              }
+              gpuMsg = dMsg.Get();
+              CHECK(SameBytes(cpuSum.data(), gpuMsg.data(), bytes));
+              std::vector<float> cpuOut(len);
+              ccoll::DecodeLanesSlice(cpuSum.data(), len, index0, group, scales.data(), bits, laneBits, nranks,
+                                      codes.data(), cpuOut.data());
+              REQUIRE(ccoll::gpu::DecodeLanes(dMsg.p, len, index0, group, dAll.p, bits, laneBits, nranks, dOut.p,
+                                              nullptr) == ccSuccess);
+              std::vector<float> gpuOut = dOut.Get();
+              CHECK(SameBytes(cpuOut.data(), gpuOut.data(), len * sizeof(float)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("[gpu] sparsifier and error-feedback kernels equal the CPU code byte for byte", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  for (size_t count : {size_t{1}, size_t{1000}, size_t{(1 << 20) + 3}}) {
+    for (size_t chunk : {size_t{1}, size_t{7}, size_t{1024}}) {
+      INFO("count " << count << " chunk " << chunk);
+      const std::vector<float> x = Inputs(count, count + chunk, count > 100);
+      Dev<float> dx(count), dNorms(ccoll::ChunkCount(count, chunk));
+      dx.Put(x);
+      std::vector<float> cpuNorms;
+      ccoll::ChunkNorms(x.data(), count, chunk, &cpuNorms);
+      REQUIRE(ccoll::gpu::ChunkNorms(dx.p, count, chunk, dNorms.p, nullptr) == ccSuccess);
+      std::vector<float> gpuNorms = dNorms.Get();
+      CHECK(SameBytes(cpuNorms.data(), gpuNorms.data(), cpuNorms.size() * sizeof(float)));
+      // The last chunk (maybe short) is always among the chosen ones here.
+      std::vector<uint32_t> chosen;
+      ccoll::RandomChunks(cpuNorms.size(), (cpuNorms.size() + 2) / 3, 17, &chosen);
+      if (chosen.back() != cpuNorms.size() - 1) chosen.back() = static_cast<uint32_t>(cpuNorms.size() - 1);
+      const size_t packed = ccoll::PackedCount(count, chunk, chosen);
+      std::vector<float> cpuPacked(packed);
+      ccoll::GatherChunks(x.data(), count, chunk, chosen, cpuPacked.data());
+      Dev<uint32_t> dChosen(chosen.size());
+      Dev<float> dPacked(packed), dOut(count);
+      dChosen.Put(chosen);
+      REQUIRE(ccoll::gpu::GatherChunks(dx.p, chunk, dChosen.p, packed, dPacked.p, nullptr) == ccSuccess);
+      std::vector<float> gpuPacked = dPacked.Get();
+      CHECK(SameBytes(cpuPacked.data(), gpuPacked.data(), packed * sizeof(float)));
+      std::vector<float> cpuOut(count, 0.0f);
+      ccoll::ScatterChunks(cpuPacked.data(), count, chunk, chosen, cpuOut.data());
+      REQUIRE(ccoll::gpu::Fill(dOut.p, count, 0.0f, nullptr) == ccSuccess);
+      REQUIRE(ccoll::gpu::ScatterChunks(dPacked.p, chunk, dChosen.p, packed, dOut.p, nullptr) == ccSuccess);
+      std::vector<float> gpuOut = dOut.Get();
+      CHECK(SameBytes(cpuOut.data(), gpuOut.data(), count * sizeof(float)));
+      // The non-finite flag, and the error feedback's passes.
+      Dev<unsigned> dFlag(1);
+      dFlag.Put({0u});
+      REQUIRE(ccoll::gpu::AnyNonFinite(dx.p, count, dFlag.p, nullptr) == ccSuccess);
+      CHECK((dFlag.Get()[0] != 0) == !std::isfinite(ccoll::MaxAbs(x.data(), count)));
+      const std::vector<float> g = Inputs(count, count + 1, false);
+      std::vector<float> e = x;
+      Dev<float> dg(count);
+      dg.Put(g);
+      for (size_t i = 0; i < count; ++i) e[i] += g[i];
+      REQUIRE(ccoll::gpu::AddInto(dx.p, dg.p, count, nullptr) == ccSuccess);
+      CHECK(SameBytes(e.data(), dx.Get().data(), count * sizeof(float)));
+      for (size_t i = 0; i < count; ++i) {
+        const float left = e[i] - g[i] * 0.5f;
+        e[i] = std::isfinite(left) ? left : 0.0f;
+      }
+      std::vector<float> half = g;
+      for (float& h : half) h *= 0.5f;
+      dg.Put(half);
+      REQUIRE(ccoll::gpu::KeepResidual(dx.p, dg.p, count, nullptr) == ccSuccess);
+      CHECK(SameBytes(e.data(), dx.Get().data(), count * sizeof(float)));
+      std::vector<float> bad = x;
+      for (float& b : bad) b = std::isfinite(b) ? b : 0.0f;
+      dx.Put(x);
+      REQUIRE(ccoll::gpu::DropNonFinite(dx.p, count, nullptr) == ccSuccess);
+      CHECK(SameBytes(bad.data(), dx.Get().data(), count * sizeof(float)));
+    }
+  }
+}
+
+#ifdef CCOLL_HAVE_CUBLAS
+// Whether every element of gpu = a (m x k) b (k x n) (row-major; ta / tb: a or b stored transposed) is within the
+// standard bound of an fp32 dot product of k terms: |gpu - exact| <= k * 2^-24 * sum |terms| (exact in double).
+bool WithinProductBound(const std::vector<float>& gpu, const std::vector<float>& a, const std::vector<float>& b,
+                        size_t m, size_t k, size_t n, bool ta, bool tb) {
+  const double u = std::ldexp(1.0, -24);
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      double s = 0.0, abs = 0.0;
+      for (size_t l = 0; l < k; ++l) {
+        const double t = static_cast<double>(ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+        s += t;
+        abs += std::fabs(t);
+      }
+      if (std::fabs(gpu[i * n + j] - s) > static_cast<double>(k) * u * abs + 1e-30) return false;
+    }
+  }
+  return true;
+}
+
+TEST_CASE("[gpu] PowerSGD's cuBLAS products match a double-precision reference", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  std::unique_ptr<ccoll::gpu::LowRankBlas> blas;
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &blas) == ccSuccess);
+  struct Shape {
+    size_t rows, cols;
+    int r;
+  } shapes[] = {{300, 333, 2}, {1024, 64, 8}, {7, 1000, 3}, {2048, 2048, 16}};
+  for (const Shape& sh : shapes) {
+    INFO(sh.rows << " x " << sh.cols << " rank " << sh.r);
+    const size_t rows = sh.rows, cols = sh.cols, r = static_cast<size_t>(sh.r);
+    const std::vector<float> m = Inputs(rows * cols, rows, false), q = Inputs(cols * r, cols, false);
+    const std::vector<float> p = Inputs(rows * r, r, false);
+    Dev<float> dm(rows * cols), dq(cols * r), dp(rows * r), dOut(rows * cols), dq2(cols * r);
+    dm.Put(m);
+    dq.Put(q);
+    dp.Put(p);
+    REQUIRE(blas->ProductMQ(dm.p, rows, cols, dq.p, sh.r, dp.p) == ccSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(WithinProductBound(dp.Get(), m, q, rows, cols, r, false, false));
+    dp.Put(p);
+    REQUIRE(blas->ProductMtP(dm.p, rows, cols, dp.p, sh.r, dq2.p) == ccSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(WithinProductBound(dq2.Get(), m, p, cols, rows, r, true, false));
+    REQUIRE(blas->ProductPQt(dp.p, dq.p, rows, cols, sh.r, dOut.p) == ccSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(WithinProductBound(dOut.Get(), p, q, rows, r, cols, false, true));
+    // Deterministic: the same product twice gives the same bytes.
+    std::vector<float> once = dOut.Get();
+    REQUIRE(blas->ProductPQt(dp.p, dq.p, rows, cols, sh.r, dOut.p) == ccSuccess);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(SameBytes(once.data(), dOut.Get().data(), once.size() * sizeof(float)));
+  }
+  blas.reset();
+  cudaStreamDestroy(stream);
+}
+#endif

@@ -8,13 +8,13 @@
 
 #include "collectives/algo.h"
 #include "collectives/btree.h"
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
 #include "collectives/lowrank.h"
 #endif
 #include "collectives/ring.h"
 #include "compress/codecs.h"
 #ifdef CCOLL_HAVE_CUDA
-#include "compress/device_codec.h"
+#include "collectives/device_compressed.h"
 #endif
 #include "compress/compressor.h"
 #include "compress/quant_cpu.h"
@@ -225,18 +225,6 @@ ccResult_t CompressedTree(ccComm* comm, Codec& codec, WireKind kind, float* work
   return io.WaitAll();
 }
 
-ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
-  if (meta->empty()) return ccSuccess;
-  CollArgs m;
-  m.send = meta->data();
-  m.recv = meta->data();
-  m.count = meta->size();
-  m.dtype = ccFloat32;
-  m.op = op;
-  m.eltSize = sizeof(float);
-  return RingAllReduce(comm, m);
-}
-
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
@@ -269,17 +257,8 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   staging.resize(packed + (flag ? 1 : 0));
   GatherChunks(x, count, chunk, chosen, staging.data());
   if (flag) staging[packed] = std::isfinite(MaxAbs(input, count)) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
-  CC_CHECK(RunCodec(comm, c, *codec, staging.data(), staging.size()));
-  const bool poisoned = flag && !std::isfinite(staging[packed]);
-  float scale = 1.0f;
-  if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
-    scale = static_cast<float>(static_cast<double>(chunks) / static_cast<double>(keep));
-  }
-  if (a.op == ccAvg) scale /= static_cast<float>(comm->nranks);
-  if (scale != 1.0f) {
-    for (size_t i = 0; i < packed; ++i) staging[i] *= scale;
-  }
+  bool poisoned = false;
+  CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), packed, flag, chunks, keep, a.op, &poisoned));
   float* out = static_cast<float*>(a.recv);
   if (poisoned) {
     std::fill(out, out + count, std::numeric_limits<float>::quiet_NaN());
@@ -302,42 +281,35 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   return ccSuccess;
 }
 
-#ifdef CCOLL_HAVE_CUDA
-// On device buffers, on the proxy thread: the codec's passes are kernels on the compressor's stream and only wire
-// messages, in pinned host memory, meet the transports. The same schedule as the host call, so the same bytes.
-ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
-  if (!DeviceCodecCovers(*c)) {
-    return Fail(ccInvalidUsage, "rank %d: the compressor's parameters changed while its device call was queued",
-                comm->rank);
-  }
-  try {
-    if (!c->device) c->device = DeviceCodecState::Create();
-    DeviceCodecState* st = c->device.get();
-    const float* send = static_cast<const float*>(a.send);
-    float* work = static_cast<float*>(a.recv);  // as on the host: the output doubles as the working copy
-    if (comm->nranks == 1 || a.count == 0) {
-      if (work != send && a.count > 0) {
-        CheckCuda(cudaMemcpyAsync(work, send, a.count * sizeof(float), cudaMemcpyDeviceToDevice, st->stream()),
-                  "cudaMemcpyAsync (one rank)");
-      }
-      st->Synchronize();
-      return ccSuccess;
-    }
-    std::unique_ptr<Codec> codec = MakeDeviceCodec(*c, call, st);
-    std::vector<float> meta;
-    codec->Prepare(send, work, a.count, &meta);
-    if (!meta.empty()) return Fail(ccInternalError, "rank %d: a device codec asked for metadata", comm->rank);
-    CC_CHECK(RunCodec(comm, c, *codec, work, a.count, [st](size_t bytes) { return st->HostWire(bytes); }));
-    codec->Finish(work, a.count, a.op == ccAvg);
-    st->Synchronize();
-    return ccSuccess;
-  } catch (const DeviceCodecError& e) {
-    return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, e.what());
-  }
-}
-#endif
-
 }  // namespace
+
+ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
+                           bool flag, size_t chunks, size_t keep, ccRedOp_t op, bool* poisoned) {
+  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
+  CC_CHECK(RunCodec(comm, c, *codec, values, packed + (flag ? 1 : 0)));
+  *poisoned = flag && !std::isfinite(values[packed]);
+  float scale = 1.0f;
+  if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
+    scale = static_cast<float>(static_cast<double>(chunks) / static_cast<double>(keep));
+  }
+  if (op == ccAvg) scale /= static_cast<float>(comm->nranks);
+  if (scale != 1.0f) {
+    for (size_t i = 0; i < packed; ++i) values[i] *= scale;
+  }
+  return ccSuccess;
+}
+
+ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
+  if (meta->empty()) return ccSuccess;
+  CollArgs m;
+  m.send = meta->data();
+  m.recv = meta->data();
+  m.count = meta->size();
+  m.dtype = ccFloat32;
+  m.op = op;
+  m.eltSize = sizeof(float);
+  return RingAllReduce(comm, m);
+}
 
 // Runs the codec over `work` with the communicator's all-reduce algorithm, sizing the compressor's wire scratch
 // once for this communicator's slices.
@@ -382,7 +354,7 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
     return ccSuccess;
   }
   if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) return SparseAllReduce(comm, a, c, call);
-#ifdef CCOLL_HAVE_BLAS
+#ifdef CCOLL_HAVE_LOWRANK
   if (c->kind == ccCompressPowerSGD) return LowRankAllReduce(comm, a, c, call);
 #endif
   std::unique_ptr<Codec> codec = c->kind == ccCompressQuant

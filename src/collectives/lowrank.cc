@@ -14,18 +14,28 @@
 #include "core/error.h"
 
 namespace ccoll {
-namespace {
 
-// Sums `count` floats over the ranks in place with wire type `wire` (ccFloat32: exact; ccBfloat16: bfloat16 on the
-// wire, float32 accumulation). Every rank ends with the same bytes.
-ccResult_t SumFloats(ccComm* comm, ccCompressor* c, const CodecCall& call, float* data, size_t count,
-                     ccDataType_t wire) {
+ccResult_t LowRankSum(ccComm* comm, ccCompressor* c, const CodecCall& call, float* data, size_t count,
+                      ccDataType_t wire) {
   if (count == 0) return ccSuccess;
   auto codec = MakeCast16Codec(wire, call);
   return RunCodec(comm, c, *codec, data, count);
 }
 
-}  // namespace
+void LowRankStartQ(ccCompressor* c, const LowRankPlan& plan, const CodecCall& call) {
+  const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
+  const bool warm = c->Get(ccParamWarmStart) != 0 && c->lowRankQ.size() == plan.qElems;
+  c->lowRankQ.resize(plan.qElems);
+  for (size_t t = 0; t < plan.matrices.size(); ++t) {
+    const LowRankMatrix& mt = plan.matrices[t];
+    float* q = c->lowRankQ.data() + mt.qOffset;
+    if (warm) Orthogonalize(q, mt.cols, mt.rank, eps, &c->lowRankScratch);
+    if (!warm || !UsableQ(q, mt.cols, mt.rank)) {
+      const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeLowRank + static_cast<uint32_t>(t << 8));
+      RandomQ(q, mt.cols, mt.rank, key, &c->lowRankScratch);
+    }
+  }
+}
 
 bool LowRankShapesFit(const ccCompressor& c, size_t count, std::string* why) {
   LowRankPlan plan;
@@ -35,6 +45,10 @@ bool LowRankShapesFit(const ccCompressor& c, size_t count, std::string* why) {
 // M = G + E; Q orthonormalized; P = M Q; all-reduce P (sum); orthogonalize P; Q = M^T P; all-reduce Q; Q /= n;
 // G^ = P Q^T (the average; n times that for sum); E = M - G^. Vectors and small matrices ride along with P, exactly.
 ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
+#ifndef CCOLL_HAVE_BLAS
+  return Fail(ccInvalidUsage, "rank %d: powersgd on host buffers needs a CPU BLAS, and this build of ccoll has none",
+              comm->rank);
+#else
   const size_t count = a.count;
   LowRankPlan plan;
   std::string why;
@@ -55,18 +69,8 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
 
   // Q: the previous call's (warm start), orthonormalized again, when it is usable; else a fresh random one. The
   // same on every rank.
+  LowRankStartQ(c, plan, call);
   const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
-  const bool warm = c->Get(ccParamWarmStart) != 0 && c->lowRankQ.size() == plan.qElems;
-  c->lowRankQ.resize(plan.qElems);
-  for (size_t t = 0; t < plan.matrices.size(); ++t) {
-    const LowRankMatrix& mt = plan.matrices[t];
-    float* q = c->lowRankQ.data() + mt.qOffset;
-    if (warm) Orthogonalize(q, mt.cols, mt.rank, eps, &c->lowRankScratch);
-    if (!warm || !UsableQ(q, mt.cols, mt.rank)) {
-      const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeLowRank + static_cast<uint32_t>(t << 8));
-      RandomQ(q, mt.cols, mt.rank, key, &c->lowRankScratch);
-    }
-  }
 
   // Round 1: every P, then the exact parts.
   std::vector<float>& pBuf = c->staging;
@@ -82,10 +86,10 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   // P in the wire type of the factors; the exact parts in float32 (one all-reduce when those are the same).
   const ccDataType_t wire = static_cast<ccDataType_t>(c->Get(ccParamValueType));
   if (wire == ccFloat32) {
-    CC_CHECK(SumFloats(comm, c, call, pBuf.data(), pBuf.size(), ccFloat32));
+    CC_CHECK(LowRankSum(comm, c, call, pBuf.data(), pBuf.size(), ccFloat32));
   } else {
-    CC_CHECK(SumFloats(comm, c, call, pBuf.data(), plan.pElems, wire));
-    CC_CHECK(SumFloats(comm, c, call, pBuf.data() + plan.pElems, plan.exactElems, ccFloat32));
+    CC_CHECK(LowRankSum(comm, c, call, pBuf.data(), plan.pElems, wire));
+    CC_CHECK(LowRankSum(comm, c, call, pBuf.data() + plan.pElems, plan.exactElems, ccFloat32));
   }
   for (const LowRankMatrix& mt : plan.matrices) {
     Orthogonalize(pBuf.data() + mt.pOffset, mt.rows, mt.rank, eps, &c->lowRankScratch);
@@ -97,7 +101,7 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   for (const LowRankMatrix& mt : plan.matrices) {
     ProductMtP(m + mt.offset, mt.rows, mt.cols, pBuf.data() + mt.pOffset, mt.rank, qBuf.data() + mt.qOffset);
   }
-  CC_CHECK(SumFloats(comm, c, call, qBuf.data(), qBuf.size(), wire));
+  CC_CHECK(LowRankSum(comm, c, call, qBuf.data(), qBuf.size(), wire));
   for (size_t i = 0; i < plan.qElems; ++i) c->lowRankQ[i] = qBuf[i] / n;  // the average; kept for the warm start
 
   // The result. M (the input or the memory) is not read after this point except by the error feedback, so the
@@ -139,6 +143,7 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
     }
   }
   return ccSuccess;
+#endif
 }
 
 }  // namespace ccoll

@@ -38,10 +38,40 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
                       size_t group, int bits, ScaleFormat format, float clipK, const DitherRule& rule, float* vals,
                       uint16_t* codes, void* wireOut, cudaStream_t stream);
 
+// Homomorphic lanes (quant_cpu.h's EncodeLanesSlice / DecodeLanesSlice and bitpack.h's AddPackedStreams):
+// GroupScales writes GroupScaleOf of every group of `group` values of v[0..count) (one per group; the metadata the
+// ranks agree on by max); EncodeLanes codes v[0..len) (global index index0) on the agreed scales of the global groups
+// (`scales`, indexed by global group) into laneBits-bit lanes; AddLanes adds two such streams of len lanes lane by
+// lane (dst may be a or b); DecodeLanes turns lane sums of nranks ranks back into values.
+ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream);
+ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
+                       int laneBits, const DitherRule& rule, void* wireOut, cudaStream_t stream);
+ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int laneBits, cudaStream_t stream);
+ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
+                       int laneBits, int nranks, float* out, cudaStream_t stream);
+
 // The 16-bit cast codec (wire ccBfloat16 or ccFloat16): out = round(local + in[0] + in[1]) (nin 0..2), and decode.
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
                    void* wireOut, cudaStream_t stream);
 ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out, cudaStream_t stream);
+
+// The chunk sparsifiers (sparse.h; sparse_cuda.cu). ChunkNorms: one squared norm per chunk of `chunk` values, the
+// bytes of the CPU's ChunkNorms. GatherChunks / ScatterChunks: the `packed` values of the chosen chunks (`chosen`:
+// device memory, increasing chunk indices) from x into a dense buffer, and back into x. Fill: x[0..count) = value.
+// AnyNonFinite: *flag |= 1 when some x[i] is NaN or infinite (flag: device memory, set to 0 by the caller).
+ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, cudaStream_t stream);
+ccResult_t GatherChunks(const float* x, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
+                        cudaStream_t stream);
+ccResult_t ScatterChunks(const float* in, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
+                         cudaStream_t stream);
+ccResult_t Fill(float* x, size_t count, float value, cudaStream_t stream);
+ccResult_t AnyNonFinite(const float* x, size_t count, unsigned* flag, cudaStream_t stream);
+
+// Error feedback (sparse_cuda.cu): acc += x; e = e - g, or 0 where that is not finite (the residual PowerSGD keeps);
+// e = 0 where e is not finite (what a sparsifier keeps of a bad gradient).
+ccResult_t AddInto(float* acc, const float* x, size_t count, cudaStream_t stream);
+ccResult_t KeepResidual(float* e, const float* g, size_t count, cudaStream_t stream);
+ccResult_t DropNonFinite(float* e, size_t count, cudaStream_t stream);
 
 // x[i] = x[i] / factor (divide) or x[i] * factor: the average of the codecs without rotation, as their CPU Finish
 // computes it.

@@ -67,13 +67,17 @@ struct ccCompressor {
   // Device calls queued with this compressor and not yet run (core/device_proxy.h): destroying it, changing a
   // parameter or resetting it waits for them.
   std::atomic<int> inFlight{0};
-  std::vector<float> errorFeedback;   // sparsifiers with ef=1: what was not sent yet
+  // Where the error-feedback memory is (collectives.cc's MemoryOf): set by the first call after a reset.
+  enum { kMemoryNone = 0, kMemoryHost = 1, kMemoryDevice = 2 };
+  std::atomic<int> memory{kMemoryNone};
+  std::vector<float> errorFeedback;   // sparsifiers and powersgd with ef=1, host calls: what was not sent yet
   std::vector<char> wire;             // wire scratch: a few slices' worth of messages
   std::vector<float> staging;         // sparsifiers: the chosen chunks, packed; powersgd: P (and exact parts)
   std::vector<float> lowRankQ;        // powersgd: every tensor's Q (cols x r), kept for the warm start
   std::vector<float> lowRankOut;      // powersgd: Q's all-reduce buffer
   std::vector<double> lowRankScratch; // powersgd: Gram-Schmidt's working copy
-  std::shared_ptr<ccoll::DeviceCodecState> device;  // device calls with a device codec: stream, scratch
+  // Device calls with a device codec: stream, scratch, the error feedback in device memory.
+  std::shared_ptr<ccoll::DeviceCodecState> device;
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   // Waits until no queued device call uses this compressor any more.
@@ -88,6 +92,8 @@ struct ccCompressor {
     errorFeedback.shrink_to_fit();
     lowRankQ.clear();
     lowRankQ.shrink_to_fit();
+    memory = kMemoryNone;
+    device.reset();  // nothing queued uses it any more (WaitIdle)
   }
 };
 

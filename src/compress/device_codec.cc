@@ -2,7 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "compress/codec_cuda.h"
+#ifdef CCOLL_HAVE_CUBLAS
+#include "compress/lowrank_cuda.h"
+#endif
+#include "compress/bitpack.h"
 #include "compress/quant.h"
 #include "core/error.h"
 
@@ -11,11 +17,7 @@ namespace {
 
 constexpr size_t kMaxRotationBlock = 16384;  // gpu::RotateForward keeps a block in shared memory
 
-void CheckLaunch(ccResult_t r) {
-  if (r != ccSuccess) throw DeviceCodecError(LastError());
-}
-
-// What both device codecs share: the wire copies around the hop and decode kernels. Subclasses say how many bytes a
+// What the device codecs share: the wire copies around the hop and decode kernels. Subclasses say how many bytes a
 // message has and which kernels turn messages and values into one another.
 class DeviceCodec : public Codec {
  public:
@@ -23,37 +25,49 @@ class DeviceCodec : public Codec {
 
   size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
              void* wireOut) override {
-    const size_t inBytes = HopBytes(off, len), outBytes = HopBytes(off, len);
-    st_->Reserve(len, MaxWireBytes(len));
-    const void* devIn[2] = {st_->in[0], st_->in[1]};
-    for (int k = 0; k < nin; ++k) {
-      CheckCuda(cudaMemcpyAsync(st_->in[k], wiresIn[k], inBytes, cudaMemcpyHostToDevice, st_->stream()),
-                "cudaMemcpyAsync (message in)");
-    }
-    HopKernels(devIn, nin, local, off, len);
-    CheckCuda(cudaMemcpyAsync(wireOut, st_->out, outBytes, cudaMemcpyDeviceToHost, st_->stream()),
-              "cudaMemcpyAsync (message out)");
-    st_->Synchronize();
-    return outBytes;
+    const size_t bytes = HopBytes(off, len);
+    const void* devIn[2];
+    CopyIn(wiresIn, nin, bytes, devIn);
+    void* devOut = st_->out.Reserve(MaxWireBytes(len));
+    HopKernels(devIn, nin, local, off, len, devOut);
+    return CopyOut(devOut, bytes, wireOut);
   }
 
   size_t ReduceFinal(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
                      void* wireOut) override {
-    return Hop(wiresIn, nin, local, off, len, wireOut);  // both covered codecs gather what a hop sends
+    return Hop(wiresIn, nin, local, off, len, wireOut);  // the gather payload is what a hop sends
   }
 
   void DecodeGather(const void* wire, size_t off, size_t len, float* out) override {
-    st_->Reserve(len, MaxWireBytes(len));
-    CheckCuda(cudaMemcpyAsync(st_->in[0], wire, GatherBytes(off, len), cudaMemcpyHostToDevice, st_->stream()),
-              "cudaMemcpyAsync (payload in)");
-    DecodeKernel(st_->in[0], off, len, out);
+    const void* devIn[1];
+    CopyIn(&wire, 1, GatherBytes(off, len), devIn);
+    DecodeKernel(devIn[0], off, len, out);
     st_->Synchronize();  // the schedule reuses the host slot
   }
 
  protected:
-  // Queue the kernels that write st_->out from the devIn messages and `local`.
-  virtual void HopKernels(const void* const* devIn, int nin, const float* local, size_t off, size_t len) = 0;
+  // Queue the kernels that write the message devOut from the devIn messages and `local`.
+  virtual void HopKernels(const void* const* devIn, int nin, const float* local, size_t off, size_t len,
+                          void* devOut) = 0;
   virtual void DecodeKernel(const void* devWire, size_t off, size_t len, float* out) = 0;
+
+  // Queues the copies of nin (0..2) host messages of `bytes` bytes into device scratch.
+  void CopyIn(const void* const* wiresIn, int nin, size_t bytes, const void** devIn) {
+    GrowOnlyBuffer* slots[2] = {&st_->in0, &st_->in1};
+    for (int k = 0; k < nin; ++k) {
+      void* d = slots[k]->Reserve(bytes);
+      CheckCuda(cudaMemcpyAsync(d, wiresIn[k], bytes, cudaMemcpyHostToDevice, st_->stream()),
+                "cudaMemcpyAsync (message in)");
+      devIn[k] = d;
+    }
+  }
+  // Copies a device message to the host and waits for it (and everything before it on the stream).
+  size_t CopyOut(const void* devOut, size_t bytes, void* wireOut) {
+    CheckCuda(cudaMemcpyAsync(wireOut, devOut, bytes, cudaMemcpyDeviceToHost, st_->stream()),
+              "cudaMemcpyAsync (message out)");
+    st_->Synchronize();
+    return bytes;
+  }
 
   void CopyInput(const float* input, float* work, size_t count) {
     if (work == input || count == 0) return;
@@ -82,8 +96,8 @@ class DeviceCastCodec : public DeviceCodec {
   }
 
  protected:
-  void HopKernels(const void* const* devIn, int nin, const float* local, size_t, size_t len) override {
-    CheckLaunch(gpu::CastHop(wire_, devIn, nin, local, len, st_->out, st_->stream()));
+  void HopKernels(const void* const* devIn, int nin, const float* local, size_t, size_t len, void* devOut) override {
+    CheckLaunch(gpu::CastHop(wire_, devIn, nin, local, len, devOut, st_->stream()));
   }
   void DecodeKernel(const void* devWire, size_t, size_t len, float* out) override {
     CheckLaunch(gpu::CastDecode(wire_, devWire, len, out, st_->stream()));
@@ -94,14 +108,22 @@ class DeviceCastCodec : public DeviceCodec {
   const int nranks_;
 };
 
-// Requant only: each message carries its own scales, so there is no metadata to agree on.
+// Both modes. Requant messages carry their own scales (no metadata); homomorphic lanes are coded on scales agreed
+// by max over the ranks (the metadata round), summed as integers at every hop, and decoded once.
 class DeviceQuantCodec : public DeviceCodec {
  public:
   DeviceQuantCodec(const QuantPlan& plan, DeviceCodecState* st) : DeviceCodec(st), plan_(plan) {}
 
-  size_t MaxWireBytes(size_t len) const override { return plan_.RequantBytes(len); }
-  size_t HopBytes(size_t, size_t len) const override { return plan_.RequantBytes(len); }
-  size_t GatherBytes(size_t, size_t len) const override { return plan_.RequantBytes(len); }
+  size_t MaxWireBytes(size_t len) const override {
+    const size_t lanes = PackedBytes(len, plan_.laneBits), requant = plan_.RequantBytes(len);
+    return lanes > requant ? lanes : requant;
+  }
+  size_t HopBytes(size_t, size_t len) const override {
+    return plan_.homomorphic ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
+  }
+  size_t GatherBytes(size_t, size_t len) const override {
+    return plan_.homomorphic && plan_.gatherExact ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
+  }
 
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
@@ -110,6 +132,42 @@ class DeviceQuantCodec : public DeviceCodec {
     } else {
       CopyInput(input, work, count);
     }
+    if (!plan_.homomorphic || count == 0) return;
+    const size_t groups = (count + plan_.group - 1) / plan_.group;
+    float* dev = st_->scales.Reserve<float>(groups);
+    float* host = st_->hostMeta.Reserve<float>(groups);
+    CheckLaunch(gpu::GroupScales(work, count, plan_.group, plan_.clipK, dev, st_->stream()));
+    CheckCuda(cudaMemcpyAsync(host, dev, groups * sizeof(float), cudaMemcpyDeviceToHost, st_->stream()),
+              "cudaMemcpyAsync (group scales out)");
+    st_->Synchronize();
+    meta->assign(host, host + groups);
+  }
+
+  void SetMeta(const std::vector<float>& agreed) override {
+    if (agreed.empty()) return;
+    float* host = st_->hostMeta.Reserve<float>(agreed.size());
+    std::copy(agreed.begin(), agreed.end(), host);
+    CheckCuda(cudaMemcpyAsync(st_->scales.Reserve<float>(agreed.size()), host, agreed.size() * sizeof(float),
+                              cudaMemcpyHostToDevice, st_->stream()),
+              "cudaMemcpyAsync (agreed scales in)");
+    st_->Synchronize();  // the pinned copy is rewritten by the next call's Prepare
+  }
+
+  size_t ReduceFinal(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
+                     void* wireOut) override {
+    if (!plan_.homomorphic || plan_.gatherExact) return Hop(wiresIn, nin, local, off, len, wireOut);
+    // The integer sums, decoded, are requantized to b bits with fresh scales for the all-gather.
+    const void* devIn[2];
+    CopyIn(wiresIn, nin, HopBytes(off, len), devIn);
+    void* sums = st_->sums.Reserve(PackedBytes(len, plan_.laneBits));
+    HopKernels(devIn, nin, local, off, len, sums);
+    float* vals = st_->vals.Reserve<float>(len);
+    CheckLaunch(gpu::DecodeLanes(sums, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits, plan_.nranks,
+                                 vals, st_->stream()));
+    void* devOut = st_->out.Reserve(MaxWireBytes(len));
+    CheckLaunch(gpu::EncodeRequant(vals, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK, plan_.rule,
+                                   st_->codes.Reserve<uint16_t>(len), devOut, st_->stream()));
+    return CopyOut(devOut, plan_.RequantBytes(len), wireOut);
   }
 
   void Finish(float* work, size_t count, bool average) override {
@@ -122,15 +180,32 @@ class DeviceQuantCodec : public DeviceCodec {
   }
 
  protected:
-  void HopKernels(const void* const* devIn, int nin, const float* local, size_t off, size_t len) override {
+  void HopKernels(const void* const* devIn, int nin, const float* local, size_t off, size_t len,
+                  void* devOut) override {
+    if (plan_.homomorphic) {
+      CheckLaunch(gpu::EncodeLanes(local, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits, plan_.rule,
+                                   devOut, st_->stream()));
+      for (int k = 0; k < nin; ++k) {
+        CheckLaunch(gpu::AddLanes(devOut, devOut, devIn[k], len, plan_.laneBits, st_->stream()));
+      }
+      return;
+    }
     CheckLaunch(gpu::HopRequant(devIn, nin, local, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK,
-                                plan_.rule, st_->vals, st_->codes, st_->out, st_->stream()));
+                                plan_.rule, st_->vals.Reserve<float>(len), st_->codes.Reserve<uint16_t>(len), devOut,
+                                st_->stream()));
   }
-  void DecodeKernel(const void* devWire, size_t, size_t len, float* out) override {
-    CheckLaunch(gpu::DecodeRequant(devWire, len, plan_.group, plan_.bits, plan_.format, out, st_->stream()));
+  void DecodeKernel(const void* devWire, size_t off, size_t len, float* out) override {
+    if (plan_.homomorphic && plan_.gatherExact) {
+      CheckLaunch(gpu::DecodeLanes(devWire, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits,
+                                   plan_.nranks, out, st_->stream()));
+    } else {
+      CheckLaunch(gpu::DecodeRequant(devWire, len, plan_.group, plan_.bits, plan_.format, out, st_->stream()));
+    }
   }
 
  private:
+  const float* Scales() const { return static_cast<const float*>(st_->scales.data()); }
+
   const QuantPlan plan_;
 };
 
@@ -140,16 +215,58 @@ void CheckCuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw DeviceCodecError(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
+void CheckLaunch(ccResult_t r) {
+  if (r != ccSuccess) throw DeviceCodecError(LastError());
+}
+
 bool DeviceCodecCovers(const ccCompressor& c) {
-  if (c.kind == ccCompressCast16) {
-    const int64_t wire = c.Get(ccParamValueType);
-    return wire == ccBfloat16 || wire == ccFloat16;
-  }
-  if (c.kind == ccCompressQuant) {
-    return c.Get(ccParamMode) == ccQuantRequant &&
-           (c.Get(ccParamRotation) == 0 || static_cast<size_t>(c.Get(ccParamRotationBlock)) <= kMaxRotationBlock);
+  switch (c.kind) {
+    case ccCompressCast16: {
+      const int64_t wire = c.Get(ccParamValueType);
+      return wire == ccBfloat16 || wire == ccFloat16;
+    }
+    case ccCompressQuant:
+      return c.Get(ccParamRotation) == 0 || static_cast<size_t>(c.Get(ccParamRotationBlock)) <= kMaxRotationBlock;
+    case ccCompressTopkChunk:
+    case ccCompressRandk:
+      return true;
+    case ccCompressPowerSGD:
+#ifdef CCOLL_HAVE_CUBLAS
+      return true;
+#else
+      return false;
+#endif
   }
   return false;
+}
+
+GrowOnlyBuffer::~GrowOnlyBuffer() {
+  retired_.push_back(p_);
+  for (void* p : retired_) {
+    if (p == nullptr) continue;
+    if (kind_ == kDevice) {
+      cudaFree(p);
+    } else {
+      cudaFreeHost(p);
+    }
+  }
+}
+
+void* GrowOnlyBuffer::Reserve(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (p_ != nullptr && bytes <= bytes_) return p_;
+  size_t grown = bytes_ > 0 ? bytes_ : 256;
+  while (grown < bytes) grown *= 2;
+  void* fresh = nullptr;
+  if (kind_ == kDevice) {
+    CheckCuda(cudaMalloc(&fresh, grown), "cudaMalloc (device codec scratch)");
+  } else {
+    CheckCuda(cudaHostAlloc(&fresh, grown, cudaHostAllocPortable), "cudaHostAlloc (device codec host scratch)");
+  }
+  if (p_ != nullptr) retired_.push_back(p_);  // queued work may still use it; freed with the object
+  p_ = fresh;
+  bytes_ = grown;
+  return p_;
 }
 
 std::shared_ptr<DeviceCodecState> DeviceCodecState::Create() {
@@ -159,53 +276,37 @@ std::shared_ptr<DeviceCodecState> DeviceCodecState::Create() {
 }
 
 DeviceCodecState::~DeviceCodecState() {
+  blas_.reset();
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
-  for (void* p : {in[0], in[1], out, static_cast<void*>(vals), static_cast<void*>(codes)}) cudaFree(p);
-  cudaFreeHost(hostWire_);
   cudaGetLastError();
 }
 
-char* DeviceCodecState::HostWire(size_t bytes) {
-  if (bytes > hostWireBytes_) {
-    Synchronize();
-    cudaFreeHost(hostWire_);
-    hostWire_ = nullptr;
-    hostWireBytes_ = 0;
-    CheckCuda(cudaHostAlloc(reinterpret_cast<void**>(&hostWire_), bytes, cudaHostAllocPortable),
-              "cudaHostAlloc (wire slots)");
-    hostWireBytes_ = bytes;
-  }
-  return hostWire_;
-}
-
-void DeviceCodecState::Reserve(size_t elems, size_t wireBytes) {
-  if (elems <= elems_ && wireBytes <= wireBytes_) return;
-  Synchronize();  // nothing queued may still use the old buffers
-  if (elems > elems_) {
-    cudaFree(vals);
-    cudaFree(codes);
-    vals = nullptr;
-    codes = nullptr;
-    elems_ = 0;
-    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&vals), elems * sizeof(float)), "cudaMalloc (values)");
-    CheckCuda(cudaMalloc(reinterpret_cast<void**>(&codes), elems * sizeof(uint16_t)), "cudaMalloc (codes)");
-    elems_ = elems;
-  }
-  if (wireBytes > wireBytes_) {
-    for (void** p : {&in[0], &in[1], &out}) {
-      cudaFree(*p);
-      *p = nullptr;
-    }
-    wireBytes_ = 0;
-    for (void** p : {&in[0], &in[1], &out}) CheckCuda(cudaMalloc(p, wireBytes), "cudaMalloc (messages)");
-    wireBytes_ = wireBytes;
-  }
-}
-
 void DeviceCodecState::Synchronize() { CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+float* DeviceCodecState::ErrorFeedback(size_t count) {
+  if (errorFeedbackCount_ != count || errorFeedback_.data() == nullptr) {
+    float* e = errorFeedback_.Reserve<float>(count);
+    CheckCuda(cudaMemsetAsync(e, 0, count * sizeof(float), stream_), "cudaMemsetAsync (error feedback)");
+    errorFeedbackCount_ = count;
+  }
+  return static_cast<float*>(errorFeedback_.data());
+}
+
+gpu::LowRankBlas* DeviceCodecState::Blas() {
+#ifdef CCOLL_HAVE_CUBLAS
+  if (!blas_) {
+    std::unique_ptr<gpu::LowRankBlas> made;
+    CheckLaunch(gpu::LowRankBlas::Create(stream_, &made));
+    blas_ = std::move(made);
+  }
+  return blas_.get();
+#else
+  throw DeviceCodecError("this build of ccoll has no cuBLAS");
+#endif
+}
 
 std::unique_ptr<Codec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st) {
   if (c.kind == ccCompressQuant) return std::make_unique<DeviceQuantCodec>(MakeQuantPlan(c, call), st);

@@ -1,13 +1,18 @@
 // Codecs that run on the GPU for a compressed all-reduce on device buffers: the working buffer (the rotated input,
 // then the sum) stays in device memory and every pass over it is a kernel of compress/*.cu; only wire messages
 // cross to the host, where the transports carry them. The kernels compute the CPU drivers' bytes, so a device call
-// ends with the same result as the host call. Covered: cast16 (bf16 and fp16 wire) and quant in requant mode. The
-// other codecs' device calls are staged through host memory (core/device_proxy.h).
+// ends with the same result as the host call. Covered here: cast16 (bf16 and fp16 wire) and quant in both modes;
+// collectives/device_compressed.cc also runs the sparsifiers and PowerSGD on the device with this state.
 //
 // A device codec implements the Codec contract with device pointers for `input`, `work`, `local` and `out`, and host
 // pointers for wire messages. Each Hop, ReduceFinal and DecodeGather returns when its kernels and copies are done
-// (the wire message is complete, the arriving one may be reused); Prepare and Finish only queue theirs, and
-// DeviceCodecState::Synchronize waits for them. A CUDA failure throws DeviceCodecError.
+// (the wire message is complete, the arriving one may be reused); Prepare returns with the metadata on the host;
+// Finish only queues its kernels, and DeviceCodecState::Synchronize waits for them. A CUDA failure throws
+// DeviceCodecError.
+//
+// Memory: buffers only grow, and a grown buffer's old block is kept until the state is destroyed. cudaFree and
+// cudaFreeHost may wait for the whole device, and with thread ranks sharing a GPU the other ranks' streams are
+// waiting (core/device_proxy.h) for collectives that need this rank: freeing during a call could deadlock.
 //
 // Only built with CCOLL_HAVE_CUDA.
 #pragma once
@@ -15,9 +20,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "compress/codec.h"
 #include "compress/codecs.h"
@@ -25,18 +32,53 @@
 
 namespace ccoll {
 
+namespace gpu {
+class LowRankBlas;  // compress/lowrank_cuda.h
+}
+
 class DeviceCodecError : public std::runtime_error {
  public:
   explicit DeviceCodecError(const std::string& what) : std::runtime_error(what) {}
 };
 
-// True when the device codec covers c's parameters (cast16 with a 16-bit wire; quant requant with rotation blocks
-// of at most 16384 elements, the kernel's shared memory).
+// Throws DeviceCodecError naming `what` when e is not cudaSuccess.
+void CheckCuda(cudaError_t e, const char* what);
+// Throws DeviceCodecError with the last-error sentence when r is not ccSuccess (a kernel launch failed).
+void CheckLaunch(ccResult_t r);
+
+// True when a device codec or driver covers c's parameters: cast16 with a 16-bit wire; quant with rotation blocks of
+// at most 16384 elements (the rotation kernel's shared memory); topk and randk; powersgd in a build with cuBLAS.
 bool DeviceCodecCovers(const ccCompressor& c);
 
-// What a compressor keeps for its device calls, on the device current when it is made: a stream, device scratch for
-// one slice's messages and values, and pinned host memory for the schedule's wire slots. It grows with the slices
-// and lives until the compressor is destroyed or reset.
+// Device memory (or pinned host memory) that only grows; see "Memory" above. Contents are not kept when it grows.
+class GrowOnlyBuffer {
+ public:
+  enum Kind { kDevice, kPinnedHost };
+  explicit GrowOnlyBuffer(Kind kind) : kind_(kind) {}
+  ~GrowOnlyBuffer();
+  GrowOnlyBuffer(const GrowOnlyBuffer&) = delete;
+  GrowOnlyBuffer& operator=(const GrowOnlyBuffer&) = delete;
+
+  // At least `bytes` bytes (at least 1).
+  void* Reserve(size_t bytes);
+  template <typename T>
+  T* Reserve(size_t n) {
+    return static_cast<T*>(Reserve(n * sizeof(T)));
+  }
+  void* data() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const Kind kind_;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  std::vector<void*> retired_;
+};
+
+// What a compressor keeps for its device calls, on the device current when it is made: a stream, device scratch,
+// pinned host memory for the schedule's wire slots and for what the host reduces (metadata, PowerSGD's factors), the
+// error-feedback memory in device memory, and a cuBLAS handle for PowerSGD. It lives until the compressor is
+// destroyed or reset.
 class DeviceCodecState {
  public:
   // Makes the state on the current device; the caller (the proxy thread) has set it.
@@ -46,30 +88,36 @@ class DeviceCodecState {
   DeviceCodecState& operator=(const DeviceCodecState&) = delete;
 
   cudaStream_t stream() const { return stream_; }
-  // Pinned host memory of at least `bytes` (its contents are not kept when it grows).
-  char* HostWire(size_t bytes);
-  // Device scratch for slices of up to `elems` values and wire messages of up to `wireBytes`.
-  void Reserve(size_t elems, size_t wireBytes);
   // Waits for everything queued on the stream.
   void Synchronize();
+  // The error-feedback memory of `count` floats, zero when first made (the bucket's count never changes).
+  float* ErrorFeedback(size_t count);
+  // The cuBLAS handle on this state's stream, made at first use (CCOLL_HAVE_CUBLAS builds).
+  gpu::LowRankBlas* Blas();
 
-  void* in[2] = {nullptr, nullptr};  // arriving messages, copied in
-  void* out = nullptr;               // the message leaving
-  float* vals = nullptr;             // a slice of values being re-encoded
-  uint16_t* codes = nullptr;         // a slice of codes (packing pass)
+  // Scratch, reserved by each user for what it needs (contents are per call):
+  GrowOnlyBuffer hostWire{GrowOnlyBuffer::kPinnedHost};  // the schedule's wire slots
+  GrowOnlyBuffer in0{GrowOnlyBuffer::kDevice}, in1{GrowOnlyBuffer::kDevice};  // arriving messages, copied in
+  GrowOnlyBuffer out{GrowOnlyBuffer::kDevice};    // the message leaving
+  GrowOnlyBuffer vals{GrowOnlyBuffer::kDevice};   // a slice of values being re-encoded
+  GrowOnlyBuffer codes{GrowOnlyBuffer::kDevice};  // a slice of codes (packing pass)
+  GrowOnlyBuffer sums{GrowOnlyBuffer::kDevice};   // homomorphic: a slice's lane sums before the requant gather
+  GrowOnlyBuffer scales{GrowOnlyBuffer::kDevice};   // homomorphic: every group's agreed scale
+  GrowOnlyBuffer packed{GrowOnlyBuffer::kDevice};   // sparsifiers: the chosen chunks; powersgd: P and exact parts
+  GrowOnlyBuffer factors{GrowOnlyBuffer::kDevice};  // powersgd: Q, then Q's sum
+  GrowOnlyBuffer index{GrowOnlyBuffer::kDevice};    // sparsifiers: the chosen chunks' indices; a flag
+  GrowOnlyBuffer hostMeta{GrowOnlyBuffer::kPinnedHost};  // metadata and small host copies
+  GrowOnlyBuffer hostPacked{GrowOnlyBuffer::kPinnedHost};  // what the host schedule reduces
 
  private:
   DeviceCodecState() = default;
   cudaStream_t stream_ = nullptr;
-  char* hostWire_ = nullptr;
-  size_t hostWireBytes_ = 0;
-  size_t elems_ = 0, wireBytes_ = 0;
+  GrowOnlyBuffer errorFeedback_{GrowOnlyBuffer::kDevice};
+  size_t errorFeedbackCount_ = 0;
+  std::shared_ptr<gpu::LowRankBlas> blas_;  // (shared_ptr: the type is incomplete here)
 };
 
-// Throws DeviceCodecError naming `what` when e is not cudaSuccess.
-void CheckCuda(cudaError_t e, const char* what);
-
-// The device codec for one call of c (DeviceCodecCovers(c) must hold); its work goes on st's stream.
+// The device codec for one call of c (kind cast16 or quant, DeviceCodecCovers(c)); its work goes on st's stream.
 std::unique_ptr<Codec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st);
 
 }  // namespace ccoll

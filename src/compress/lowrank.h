@@ -47,6 +47,7 @@ void RandomQ(float* q, int64_t cols, int r, uint32_t key, std::vector<double>* s
 // False when q has a non-finite value or an all-zero column (a warm start from it would stay stuck).
 bool UsableQ(const float* q, int64_t cols, int r);
 
+// The products on a CPU BLAS (lowrank_blas.cc; CCOLL_HAVE_BLAS builds). On device buffers: lowrank_cuda.h.
 // p = m q (rows x r).
 void ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p);
 // q = m^T p (cols x r).

@@ -1,4 +1,5 @@
-// CUDA kernels of the quantization codec: the randomized Hadamard rotation and the requant encode, decode and hop.
+// CUDA kernels of the quantization codec: the randomized Hadamard rotation, the requant encode, decode and hop, and
+// the homomorphic lanes (group scales, encode, packed add, decode).
 // They call the same host/device element math as the CPU drivers (hadamard.h, quant_math.h, rng.h, bitpack.h) in
 // the same order of operations, and this file is compiled with --fmad=false, so that the bytes match the CPU path;
 // tests/test_gpu.cc checks that on a device (not yet run on one: see perf/gpu_check.sh).
@@ -94,8 +95,9 @@ __device__ float DitherAt(const DitherRule& rule, uint32_t gi) {
   return Dither(rule.key, gi);
 }
 
-// The scale of a group as GroupScaleOf computes it, rounded up to the format, stored, and read back.
-__device__ float EncodeScale(const float* v, size_t n, float clipK, ScaleFormat format, uint8_t* dst) {
+// The scale of a group as GroupScaleOf computes it: max |v| (the unsigned max of the sign-cleared bit patterns), or
+// the clip point clipK * rms when smaller (the squares summed in order), flushed to zero when tiny.
+__device__ float GroupScaleAt(const float* v, size_t n, float clipK) {
   uint32_t m = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t u = FloatBits(v[i]) & 0x7fffffffu;
@@ -107,7 +109,12 @@ __device__ float EncodeScale(const float* v, size_t n, float clipK, ScaleFormat 
     for (size_t i = 0; i < n; ++i) sq += v[i] * v[i];
     s = GroupScale(s, n ? sqrtf(sq / static_cast<float>(n)) : 0.0f, clipK);
   }
-  s = RoundScaleUp(FlushTinyScale(s), format);
+  return FlushTinyScale(s);
+}
+
+// The scale of a group as GroupScaleOf computes it, rounded up to the format, stored, and read back.
+__device__ float EncodeScale(const float* v, size_t n, float clipK, ScaleFormat format, uint8_t* dst) {
+  const float s = RoundScaleUp(GroupScaleAt(v, n, clipK), format);
   StoreScale(dst, s, format);
   return LoadScale(dst, format);
 }
@@ -196,7 +203,92 @@ __global__ void HopRequantKernel(const uint8_t* in0, const uint8_t* in1, int nin
   EncodeGroup(vals, len, g, index0, group, bits, format, clipK, rule, scales, codes, packed, aligned);
 }
 
+// Homomorphic lanes. One thread per group of `group` values: its agreed-scale candidate (the metadata).
+__global__ void GroupScalesKernel(const float* v, size_t count, size_t group, float clipK, float* scales) {
+  const size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= (count + group - 1) / group) return;
+  const size_t begin = g * group;
+  scales[g] = GroupScaleAt(v + begin, count - begin < group ? count - begin : group, clipK);
+}
+
+// One thread per 8 values, whose `laneBits`-bit codes fill exactly laneBits bytes (the last thread: fewer). Each
+// value is coded on the grid of its global group's agreed scale, with the dither of its global index.
+__global__ void EncodeLanesKernel(const float* v, size_t len, uint64_t index0, size_t group, const float* scales,
+                                  int bits, int laneBits, DitherRule rule, uint8_t* out) {
+  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t begin = 8 * t;
+  if (begin >= len) return;
+  const size_t end = len - begin < 8 ? len : begin + 8;
+  const uint32_t levels = Levels(bits);
+  BitWriter w(out + t * static_cast<size_t>(laneBits));
+  for (size_t e = begin; e < end; ++e) {
+    const float s = scales[(index0 + e) / group];
+    float step, inv;
+    GridOf(s, levels, &step, &inv);
+    w.Put(QuantizeCode(v[e], inv, s * inv, levels, DitherAt(rule, static_cast<uint32_t>(index0 + e))), laneBits);
+  }
+  w.Flush();
+}
+
+// One thread per value: the lane sum of nranks codes back to the sum of the values, C * step - nranks * s.
+__global__ void DecodeLanesKernel(const uint8_t* wire, size_t len, uint64_t index0, size_t group, const float* scales,
+                                  int bits, int laneBits, int nranks, float* out) {
+  const size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= len) return;
+  const float s = scales[(index0 + j) / group];
+  float step, inv;
+  GridOf(s, Levels(bits), &step, &inv);
+  const uint32_t code = ReadBits(wire, PackedBytes(len, laneBits), j * static_cast<size_t>(laneBits), laneBits);
+  out[j] = static_cast<float>(code) * step - static_cast<float>(nranks) * s;
+}
+
+// dst = a + b over a stream of lanes, one thread per 8 lanes (laneBits bytes): as AddPackedStreams' whole-stream
+// addition, because no lane overflows, so no carry crosses from one group of 8 lanes into the next.
+__global__ void AddLanesKernel(uint8_t* dst, const uint8_t* a, const uint8_t* b, size_t bytes, int laneBits) {
+  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t begin = t * static_cast<size_t>(laneBits);
+  if (begin >= bytes) return;
+  const size_t end = bytes - begin < static_cast<size_t>(laneBits) ? bytes : begin + laneBits;
+  uint32_t carry = 0;
+  for (size_t i = begin; i < end; ++i) {
+    const uint32_t sum = static_cast<uint32_t>(a[i]) + b[i] + carry;
+    dst[i] = static_cast<uint8_t>(sum);
+    carry = sum >> 8;
+  }
+}
+
 }  // namespace
+
+ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  GroupScalesKernel<<<Blocks((count + group - 1) / group), kThreads, 0, stream>>>(v, count, group, clipK, scales);
+  return Check(cudaGetLastError(), "group scales kernel launch");
+}
+
+ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
+                       int laneBits, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  EncodeLanesKernel<<<Blocks((len + 7) / 8), kThreads, 0, stream>>>(v, len, index0, group, scales, bits, laneBits,
+                                                                    rule, static_cast<uint8_t*>(wireOut));
+  return Check(cudaGetLastError(), "lanes encode kernel launch");
+}
+
+ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
+                       int laneBits, int nranks, float* out, cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  DecodeLanesKernel<<<Blocks(len), kThreads, 0, stream>>>(static_cast<const uint8_t*>(wire), len, index0, group,
+                                                          scales, bits, laneBits, nranks, out);
+  return Check(cudaGetLastError(), "lanes decode kernel launch");
+}
+
+ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int laneBits, cudaStream_t stream) {
+  const size_t bytes = PackedBytes(len, laneBits);
+  if (bytes == 0) return ccSuccess;
+  AddLanesKernel<<<Blocks((len + 7) / 8), kThreads, 0, stream>>>(static_cast<uint8_t*>(dst),
+                                                                 static_cast<const uint8_t*>(a),
+                                                                 static_cast<const uint8_t*>(b), bytes, laneBits);
+  return Check(cudaGetLastError(), "lanes add kernel launch");
+}
 
 ccResult_t RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey,
                          cudaStream_t stream) {

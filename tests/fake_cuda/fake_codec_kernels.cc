@@ -1,16 +1,26 @@
 // The codec "kernels" of compress/codec_cuda.h for the fake CUDA runtime: each one is queued on its stream and runs
 // the CPU driver of the same element math there. The device codec's plumbing (copies, scratch, stream order, the
 // schedule around it) is then tested without a GPU; that the real kernels write the CPU drivers' bytes is
-// tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments are.
+// tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments are. The cuBLAS
+// products are the CPU BLAS's.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include <cmath>
+#include <cstring>
+
 #include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
 #include "compress/codecs.h"
 #include "compress/quant_cpu.h"
+#include "compress/sparse.h"
+#ifdef CCOLL_HAVE_CUBLAS
+#include "compress/lowrank.h"
+#include "compress/lowrank_cuda.h"
+#endif
 #include "fake_launch.h"
 
 namespace cctest {
@@ -63,6 +73,11 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
   });
 }
 
+ccResult_t EncodeRequant(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
+                         float clipK, const DitherRule& rule, uint16_t* codes, void* wireOut, cudaStream_t stream) {
+  return Launch(stream, [=] { EncodeRequantSlice(v, len, index0, group, bits, format, clipK, rule, codes, wireOut); });
+}
+
 ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, float* out,
                          cudaStream_t stream) {
   return Launch(stream, [=] {
@@ -84,6 +99,114 @@ ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const
 ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out, cudaStream_t stream) {
   return Launch(stream, [=] { MakeCast16Codec(wire, CodecCall())->DecodeGather(in, 0, len, out); });
 }
+
+ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    for (size_t g = 0, begin = 0; begin < count; ++g, begin += group) {
+      scales[g] = GroupScaleOf(v + begin, count - begin < group ? count - begin : group, clipK);
+    }
+  });
+}
+
+ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
+                       int laneBits, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    std::vector<uint16_t> codes(len);
+    EncodeLanesSlice(v, len, index0, group, scales, bits, laneBits, rule, codes.data(), wireOut);
+  });
+}
+
+ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int laneBits, cudaStream_t stream) {
+  return Launch(stream, [=] { AddPackedStreams(dst, a, b, PackedBytes(len, laneBits)); });
+}
+
+ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
+                       int laneBits, int nranks, float* out, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    std::vector<uint16_t> codes(len);
+    DecodeLanesSlice(wire, len, index0, group, scales, bits, laneBits, nranks, codes.data(), out);
+  });
+}
+
+ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    std::vector<float> n;
+    ccoll::ChunkNorms(x, count, chunk, &n);
+    std::memcpy(norms, n.data(), n.size() * sizeof(float));
+  });
+}
+
+ccResult_t GatherChunks(const float* x, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
+                        cudaStream_t stream) {
+  return Launch(stream, [=] {
+    for (size_t p = 0; p < packed; ++p) out[p] = x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk];
+  });
+}
+
+ccResult_t ScatterChunks(const float* in, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
+                         cudaStream_t stream) {
+  return Launch(stream, [=] {
+    for (size_t p = 0; p < packed; ++p) x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk] = in[p];
+  });
+}
+
+ccResult_t Fill(float* x, size_t count, float value, cudaStream_t stream) {
+  return Launch(stream, [=] { std::fill(x, x + count, value); });
+}
+
+ccResult_t AnyNonFinite(const float* x, size_t count, unsigned* flag, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    for (size_t i = 0; i < count; ++i) {
+      if (!std::isfinite(x[i])) *flag |= 1u;
+    }
+  });
+}
+
+ccResult_t AddInto(float* acc, const float* x, size_t count, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    for (size_t i = 0; i < count; ++i) acc[i] += x[i];
+  });
+}
+
+ccResult_t KeepResidual(float* e, const float* g, size_t count, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    for (size_t i = 0; i < count; ++i) {
+      const float left = e[i] - g[i];
+      e[i] = std::isfinite(left) ? left : 0.0f;
+    }
+  });
+}
+
+ccResult_t DropNonFinite(float* e, size_t count, cudaStream_t stream) {
+  return Launch(stream, [=] {
+    for (size_t i = 0; i < count; ++i) {
+      if (!std::isfinite(e[i])) e[i] = 0.0f;
+    }
+  });
+}
+
+#ifdef CCOLL_HAVE_CUBLAS
+ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out) {
+  std::unique_ptr<LowRankBlas> b(new LowRankBlas());
+  b->stream_ = stream;
+  *out = std::move(b);
+  return ccSuccess;
+}
+
+LowRankBlas::~LowRankBlas() = default;
+
+ccResult_t LowRankBlas::ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p) {
+  return Launch(stream_, [=] { ccoll::ProductMQ(m, rows, cols, q, r, p); });
+}
+
+ccResult_t LowRankBlas::ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q) {
+  return Launch(stream_, [=] { ccoll::ProductMtP(m, rows, cols, p, r, q); });
+}
+
+ccResult_t LowRankBlas::ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out) {
+  return Launch(stream_, [=] { ccoll::ProductPQt(p, q, rows, cols, r, out); });
+}
+#endif
 
 ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream) {
   return Launch(stream, [=] {

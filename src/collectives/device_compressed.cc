@@ -1,0 +1,267 @@
+#include "collectives/device_compressed.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/algo.h"
+#include "collectives/compressed.h"
+#include "compress/codec_cuda.h"
+#include "compress/compressor.h"
+#include "compress/device_codec.h"
+#include "compress/rng.h"
+#include "compress/sparse.h"
+#include "core/comm.h"
+#include "core/error.h"
+#ifdef CCOLL_HAVE_CUBLAS
+#include "collectives/lowrank.h"
+#include "compress/lowrank.h"
+#include "compress/lowrank_cuda.h"
+#endif
+
+namespace ccoll {
+namespace {
+
+void Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, DeviceCodecState* st, const char* what) {
+  if (bytes > 0) CheckCuda(cudaMemcpyAsync(dst, src, bytes, kind, st->stream()), what);
+}
+
+// The exact float32 all-reduce of the whole buffer through pinned host memory (PowerSGD before its start
+// iteration): the host schedule's bytes.
+ccResult_t ExactThroughHost(ccComm* comm, const CollArgs& a, DeviceCodecState* st) {
+  float* host = st->hostPacked.Reserve<float>(a.count);
+  Copy(host, a.send, a.count * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (input to host)");
+  st->Synchronize();
+  CollArgs h = a;
+  h.send = host;
+  h.recv = host;
+  h.onDevice = false;
+  CC_CHECK(AllReduce(comm, h));
+  Copy(a.recv, host, a.count * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (result to device)");
+  return ccSuccess;
+}
+
+// With error feedback on (ef=1): the memory *e += input, which the driver then compresses; else the input itself.
+const float* WithMemory(const ccCompressor& c, DeviceCodecState* st, const float* input, size_t count, float** e) {
+  *e = nullptr;
+  if (c.Get(ccParamErrorFeedback) == 0) return input;
+  *e = st->ErrorFeedback(count);
+  CheckLaunch(gpu::AddInto(*e, input, count, st->stream()));
+  return *e;
+}
+
+// cast16 and quant: the codec ring (or tree) with the device codec between transport steps.
+ccResult_t CodecAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call,
+                          DeviceCodecState* st) {
+  std::unique_ptr<Codec> codec = MakeDeviceCodec(*c, call, st);
+  float* work = static_cast<float*>(a.recv);  // as on the host: the output doubles as the working copy
+  std::vector<float> meta;
+  codec->Prepare(static_cast<const float*>(a.send), work, a.count, &meta);
+  CC_CHECK(AgreeMeta(comm, &meta, codec->MetaOp()));
+  codec->SetMeta(meta);
+  CC_CHECK(RunCodec(comm, c, *codec, work, a.count,
+                    [st](size_t bytes) { return static_cast<char*>(st->hostWire.Reserve(bytes)); }));
+  codec->Finish(work, a.count, a.op == ccAvg);
+  return ccSuccess;
+}
+
+// topk and randk, as SparseAllReduce does them: the memory and the chunk norms on the device, the choice on the
+// host, the chosen chunks gathered on the device and summed over the ranks through pinned host memory (the host
+// schedule and codec), then scattered into the result and cleared from the memory on the device.
+ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call,
+                                   DeviceCodecState* st) {
+  const size_t count = a.count;
+  const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
+  const float* input = static_cast<const float*>(a.send);
+  float* e = nullptr;
+  const float* x = WithMemory(*c, st, input, count, &e);
+  const bool ef = e != nullptr;
+  const size_t chunks = ChunkCount(count, chunk);
+  const size_t keep = KeptChunks(chunks, c->Get(ccParamDensityPpm));
+  std::vector<uint32_t> chosen;
+  if (c->kind == ccCompressTopkChunk) {
+    float* devNorms = st->vals.Reserve<float>(chunks);
+    float* hostNorms = st->hostMeta.Reserve<float>(chunks);
+    CheckLaunch(gpu::ChunkNorms(x, count, chunk, devNorms, st->stream()));
+    Copy(hostNorms, devNorms, chunks * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (chunk norms)");
+    st->Synchronize();
+    std::vector<float> norms(hostNorms, hostNorms + chunks);
+    CC_CHECK(AgreeMeta(comm, &norms, ccSum));
+    TopChunks(norms, keep, &chosen);
+  } else {
+    RandomChunks(chunks, keep, StreamKey(call.seed, call.call, ~0u, kPurposeChunks), &chosen);
+  }
+  const size_t packed = PackedCount(count, chunk, chosen);
+  // The chosen indices go to the device, followed by one word: randk's "this rank saw a non-finite value" flag (see
+  // SparseAllReduce).
+  const bool flag = c->kind == ccCompressRandk;
+  uint32_t* hostIndex = st->hostMeta.Reserve<uint32_t>(chosen.size() + 1);
+  std::copy(chosen.begin(), chosen.end(), hostIndex);
+  hostIndex[chosen.size()] = 0;
+  uint32_t* devIndex = st->index.Reserve<uint32_t>(chosen.size() + 1);
+  Copy(devIndex, hostIndex, (chosen.size() + 1) * sizeof(uint32_t), cudaMemcpyHostToDevice, st,
+       "cudaMemcpyAsync (chosen chunks)");
+  float* devPacked = st->packed.Reserve<float>(packed);
+  float* hostPacked = st->hostPacked.Reserve<float>(packed + 1);
+  CheckLaunch(gpu::GatherChunks(x, chunk, devIndex, packed, devPacked, st->stream()));
+  Copy(hostPacked, devPacked, packed * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (chunks out)");
+  if (flag) {
+    unsigned* devFlag = reinterpret_cast<unsigned*>(devIndex + chosen.size());
+    CheckLaunch(gpu::AnyNonFinite(input, count, devFlag, st->stream()));
+    Copy(hostIndex + chosen.size(), devFlag, sizeof(unsigned), cudaMemcpyDeviceToHost, st,
+         "cudaMemcpyAsync (non-finite flag)");
+  }
+  st->Synchronize();
+  if (flag) hostPacked[packed] = hostIndex[chosen.size()] == 0 ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  bool poisoned = false;
+  CC_CHECK(SumChosenChunks(comm, c, call, hostPacked, packed, flag, chunks, keep, a.op, &poisoned));
+  float* out = static_cast<float*>(a.recv);
+  if (poisoned) {
+    CheckLaunch(gpu::Fill(out, count, std::numeric_limits<float>::quiet_NaN(), st->stream()));
+  } else {
+    CheckCuda(cudaMemsetAsync(out, 0, count * sizeof(float), st->stream()), "cudaMemsetAsync (result)");
+    Copy(devPacked, hostPacked, packed * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (chunks in)");
+    CheckLaunch(gpu::ScatterChunks(devPacked, chunk, devIndex, packed, out, st->stream()));
+  }
+  if (ef) {
+    // What was sent leaves the memory (zeros scattered over the chosen chunks); non-finite leftovers are dropped.
+    CheckCuda(cudaMemsetAsync(devPacked, 0, packed * sizeof(float), st->stream()), "cudaMemsetAsync (sent chunks)");
+    CheckLaunch(gpu::ScatterChunks(devPacked, chunk, devIndex, packed, e, st->stream()));
+    CheckLaunch(gpu::DropNonFinite(e, count, st->stream()));
+  }
+  return ccSuccess;
+}
+
+#ifdef CCOLL_HAVE_CUBLAS
+// PowerSGD, as LowRankAllReduce does it, with the memory and the three products on the device (cuBLAS) and the
+// factors' sums, Gram-Schmidt and Q's warm start on the host (they are small: rows * r and cols * r per matrix).
+ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call,
+                                    DeviceCodecState* st) {
+  const size_t count = a.count;
+  LowRankPlan plan;
+  std::string why;
+  if (!PlanLowRank(*c, count, &plan, &why)) return Fail(ccInvalidUsage, "powersgd: %s", why.c_str());
+  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) return ExactThroughHost(comm, a, st);
+
+  const float n = static_cast<float>(comm->nranks);
+  float* out = static_cast<float*>(a.recv);
+  float* e = nullptr;
+  const float* m = WithMemory(*c, st, static_cast<const float*>(a.send), count, &e);
+  const bool ef = e != nullptr;
+  LowRankStartQ(c, plan, call);
+  const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
+  gpu::LowRankBlas* blas = st->Blas();
+
+  // Device: P and the exact parts (packed), Q then Q's sum (factors). Host, pinned: the same P and exact parts
+  // (hostPacked); Q, Q's sum and the averaged exact parts (hostMeta).
+  const size_t pAll = plan.pElems + plan.exactElems;
+  float* dP = st->packed.Reserve<float>(pAll);
+  float* dQ = st->factors.Reserve<float>(2 * plan.qElems);
+  float* dQsum = dQ + plan.qElems;
+  float* hP = st->hostPacked.Reserve<float>(pAll);
+  float* hQ = st->hostMeta.Reserve<float>(2 * plan.qElems + plan.exactElems);
+  float* hQsum = hQ + plan.qElems;
+  float* hExactAvg = hQsum + plan.qElems;
+
+  // Round 1: every P, then the exact parts.
+  std::copy(c->lowRankQ.begin(), c->lowRankQ.end(), hQ);
+  Copy(dQ, hQ, plan.qElems * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (Q in)");
+  for (const LowRankMatrix& mt : plan.matrices) {
+    CheckLaunch(blas->ProductMQ(m + mt.offset, mt.rows, mt.cols, dQ + mt.qOffset, mt.rank, dP + mt.pOffset));
+  }
+  size_t at = plan.pElems;
+  for (const auto& [offset, length] : plan.exact) {
+    Copy(dP + at, m + offset, length * sizeof(float), cudaMemcpyDeviceToDevice, st, "cudaMemcpyAsync (exact part)");
+    at += length;
+  }
+  Copy(hP, dP, pAll * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (P out)");
+  st->Synchronize();
+  const ccDataType_t wire = static_cast<ccDataType_t>(c->Get(ccParamValueType));
+  if (wire == ccFloat32) {
+    CC_CHECK(LowRankSum(comm, c, call, hP, pAll, ccFloat32));
+  } else {
+    CC_CHECK(LowRankSum(comm, c, call, hP, plan.pElems, wire));
+    CC_CHECK(LowRankSum(comm, c, call, hP + plan.pElems, plan.exactElems, ccFloat32));
+  }
+  for (const LowRankMatrix& mt : plan.matrices) {
+    Orthogonalize(hP + mt.pOffset, mt.rows, mt.rank, eps, &c->lowRankScratch);
+  }
+  Copy(dP, hP, plan.pElems * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (P in)");
+
+  // Round 2: Q = M^T P.
+  for (const LowRankMatrix& mt : plan.matrices) {
+    CheckLaunch(blas->ProductMtP(m + mt.offset, mt.rows, mt.cols, dP + mt.pOffset, mt.rank, dQsum + mt.qOffset));
+  }
+  Copy(hQsum, dQsum, plan.qElems * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (Q out)");
+  st->Synchronize();
+  CC_CHECK(LowRankSum(comm, c, call, hQsum, plan.qElems, wire));
+  for (size_t i = 0; i < plan.qElems; ++i) c->lowRankQ[i] = hQsum[i] / n;  // the average; kept for the warm start
+  std::copy(c->lowRankQ.begin(), c->lowRankQ.end(), hQ);
+  Copy(dQ, hQ, plan.qElems * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (Q average in)");
+
+  // The result (M is not read after this point except by the error feedback, so out may be the input).
+  for (const LowRankMatrix& mt : plan.matrices) {
+    CheckLaunch(blas->ProductPQt(dP + mt.pOffset, dQ + mt.qOffset, mt.rows, mt.cols, mt.rank, out + mt.offset));
+  }
+  const float* exactSum = hP + plan.pElems;
+  for (size_t i = 0; i < plan.exactElems; ++i) hExactAvg[i] = exactSum[i] / n;
+  const float* exactOut = a.op == ccSum ? exactSum : hExactAvg;
+  at = 0;
+  for (const auto& [offset, length] : plan.exact) {
+    Copy(out + offset, exactOut + at, length * sizeof(float), cudaMemcpyHostToDevice, st,
+         "cudaMemcpyAsync (exact part in)");
+    at += length;
+  }
+  for (const LowRankMatrix& mt : plan.matrices) {
+    const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
+    // What the average did not carry stays for the next call; the exact parts lost nothing.
+    if (ef) CheckLaunch(gpu::KeepResidual(e + mt.offset, out + mt.offset, elems, st->stream()));
+    if (a.op == ccSum) CheckLaunch(gpu::Scale(out + mt.offset, elems, n, false, st->stream()));
+  }
+  if (ef) {
+    for (const auto& [offset, length] : plan.exact) {
+      CheckCuda(cudaMemsetAsync(e + offset, 0, length * sizeof(float), st->stream()), "cudaMemsetAsync (exact part)");
+    }
+  }
+  return ccSuccess;
+}
+#endif
+
+}  // namespace
+
+ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
+  if (!DeviceCodecCovers(*c)) {
+    return Fail(ccInvalidUsage, "rank %d: the compressor's parameters changed while its device call was queued",
+                comm->rank);
+  }
+  try {
+    if (!c->device) c->device = DeviceCodecState::Create();
+    DeviceCodecState* st = c->device.get();
+    ccResult_t r = ccSuccess;
+    if (comm->nranks == 1 || a.count == 0) {
+      // Nothing to communicate: the exact result (sum or average of one rank is its input).
+      Copy(a.recv, a.send, a.send != a.recv ? a.count * sizeof(float) : 0, cudaMemcpyDeviceToDevice, st,
+           "cudaMemcpyAsync (one rank)");
+    } else if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) {
+      r = SparseAllReduceOnDevice(comm, a, c, call, st);
+#ifdef CCOLL_HAVE_CUBLAS
+    } else if (c->kind == ccCompressPowerSGD) {
+      r = LowRankAllReduceOnDevice(comm, a, c, call, st);
+#endif
+    } else {
+      r = CodecAllReduce(comm, a, c, call, st);
+    }
+    st->Synchronize();  // the result is in recv, and nothing queued still reads the pinned scratch
+    return r;
+  } catch (const DeviceCodecError& e) {
+    return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, e.what());
+  }
+}
+
+}  // namespace ccoll

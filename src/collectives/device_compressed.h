@@ -1,0 +1,23 @@
+// Compressed all-reduce on device buffers (args.onDevice, on the communicator's proxy thread), for the compressors
+// compress/device_codec.h covers: the same schedules and the same host-side decisions (chunk choice, Gram-Schmidt,
+// the sums of PowerSGD's factors) as the host drivers, with every pass over the buffer a kernel on the compressor's
+// stream. Only compressed messages, metadata and the sparsifiers' or PowerSGD's small reduced buffers cross to pinned
+// host memory. cast16, quant, topk and randk end with the host call's bytes; PowerSGD's products run on cuBLAS, so
+// its bytes are the same on every rank of one GPU model but not the CPU BLAS's.
+//
+// Only built with CCOLL_HAVE_CUDA.
+#pragma once
+
+#include "collectives/coll_args.h"
+#include "compress/codecs.h"
+
+struct ccComm;
+struct ccCompressor;
+
+namespace ccoll {
+
+// Returns when the result is in args.recv (the compressor's stream is synchronized). A CUDA failure is
+// ccUnhandledCudaError with the failing call named.
+ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, const CodecCall& call);
+
+}  // namespace ccoll

@@ -1,0 +1,41 @@
+// PowerSGD's three products on the GPU (cuBLAS), with the row-major layouts of compress/lowrank.h: m is rows x cols,
+// p rows x r, q cols x r, out rows x cols. Work goes on the stream the object was made with; nothing waits for it.
+// cuBLAS's SGEMM is deterministic on one GPU model and library version, so ranks on the same kind of GPU compute the
+// same bytes from the same factors; they are not the CPU BLAS's bytes. Default math mode: no TF32.
+//
+// CUDA builds with cuBLAS only (CCOLL_HAVE_CUBLAS).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "ccoll.h"
+
+namespace ccoll {
+namespace gpu {
+
+class LowRankBlas {
+ public:
+  // ccUnhandledCudaError (with the last-error sentence) when cuBLAS cannot make a handle.
+  static ccResult_t Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out);
+  ~LowRankBlas();
+  LowRankBlas(const LowRankBlas&) = delete;
+  LowRankBlas& operator=(const LowRankBlas&) = delete;
+
+  // p = m q
+  ccResult_t ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p);
+  // q = m^T p
+  ccResult_t ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q);
+  // out = p q^T
+  ccResult_t ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out);
+
+ private:
+  LowRankBlas() = default;
+  void* handle_ = nullptr;  // cublasHandle_t
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace gpu
+}  // namespace ccoll
