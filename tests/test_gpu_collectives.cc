@@ -143,6 +143,11 @@ bool SameBytesAsHost(const std::string& spec) {
 #endif
 }
 
+// A host PowerSGD call in a build with cuBLAS but no CPU BLAS (the GPU machine) is refused: there is no host result.
+bool NoCpuBlas(const Outcome& host) {
+  return !host.rc.empty() && host.rc[0].rc == ccInvalidUsage && Contains(host.rc[0].error, "needs a CPU BLAS");
+}
+
 // "" when the device results agree with the host results: byte for byte (exact), or (not exact) identical on every
 // rank and close to the host's. Non-finite values must sit at the same places; their bit patterns may differ between
 // a GPU and a CPU, so only finite values are compared byte for byte then.
@@ -313,6 +318,7 @@ TEST_CASE("[gpu] every codec on device buffers equals the host call, call after 
         Outcome host = OnHost(g, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
           return ccAllReduce(s, d, count, ccFloat32, ccAvg, hostComps[r], g[r], stream);
         });
+        if (NoCpuBlas(host)) break;  // nothing to compare with; "[gpu] powersgd ... recovers" runs it
         REQUIRE(host.Failure() == "");
         Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
           return ccAllReduce(s, d, count, ccFloat32, ccAvg, devComps[r], g[r], stream);
@@ -396,6 +402,7 @@ TEST_CASE("[gpu] device codecs run on the device buffers and equal the host call
           Outcome host = OnHost(g, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
             return ccAllReduce(s, d, count, ccFloat32, op, hostComps[r], g[r], stream);
           });
+          if (NoCpuBlas(host)) break;  // nothing to compare with; "[gpu] powersgd ... recovers" runs it
           REQUIRE(host.Failure() == "");
           const int64_t before = CodecLaunches();
           Outcome dev = OnDevice(
@@ -449,6 +456,63 @@ TEST_CASE("[gpu] a compressor keeps its error feedback on one kind of buffer", "
   // A codec without memory takes both kinds of buffer.
   REQUIRE(OnDevice(g, st, in, count * 4, with(stateless)).Failure() == "");
   REQUIRE(OnHost(g, in, count * 4, with(stateless)).Failure() == "");
+}
+
+// vNMSE of x against the reference m: ||x - m||^2 / ||m||^2.
+double Vnmse(const Bytes& x, const std::vector<double>& m) {
+  std::vector<float> v(m.size());
+  std::memcpy(v.data(), x.data(), m.size() * 4);
+  double err = 0.0, ref = 0.0;
+  for (size_t i = 0; i < m.size(); ++i) {
+    err += (v[i] - m[i]) * (v[i] - m[i]);
+    ref += m[i] * m[i];
+  }
+  return err / ref;
+}
+
+// Needs no host result (so it runs where there is no CPU BLAS): one power-iteration step at rank >= the average's
+// rank recovers the average, so PowerSGD's first call on a rank-2 average returns it almost exactly (as
+// test_lowrank checks on host buffers), and every rank the same bytes.
+TEST_CASE("[gpu] powersgd on device buffers recovers a rank-2 average, the same on every rank", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int64_t rows = 300, cols = 200;
+  const size_t count = static_cast<size_t>(rows * cols);
+  for (int n : {2, 4}) {
+    for (const char* spec : {"powersgd:rank=3,rows=300,cols=200", "powersgd:rank=2,rows=300,cols=200,dtype=bf16"}) {
+      INFO(spec << ", " << n << " ranks");
+      Compressors comps(spec, n, 11);
+      if (comps.status != ccSuccess) return;  // a build without any BLAS refuses powersgd
+      Group g = DeviceGroup(n);
+      REQUIRE(g.status == ccSuccess);
+      Streams st(n);
+      // Rank r: a_r x1 y1^T + b_r x2 y2^T, so the average is rank 2.
+      std::mt19937_64 gen(n);
+      std::normal_distribution<double> normal;
+      std::vector<double> x1(rows), x2(rows), y1(cols), y2(cols), mean(count, 0.0);
+      for (auto* v : {&x1, &x2}) for (auto& e : *v) e = normal(gen);
+      for (auto* v : {&y1, &y2}) for (auto& e : *v) e = normal(gen);
+      std::vector<Bytes> in(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        const double a = 1.0 + r, b = 0.5 - 0.25 * r;
+        std::vector<float> v(count);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < cols; ++j) {
+            v[i * cols + j] = static_cast<float>(a * x1[i] * y1[j] + b * x2[i] * y2[j]);
+            mean[i * cols + j] += static_cast<double>(v[i * cols + j]) / n;
+          }
+        }
+        in[r].assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+      }
+      Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, ccFloat32, ccAvg, comps[r], g[r], stream);
+      });
+      if (NoCpuBlas(dev)) return;  // staged (no cuBLAS here, or CC_DEVICE_KERNELS=0) and no CPU BLAS either
+      REQUIRE(dev.Failure() == "");
+      for (int r = 1; r < n; ++r) CHECK(dev.out[r] == dev.out[0]);
+      // fp32 products: ~1e-13; the bf16 wire of P and Q rounds each factor to 2^-9: ~1e-5.
+      CHECK(Vnmse(dev.out[0], mean) < (std::string(spec).find("bf16") != std::string::npos ? 1e-4 : 1e-9));
+    }
+  }
 }
 
 TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and host calls wait for it",
