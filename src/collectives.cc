@@ -15,6 +15,7 @@
 #endif
 #include "compress/codecs.h"
 #include "compress/compressor.h"
+#include "compress/widen.h"
 #ifdef CCOLL_HAVE_CUDA
 #include "compress/device_codec.h"
 #endif
@@ -123,9 +124,9 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
       return Fail(ccInvalidArgument, "%s: compressor %p is not a live compressor (destroyed?) on rank %d", fn,
                   static_cast<void*>(c.compressor), rank);
     }
-    if (dtype != ccFloat32) {
-      return Fail(ccInvalidUsage, "%s: compressed all-reduce takes float32 data, not %s (rank %d)", fn,
-                  ccoll::DataTypeName(dtype), rank);
+    if (dtype != ccFloat32 && !ccoll::IsHalfFloat(dtype)) {
+      return Fail(ccInvalidUsage, "%s: compressed all-reduce takes float32, bfloat16 or float16 data, not %s (rank "
+                  "%d)", fn, ccoll::DataTypeName(dtype), rank);
     }
     if (op != ccSum && op != ccAvg) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes op sum or avg, not %s (rank %d)", fn,

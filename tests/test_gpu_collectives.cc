@@ -203,6 +203,15 @@ std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed
         b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
         break;
       }
+      case ccFloat16: {  // finite normal halves of both signs, |x| in [2^-5, 2^6)
+        std::vector<uint16_t> v(count);
+        for (auto& x : v) {
+          const uint64_t bits = gen();
+          x = static_cast<uint16_t>((bits & 0x8000u) | ((10 + bits % 11) << 10) | ((bits >> 20) & 0x3ffu));
+        }
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
       default: {  // bfloat16: the top half of a float
         std::vector<uint16_t> v(count);
         for (auto& x : v) {
@@ -219,7 +228,7 @@ std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed
   return in;
 }
 
-size_t SizeOf(ccDataType_t t) { return t == ccFloat64 ? 8 : t == ccBfloat16 ? 2 : 4; }
+size_t SizeOf(ccDataType_t t) { return t == ccFloat64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4; }
 
 }  // namespace
 
@@ -456,6 +465,41 @@ TEST_CASE("[gpu] a compressor keeps its error feedback on one kind of buffer", "
   // A codec without memory takes both kinds of buffer.
   REQUIRE(OnDevice(g, st, in, count * 4, with(stateless)).Failure() == "");
   REQUIRE(OnHost(g, in, count * 4, with(stateless)).Failure() == "");
+}
+
+TEST_CASE("[gpu] 16-bit gradients through the device codecs equal the host call", "[gpu][device][codec]") {
+  SKIP_WITHOUT_DEVICE();
+  const char* specs[] = {"cast16", "quant:bits=4,mode=requant", "quant:bits=4,mode=homomorphic", "topk:density=0.1",
+                         "randk:density=0.2", "powersgd:rank=2"};
+  const size_t count = 4 * 3 * 1024 + 5;
+  for (int n : {1, 3}) {
+    Group g = DeviceGroup(n);
+    REQUIRE(g.status == ccSuccess);
+    Streams st(n);
+    for (ccDataType_t dtype : {ccBfloat16, ccFloat16}) {
+      for (const char* spec : specs) {
+        if (!SameBytesAsHost(spec)) continue;  // PowerSGD's cuBLAS bytes: the float32 cases compare those
+        Compressors hostComps(spec, n, 5), devComps(spec, n, 5);
+        REQUIRE(hostComps.status == ccSuccess);
+        REQUIRE(devComps.status == ccSuccess);
+        for (int call = 0; call < 2; ++call) {
+          INFO(spec << ", " << (dtype == ccBfloat16 ? "bf16" : "fp16") << ", " << n << " ranks, call " << call);
+          const std::vector<Bytes> in = Inputs(n, count, dtype, 60 + call);
+          auto issue = [&](const Compressors& c) {
+            return [&](int r, const void* s, void* d, ccStream_t stream) {
+              return ccAllReduce(s, d, count, dtype, ccAvg, c[r], g[r], stream);
+            };
+          };
+          Outcome host = OnHost(g, in, count * 2, issue(hostComps));
+          if (NoCpuBlas(host)) break;
+          REQUIRE(host.Failure() == "");
+          Outcome dev = OnDevice(g, st, in, count * 2, issue(devComps), call == 1);
+          REQUIRE(dev.Failure() == "");
+          for (int r = 0; r < n; ++r) CHECK(FirstDifference(dev.out[r], host.out[r]) == "");
+        }
+      }
+    }
+  }
 }
 
 // vNMSE of x against the reference m: ||x - m||^2 / ||m||^2.

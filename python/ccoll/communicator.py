@@ -185,7 +185,8 @@ class Communicator:
     def all_reduce(self, x, op="sum", compressor=None, out=None):
         """ccAllReduce of x over the group; in place unless out is given. Returns the buffer holding the result.
 
-        compressor: None for the exact all-reduce, else this bucket's ccoll.Compressor (float32, op sum or avg).
+        compressor: None for the exact all-reduce, else this bucket's ccoll.Compressor (float32, bfloat16 or
+            float16 data; op sum or avg).
         """
         send = _buffer.view(x, "all_reduce", writable=out is None)
         recv = send if out is None else self._output(send, out, "all_reduce: out", send.count)

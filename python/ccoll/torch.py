@@ -10,9 +10,9 @@ backward pass waits for every bucket's all-reduce. With CcollHookState(..., asyn
 order on one background thread (a CommWorker) and the hook returns at once, so a bucket's all-reduce overlaps the
 backward computation of the buckets after it, as DDP's own NCCL and gloo all-reduces do; DDP waits for the futures
 at the end of the backward pass. CUDA buckets (a library built with CUDA) are queued on torch's current stream
-and return at once, with or without async_op. float32 buckets go
-through the bucket's own compressor (it keeps that bucket's error feedback); other dtypes, and every bucket when
-spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
+and return at once, with or without async_op. float32, bfloat16 and float16 buckets go
+through the bucket's own compressor (it keeps that bucket's error feedback, in float32); other dtypes, and every
+bucket when spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
 bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself.
 Works with torch 1.13 and current torch (GradBucket.buffer(); the older name get_tensor() is accepted too).
 """
@@ -132,7 +132,7 @@ def allreduce_hook(state, bucket):
     or completed by the state's worker with async_op)."""
     tensor = _bucket_tensor(bucket)
     comp = None
-    if tensor.dtype == torch.float32:
+    if tensor.dtype in (torch.float32, torch.bfloat16, torch.float16):
         shapes = [tuple(g.shape) for g in bucket.gradients()] if state.wants_shapes else None
         comp = state.compressor(bucket.index(), tensor.numel(), shapes)
 

@@ -20,6 +20,7 @@
 #include "compress/quant_cpu.h"
 #include "compress/rng.h"
 #include "compress/sparse.h"
+#include "compress/widen.h"
 #include "core/comm.h"
 #include "core/error.h"
 
@@ -338,7 +339,28 @@ ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, si
   return CompressedRing(comm, codec, kind, work, count, wire, slot, depth);
 }
 
+namespace {
+
+// bfloat16 and float16 data: the float32 call on a widened copy, narrowed into recv (compress/widen.h).
+ccResult_t WidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
+#ifdef CCOLL_HAVE_CUDA
+  if (a.onDevice) return DeviceWidenedAllReduce(comm, a, c);
+#endif
+  c->widened.resize(a.count);  // grows to the bucket once, then is reused
+  Widen(a.dtype, a.send, a.count, c->widened.data());
+  CollArgs w = a;
+  w.send = w.recv = c->widened.data();
+  w.dtype = ccFloat32;
+  w.eltSize = sizeof(float);
+  CC_CHECK(CompressedAllReduce(comm, w, c));
+  Narrow(a.dtype, c->widened.data(), a.count, a.recv);
+  return ccSuccess;
+}
+
+}  // namespace
+
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
+  if (a.dtype != ccFloat32) return WidenedAllReduce(comm, a, c);
   c->boundCount = a.count;  // the entry point refused any other count once bound
   CodecCall call;
   call.rank = comm->rank;

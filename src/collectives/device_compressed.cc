@@ -235,6 +235,25 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
 
 }  // namespace
 
+ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
+  try {
+    if (!c->device) c->device = DeviceCodecState::Create();
+    DeviceCodecState* st = c->device.get();
+    float* w = st->widened.Reserve<float>(a.count);
+    CheckLaunch(gpu::Widen(a.dtype, a.send, a.count, w, st->stream()));
+    CollArgs f = a;
+    f.send = f.recv = w;
+    f.dtype = ccFloat32;
+    f.eltSize = sizeof(float);
+    CC_CHECK(CompressedAllReduce(comm, f, c));  // on the same stream; it has synchronized it
+    CheckLaunch(gpu::Narrow(a.dtype, w, a.count, a.recv, st->stream()));
+    st->Synchronize();
+    return ccSuccess;
+  } catch (const DeviceCodecError& e) {
+    return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, e.what());
+  }
+}
+
 ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   if (!DeviceCodecCovers(*c)) {
     return Fail(ccInvalidUsage, "rank %d: the compressor's parameters changed while its device call was queued",

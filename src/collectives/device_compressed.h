@@ -20,4 +20,8 @@ namespace ccoll {
 // ccUnhandledCudaError with the failing call named.
 ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, const CodecCall& call);
 
+// bfloat16 and float16 data on device buffers: CompressedAllReduce of a float32 copy widened on the device, narrowed
+// into args.recv (compress/widen.h), on the compressor's stream.
+ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c);
+
 }  // namespace ccoll

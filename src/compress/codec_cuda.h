@@ -73,6 +73,11 @@ ccResult_t AddInto(float* acc, const float* x, size_t count, cudaStream_t stream
 ccResult_t KeepResidual(float* e, const float* g, size_t count, cudaStream_t stream);
 ccResult_t DropNonFinite(float* e, size_t count, cudaStream_t stream);
 
+// 16-bit data through the float32 codecs (compress/widen.h; cast16_cuda.cu): out = in as float (exact), and out =
+// in rounded to `dtype` (nearest, ties to even). dtype: ccBfloat16 or ccFloat16.
+ccResult_t Widen(ccDataType_t dtype, const void* in, size_t count, float* out, cudaStream_t stream);
+ccResult_t Narrow(ccDataType_t dtype, const float* in, size_t count, void* out, cudaStream_t stream);
+
 // x[i] = x[i] / factor (divide) or x[i] * factor: the average of the codecs without rotation, as their CPU Finish
 // computes it.
 ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream);

@@ -106,6 +106,7 @@ class DeviceCodecState {
   GrowOnlyBuffer packed{GrowOnlyBuffer::kDevice};   // sparsifiers: the chosen chunks; powersgd: P and exact parts
   GrowOnlyBuffer factors{GrowOnlyBuffer::kDevice};  // powersgd: Q, then Q's sum
   GrowOnlyBuffer index{GrowOnlyBuffer::kDevice};    // sparsifiers: the chosen chunks' indices; a flag
+  GrowOnlyBuffer widened{GrowOnlyBuffer::kDevice};  // 16-bit data: the float32 working copy (compress/widen.h)
   GrowOnlyBuffer hostMeta{GrowOnlyBuffer::kPinnedHost};  // metadata and small host copies
   GrowOnlyBuffer hostPacked{GrowOnlyBuffer::kPinnedHost};  // what the host schedule reduces
 

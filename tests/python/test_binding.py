@@ -125,7 +125,8 @@ class TestErrors(unittest.TestCase):
             with self.assertRaisesSentence(ccoll.InvalidUsageError, "ccAllReduce",
                                            "bound to a bucket of 4096 elements but count is 4095", "rank 0"):
                 comm.all_reduce(np.ones(4095, np.float32), compressor=comp)
-            with self.assertRaisesSentence(ccoll.InvalidUsageError, "compressed all-reduce takes float32 data"):
+            with self.assertRaisesSentence(ccoll.InvalidUsageError,
+                                           "compressed all-reduce takes float32, bfloat16 or float16 data"):
                 comm.all_reduce(np.ones(4096, np.float64), compressor=comp)
             with self.assertRaisesSentence(ccoll.InvalidUsageError, "takes op sum or avg, not max"):
                 comm.all_reduce(np.ones(4096, np.float32), op="max", compressor=comp)

@@ -2,7 +2,8 @@
 
 One run of 3 ranks (torch takes seconds to import, so every check shares it), each rank:
 - makes its communicator from a torch.distributed FileStore (Communicator.from_store, twice);
-- all-reduces CPU tensors of every dtype (bfloat16 included) and a compressed float32 tensor;
+- all-reduces CPU tensors of every dtype (bfloat16 included), a compressed float32 tensor and a compressed bfloat16
+  one;
 - trains a small MLP for a few steps under DistributedDataParallel (gloo process group), once with gloo's own
   all-reduce and once per ccoll hook spec (None = exact, 4-bit quant, top-k with error feedback), from the same
   initial weights and data.
@@ -62,6 +63,13 @@ def _tensor_checks(comm, rank, seed):
     with ccoll.Compressor("quant:bits=4,mode=requant") as comp:
         y = comm.all_reduce(x.clone(), op="avg", compressor=comp)
     out["compressed"] = (x.numpy(), y.numpy())
+    # A bfloat16 tensor through a compressor: the float32 call on the widened values, rounded back to bfloat16.
+    xb = x.to(torch.bfloat16)
+    with ccoll.Compressor("quant:bits=4,mode=requant,seed=3") as comp16, \
+            ccoll.Compressor("quant:bits=4,mode=requant,seed=3") as comp32:
+        yb = comm.all_reduce(xb.clone(), op="avg", compressor=comp16)
+        y32 = comm.all_reduce(xb.to(torch.float32), op="avg", compressor=comp32)
+    out["compressed_bf16"] = (yb.dtype == torch.bfloat16, _raw(yb), _raw(y32.to(torch.bfloat16)))
     gathered = comm.all_gather(torch.full((2, 3), rank, dtype=torch.int64))
     out["all_gather"] = (type(gathered).__name__, gathered.numpy())
     errors = {}
@@ -213,6 +221,13 @@ class TestTorch(unittest.TestCase):
         kind, gathered = self.results[1]["tensors"]["all_gather"]
         self.assertEqual(kind, "Tensor")
         np.testing.assert_array_equal(gathered, np.arange(NRANKS).reshape(NRANKS, 1, 1) * np.ones((1, 2, 3)))
+
+    def test_tensor_compressed_bfloat16(self):
+        for r in range(NRANKS):
+            is_bf16, got, expect = self.results[r]["tensors"]["compressed_bf16"]
+            self.assertTrue(is_bf16)
+            self.assertEqual(got, expect, "rank %d: not the float32 call's result rounded to bfloat16" % r)
+            self.assertEqual(got, self.results[0]["tensors"]["compressed_bf16"][1])
 
     def test_errors_carry_the_sentence(self):
         errors = self.results[0]["tensors"]["errors"]

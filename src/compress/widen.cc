@@ -1,0 +1,27 @@
+#include "compress/widen.h"
+
+#include "compress/float16.h"
+
+namespace ccoll {
+
+bool IsHalfFloat(ccDataType_t dtype) { return dtype == ccBfloat16 || dtype == ccFloat16; }
+
+void Widen(ccDataType_t dtype, const void* in, size_t count, float* out) {
+  const uint16_t* h = static_cast<const uint16_t*>(in);
+  if (dtype == ccBfloat16) {
+    for (size_t i = 0; i < count; ++i) out[i] = Bf16ToFloat(Bf16{h[i]});
+  } else {
+    for (size_t i = 0; i < count; ++i) out[i] = HalfToFloat(Half{h[i]});
+  }
+}
+
+void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out) {
+  uint16_t* h = static_cast<uint16_t*>(out);
+  if (dtype == ccBfloat16) {
+    for (size_t i = 0; i < count; ++i) h[i] = FloatToBf16(in[i]).bits;
+  } else {
+    for (size_t i = 0; i < count; ++i) h[i] = FloatToHalf(in[i]).bits;
+  }
+}
+
+}  // namespace ccoll

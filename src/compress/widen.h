@@ -1,0 +1,21 @@
+// 16-bit gradients (bfloat16, float16) through the float32 codecs: widened exactly into a float32 working copy, and
+// the float32 result narrowed back with round-to-nearest-even (float16.h). The narrowing is a function of the float32
+// result alone, so every rank still ends with the same bytes. Host code; the device versions are gpu::Widen and
+// gpu::Narrow (codec_cuda.h).
+#pragma once
+
+#include <cstddef>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+// True for the 16-bit float types a compressed all-reduce takes besides float32.
+bool IsHalfFloat(ccDataType_t dtype);
+
+// out[i] = in[i] as float (exact); in holds count values of `dtype` (ccBfloat16 or ccFloat16).
+void Widen(ccDataType_t dtype, const void* in, size_t count, float* out);
+// out[i] = in[i] rounded to `dtype` (nearest, ties to even; NaN stays NaN, overflow becomes infinity).
+void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out);
+
+}  // namespace ccoll
