@@ -43,9 +43,9 @@ status=0
 if [ "$tests" = ON ]; then
   timeout 150 "$BUILD_DIR/tests/test_gpu" >"$OUT/test_gpu.log" 2>&1 || status=1
   tail -3 "$OUT/test_gpu.log"
-  timeout 150 "$BUILD_DIR/tests/test_gpu_collectives" >"$OUT/test_gpu_collectives.log" 2>&1 || status=1
+  timeout 200 "$BUILD_DIR/tests/test_gpu_collectives" >"$OUT/test_gpu_collectives.log" 2>&1 || status=1
   tail -3 "$OUT/test_gpu_collectives.log"
-  CC_DEVICE_KERNELS=0 timeout 120 "$BUILD_DIR/tests/test_gpu_collectives" "[codec]" \
+  CC_DEVICE_KERNELS=0 timeout 150 "$BUILD_DIR/tests/test_gpu_collectives" "[codec]" \
     >"$OUT/test_gpu_collectives_staged.log" 2>&1 || status=1
   tail -3 "$OUT/test_gpu_collectives_staged.log"
 fi

@@ -10,16 +10,18 @@
 #   RATE=1gbit  NP=4  MINB=1M  MAXB=256M  FACTOR=4  ITERS=5  WARMUP=1  CHECK=1  DIST=iid  ALGO=auto
 #   ROUNDS=1: run every row this many times, in a rotated order each round; the report takes the median time (the
 #             machine is shared: its load changes during a run)
-#   CODECS="f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi mpiring"  (a subset: only those rows)
+#   CODECS="f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi mpiring"  (a subset: only those rows;
+#            also q4r_b16 q8r_b16 randk_b16: those codecs on bfloat16 gradients)
 #   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks;
 #            OPENBLAS_NUM_THREADS=1 is added unless it names it)
 #   CPU_ONLY=1: afterwards run every ccoll row again as NP threads of one process (local transport, no network,
 #               -c 0): the CPU-only time column, which says whether a row is bound by the wire or by the cores
 #
-# Rows and what "size" means: size is the float32 gradient (size/4 elements). Every ccoll row but bf16 all-reduces
-# those float32 elements (-d float, with -z SPEC for a codec). The bf16 baseline all-reduces the same number of
-# elements as bfloat16 (-d bfloat16 at size/2 bytes): what a framework that keeps bf16 gradients sends. algbw is
-# size / time for every row, so "speedup vs bf16" = bf16 time / row time at the same element count.
+# Rows and what "size" means: size is the float32 gradient (size/4 elements). Every ccoll row but bf16 and *_b16
+# all-reduces those float32 elements (-d float, with -z SPEC for a codec). The bf16 baseline all-reduces the same
+# number of elements as bfloat16 (-d bfloat16 at size/2 bytes): what a framework that keeps bf16 gradients sends; the
+# *_b16 rows do the same through their codec. algbw is size / time for every row, so "speedup vs bf16" = bf16 time /
+# row time at the same element count.
 # powersgd runs only when the binary accepts -z powersgd:rank=4 (checked first on 2 thread ranks).
 # MPI: mpi_allreduce_perf under mpirun, one rank per namespace, --mca pml ob1 --mca btl self,tcp on eth0; mpi as
 # OpenMPI comes, mpiring tuned (ring all-reduce, yield when idle; see below).
@@ -62,6 +64,11 @@ done
 label[topk]="topk";                  spec[topk]="-d float -z topk"
 label[randk]="randk";                spec[randk]="-d float -z randk"
 label[powersgd]="powersgd rank 4";   spec[powersgd]="-d float -z powersgd:rank=4"
+# The same codecs on bfloat16 gradients (the float32 codecs on widened values, rounded back): what a framework
+# that keeps bf16 gradients sends instead of the bf16 baseline.
+label[q4r_b16]="quant 4b requant, bf16 data"; spec[q4r_b16]="-d bfloat16 -z quant:bits=4,mode=requant"
+label[q8r_b16]="quant 8b requant, bf16 data"; spec[q8r_b16]="-d bfloat16 -z quant:bits=8,mode=requant"
+label[randk_b16]="randk, bf16 data";          spec[randk_b16]="-d bfloat16 -z randk"
 # OpenMPI rows: spec holds mpirun arguments. mpi = OpenMPI as it comes (the reference: 64 MiB in ~2.3 s).
 # mpiring = tuned for this machine: its ring all-reduce (algorithm 4), and yield_when_idle, because each namespace
 # looks like its own node to OpenMPI, so it busy-polls with 4 ranks on 2 cores (1 MiB: ~150 ms -> ~14 ms).
@@ -124,7 +131,7 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     is_failed "$r" && continue
     json="$raw/$r.r$round.json" log="$raw/$r.r$round.log"
     b="$minb" e="$maxb"
-    if [[ "$r" == bf16 ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
+    if [[ "${spec[$r]}" == "-d bfloat16"* ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
     check="$CHECK"
     ((round > 1)) && check=0
     sizes=(-b "$b" -e "$e" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$check" -D "$DIST" -J "$json")
@@ -155,7 +162,7 @@ if [[ "$CPU_ONLY" == 1 ]]; then
     [[ -z "$r" || "$r" == mpi* ]] && continue
     is_failed "$r" && continue
     b="$minb" e="$maxb"
-    if [[ "$r" == bf16 ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
+    if [[ "${spec[$r]}" == "-d bfloat16"* ]]; then b=$((minb / 2)) e=$((maxb / 2)); fi
     t0=$SECONDS
     # shellcheck disable=SC2086
     if env "${ccoll_env[@]}" "$perf_bin" -t "$NP" ${spec[$r]} -o sum -a "$ALGO" -b "$b" -e "$e" -f "$FACTOR" \
