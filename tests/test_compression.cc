@@ -29,6 +29,7 @@
 #include "compress/bitpack.h"
 #include "compress/codecs.h"
 #include "compress/compressor.h"
+#include "compress/float16.h"
 #include "compress/quant_cpu.h"
 #include "compress/rng.h"
 #include "compress/widen.h"
@@ -869,6 +870,30 @@ TEST_CASE("compressor parameters and spec strings are validated with sentences t
       CHECK(ccCompressorDestroy(a) == ccSuccess);
       CHECK(ccCompressorDestroy(b) == ccSuccess);
     }
+  }
+}
+
+TEST_CASE("Widen and Narrow equal the element conversions for every kind of value", "[half]") {
+  std::mt19937_64 gen(3);
+  std::vector<float> f;
+  for (uint32_t u : {0u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu, 1u, 0x00800000u,
+                     0x477ff000u, 0x477fefffu, 0x38800000u, 0x387fffffu, 0x33000000u, 0x3f808000u, 0x3f818000u}) {
+    f.push_back(ccoll::BitsFloat(u));
+  }
+  while (f.size() < (1u << 20) + 3) f.push_back(ccoll::BitsFloat(static_cast<uint32_t>(gen())));
+  for (ccDataType_t dtype : {ccBfloat16, ccFloat16}) {
+    INFO((dtype == ccBfloat16 ? "bf16" : "fp16"));
+    std::vector<uint16_t> narrow(f.size());
+    ccoll::Narrow(dtype, f.data(), f.size(), narrow.data());
+    std::vector<float> wide(f.size());
+    ccoll::Widen(dtype, narrow.data(), narrow.size(), wide.data());
+    size_t bad = 0;
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint16_t n = dtype == ccBfloat16 ? ccoll::FloatToBf16(f[i]).bits : ccoll::FloatToHalf(f[i]).bits;
+      const float w = dtype == ccBfloat16 ? ccoll::Bf16ToFloat(ccoll::Bf16{n}) : ccoll::HalfToFloat(ccoll::Half{n});
+      if (narrow[i] != n || ccoll::FloatBits(wide[i]) != ccoll::FloatBits(w)) ++bad;
+    }
+    CHECK(bad == 0);
   }
 }
 

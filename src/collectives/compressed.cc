@@ -360,7 +360,11 @@ ccResult_t WidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
 }  // namespace
 
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
-  if (a.dtype != ccFloat32) return WidenedAllReduce(comm, a, c);
+  // 16-bit data: the host codec ring below widens and narrows itself (quant's lazy rotation does it block by block
+  // inside the ring); everything else runs the float32 call on a widened copy.
+  const bool half = a.dtype != ccFloat32;
+  const bool codecRing = (c->kind == ccCompressQuant || c->kind == ccCompressCast16) && comm->nranks > 1 && a.count > 0;
+  if (half && (a.onDevice || !codecRing)) return WidenedAllReduce(comm, a, c);
   c->boundCount = a.count;  // the entry point refused any other count once bound
   CodecCall call;
   call.rank = comm->rank;
@@ -382,14 +386,26 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
   std::unique_ptr<Codec> codec = c->kind == ccCompressQuant
                                      ? MakeQuantCodec(*c, call)
                                      : MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
-  float* work = static_cast<float*>(a.recv);  // the user's output doubles as the rotated working copy
+  // The user's output doubles as the rotated working copy; 16-bit data has a float32 one of its own.
+  float* work = static_cast<float*>(a.recv);
+  const float* input = static_cast<const float*>(a.send);
+  if (half) {
+    c->widened.resize(a.count);  // grows to the bucket once, then is reused
+    work = c->widened.data();
+  }
   std::vector<float> meta;
   codec->PipelinePrepareAndFinish(a.op == ccAvg);  // the ring and the tree keep its pointer rules
-  codec->Prepare(static_cast<const float*>(a.send), work, a.count, &meta);
+  const bool halfInside = half && codec->PipelineHalfData(a.dtype, a.send, a.recv);
+  if (half && !halfInside) {
+    Widen(a.dtype, a.send, a.count, work);
+    input = work;
+  }
+  codec->Prepare(input, work, a.count, &meta);
   CC_CHECK(AgreeMeta(comm, &meta, codec->MetaOp()));
   codec->SetMeta(meta);
   CC_CHECK(RunCodec(comm, c, *codec, work, a.count));
   codec->Finish(work, a.count, a.op == ccAvg);
+  if (half && !halfInside) Narrow(a.dtype, work, a.count, a.recv);
   return ccSuccess;
 }
 

@@ -56,6 +56,12 @@ class Codec {
   // all-gather decode finishes the blocks it completes, Finish has nothing left), so they overlap the transfers.
   // `average` is the op the caller will pass to Finish.
   virtual void PipelinePrepareAndFinish(bool /*average*/) {}
+
+  // Optional, after PipelinePrepareAndFinish, for 16-bit data (compress/widen.h): true when the codec widens the
+  // 16-bit `input` (count values of `dtype`) into work block by block as its pipelined pre-pass reads it, and narrows
+  // every finished block into `output` (which may be `input`: a block is read before it is written). Prepare's input
+  // is then not read, and after Finish `output` holds the result. False: the caller widens and narrows in passes.
+  virtual bool PipelineHalfData(ccDataType_t /*dtype*/, const void* /*input*/, void* /*output*/) { return false; }
 };
 
 }  // namespace ccoll

@@ -23,6 +23,7 @@
 #include "compress/hadamard.h"
 #include "compress/quant_cpu.h"
 #include "compress/quant_math.h"
+#include "compress/widen.h"
 #include "compress/rng.h"
 
 namespace ccoll {
@@ -124,6 +125,14 @@ class QuantCodec : public Codec {
     average_ = average;
   }
 
+  bool PipelineHalfData(ccDataType_t dtype, const void* input, void* output) override {
+    if (!pipeline_ || !plan_.rotate || plan_.homomorphic) return false;  // only the lazy rotation reads by blocks
+    halfType_ = dtype;
+    halfIn_ = static_cast<const uint16_t*>(input);
+    halfOut_ = static_cast<uint16_t*>(output);
+    return true;
+  }
+
   void Finish(float* work, size_t count, bool average) override {
     if (lazy_) return;  // every block was rotated back when its last slice was decoded
     const float scale = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
@@ -175,7 +184,12 @@ class QuantCodec : public Codec {
       rotated_[b] = 1;
       size_t bo, bl;
       BlockSpan(b, &bo, &bl);
-      RotateBlockForward(input_ + bo, work_ + bo, bl, bo, plan_.signKey);
+      if (halfIn_ != nullptr) {
+        Widen(halfType_, halfIn_ + bo, bl, work_ + bo);  // while the block is in L1 for the rotation
+        RotateBlockForward(work_ + bo, work_ + bo, bl, bo, plan_.signKey);
+      } else {
+        RotateBlockForward(input_ + bo, work_ + bo, bl, bo, plan_.signKey);
+      }
     }
   }
 
@@ -187,7 +201,9 @@ class QuantCodec : public Codec {
       BlockSpan(b, &bo, &bl);
       const size_t lo = off > bo ? off : bo, hi = off + len < bo + bl ? off + len : bo + bl;
       decoded_[b] += static_cast<uint32_t>(hi - lo);
-      if (decoded_[b] == bl) RotateBlockInverse(work_ + bo, bl, bo, plan_.signKey, finishScale_);
+      if (decoded_[b] != bl) continue;
+      RotateBlockInverse(work_ + bo, bl, bo, plan_.signKey, finishScale_);
+      if (halfOut_ != nullptr) Narrow(halfType_, work_ + bo, bl, halfOut_ + bo);
     }
   }
 
@@ -229,6 +245,9 @@ class QuantCodec : public Codec {
     size_t off, len;
   };
   bool pipeline_ = false;  // the schedule allows lazy rotation
+  ccDataType_t halfType_ = ccBfloat16;  // 16-bit data, widened and narrowed by the lazy rotation's blocks
+  const uint16_t* halfIn_ = nullptr;
+  uint16_t* halfOut_ = nullptr;
   bool average_ = false;
   bool lazy_ = false;      // this call rotates lazily
   const float* input_ = nullptr;
