@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -89,37 +90,63 @@ Outcome OnHost(const Group& g, const std::vector<Bytes>& in, size_t outBytes, co
   return o;
 }
 
+// Pinned host memory, freed with the object. The tests copy to and from device buffers through it: a copy from or
+// to pageable memory can block the calling thread until its stream gets there, and the stream may be waiting for a
+// collective that needs another rank's thread.
+struct Pinned {
+  char* p = nullptr;
+  explicit Pinned(size_t bytes) {
+    void* raw = nullptr;
+    REQUIRE(cudaHostAlloc(&raw, std::max<size_t>(bytes, 1), cudaHostAllocDefault) == cudaSuccess);
+    p = static_cast<char*>(raw);
+  }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  ~Pinned() { cudaFreeHost(p); }
+};
+
 // The same on device buffers: the input copied in and the output poisoned on the rank's stream before the call, the
-// result copied back on it after; one synchronize at the end. inPlace: recv is the send buffer.
+// result copied back on it after; one synchronize at the end. inPlace: recv is the send buffer. Every buffer is
+// allocated before any rank calls and freed after every rank is done: cudaFree (and maybe cudaMalloc) can wait for
+// the whole device, including the other ranks' streams that wait for their collectives.
 Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in, size_t outBytes, const Issue& issue,
                  bool inPlace = false) {
   const int n = g.size();
   Outcome o;
   o.out.assign(static_cast<size_t>(n), Bytes(outBytes, '\x5a'));
   o.rc.resize(static_cast<size_t>(n));
+  std::vector<void*> send(static_cast<size_t>(n), nullptr), recv(static_cast<size_t>(n), nullptr);
+  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;
+  for (int r = 0; r < n; ++r) {
+    const size_t inBytes = in[r].size();
+    REQUIRE(cudaMalloc(&send[r], std::max<size_t>(inBytes, inPlace ? outBytes : 1)) == cudaSuccess);
+    if (inPlace) {
+      recv[r] = send[r];
+    } else {
+      REQUIRE(cudaMalloc(&recv[r], std::max<size_t>(outBytes, 1)) == cudaSuccess);
+    }
+    pinIn.push_back(std::make_unique<Pinned>(inBytes));
+    pinOut.push_back(std::make_unique<Pinned>(outBytes));
+    if (inBytes > 0) std::memcpy(pinIn.back()->p, in[r].data(), inBytes);
+  }
   RunRanks(n, [&](int r) {
     cudaSetDevice(0);
     cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
-    void *send = nullptr, *recv = nullptr;
-    const size_t inBytes = in[r].size();
-    if (cudaMalloc(&send, std::max<size_t>(inBytes, inPlace ? outBytes : 1)) != cudaSuccess ||
-        (!inPlace && cudaMalloc(&recv, std::max<size_t>(outBytes, 1)) != cudaSuccess)) {
-      o.rc[r] = RankResult{ccUnhandledCudaError, "cudaMalloc failed"};
-      return;
-    }
-    if (inPlace) recv = send;
-    if (!inPlace) cudaMemsetAsync(recv, 0x5a, outBytes, s);
-    cudaMemcpyAsync(send, in[r].data(), inBytes, cudaMemcpyHostToDevice, s);
-    o.rc[r] = Record(issue(r, send, recv, st[r]), g[r]);
-    cudaMemcpyAsync(o.out[r].data(), recv, outBytes, cudaMemcpyDeviceToHost, s);
+    if (!inPlace) cudaMemsetAsync(recv[r], 0x5a, outBytes, s);
+    cudaMemcpyAsync(send[r], pinIn[r]->p, in[r].size(), cudaMemcpyHostToDevice, s);
+    o.rc[r] = Record(issue(r, send[r], recv[r], st[r]), g[r]);
+    cudaMemcpyAsync(pinOut[r]->p, recv[r], outBytes, cudaMemcpyDeviceToHost, s);
     cudaError_t e = cudaStreamSynchronize(s);
     if (e != cudaSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{ccUnhandledCudaError, cudaGetErrorString(e)};
     ccResult_t async = ccSuccess;
     ccCommGetAsyncError(g[r], &async);
     if (async != ccSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{async, ccGetLastError(g[r])};
-    cudaFree(send);
-    if (!inPlace) cudaFree(recv);
   });
+  for (int r = 0; r < n; ++r) {
+    if (outBytes > 0) std::memcpy(o.out[r].data(), pinOut[r]->p, outBytes);
+    cudaFree(send[r]);
+    if (!inPlace) cudaFree(recv[r]);
+  }
   return o;
 }
 
@@ -581,16 +608,20 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
   std::vector<float*> send(n), recv(n);
   std::vector<RankResult> rc(n), hostAfter(n);
   std::vector<std::vector<float>> hostIn(n, std::vector<float>(1000, 1.0f)), hostOut(n, std::vector<float>(1000));
+  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;  // (Pinned says why)
   for (int r = 0; r < n; ++r) {
     REQUIRE(cudaMalloc(reinterpret_cast<void**>(&send[r]), count * 4) == cudaSuccess);
     REQUIRE(cudaMalloc(reinterpret_cast<void**>(&recv[r]), count * 4) == cudaSuccess);
+    pinIn.push_back(std::make_unique<Pinned>(count * 4));
+    pinOut.push_back(std::make_unique<Pinned>(count * 4));
+    std::memcpy(pinIn.back()->p, in[r].data(), count * 4);
   }
   cudaStream_t s0 = reinterpret_cast<cudaStream_t>(st[0]);
   REQUIRE(cudaLaunchHostFunc(s0, hold, &release) == cudaSuccess);
   RunRanks(n, [&](int r) {
     cudaSetDevice(0);
     cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
-    cudaMemcpyAsync(send[r], in[r].data(), count * 4, cudaMemcpyHostToDevice, s);  // before the call
+    cudaMemcpyAsync(send[r], pinIn[r]->p, count * 4, cudaMemcpyHostToDevice, s);  // before the call
     rc[r] = Record(ccAllReduce(send[r], recv[r], count, ccFloat32, ccSum, nullptr, g[r], st[r]), g[r]);
   });
   CHECK(rc[0].rc == ccSuccess);
@@ -601,7 +632,7 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
   RunRanks(n, [&](int r) {
     cudaSetDevice(0);
     cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
-    cudaMemcpyAsync(out[r].data(), recv[r], count * 4, cudaMemcpyDeviceToHost, s);  // after the call
+    cudaMemcpyAsync(pinOut[r]->p, recv[r], count * 4, cudaMemcpyDeviceToHost, s);  // after the call
     // A host call on the same communicator: it waits for the device call before it, on every rank.
     hostAfter[r] =
         Record(ccAllReduce(hostIn[r].data(), hostOut[r].data(), 1000, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
@@ -609,6 +640,7 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
   });
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
+    std::memcpy(out[r].data(), pinOut[r]->p, count * 4);
     CHECK(FirstDifference(out[r], host.out[r]) == "");
     CHECK(hostAfter[r].rc == ccSuccess);
     CHECK(hostOut[r][999] == 2.0f);
