@@ -240,13 +240,13 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
     if (!c->device) c->device = DeviceCodecState::Create();
     DeviceCodecState* st = c->device.get();
     float* w = st->widened.Reserve<float>(a.count);
-    CheckLaunch(gpu::Widen(a.dtype, a.send, a.count, w, st->stream()));
+    CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, st->stream()));  // widen: exact
     CollArgs f = a;
     f.send = f.recv = w;
     f.dtype = ccFloat32;
     f.eltSize = sizeof(float);
     CC_CHECK(CompressedAllReduce(comm, f, c));  // on the same stream; it has synchronized it
-    CheckLaunch(gpu::Narrow(a.dtype, w, a.count, a.recv, st->stream()));
+    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, st->stream()));  // narrow: nearest-even
     st->Synchronize();
     return ccSuccess;
   } catch (const DeviceCodecError& e) {

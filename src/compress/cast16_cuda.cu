@@ -89,28 +89,6 @@ ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out,
   return Launched("cast decode kernel launch");
 }
 
-ccResult_t Widen(ccDataType_t dtype, const void* in, size_t count, float* out, cudaStream_t stream) {
-  if (count == 0) return ccSuccess;
-  const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
-  if (dtype == ccBfloat16) {
-    DecodeKernel<Bf16><<<blocks, kThreads, 0, stream>>>(static_cast<const Bf16*>(in), count, out);
-  } else {
-    DecodeKernel<Half><<<blocks, kThreads, 0, stream>>>(static_cast<const Half*>(in), count, out);
-  }
-  return Launched("widen kernel launch");
-}
-
-ccResult_t Narrow(ccDataType_t dtype, const float* in, size_t count, void* out, cudaStream_t stream) {
-  if (count == 0) return ccSuccess;
-  const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);
-  if (dtype == ccBfloat16) {
-    HopKernel<Bf16><<<blocks, kThreads, 0, stream>>>(nullptr, nullptr, 0, in, count, static_cast<Bf16*>(out));
-  } else {
-    HopKernel<Half><<<blocks, kThreads, 0, stream>>>(nullptr, nullptr, 0, in, count, static_cast<Half*>(out));
-  }
-  return Launched("narrow kernel launch");
-}
-
 ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream) {
   if (count == 0) return ccSuccess;
   const unsigned blocks = static_cast<unsigned>((count + kThreads - 1) / kThreads);

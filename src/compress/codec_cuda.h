@@ -51,6 +51,7 @@ ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t gro
                        int laneBits, int nranks, float* out, cudaStream_t stream);
 
 // The 16-bit cast codec (wire ccBfloat16 or ccFloat16): out = round(local + in[0] + in[1]) (nin 0..2), and decode.
+// With nin 0 and the decode, they are also compress/widen.h's Narrow and Widen of 16-bit data.
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
                    void* wireOut, cudaStream_t stream);
 ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out, cudaStream_t stream);
@@ -72,11 +73,6 @@ ccResult_t AnyNonFinite(const float* x, size_t count, unsigned* flag, cudaStream
 ccResult_t AddInto(float* acc, const float* x, size_t count, cudaStream_t stream);
 ccResult_t KeepResidual(float* e, const float* g, size_t count, cudaStream_t stream);
 ccResult_t DropNonFinite(float* e, size_t count, cudaStream_t stream);
-
-// 16-bit data through the float32 codecs (compress/widen.h; cast16_cuda.cu): out = in as float (exact), and out =
-// in rounded to `dtype` (nearest, ties to even). dtype: ccBfloat16 or ccFloat16.
-ccResult_t Widen(ccDataType_t dtype, const void* in, size_t count, float* out, cudaStream_t stream);
-ccResult_t Narrow(ccDataType_t dtype, const float* in, size_t count, void* out, cudaStream_t stream);
 
 // x[i] = x[i] / factor (divide) or x[i] * factor: the average of the codecs without rotation, as their CPU Finish
 // computes it.

@@ -114,16 +114,9 @@ class DeviceQuantCodec : public DeviceCodec {
  public:
   DeviceQuantCodec(const QuantPlan& plan, DeviceCodecState* st) : DeviceCodec(st), plan_(plan) {}
 
-  size_t MaxWireBytes(size_t len) const override {
-    const size_t lanes = PackedBytes(len, plan_.laneBits), requant = plan_.RequantBytes(len);
-    return lanes > requant ? lanes : requant;
-  }
-  size_t HopBytes(size_t, size_t len) const override {
-    return plan_.homomorphic ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
-  }
-  size_t GatherBytes(size_t, size_t len) const override {
-    return plan_.homomorphic && plan_.gatherExact ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
-  }
+  size_t MaxWireBytes(size_t len) const override { return plan_.MaxWireBytes(len); }
+  size_t HopBytes(size_t, size_t len) const override { return plan_.HopBytes(len); }
+  size_t GatherBytes(size_t, size_t len) const override { return plan_.GatherBytes(len); }
 
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
@@ -158,7 +151,7 @@ class DeviceQuantCodec : public DeviceCodec {
     if (!plan_.homomorphic || plan_.gatherExact) return Hop(wiresIn, nin, local, off, len, wireOut);
     // The integer sums, decoded, are requantized to b bits with fresh scales for the all-gather.
     const void* devIn[2];
-    CopyIn(wiresIn, nin, HopBytes(off, len), devIn);
+    CopyIn(wiresIn, nin, plan_.HopBytes(len), devIn);
     void* sums = st_->sums.Reserve(PackedBytes(len, plan_.laneBits));
     HopKernels(devIn, nin, local, off, len, sums);
     float* vals = st_->vals.Reserve<float>(len);

@@ -50,17 +50,9 @@ class QuantCodec : public Codec {
  public:
   QuantCodec(const ccCompressor& c, const CodecCall& call) : plan_(MakeQuantPlan(c, call)) {}
 
-  size_t MaxWireBytes(size_t len) const override {
-    size_t lanes = PackedBytes(len, plan_.laneBits);
-    size_t requant = plan_.RequantBytes(len);
-    return lanes > requant ? lanes : requant;
-  }
-  size_t HopBytes(size_t, size_t len) const override {
-    return plan_.homomorphic ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
-  }
-  size_t GatherBytes(size_t, size_t len) const override {
-    return plan_.homomorphic && plan_.gatherExact ? PackedBytes(len, plan_.laneBits) : plan_.RequantBytes(len);
-  }
+  size_t MaxWireBytes(size_t len) const override { return plan_.MaxWireBytes(len); }
+  size_t HopBytes(size_t, size_t len) const override { return plan_.HopBytes(len); }
+  size_t GatherBytes(size_t, size_t len) const override { return plan_.GatherBytes(len); }
 
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
@@ -263,6 +255,17 @@ class QuantCodec : public Codec {
 
 size_t QuantPlan::RequantBytes(size_t len) const {
   return ((len + group - 1) / group) * ScaleBytes(format) + PackedBytes(len, bits);
+}
+
+size_t QuantPlan::MaxWireBytes(size_t len) const {
+  const size_t lanes = PackedBytes(len, laneBits), requant = RequantBytes(len);
+  return lanes > requant ? lanes : requant;
+}
+
+size_t QuantPlan::HopBytes(size_t len) const { return homomorphic ? PackedBytes(len, laneBits) : RequantBytes(len); }
+
+size_t QuantPlan::GatherBytes(size_t len) const {
+  return homomorphic && gatherExact ? PackedBytes(len, laneBits) : RequantBytes(len);
 }
 
 QuantPlan MakeQuantPlan(const ccCompressor& c, const CodecCall& call) {

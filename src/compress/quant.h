@@ -30,6 +30,10 @@ struct QuantPlan {
 
   // Bytes of a requant message of len values: the scales, then the packed codes.
   size_t RequantBytes(size_t len) const;
+  // The Codec's message sizes for a slice of len values (both codecs of the plan send the same messages).
+  size_t MaxWireBytes(size_t len) const;
+  size_t HopBytes(size_t len) const;
+  size_t GatherBytes(size_t len) const;
 };
 
 QuantPlan MakeQuantPlan(const ccCompressor& c, const CodecCall& call);

@@ -10,15 +10,9 @@
 #endif
 
 #include "compress/bitpack.h"
+#include "compress/cpu_clones.h"
 #include "compress/hadamard.h"
 #include "compress/rng.h"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define CC_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define CC_HOT
-#endif
 
 // Helpers are forced inline so that they are compiled into each target clone (AVX2 or baseline) of their caller.
 #define CC_INLINE inline __attribute__((always_inline))

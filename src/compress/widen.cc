@@ -1,15 +1,7 @@
 #include "compress/widen.h"
 
+#include "compress/cpu_clones.h"  // the loops vectorize; integer and exact float operations: the same bytes
 #include "compress/float16.h"
-
-// AVX2 clones where the CPU has them (as quant_cpu.cc): the loops vectorize, and integer and exact float operations
-// give the same bytes either way.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define CC_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define CC_HOT
-#endif
 
 namespace ccoll {
 

@@ -1,7 +1,7 @@
 // 16-bit gradients (bfloat16, float16) through the float32 codecs: widened exactly into a float32 working copy, and
 // the float32 result narrowed back with round-to-nearest-even (float16.h). The narrowing is a function of the float32
-// result alone, so every rank still ends with the same bytes. Host code; the device versions are gpu::Widen and
-// gpu::Narrow (codec_cuda.h).
+// result alone, so every rank still ends with the same bytes. Host code; on the device, the cast codec's decode and
+// its hop without arriving messages do the same (codec_cuda.h).
 #pragma once
 
 #include <cstddef>

@@ -17,7 +17,6 @@
 #include "compress/codecs.h"
 #include "compress/quant_cpu.h"
 #include "compress/sparse.h"
-#include "compress/widen.h"
 #ifdef CCOLL_HAVE_CUBLAS
 #include "compress/lowrank.h"
 #include "compress/lowrank_cuda.h"
@@ -208,14 +207,6 @@ ccResult_t LowRankBlas::ProductPQt(const float* p, const float* q, int64_t rows,
   return Launch(stream_, [=] { ccoll::ProductPQt(p, q, rows, cols, r, out); });
 }
 #endif
-
-ccResult_t Widen(ccDataType_t dtype, const void* in, size_t count, float* out, cudaStream_t stream) {
-  return Launch(stream, [=] { ccoll::Widen(dtype, in, count, out); });
-}
-
-ccResult_t Narrow(ccDataType_t dtype, const float* in, size_t count, void* out, cudaStream_t stream) {
-  return Launch(stream, [=] { ccoll::Narrow(dtype, in, count, out); });
-}
 
 ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream) {
   return Launch(stream, [=] {
