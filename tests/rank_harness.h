@@ -141,6 +141,19 @@ struct Compressors {
 
 inline bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// vNMSE of out against the reference m over [begin, end): ||out - m||^2 / ||m||^2.
+inline double Vnmse(const std::vector<float>& out, const std::vector<double>& m, size_t begin = 0,
+                    size_t end = SIZE_MAX) {
+  end = end < m.size() ? end : m.size();
+  double num = 0.0, den = 0.0;
+  for (size_t i = begin; i < end; ++i) {
+    const double d = static_cast<double>(out[i]) - m[i];
+    num += d * d;
+    den += m[i] * m[i];
+  }
+  return num / den;
+}
+
 // CC_CHECK_CALLS (default 1): every call starts with the call-check agreement (144-byte records). Tests that
 // count bytes or expect a particular error read it here (ctest also runs some cases with CC_CHECK_CALLS=0).
 inline bool CallCheckOn() {

@@ -38,6 +38,7 @@
 using cctest::Compressors;
 using cctest::CallCheckOn;
 using cctest::Contains;
+using cctest::Vnmse;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -116,16 +117,6 @@ std::vector<double> ExactReduce(const Buffers& in, ccRedOp_t op) {
 }
 
 // ||out - m||^2 / ||m||^2.
-double Vnmse(const std::vector<float>& out, const std::vector<double>& m) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < m.size(); ++i) {
-    double d = static_cast<double>(out[i]) - m[i];
-    num += d * d;
-    den += m[i] * m[i];
-  }
-  return num / den;
-}
-
 bool AllFinite(const std::vector<float>& v) {
   for (float x : v) {
     if (!std::isfinite(x)) return false;

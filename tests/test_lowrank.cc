@@ -28,6 +28,7 @@ using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
 using cctest::RunRanks;
+using cctest::Vnmse;
 
 namespace {
 
@@ -96,17 +97,6 @@ double SqNorm(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x * x;
   return s;
-}
-
-double Vnmse(const std::vector<float>& out, const std::vector<double>& m, size_t begin = 0, size_t end = SIZE_MAX) {
-  end = std::min(end, m.size());
-  double num = 0, den = 0;
-  for (size_t i = begin; i < end; ++i) {
-    const double d = out[i] - m[i];
-    num += d * d;
-    den += m[i] * m[i];
-  }
-  return num / den;
 }
 
 // `k` orthonormal vectors of length `len` (Gram-Schmidt of Gaussian ones), column j at v[i * k + j].
