@@ -17,6 +17,7 @@
 #include "compress/compressor.h"
 #include "compress/widen.h"
 #ifdef CCOLL_HAVE_CUDA
+#include "collectives/device_buffers.h"
 #include "compress/device_codec.h"
 #endif
 #include "collectives/reduce.h"
@@ -62,6 +63,16 @@ bool RunsDeviceCodec(const ccComm* comm, const ccCompressor* comp) {
 #ifdef CCOLL_HAVE_CUDA
   return comp != nullptr && comm->config.deviceKernels && ccoll::DeviceCodecCovers(*comp);
 #else
+  return false;
+#endif
+}
+
+// True when an exact call on device buffers runs on them (collectives/device_buffers.h); else it is staged.
+bool ExactOnDevice(const ccComm* comm) {
+#ifdef CCOLL_HAVE_CUDA
+  return ccoll::ExactStaysOnDevice(comm);
+#else
+  (void)comm;
   return false;
 #endif
 }
@@ -241,6 +252,9 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
       return r;
     }
   }
+#ifdef CCOLL_HAVE_CUDA
+  if (r == ccSuccess && args.onDevice && c.compressor == nullptr) r = ccoll::EnsureDeviceBuffers(comm);
+#endif
   if (r == ccSuccess) {
     switch (c.kind) {
       case Kind::kAllReduce:
@@ -266,14 +280,15 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
 }
 
 // A call on device buffers, run by the communicator's proxy thread in call order (core/device_proxy.h). A compressed
-// all-reduce whose codec has CUDA kernels runs on the device buffers themselves (compress/device_codec.h). Every
+// all-reduce whose codec has CUDA kernels runs on the device buffers themselves (compress/device_codec.h), and so do
+// exact calls when every transport of the communicator carries device memory (collectives/device_buffers.h). Every
 // other call is staged through host memory, where the host schedules run in place on the staging buffer:
 // all-reduce and broadcast on the whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's
 // block at rank * count).
 ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
   ccoll::DeviceProxy* proxy = nullptr;
   CC_CHECK(comm->DeviceProxyOf(&proxy));
-  const bool kernels = RunsDeviceCodec(comm, c.compressor);
+  const bool resident = c.compressor != nullptr ? RunsDeviceCodec(comm, c.compressor) : ExactOnDevice(comm);
   const size_t bytes = args.count * args.eltSize;
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;
@@ -284,16 +299,18 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
   switch (c.kind) {
     case Kind::kAllReduce:
     case Kind::kBroadcast:
-      if (kernels) break;  // nothing staged: the proxy runs the device codec on the device buffers
+      if (resident) break;  // nothing staged: the proxy runs the call on the device buffers
       staged.stagingBytes = staged.outBytes = bytes;
       staged.inBytes = c.kind == Kind::kAllReduce || comm->rank == args.root ? bytes : 0;
       break;
     case Kind::kReduceScatter:
+      if (resident) break;
       staged.stagingBytes = staged.inBytes = n * bytes;
       staged.outBytes = bytes;
       staged.outOffset = hostRecv = mine;
       break;
     case Kind::kAllGather:
+      if (resident) break;
       staged.stagingBytes = staged.outBytes = n * bytes;
       staged.inBytes = bytes;
       staged.inOffset = hostSend = mine;
@@ -307,10 +324,10 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
     c.compressor->inFlight.fetch_add(1);
     hold.reset(c.compressor, [](ccCompressor* comp) { comp->inFlight.fetch_sub(1); });
   }
-  return proxy->Enqueue(staged, [comm, c, args, kernels, hostSend, hostRecv, hold](char* staging) {
+  return proxy->Enqueue(staged, [comm, c, args, resident, hostSend, hostRecv, hold](char* staging) {
     if (staging == nullptr) return;  // skipped
     CollArgs run = args;
-    if (kernels) {
+    if (resident) {
       run.onDevice = true;
     } else {
       run.send = staging + hostSend;

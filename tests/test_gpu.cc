@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/reduce.h"
+#include "collectives/reduce_cuda.h"
 #include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
@@ -168,6 +170,63 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
       }
     }
   }
+}
+
+template <typename T>
+void Put(T v, char* at) {
+  std::memcpy(at, &v, sizeof(T));
+}
+
+// Finite random elements of dtype as raw bytes: floats of both signs over a wide range (16-bit types rounded from
+// them), integers small enough for products.
+std::vector<char> RawInputs(ccDataType_t dtype, size_t count, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> normal;
+  const size_t es = ccoll::DataTypeSize(dtype);
+  std::vector<char> out(count * es);
+  for (size_t i = 0; i < count; ++i) {
+    const double x = normal(gen) * (i % 7 == 0 ? 300.0 : 1.0);
+    char* at = out.data() + i * es;
+    const int64_t small = static_cast<int64_t>(gen() % 21) - 10;
+    switch (dtype) {
+      case ccInt32: Put(static_cast<int32_t>(small), at); break;
+      case ccInt64: Put(small * 100, at); break;
+      case ccFloat16: Put(ccoll::FloatToHalf(static_cast<float>(x)).bits, at); break;
+      case ccBfloat16: Put(ccoll::FloatToBf16(static_cast<float>(x)).bits, at); break;
+      case ccFloat32: Put(static_cast<float>(x), at); break;
+      case ccFloat64: Put(x, at); break;
+    }
+  }
+  return out;
+}
+
+TEST_CASE("[gpu] exact reductions: the kernels equal the host loops byte for byte", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  for (ccDataType_t dtype : {ccInt32, ccInt64, ccFloat16, ccFloat32, ccFloat64, ccBfloat16}) {
+    for (ccRedOp_t op : {ccSum, ccProd, ccMax, ccMin, ccAvg}) {
+      for (size_t count : {size_t{1}, size_t{1000}, size_t{(1 << 21) + 3}}) {  // the last: a grid-stride loop
+        INFO(ccoll::DataTypeName(dtype) << " " << ccoll::RedOpName(op) << " count " << count);
+        const size_t bytes = count * ccoll::DataTypeSize(dtype);
+        const std::vector<char> a = RawInputs(dtype, count, count + 1), b = RawInputs(dtype, count, count + 2);
+        std::vector<char> cpu(bytes);
+        ccoll::ReduceHost(cpu.data(), a.data(), b.data(), count, dtype, op);
+        Dev<char> da(bytes), db(bytes), dd(bytes);
+        da.Put(a);
+        db.Put(b);
+        REQUIRE(cudaMemset(dd.p, 0x5a, bytes) == cudaSuccess);
+        REQUIRE(ccoll::gpu::Reduce(dd.p, da.p, db.p, count, dtype, op, nullptr) == ccSuccess);
+        CHECK(SameBytes(cpu.data(), dd.Get().data(), bytes));
+        REQUIRE(ccoll::gpu::Reduce(da.p, da.p, db.p, count, dtype, op, nullptr) == ccSuccess);  // in place
+        CHECK(SameBytes(cpu.data(), da.Get().data(), bytes));
+        if (op == ccAvg) {
+          ccoll::FinishAvgHost(cpu.data(), count, dtype, 3);
+          REQUIRE(ccoll::gpu::FinishAvg(dd.p, count, dtype, 3, nullptr) == ccSuccess);
+          CHECK(SameBytes(cpu.data(), dd.Get().data(), bytes));
+        }
+      }
+    }
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
 }
 
 TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byte for byte", "[gpu]") {

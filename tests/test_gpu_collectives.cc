@@ -205,7 +205,7 @@ std::string Agrees(const std::vector<Bytes>& dev, const std::vector<Bytes>& host
   return "";
 }
 
-// Random inputs: floats of both signs for float types, small integers for int32, as raw bytes.
+// Random inputs: floats of both signs for float types, small integers for int32 and int64, as raw bytes.
 std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> normal;
@@ -227,6 +227,12 @@ std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed
       case ccInt32: {
         std::vector<int32_t> v(count);
         for (auto& x : v) x = static_cast<int32_t>(gen() % 2001) - 1000;
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      case ccInt64: {  // small, so that products stay far from wrapping
+        std::vector<int64_t> v(count);
+        for (auto& x : v) x = static_cast<int64_t>(gen() % 7) - 3;
         b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
         break;
       }
@@ -255,18 +261,60 @@ std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed
   return in;
 }
 
-size_t SizeOf(ccDataType_t t) { return t == ccFloat64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4; }
+size_t SizeOf(ccDataType_t t) {
+  return t == ccFloat64 || t == ccInt64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4;
+}
+
+// Codec and reduction kernels launched so far, where they can be counted (the fake runtime); -1 on a real device.
+int64_t CodecLaunches() {
+#ifdef CCOLL_FAKE_CUDA
+  return static_cast<int64_t>(cctest::FakeCodecKernelLaunches());
+#else
+  return -1;
+#endif
+}
+
+// Device-to-device copies so far, where they can be counted (the fake runtime); -1 on a real device.
+int64_t DeviceCopies() {
+#ifdef CCOLL_FAKE_CUDA
+  return static_cast<int64_t>(cctest::FakeDeviceToDeviceCopies());
+#else
+  return -1;
+#endif
+}
+
+// Exact calls on device buffers stay on the device (thread ranks: the local transport carries device memory) unless
+// CC_DEVICE_KERNELS=0, which stages them through host memory (ctest runs the [exact] cases both ways).
+bool ExactOnDevice() {
+  const char* k = std::getenv("CC_DEVICE_KERNELS");
+  return k == nullptr || std::string(k) != "0";
+}
+
+// Checks, where the fake runtime counts them, that a device call with peers moved its messages device to device
+// (and, when it reduces, launched reduction kernels) exactly when exact calls stay on the device.
+void CheckStayedOnDevice(int64_t copiesBefore, int64_t launchesBefore, int nranks, bool reduces) {
+  if (copiesBefore < 0 || nranks == 1) return;
+  if (ExactOnDevice()) {
+    CHECK(DeviceCopies() > copiesBefore);
+    if (reduces) CHECK(CodecLaunches() > launchesBefore);
+  } else {
+    CHECK(DeviceCopies() == copiesBefore);
+    CHECK(CodecLaunches() == launchesBefore);
+  }
+}
 
 }  // namespace
 
-TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte for byte", "[gpu][device]") {
+TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte for byte", "[gpu][device][exact]") {
   SKIP_WITHOUT_DEVICE();
   struct Case {
     ccDataType_t dtype;
     ccRedOp_t op;
   };
-  const Case cases[] = {{ccFloat32, ccSum}, {ccFloat32, ccAvg}, {ccFloat32, ccMax}, {ccFloat64, ccSum},
-                        {ccInt32, ccSum},   {ccInt32, ccMin},   {ccBfloat16, ccSum}};
+  const Case cases[] = {{ccFloat32, ccSum}, {ccFloat32, ccAvg}, {ccFloat32, ccMax}, {ccFloat32, ccProd},
+                        {ccFloat64, ccSum}, {ccFloat64, ccMin}, {ccInt32, ccSum},   {ccInt32, ccMin},
+                        {ccInt64, ccProd},  {ccBfloat16, ccSum}, {ccBfloat16, ccAvg}, {ccFloat16, ccSum},
+                        {ccFloat16, ccMax}};
   for (int n : {1, 2, 4}) {
     Group g = DeviceGroup(n);
     REQUIRE(g.status == ccSuccess);
@@ -283,16 +331,19 @@ TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte fo
           const size_t bytes = count * SizeOf(k.dtype);
           Outcome host = OnHost(g, in, bytes, issue);
           REQUIRE(host.Failure() == "");
+          const int64_t copies = DeviceCopies(), launches = CodecLaunches();
           Outcome dev = OnDevice(g, st, in, bytes, issue, inPlace);
           REQUIRE(dev.Failure() == "");
           for (int r = 0; r < n; ++r) CHECK(FirstDifference(dev.out[r], host.out[r]) == "");
+          CheckStayedOnDevice(copies, launches, n, true);
         }
       }
     }
   }
 }
 
-TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equal the host calls", "[gpu][device]") {
+TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equal the host calls",
+          "[gpu][device][exact]") {
   SKIP_WITHOUT_DEVICE();
   for (int n : {2, 4}) {
     Group g = DeviceGroup(n);
@@ -322,9 +373,67 @@ TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equa
       INFO(c.name << ", " << n << " ranks");
       Outcome host = OnHost(g, *c.in, c.outBytes, *c.issue);
       REQUIRE(host.Failure() == "");
+      const int64_t copies = DeviceCopies(), launches = CodecLaunches();
       Outcome dev = OnDevice(g, st, *c.in, c.outBytes, *c.issue);
       REQUIRE(dev.Failure() == "");
       for (int r = 0; r < n; ++r) CHECK(FirstDifference(dev.out[r], host.out[r]) == "");
+      CheckStayedOnDevice(copies, launches, n, c.issue == &rs);
+    }
+  }
+}
+
+// One rank's buffers in host memory, the others' on the device: the local transport copies between the two kinds,
+// with the device side's copier (and, with CC_CHECKSUM=1, no CRC on those messages). The result is the all-host
+// call's, byte for byte, on every rank.
+TEST_CASE("[gpu] an exact all-reduce with host buffers on one rank and device buffers on the others",
+          "[gpu][device][exact]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 4;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  for (size_t count : {size_t{1000}, size_t{3 * 65537}}) {  // the tree, and the ring in several slices
+    for (ccRedOp_t op : {ccSum, ccAvg}) {
+      INFO("count " << count << ", op " << op);
+      const std::vector<Bytes> in = Inputs(n, count, ccFloat32, count + op);
+      const size_t bytes = count * 4;
+      Issue issue = [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, ccFloat32, op, nullptr, g[r], stream);
+      };
+      Outcome host = OnHost(g, in, bytes, issue);
+      REQUIRE(host.Failure() == "");
+      std::vector<void*> dev(n, nullptr);
+      std::vector<std::unique_ptr<Pinned>> pin;
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(cudaMalloc(&dev[r], bytes) == cudaSuccess);
+        pin.push_back(std::make_unique<Pinned>(bytes));
+        std::memcpy(pin.back()->p, in[r].data(), bytes);
+      }
+      std::vector<Bytes> out(n, Bytes(bytes, '\x5a'));
+      std::vector<RankResult> rc(n);
+      RunRanks(n, [&](int r) {
+        if (r == 0) {  // host buffers: a blocking call on this thread
+          rc[r] = Record(issue(r, in[r].data(), out[r].data(), nullptr), g[r]);
+          return;
+        }
+        cudaSetDevice(0);
+        cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
+        cudaMemcpyAsync(dev[r], pin[r]->p, bytes, cudaMemcpyHostToDevice, s);
+        rc[r] = Record(issue(r, dev[r], dev[r], st[r]), g[r]);
+        cudaMemcpyAsync(pin[r]->p, dev[r], bytes, cudaMemcpyDeviceToHost, s);
+        const cudaError_t e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess && rc[r].rc == ccSuccess) rc[r] = RankResult{ccUnhandledCudaError, cudaGetErrorString(e)};
+        ccResult_t async = ccSuccess;
+        ccCommGetAsyncError(g[r], &async);
+        if (async != ccSuccess && rc[r].rc == ccSuccess) rc[r] = RankResult{async, ccGetLastError(g[r])};
+      });
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r);
+        REQUIRE(rc[r].rc == ccSuccess);
+        if (r > 0) std::memcpy(out[r].data(), pin[r]->p, bytes);
+        CHECK(FirstDifference(out[r], host.out[r]) == "");
+        cudaFree(dev[r]);
+      }
     }
   }
 }
@@ -364,15 +473,6 @@ TEST_CASE("[gpu] every codec on device buffers equals the host call, call after 
       }
     }
   }
-}
-
-// Codec kernels launched so far, where they can be counted (the fake runtime); -1 on a real device.
-int64_t CodecLaunches() {
-#ifdef CCOLL_FAKE_CUDA
-  return static_cast<int64_t>(cctest::FakeCodecKernelLaunches());
-#else
-  return -1;
-#endif
 }
 
 // Device codecs run unless CC_DEVICE_KERNELS=0 (ctest runs this binary both ways); PowerSGD's need cuBLAS.

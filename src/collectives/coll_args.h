@@ -16,8 +16,9 @@ struct CollArgs {
   ccRedOp_t op = ccSum;
   int root = 0;
   size_t eltSize = 4;
-  // send and recv are memory of the communicator's CUDA device, and the call runs on its proxy thread with device
-  // codecs (only compressed all-reduces with a codec that DeviceCodecCovers; every other device call is staged).
+  // send and recv are memory of the communicator's CUDA device, and the call runs on its proxy thread on them: with
+  // device codecs (compressed all-reduces with a codec that DeviceCodecCovers), or with the device BufferOps (exact
+  // calls, when every transport carries device memory). Every other device call is staged through host memory.
   bool onDevice = false;
 };
 

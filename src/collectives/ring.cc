@@ -1,27 +1,21 @@
 #include "collectives/ring.h"
 
 #include <algorithm>
-#include <cstring>
+#include <vector>
 
-#include "collectives/reduce.h"
+#include "collectives/buffers.h"
 #include "core/comm.h"
 #include "core/error.h"
 
 namespace ccoll {
-namespace {
-
-void CopyIfApart(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
-}
-
-}  // namespace
 
 ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = a.eltSize;
+  CallBuffers mem(comm, a);
   if (n == 1) {
-    CopyIfApart(a.recv, a.send, a.count * es);
-    if (a.op == ccAvg) FinishAvgHost(a.recv, a.count, a.dtype, n);
+    CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
+    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));
     return ccSuccess;
   }
   const uint64_t seq = ++comm->seq;
@@ -39,7 +33,7 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
     auto postRecv = [&](int s) -> ccResult_t {
       Slice in = ChunkSlice(a.count, n, Mod(r - s - 1, n), k, sliceElems);
       if (in.count == 0) return ccSuccess;
-      return io.Recv(prev, comm->ScratchSlot(s % 2), in.count * es, Tag(seq, msg + s), &recv);
+      return io.Recv(prev, mem->Scratch(s % 2), in.count * es, Tag(seq, msg + s), &recv);
     };
     CC_CHECK(postRecv(0));
     for (int s = 0; s < n - 1; ++s) {
@@ -51,13 +45,15 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
       CC_CHECK(io.Wait(&recv));
       if (s + 1 < n - 1) CC_CHECK(postRecv(s + 1));
       if (in.count > 0) {
-        ReduceHost(At(a.recv, in.offset, es), At(a.send, in.offset, es), comm->ScratchSlot(s % 2), in.count,
-                   a.dtype, a.op);
+        CC_CHECK(mem->Reduce(At(a.recv, in.offset, es), At(a.send, in.offset, es), mem->Scratch(s % 2), in.count,
+                             a.dtype, a.op));
       }
     }
     msg += n - 1;
     Slice owned = ChunkSlice(a.count, n, Mod(r + 1, n), k, sliceElems);
-    if (a.op == ccAvg && owned.count > 0) FinishAvgHost(At(a.recv, owned.offset, es), owned.count, a.dtype, n);
+    if (a.op == ccAvg && owned.count > 0) {
+      CC_CHECK(mem->FinishAvg(At(a.recv, owned.offset, es), owned.count, a.dtype, n));
+    }
     // All-gather: at step s, send chunk r+1-s (finished), receive chunk r-s straight into place.
     for (int s = 0; s < n - 1; ++s, ++msg) {
       Slice out = ChunkSlice(a.count, n, Mod(r + 1 - s, n), k, sliceElems);
@@ -75,9 +71,10 @@ ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& a) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = a.eltSize;
   const size_t block = a.count;  // elements each rank ends with
+  CallBuffers mem(comm, a);
   if (n == 1) {
-    CopyIfApart(a.recv, a.send, block * es);
-    if (a.op == ccAvg) FinishAvgHost(a.recv, block, a.dtype, n);
+    CC_CHECK(mem->Copy(a.recv, a.send, block * es));
+    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, block, a.dtype, n));
     return ccSuccess;
   }
   const uint64_t seq = ++comm->seq;
@@ -95,18 +92,18 @@ ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& a) {
     // after n-1 steps block r is complete. Partial sums alternate between the two scratch slots.
     for (int s = 0; s < n - 1; ++s, ++msg) {
       int outBlock = Mod(r - s - 1, n), inBlock = Mod(r - s - 2, n);
-      const void* src = s == 0 ? At(a.send, outBlock * block + off, es) : comm->ScratchSlot((s - 1) % 2);
+      const void* src = s == 0 ? At(a.send, outBlock * block + off, es) : mem->Scratch((s - 1) % 2);
       bool last = s == n - 2;
-      char* land = comm->ScratchSlot(s % 2);
+      char* land = mem->Scratch(s % 2);
       CC_CHECK(io.Wait(&send));
       CC_CHECK(io.Recv(prev, land, cnt * es, Tag(seq, msg), &recv));
       CC_CHECK(io.Send(next, src, cnt * es, Tag(seq, msg), &send));
       CC_CHECK(io.Wait(&recv));
       // The send above may still read the other slot; the partial sum stays in `land` (or goes to recv at the end).
       void* dst = last ? static_cast<void*>(At(a.recv, off, es)) : static_cast<void*>(land);
-      ReduceHost(dst, At(a.send, inBlock * block + off, es), land, cnt, a.dtype, a.op);
+      CC_CHECK(mem->Reduce(dst, At(a.send, inBlock * block + off, es), land, cnt, a.dtype, a.op));
     }
-    if (a.op == ccAvg) FinishAvgHost(At(a.recv, off, es), cnt, a.dtype, n);
+    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(At(a.recv, off, es), cnt, a.dtype, n));
   }
   return io.WaitAll();
 }
@@ -115,7 +112,8 @@ ccResult_t RingAllGather(ccComm* comm, const CollArgs& a) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = a.eltSize;
   const size_t block = a.count;
-  CopyIfApart(At(a.recv, r * block, es), a.send, block * es);
+  CallBuffers mem(comm, a);
+  CC_CHECK(mem->Copy(At(a.recv, r * block, es), a.send, block * es));
   if (n == 1) return ccSuccess;
   const uint64_t seq = ++comm->seq;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
@@ -142,7 +140,8 @@ ccResult_t RingAllGather(ccComm* comm, const CollArgs& a) {
 ccResult_t RingBroadcast(ccComm* comm, const CollArgs& a) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = a.eltSize;
-  if (r == a.root) CopyIfApart(a.recv, a.send, a.count * es);
+  CallBuffers mem(comm, a);
+  if (r == a.root) CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
   if (n == 1 || a.count == 0) return ccSuccess;
   const uint64_t seq = ++comm->seq;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);

@@ -1,11 +1,10 @@
 #include "collectives/tree.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "collectives/btree.h"
-#include "collectives/reduce.h"
+#include "collectives/buffers.h"
 #include "core/comm.h"
 #include "core/error.h"
 
@@ -26,9 +25,10 @@ struct TreeState {
 ccResult_t TreeAllReduce(ccComm* comm, const CollArgs& a) {
   const int n = comm->nranks;
   const size_t es = a.eltSize;
-  if (a.send != a.recv && a.count > 0) std::memmove(a.recv, a.send, a.count * es);
+  CallBuffers mem(comm, a);
+  CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
   if (n == 1) {
-    if (a.op == ccAvg) FinishAvgHost(a.recv, a.count, a.dtype, n);
+    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));
     return ccSuccess;
   }
   const uint64_t seq = ++comm->seq;
@@ -61,15 +61,15 @@ ccResult_t TreeAllReduce(ccComm* comm, const CollArgs& a) {
     Request* recv[2] = {nullptr, nullptr};
     for (int c = 0; c < 2; ++c) {
       if (ts.node.children[c] < 0) continue;
-      CC_CHECK(io.Recv(ts.node.children[c], comm->ScratchSlot(c), cnt * es, tag(k, t, 0), &recv[c]));
+      CC_CHECK(io.Recv(ts.node.children[c], mem->Scratch(c), cnt * es, tag(k, t, 0), &recv[c]));
     }
     for (int c = 0; c < 2; ++c) {
       if (ts.node.children[c] < 0) continue;
       CC_CHECK(io.Wait(&recv[c]));
-      ReduceHost(mine, mine, comm->ScratchSlot(c), cnt, a.dtype, a.op);
+      CC_CHECK(mem->Reduce(mine, mine, mem->Scratch(c), cnt, a.dtype, a.op));
     }
     if (ts.node.parent < 0) {
-      if (a.op == ccAvg) FinishAvgHost(mine, cnt, a.dtype, n);
+      if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(mine, cnt, a.dtype, n));
       return ccSuccess;
     }
     return io.Send(ts.node.parent, mine, cnt * es, tag(k, t, 0), &ts.upSends[k]);

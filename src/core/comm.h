@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "core/buffer_ops.h"
 #include "core/device_proxy.h"
 #include "transport/transport.h"
 
@@ -68,6 +69,10 @@ struct ccComm {
 
   std::mutex errorMutex;
   std::string lastError;  // last error sentence recorded for this comm by any thread
+
+  // Exact calls on device buffers that stay on the device (collectives/device_buffers.h): made by the first one, on
+  // the proxy thread; the transports' DeviceCopier. Torn down after the proxy, before the transports.
+  std::unique_ptr<ccoll::BufferOps> deviceBuffers;
 
   // Device calls (core/device_proxy.h): the proxy is created at the first one. Declared last, so that it is torn
   // down first, while the transports still work.

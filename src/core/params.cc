@@ -35,9 +35,9 @@ const ParamDef kParams[] = {
     {"CC_RING_DEPTH", ParamType::kInt, "4",
      "Slices a compressed ring keeps in flight: codec work on one overlaps the transfers of the others."},
     {"CC_DEVICE_KERNELS", ParamType::kInt, "1",
-     "Compressed all-reduce on device buffers: 1 runs the codecs that have CUDA kernels (cast16, quant requant) on "
-     "the GPU, so only compressed messages cross to the host; 0 stages every device call through host memory and "
-     "runs the CPU codecs (for comparison)."},
+     "Device buffers: 1 runs the compressed all-reduce's codecs on the GPU (only compressed messages cross to the "
+     "host), and the exact collectives of thread ranks on the device buffers (device copies between the ranks, "
+     "reduction kernels); 0 stages every device call through host memory and runs the CPU code (for comparison)."},
     {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",
      "With CC_ALGO=auto, all-reduces of at most this many bytes use the tree, larger ones the ring."},
     {"CC_RANK", ParamType::kInt, "-1", "This rank, for ccCommInitFromEnv (launchers without MPI)."},

@@ -23,7 +23,8 @@ constexpr int kSpinYields = 256;
 struct LocalRequest : Request {
   int self = 0;
   bool checksum = false;
-  WireHeader header{};  // a send's header, stamped when it is posted
+  DeviceCopier* copier = nullptr;  // set when buf is device memory: the poster's copier moves it
+  WireHeader header{};             // a send's header, stamped when it is posted
   std::atomic<State> state{State::kPosted};  // written under the mailbox lock; read without it only to spin
   ccResult_t error = ccSuccess;
   std::string message;
@@ -92,15 +93,37 @@ std::map<std::string, std::weak_ptr<LocalGroup>>& Registry() {
 // part; the receiver's failure aborts the group).
 void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
   bool sizeOk = send->bytes == recv->bytes;
-  if (sizeOk && send->bytes > 0) std::memcpy(recv->buf, send->buf, send->bytes);
+  DeviceCopier* copier = send->copier != nullptr ? send->copier : recv->copier;
+  ccResult_t copyResult = ccSuccess;
+  std::string copyError;
+  if (sizeOk && send->bytes > 0) {
+    if (copier == nullptr) {
+      std::memcpy(recv->buf, send->buf, send->bytes);
+    } else if ((copyResult = copier->CopyMessage(recv->buf, send->buf, send->bytes)) != ccSuccess) {
+      copyError = LastError();
+    }
+  }
   ccResult_t headerResult = ccSuccess;
   std::string headerError;
-  if (sizeOk) {
-    headerResult = CheckWireHeader(send->header, recv->kind, recv->buf, recv->bytes, recv->checksum, recv->self,
-                                   send->self, send->tag, &headerError);
+  if (sizeOk && copyResult == ccSuccess) {
+    WireHeader header = send->header;
+    bool checksum = recv->checksum;
+    if (copier != nullptr) {  // no CRC on device memory (a host sender stamped one; the payload is not read here)
+      header.flags = static_cast<uint8_t>(header.flags & ~kWireFlagCrc);
+      header.crc = 0;
+      checksum = false;
+    }
+    headerResult = CheckWireHeader(header, recv->kind, recv->buf, recv->bytes, checksum, recv->self, send->self,
+                                   send->tag, &headerError);
   }
   std::lock_guard<std::mutex> lock(box->mutex);
-  if (!sizeOk) {
+  if (sizeOk && copyResult != ccSuccess) {
+    for (LocalRequest* r : {send, recv}) {
+      r->state = State::kError;
+      r->error = copyResult;
+      r->message = copyError;
+    }
+  } else if (!sizeOk) {
     char msg[256];
     std::snprintf(msg, sizeof(msg),
                   "rank %d sent %zu bytes but rank %d expects %zu bytes (tag %llu): the ranks called the "
@@ -177,7 +200,8 @@ ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, 
   r->Describe(this, isSend, peer, buf, bytes, tag, kind);
   r->self = rank_;
   r->checksum = checksum_;
-  if (isSend) r->header = MakeWireHeader(kind, buf, bytes, checksum_);
+  if (copier_ != nullptr && bytes > 0 && copier_->IsDevice(buf)) r->copier = copier_;
+  if (isSend) r->header = MakeWireHeader(kind, buf, bytes, checksum_ && r->copier == nullptr);
   const int receiver = isSend ? peer : rank_, sender = isSend ? rank_ : peer;
   Mailbox* box = group_->boxes[receiver].get();
   auto& opposite = isSend ? box->postedRecvs[sender] : box->unmatchedSends[sender];

@@ -1,5 +1,8 @@
 // The in-process transport: ranks that are threads of one process exchange data by a single memcpy from the
-// sender's buffer into the receiver's; the wire header goes beside it and is checked like any other. Ranks find each
+// sender's buffer into the receiver's; the wire header goes beside it and is checked like any other. Device memory
+// (thread ranks on GPUs of one process) is copied by the DeviceCopier of the side whose buffer is on a device, on the
+// thread that completes the match; such a message carries no CRC32C under CC_CHECKSUM=1 (a copy within one process,
+// with no wire to corrupt it), its header is checked all the same. Ranks find each
 // other through a process-wide table keyed by the group's secret (from the unique id), filled before the bootstrap
 // all-gather completes.
 #pragma once
@@ -24,6 +27,8 @@ class LocalTransport : public Transport {
   ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
   ccResult_t Wait(Request* req, int timeoutMs) override;
   void Abort(const char* reason) override;
+  bool CarriesDeviceMemory() const override { return true; }
+  void SetDeviceCopier(DeviceCopier* copier) override { copier_ = copier; }
 
   // True once every rank of the group has registered (used to check that peers really are in this process).
   bool PeerPresent(int peer) const;
@@ -34,6 +39,7 @@ class LocalTransport : public Transport {
   LocalTransport(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
   std::shared_ptr<LocalGroup> group_;
   int rank_;
+  DeviceCopier* copier_ = nullptr;
 };
 
 }  // namespace ccoll

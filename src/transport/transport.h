@@ -15,6 +15,18 @@ namespace ccoll {
 
 class Transport;
 
+// Moves the messages of a transport that carries device memory (CUDA). The transport asks it about every buffer
+// posted once it has one (Transport::SetDeviceCopier).
+class DeviceCopier {
+ public:
+  virtual ~DeviceCopier() = default;
+  // Whether p points to device memory.
+  virtual bool IsDevice(const void* p) const = 0;
+  // Copies `bytes` bytes from src to dst, of which at least one is device memory; returns once they are there. May
+  // be called from any thread.
+  virtual ccResult_t CopyMessage(void* dst, const void* src, size_t bytes) = 0;
+};
+
 // One pending send or receive. Owned by its transport; freed by Wait/Test once they report completion or error.
 // Every transport's request starts with the message as it was posted.
 struct Request {
@@ -50,6 +62,13 @@ class Transport {
   virtual ccResult_t Wait(Request* req, int timeoutMs) = 0;
   // Makes every pending and future Wait on this transport, and on the peers waiting for this rank, fail.
   virtual void Abort(const char* reason) = 0;
+
+  // Whether this transport can carry device memory, given a DeviceCopier (the local transport can; UCX here cannot).
+  virtual bool CarriesDeviceMemory() const { return false; }
+  // From now on, a posted buffer that copier->IsDevice() says is device memory is moved with copier. Called once,
+  // before any transfer of device memory; the copier outlives the transport's use of it. Only when
+  // CarriesDeviceMemory().
+  virtual void SetDeviceCopier(DeviceCopier* /*copier*/) {}
 
   // CC_CHECKSUM: sends carry the payload's CRC32C and receives verify it. Set once, before any transfer.
   void SetChecksum(bool on) { checksum_ = on; }

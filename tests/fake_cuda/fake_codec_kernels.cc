@@ -2,7 +2,7 @@
 // the CPU driver of the same element math there. The device codec's plumbing (copies, scratch, stream order, the
 // schedule around it) is then tested without a GPU; that the real kernels write the CPU drivers' bytes is
 // tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments are. The cuBLAS
-// products are the CPU BLAS's.
+// products are the CPU BLAS's. The exact reductions (collectives/reduce_cuda.h) are the host loops, counted too.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "collectives/reduce.h"
+#include "collectives/reduce_cuda.h"
 #include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
 #include "compress/codecs.h"
@@ -212,6 +214,17 @@ ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t
   return Launch(stream, [=] {
     for (size_t i = 0; i < count; ++i) x[i] = divide ? x[i] / factor : x[i] * factor;
   });
+}
+
+ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op,
+                  cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  return Launch(stream, [=] { ReduceHost(dst, a, b, count, dtype, op); });
+}
+
+ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  return Launch(stream, [=] { FinishAvgHost(buf, count, dtype, nranks); });
 }
 
 }  // namespace gpu

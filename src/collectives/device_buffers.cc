@@ -1,0 +1,88 @@
+#include "collectives/device_buffers.h"
+
+#include <cuda_runtime_api.h>
+
+#include "collectives/reduce_cuda.h"
+#include "core/buffer_ops.h"
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace ccoll {
+namespace {
+
+class DeviceBuffers : public BufferOps, public DeviceCopier {
+ public:
+  DeviceBuffers(int rank, int device, size_t sliceBytes) : rank_(rank), device_(device), sliceBytes_(sliceBytes) {}
+  ~DeviceBuffers() override {
+    // The communicator is being destroyed: its calls are done, and so are its streams' copies (each was synchronized).
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (copyStream_ != nullptr) cudaStreamDestroy(copyStream_);
+  }
+
+  ccResult_t Init(size_t scratchBytes) {
+    CC_CHECK(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    CC_CHECK(Cuda(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
+    return Cuda(cudaMalloc(&scratch_, scratchBytes), "cudaMalloc (scratch slots)");
+  }
+
+  ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) override {
+    CC_CHECK(gpu::Reduce(dst, a, b, count, dtype, op, stream_));
+    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (reduction)");
+  }
+
+  ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks) override {
+    CC_CHECK(gpu::FinishAvg(buf, count, dtype, nranks, stream_));
+    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (average)");
+  }
+
+  ccResult_t Copy(void* dst, const void* src, size_t bytes) override {
+    if (dst == src || bytes == 0) return ccSuccess;
+    CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync (copy)"));
+    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (copy)");
+  }
+
+  char* Scratch(int i) override { return static_cast<char*>(scratch_) + static_cast<size_t>(i) * sliceBytes_; }
+
+  bool IsDevice(const void* p) const override { return PointerDevice(p) >= 0; }
+
+  ccResult_t CopyMessage(void* dst, const void* src, size_t bytes) override {
+    CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream_), "cudaMemcpyAsync (message)"));
+    return Cuda(cudaStreamSynchronize(copyStream_), "cudaStreamSynchronize (message)");
+  }
+
+ private:
+  ccResult_t Cuda(cudaError_t e, const char* what) const {
+    if (e == cudaSuccess) return ccSuccess;
+    return Fail(ccUnhandledCudaError, "rank %d: %s on CUDA device %d failed: %s", rank_, what, device_,
+                cudaGetErrorString(e));
+  }
+
+  const int rank_, device_;
+  const size_t sliceBytes_;
+  cudaStream_t stream_ = nullptr;      // the schedule's kernels and copies (the proxy thread)
+  cudaStream_t copyStream_ = nullptr;  // the transport's message copies (any rank's thread)
+  void* scratch_ = nullptr;
+};
+
+}  // namespace
+
+bool ExactStaysOnDevice(const ccComm* comm) {
+  if (!comm->config.deviceKernels) return false;
+  for (const auto& t : comm->transports) {
+    if (!t->CarriesDeviceMemory()) return false;
+  }
+  return true;
+}
+
+ccResult_t EnsureDeviceBuffers(ccComm* comm) {
+  if (comm->deviceBuffers) return ccSuccess;
+  auto ops = std::make_unique<DeviceBuffers>(comm->rank, comm->config.cudaDev, comm->config.sliceBytes);
+  CC_CHECK(ops->Init(comm->config.sliceBytes * ccComm::kScratchSlots));
+  for (auto& t : comm->transports) t->SetDeviceCopier(ops.get());
+  comm->deviceBuffers = std::move(ops);
+  return ccSuccess;
+}
+
+}  // namespace ccoll

@@ -1,0 +1,29 @@
+// Exact collectives on device buffers that stay on the device: thread ranks on the GPUs of one process, over the
+// local transport, which moves every message with one device copy (cudaMemcpyAsync) from the sender's buffer into
+// the receiver's. The exact schedules run unchanged on the proxy thread; their reductions and the average are
+// kernels (reduce_cuda.h), their copies cudaMemcpyAsync, on a non-blocking stream of the communicator's, synchronized
+// before the schedule sends a result; their scratch slots are device memory. The local transport's copies go on a
+// second stream, from whichever rank's thread completes a match. So the result is the host schedule's, byte for
+// byte, and nothing is staged through host memory.
+//
+// Where a peer is reached through a transport that cannot carry device memory (UCX between processes), device calls
+// are staged through host memory instead (core/device_proxy.h). Only built with CCOLL_HAVE_CUDA.
+#pragma once
+
+#include <memory>
+
+#include "ccoll.h"
+
+struct ccComm;
+
+namespace ccoll {
+
+// True when every peer of comm is reached through a transport that carries device memory, and CC_DEVICE_KERNELS is
+// not 0: then exact device calls run on the device buffers (collectives.cc).
+bool ExactStaysOnDevice(const ccComm* comm);
+
+// Makes comm->deviceBuffers on first use (on the proxy thread, whose current device is the communicator's) and
+// hands its copier to comm's transports. A CUDA failure is ccUnhandledCudaError.
+ccResult_t EnsureDeviceBuffers(ccComm* comm);
+
+}  // namespace ccoll

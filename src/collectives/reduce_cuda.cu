@@ -1,0 +1,87 @@
+// The exact reductions on the GPU (reduce_cuda.h): a grid-stride loop per (datatype, operator), each element through
+// the same Arith load/store and operator functors as the host loops in reduce.cc.
+#include <cuda_runtime.h>
+
+#include "collectives/reduce.h"
+#include "collectives/reduce_cuda.h"
+#include "collectives/reduce_op.h"
+#include "core/error.h"
+
+namespace ccoll {
+namespace gpu {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 4096;  // enough to fill an H200 several times over; the loop covers the rest
+
+unsigned Blocks(size_t count) {
+  const size_t b = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
+template <typename T, typename Op>
+__global__ void ReduceKernel(T* dst, const T* a, const T* b, size_t count, Op op) {
+  using A = Arith<T>;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    dst[i] = A::Store(op(A::Load(a[i]), A::Load(b[i])));
+  }
+}
+
+template <typename T>
+__global__ void FinishAvgKernel(T* buf, size_t count, int nranks) {
+  using A = Arith<T>;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    buf[i] = A::Store(DivideByRanks(A::Load(buf[i]), nranks));
+  }
+}
+
+template <typename T, typename Op>
+void LaunchReduce(void* dst, const void* a, const void* b, size_t count, Op op, cudaStream_t stream) {
+  ReduceKernel<T, Op><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(a),
+                                                              static_cast<const T*>(b), count, op);
+}
+
+ccResult_t Launched(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? ccSuccess : Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
+}
+
+}  // namespace
+
+ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op,
+                  cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case ccSum:
+      case ccAvg:
+        LaunchReduce<T>(dst, a, b, count, OpSum(), stream);
+        break;
+      case ccProd:
+        LaunchReduce<T>(dst, a, b, count, OpProd(), stream);
+        break;
+      case ccMax:
+        LaunchReduce<T>(dst, a, b, count, OpMax(), stream);
+        break;
+      case ccMin:
+        LaunchReduce<T>(dst, a, b, count, OpMin(), stream);
+        break;
+    }
+  });
+  return Launched("reduction kernel launch");
+}
+
+ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    FinishAvgKernel<T><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(buf), count, nranks);
+  });
+  return Launched("average kernel launch");
+}
+
+}  // namespace gpu
+}  // namespace ccoll

@@ -1,0 +1,22 @@
+// CUDA kernels of the exact reductions: the functors of reduce_op.h, so a device reduction writes the bytes ReduceHost
+// and FinishAvgHost write for the same inputs (finite ones: a GPU's NaN may carry another payload). Launched on
+// `stream`; a failed launch is ccUnhandledCudaError. Only built with CCOLL_HAVE_CUDA.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "ccoll.h"
+
+namespace ccoll {
+namespace gpu {
+
+// dst[i] = op(a[i], b[i]) for i < count; dst may be a or b. ccAvg reduces as a sum.
+ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op,
+                  cudaStream_t stream);
+// buf[i] = buf[i] / nranks.
+ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream);
+
+}  // namespace gpu
+}  // namespace ccoll

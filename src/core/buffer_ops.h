@@ -1,0 +1,27 @@
+// How an exact schedule touches the memory of one call: its reductions, the final division of an average, its
+// copies and its two scratch slots. Host calls use the CPU on host memory (collectives/host_buffers.h); a call on
+// device buffers that stays on the device uses kernels and copies on a stream of the communicator's
+// (collectives/device_buffers.h). Every method returns once its result is in place, so that the schedule can send it.
+#pragma once
+
+#include <cstddef>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+class BufferOps {
+ public:
+  virtual ~BufferOps() = default;
+  // dst[i] = op(a[i], b[i]); dst may be a or b. ccAvg reduces as a sum (FinishAvg divides once at the end).
+  virtual ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype,
+                            ccRedOp_t op) = 0;
+  // buf[i] /= nranks.
+  virtual ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks) = 0;
+  // Copies bytes from src to dst; nothing when they are the same buffer. Other overlaps are not allowed.
+  virtual ccResult_t Copy(void* dst, const void* src, size_t bytes) = 0;
+  // Scratch slot i (of ccComm::kScratchSlots), sliceBytes long, in the same kind of memory as the call's buffers.
+  virtual char* Scratch(int i) = 0;
+};
+
+}  // namespace ccoll
