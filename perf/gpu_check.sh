@@ -8,10 +8,10 @@
 # Catch2 is not on that machine: before the call, on the development machine, `apt-get download catch2` into .deps/
 # (ignored by git) and pass carry [".deps"]; this script unpacks it next to the build. Without it the tests are
 # not built and only the benchmark runs. UCX, MPI and a BLAS are optional: CMake leaves out what is missing.
-# Then allreduce_perf -t 4 -G 1 (4 thread ranks sharing the GPU) for the exact float and bf16 all-reduce (staged
-# through the proxy) and every codec, with its device kernels (CC_DEVICE_KERNELS=1, the default) and staged through
-# host memory with the CPU codecs (CC_DEVICE_KERNELS=0), side by side at 64 MiB. Not covered yet: the NCCL and
-# UCX-CUDA transports, graph capture.
+# Then allreduce_perf -t 4 -G 1 (4 thread ranks sharing the GPU) for the exact float and bf16 all-reduce and every
+# codec, on the device buffers (CC_DEVICE_KERNELS=1, the default: device copies between the ranks' buffers, reduction
+# and codec kernels) and staged through host memory with the CPU reductions and codecs (CC_DEVICE_KERNELS=0), side by
+# side at 64 MiB. Not covered yet: the NCCL and UCX-CUDA transports, graph capture.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -45,7 +45,7 @@ if [ "$tests" = ON ]; then
   tail -3 "$OUT/test_gpu.log"
   timeout 200 "$BUILD_DIR/tests/test_gpu_collectives" >"$OUT/test_gpu_collectives.log" 2>&1 || status=1
   tail -3 "$OUT/test_gpu_collectives.log"
-  CC_DEVICE_KERNELS=0 timeout 150 "$BUILD_DIR/tests/test_gpu_collectives" "[codec]" \
+  CC_DEVICE_KERNELS=0 timeout 150 "$BUILD_DIR/tests/test_gpu_collectives" "[codec],[exact]" \
     >"$OUT/test_gpu_collectives_staged.log" 2>&1 || status=1
   tail -3 "$OUT/test_gpu_collectives_staged.log"
 fi
@@ -77,11 +77,13 @@ for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=requant quant:b
   done
   if [ "${z%%:*}" = powersgd ] && ! grep -q "cpu blas yes" "$OUT/features.txt"; then
     echo "$z float, staged: skipped (no CPU BLAS on this machine)" >>"$OUT/device_allreduce.txt"
-  elif [ "$z" != none ]; then
+  else
+    t=float
+    [ "$z" = none ] && t=bfloat16  # the baseline the codecs are judged against
     log="$OUT/allreduce_G_${name}_staged.log"
-    CC_DEVICE_KERNELS=0 timeout 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 64M -e 64M -n 5 -w 2 -o avg \
+    CC_DEVICE_KERNELS=0 timeout 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 64M -e 64M -n 5 -w 2 -d $t -o avg \
       -z "$z" >"$log" 2>&1 || status=1
-    echo "$z float, staged (CC_DEVICE_KERNELS=0): $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" \
+    echo "$z $t, staged (CC_DEVICE_KERNELS=0): $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" \
       >>"$OUT/device_allreduce.txt"
   fi
 done

@@ -6,9 +6,9 @@
 // Kernels: rotation forward (signs + Walsh-Hadamard, block 1024), requant encode (4 bits, group 32, bf16 scales,
 // stochastic), the fused requant hop (decode + add + encode), requant decode, the bf16 cast hop and decode, the
 // homomorphic lanes (group scales, 4-bit codes in 6-bit lanes: encode, packed add, decode), the sparsifiers' chunk
-// norms, gather and scatter (10% of the chunks) and error-feedback passes, and PowerSGD's three cuBLAS products (a
-// square-ish matrix of the same elements, rank 4). Inputs are float32; bfloat16 gradients would be widened first
-// (not measured here).
+// norms, gather and scatter (10% of the chunks) and error-feedback passes, the exact schedules' float32 and bfloat16
+// sums, and PowerSGD's three cuBLAS products (a square-ish matrix of the same elements, rank 4). Codec inputs are
+// float32; bfloat16 gradients would be widened first (not measured here).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/reduce_cuda.h"
 #include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
@@ -160,6 +161,11 @@ int main(int argc, char** argv) {
                   [&] { ccoll::gpu::ScatterChunks(vals, chunk, dChosen, packed, y, nullptr); }});
   rows.push_back({"error feedback: add gradient", 3.0 * n * 4, [&] { ccoll::gpu::AddInto(y, x, n, nullptr); }});
   rows.push_back({"error feedback: keep residual", 3.0 * n * 4, [&] { ccoll::gpu::KeepResidual(y, x, n, nullptr); }});
+  // The exact schedules' reduction on device buffers (collectives/device_buffers.h): float32 and bfloat16 sums.
+  rows.push_back({"exact: float32 sum (y = x + y)", 3.0 * n * 4,
+                  [&] { ccoll::gpu::Reduce(y, x, y, n, ccFloat32, ccSum, nullptr); }});
+  rows.push_back({"exact: bfloat16 sum", 3.0 * n * 2,
+                  [&] { ccoll::gpu::Reduce(codes, half, codes, n, ccBfloat16, ccSum, nullptr); }});
 #ifdef CCOLL_HAVE_CUBLAS
   // PowerSGD on the most square matrix of n elements, rank 4: each product reads M (or writes it, for P Q^T).
   const int64_t prow = static_cast<int64_t>(std::sqrt(static_cast<double>(n))), pcol = static_cast<int64_t>(n) / prow;
