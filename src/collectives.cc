@@ -70,7 +70,7 @@ bool RunsDeviceCodec(const ccComm* comm, const ccCompressor* comp) {
 // True when an exact call on device buffers runs on them (collectives/device_buffers.h); else it is staged.
 bool ExactOnDevice(const ccComm* comm) {
 #ifdef CCOLL_HAVE_CUDA
-  return ccoll::ExactStaysOnDevice(comm);
+  return ccoll::MessagesStayOnDevice(comm);
 #else
   (void)comm;
   return false;

@@ -540,7 +540,7 @@ TEST_CASE("[gpu] device codecs run on the device buffers and equal the host call
           });
           if (NoCpuBlas(host)) break;  // nothing to compare with; "[gpu] powersgd ... recovers" runs it
           REQUIRE(host.Failure() == "");
-          const int64_t before = CodecLaunches();
+          const int64_t before = CodecLaunches(), copies = DeviceCopies();
           Outcome dev = OnDevice(
               g, st, in, count * 4,
               [&](int r, const void* s, void* d, ccStream_t stream) {
@@ -555,6 +555,11 @@ TEST_CASE("[gpu] device codecs run on the device buffers and equal the host call
               CHECK(CodecLaunches() > before);
             } else {
               CHECK(CodecLaunches() == before);
+            }
+            // The ring and tree codecs' messages stay in device memory (thread ranks), copied device to device.
+            const std::string kind = std::string(spec).substr(0, std::string(spec).find(':'));
+            if ((kind == "cast16" || kind == "quant") && n > 1) {
+              CHECK((DeviceCopies() > copies) == DeviceCodecsOn(spec));
             }
           }
         }

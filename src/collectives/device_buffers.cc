@@ -68,7 +68,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
 
 }  // namespace
 
-bool ExactStaysOnDevice(const ccComm* comm) {
+bool MessagesStayOnDevice(const ccComm* comm) {
   if (!comm->config.deviceKernels) return false;
   for (const auto& t : comm->transports) {
     if (!t->CarriesDeviceMemory()) return false;

@@ -6,8 +6,12 @@
 // second stream, from whichever rank's thread completes a match. So the result is the host schedule's, byte for
 // byte, and nothing is staged through host memory.
 //
-// Where a peer is reached through a transport that cannot carry device memory (UCX between processes), device calls
-// are staged through host memory instead (core/device_proxy.h). Only built with CCOLL_HAVE_CUDA.
+// The device codecs' messages take the same way: their wire slots are device memory, written and read by the codec
+// kernels in place (device_compressed.h).
+//
+// Where a peer is reached through a transport that cannot carry device memory (UCX between processes), exact device
+// calls are staged through host memory instead (core/device_proxy.h), and the codecs' messages cross to pinned host
+// memory. Only built with CCOLL_HAVE_CUDA.
 #pragma once
 
 #include <memory>
@@ -19,11 +23,12 @@ struct ccComm;
 namespace ccoll {
 
 // True when every peer of comm is reached through a transport that carries device memory, and CC_DEVICE_KERNELS is
-// not 0: then exact device calls run on the device buffers (collectives.cc).
-bool ExactStaysOnDevice(const ccComm* comm);
+// not 0: then exact device calls run on the device buffers (collectives.cc), and the device codecs' wire slots are
+// device memory too (device_compressed.cc).
+bool MessagesStayOnDevice(const ccComm* comm);
 
 // Makes comm->deviceBuffers on first use (on the proxy thread, whose current device is the communicator's) and
-// hands its copier to comm's transports. A CUDA failure is ccUnhandledCudaError.
+// hands its copier to comm's transports. A CUDA failure is ccUnhandledCudaError. Only when MessagesStayOnDevice.
 ccResult_t EnsureDeviceBuffers(ccComm* comm);
 
 }  // namespace ccoll

@@ -12,6 +12,7 @@
 
 #include "collectives/algo.h"
 #include "collectives/compressed.h"
+#include "collectives/device_buffers.h"
 #include "compress/codec_cuda.h"
 #include "compress/compressor.h"
 #include "compress/device_codec.h"
@@ -65,8 +66,12 @@ ccResult_t CodecAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, cons
   codec->Prepare(static_cast<const float*>(a.send), work, a.count, &meta);
   CC_CHECK(AgreeMeta(comm, &meta, codec->MetaOp()));
   codec->SetMeta(meta);
-  CC_CHECK(RunCodec(comm, c, *codec, work, a.count,
-                    [st](size_t bytes) { return static_cast<char*>(st->hostWire.Reserve(bytes)); }));
+  // Thread ranks: the wire slots are device memory, and the local transport copies device to device.
+  st->wireOnDevice = MessagesStayOnDevice(comm);
+  if (st->wireOnDevice) CC_CHECK(EnsureDeviceBuffers(comm));
+  CC_CHECK(RunCodec(comm, c, *codec, work, a.count, [st](size_t bytes) {
+    return static_cast<char*>(st->wireOnDevice ? st->deviceWire.Reserve(bytes) : st->hostWire.Reserve(bytes));
+  }));
   codec->Finish(work, a.count, a.op == ccAvg);
   return ccSuccess;
 }

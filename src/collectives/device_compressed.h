@@ -2,8 +2,9 @@
 // compress/device_codec.h covers: the same schedules and the same host-side decisions (chunk choice, Gram-Schmidt,
 // the sums of PowerSGD's factors) as the host drivers, with every pass over the buffer a kernel on the compressor's
 // stream. Only compressed messages, metadata and the sparsifiers' or PowerSGD's small reduced buffers cross to pinned
-// host memory. cast16, quant, topk and randk end with the host call's bytes; PowerSGD's products run on cuBLAS, so
-// its bytes are the same on every rank of one GPU model but not the CPU BLAS's.
+// host memory; with thread ranks (collectives/device_buffers.h) the cast16 and quant messages stay in device memory.
+// cast16, quant, topk and randk end with the host call's bytes; PowerSGD's products run on cuBLAS, so its bytes are
+// the same on every rank of one GPU model but not the CPU BLAS's.
 //
 // Only built with CCOLL_HAVE_CUDA.
 #pragma once

@@ -17,8 +17,9 @@ namespace {
 
 constexpr size_t kMaxRotationBlock = 16384;  // gpu::RotateForward keeps a block in shared memory
 
-// What the device codecs share: the wire copies around the hop and decode kernels. Subclasses say how many bytes a
-// message has and which kernels turn messages and values into one another.
+// What the device codecs share: the wire copies around the hop and decode kernels (none when the wire slots are
+// device memory: st->wireOnDevice). Subclasses say how many bytes a message has and which kernels turn messages and
+// values into one another.
 class DeviceCodec : public Codec {
  public:
   explicit DeviceCodec(DeviceCodecState* st) : st_(st) {}
@@ -28,7 +29,7 @@ class DeviceCodec : public Codec {
     const size_t bytes = HopBytes(off, len);
     const void* devIn[2];
     CopyIn(wiresIn, nin, bytes, devIn);
-    void* devOut = st_->out.Reserve(MaxWireBytes(len));
+    void* devOut = OutSlot(len, wireOut);
     HopKernels(devIn, nin, local, off, len, devOut);
     return CopyOut(devOut, bytes, wireOut);
   }
@@ -42,7 +43,7 @@ class DeviceCodec : public Codec {
     const void* devIn[1];
     CopyIn(&wire, 1, GatherBytes(off, len), devIn);
     DecodeKernel(devIn[0], off, len, out);
-    st_->Synchronize();  // the schedule reuses the host slot
+    st_->Synchronize();  // the schedule reuses the slot
   }
 
  protected:
@@ -51,20 +52,33 @@ class DeviceCodec : public Codec {
                           void* devOut) = 0;
   virtual void DecodeKernel(const void* devWire, size_t off, size_t len, float* out) = 0;
 
-  // Queues the copies of nin (0..2) host messages of `bytes` bytes into device scratch.
+  // Queues the copies of nin (0..2) host messages of `bytes` bytes into device scratch (with device wire slots, the
+  // kernels read the messages where they arrived).
   void CopyIn(const void* const* wiresIn, int nin, size_t bytes, const void** devIn) {
     GrowOnlyBuffer* slots[2] = {&st_->in0, &st_->in1};
     for (int k = 0; k < nin; ++k) {
+      if (st_->wireOnDevice) {
+        devIn[k] = wiresIn[k];
+        continue;
+      }
       void* d = slots[k]->Reserve(bytes);
       CheckCuda(cudaMemcpyAsync(d, wiresIn[k], bytes, cudaMemcpyHostToDevice, st_->stream()),
                 "cudaMemcpyAsync (message in)");
       devIn[k] = d;
     }
   }
-  // Copies a device message to the host and waits for it (and everything before it on the stream).
+  // Where the kernels write a leaving message of len values: the wire slot itself when it is device memory, else
+  // device scratch that CopyOut copies to the host slot.
+  void* OutSlot(size_t len, void* wireOut) {
+    return st_->wireOnDevice ? wireOut : st_->out.Reserve(MaxWireBytes(len));
+  }
+  // Copies a device message to the host (unless it was written in place) and waits for it (and everything before it
+  // on the stream): the schedule sends it next.
   size_t CopyOut(const void* devOut, size_t bytes, void* wireOut) {
-    CheckCuda(cudaMemcpyAsync(wireOut, devOut, bytes, cudaMemcpyDeviceToHost, st_->stream()),
-              "cudaMemcpyAsync (message out)");
+    if (devOut != wireOut) {
+      CheckCuda(cudaMemcpyAsync(wireOut, devOut, bytes, cudaMemcpyDeviceToHost, st_->stream()),
+                "cudaMemcpyAsync (message out)");
+    }
     st_->Synchronize();
     return bytes;
   }
@@ -157,7 +171,7 @@ class DeviceQuantCodec : public DeviceCodec {
     float* vals = st_->vals.Reserve<float>(len);
     CheckLaunch(gpu::DecodeLanes(sums, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits, plan_.nranks,
                                  vals, st_->stream()));
-    void* devOut = st_->out.Reserve(MaxWireBytes(len));
+    void* devOut = OutSlot(len, wireOut);
     CheckLaunch(gpu::EncodeRequant(vals, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK, plan_.rule,
                                    st_->codes.Reserve<uint16_t>(len), devOut, st_->stream()));
     return CopyOut(devOut, plan_.RequantBytes(len), wireOut);

@@ -97,6 +97,10 @@ class DeviceCodecState {
 
   // Scratch, reserved by each user for what it needs (contents are per call):
   GrowOnlyBuffer hostWire{GrowOnlyBuffer::kPinnedHost};  // the schedule's wire slots
+  // The wire slots in device memory, for a communicator whose transports carry it (thread ranks): the kernels then
+  // read arriving messages and write leaving ones in place, with no copy to or from the host.
+  GrowOnlyBuffer deviceWire{GrowOnlyBuffer::kDevice};
+  bool wireOnDevice = false;  // this call's wire slots are deviceWire (set by the driver before the schedule)
   GrowOnlyBuffer in0{GrowOnlyBuffer::kDevice}, in1{GrowOnlyBuffer::kDevice};  // arriving messages, copied in
   GrowOnlyBuffer out{GrowOnlyBuffer::kDevice};    // the message leaving
   GrowOnlyBuffer vals{GrowOnlyBuffer::kDevice};   // a slice of values being re-encoded
