@@ -33,9 +33,17 @@ void Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, DeviceC
   if (bytes > 0) CheckCuda(cudaMemcpyAsync(dst, src, bytes, kind, st->stream()), what);
 }
 
-// The exact float32 all-reduce of the whole buffer through pinned host memory (PowerSGD before its start
-// iteration): the host schedule's bytes.
-ccResult_t ExactThroughHost(ccComm* comm, const CollArgs& a, DeviceCodecState* st) {
+#ifdef CCOLL_HAVE_CUBLAS
+// The exact float32 all-reduce of the whole buffer (PowerSGD before its start iteration), with the host schedule's
+// bytes: on the device buffers between thread ranks (device_buffers.h), else through pinned host memory.
+ccResult_t ExactAllReduce(ccComm* comm, const CollArgs& a, DeviceCodecState* st) {
+  if (MessagesStayOnDevice(comm)) {
+    CC_CHECK(EnsureDeviceBuffers(comm));
+    st->Synchronize();  // the exact schedule's streams read what st's may have written (a widened copy)
+    CollArgs d = a;
+    d.onDevice = true;
+    return AllReduce(comm, d);
+  }
   float* host = st->hostPacked.Reserve<float>(a.count);
   Copy(host, a.send, a.count * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (input to host)");
   st->Synchronize();
@@ -47,6 +55,7 @@ ccResult_t ExactThroughHost(ccComm* comm, const CollArgs& a, DeviceCodecState* s
   Copy(a.recv, host, a.count * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (result to device)");
   return ccSuccess;
 }
+#endif
 
 // With error feedback on (ef=1): the memory *e += input, which the driver then compresses; else the input itself.
 const float* WithMemory(const ccCompressor& c, DeviceCodecState* st, const float* input, size_t count, float** e) {
@@ -152,7 +161,7 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
   LowRankPlan plan;
   std::string why;
   if (!PlanLowRank(*c, count, &plan, &why)) return Fail(ccInvalidUsage, "powersgd: %s", why.c_str());
-  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) return ExactThroughHost(comm, a, st);
+  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) return ExactAllReduce(comm, a, st);
 
   const float n = static_cast<float>(comm->nranks);
   float* out = static_cast<float*>(a.recv);
