@@ -29,6 +29,7 @@
 #include "gpu_skip.h"
 #include "rank_harness.h"
 #ifdef CCOLL_FAKE_CUDA
+#include "collectives/device_buffers.h"
 #include "fake_cuda/fake_launch.h"
 #endif
 
@@ -274,10 +275,11 @@ int64_t CodecLaunches() {
 #endif
 }
 
-// Device-to-device copies so far, where they can be counted (the fake runtime); -1 on a real device.
+// Messages the local transport moved with a device copy so far, where the test can count them (linked statically
+// against the fake runtime); -1 on a real device.
 int64_t DeviceCopies() {
 #ifdef CCOLL_FAKE_CUDA
-  return static_cast<int64_t>(cctest::FakeDeviceToDeviceCopies());
+  return static_cast<int64_t>(ccoll::DeviceMessagesCopied());
 #else
   return -1;
 #endif
@@ -382,10 +384,10 @@ TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equa
   }
 }
 
-// One rank's buffers in host memory, the others' on the device: the local transport copies between the two kinds,
-// with the device side's copier (and, with CC_CHECKSUM=1, no CRC on those messages). The result is the all-host
-// call's, byte for byte, on every rank.
-TEST_CASE("[gpu] an exact all-reduce with host buffers on one rank and device buffers on the others",
+// Ranks 0 and 1 on host buffers, 2 and 3 on device buffers: the local transport copies between the two kinds with
+// the device side's copier, and within each kind (with CC_CHECKSUM=1, the messages from 0 to 1 carry a CRC that is
+// checked, those with a device side none). The result is the all-host call's, byte for byte, on every rank.
+TEST_CASE("[gpu] an exact all-reduce with host buffers on two ranks and device buffers on the others",
           "[gpu][device][exact]") {
   SKIP_WITHOUT_DEVICE();
   const int n = 4;
@@ -412,7 +414,7 @@ TEST_CASE("[gpu] an exact all-reduce with host buffers on one rank and device bu
       std::vector<Bytes> out(n, Bytes(bytes, '\x5a'));
       std::vector<RankResult> rc(n);
       RunRanks(n, [&](int r) {
-        if (r == 0) {  // host buffers: a blocking call on this thread
+        if (r < 2) {  // host buffers: a blocking call on this thread
           rc[r] = Record(issue(r, in[r].data(), out[r].data(), nullptr), g[r]);
           return;
         }
@@ -430,7 +432,7 @@ TEST_CASE("[gpu] an exact all-reduce with host buffers on one rank and device bu
       for (int r = 0; r < n; ++r) {
         INFO("rank " << r);
         REQUIRE(rc[r].rc == ccSuccess);
-        if (r > 0) std::memcpy(out[r].data(), pin[r]->p, bytes);
+        if (r >= 2) std::memcpy(out[r].data(), pin[r]->p, bytes);
         CHECK(FirstDifference(out[r], host.out[r]) == "");
         cudaFree(dev[r]);
       }
@@ -502,7 +504,7 @@ TEST_CASE("[gpu] device codecs run on the device buffers and equal the host call
       "randk:density=0.2,unbiased=1",
       "randk:density=0.1,ef=0,chunk=7",
       "powersgd:rank=2",
-      "powersgd:rank=3,dtype=bf16,start=1",  // the first call exact (through host memory)
+      "powersgd:rank=3,dtype=bf16,start=1",  // the first call exact
   };
   // 1 and 1000 elements take the tree (at most CC_TREE_THRESHOLD bytes); the last the ring with three slices per
   // chunk on 4 ranks (lanes overlap) and a ragged tail: with the default 256 KiB slices on a GPU; against the fake

@@ -25,7 +25,8 @@ ccResult_t HostBuffers::Copy(void* dst, const void* src, size_t bytes) {
 
 char* HostBuffers::Scratch(int i) { return comm_->ScratchSlot(i); }
 
-// The entry point made the device ops before it ran a call with onDevice (collectives.cc, DeviceBuffersOf).
+// Every caller that runs an exact schedule with onDevice made the device ops first (EnsureDeviceBuffers in
+// collectives/device_buffers.h).
 CallBuffers::CallBuffers(ccComm* comm, const CollArgs& a)
     : host_(comm), ops_(a.onDevice ? comm->deviceBuffers.get() : static_cast<BufferOps*>(&host_)) {}
 

@@ -2,20 +2,27 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "collectives/reduce_cuda.h"
 #include "core/buffer_ops.h"
 #include "core/comm.h"
+#include "core/device_scope.h"
 #include "core/error.h"
 #include "core/memory.h"
 
 namespace ccoll {
 namespace {
 
+std::atomic<uint64_t> gMessages{0};
+
 class DeviceBuffers : public BufferOps, public DeviceCopier {
  public:
   DeviceBuffers(int rank, int device, size_t sliceBytes) : rank_(rank), device_(device), sliceBytes_(sliceBytes) {}
   ~DeviceBuffers() override {
     // The communicator is being destroyed: its calls are done, and so are its streams' copies (each was synchronized).
+    DeviceScope scope(device_);
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (copyStream_ != nullptr) cudaStreamDestroy(copyStream_);
@@ -48,6 +55,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
   bool IsDevice(const void* p) const override { return PointerDevice(p) >= 0; }
 
   ccResult_t CopyMessage(void* dst, const void* src, size_t bytes) override {
+    gMessages.fetch_add(1, std::memory_order_relaxed);
     CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream_), "cudaMemcpyAsync (message)"));
     return Cuda(cudaStreamSynchronize(copyStream_), "cudaStreamSynchronize (message)");
   }
@@ -67,6 +75,8 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
 };
 
 }  // namespace
+
+uint64_t DeviceMessagesCopied() { return gMessages.load(std::memory_order_relaxed); }
 
 bool MessagesStayOnDevice(const ccComm* comm) {
   if (!comm->config.deviceKernels) return false;

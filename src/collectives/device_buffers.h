@@ -14,6 +14,7 @@
 // memory. Only built with CCOLL_HAVE_CUDA.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "ccoll.h"
@@ -26,6 +27,10 @@ namespace ccoll {
 // not 0: then exact device calls run on the device buffers (collectives.cc), and the device codecs' wire slots are
 // device memory too (device_compressed.cc).
 bool MessagesStayOnDevice(const ccComm* comm);
+
+// Messages the transports have copied with a DeviceCopier of this file so far, over every communicator of the
+// process (for tests: that a call moved its messages device to device).
+uint64_t DeviceMessagesCopied();
 
 // Makes comm->deviceBuffers on first use (on the proxy thread, whose current device is the communicator's) and
 // hands its copier to comm's transports. A CUDA failure is ccUnhandledCudaError. Only when MessagesStayOnDevice.

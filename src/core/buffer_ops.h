@@ -1,5 +1,5 @@
 // How an exact schedule touches the memory of one call: its reductions, the final division of an average, its
-// copies and its two scratch slots. Host calls use the CPU on host memory (collectives/host_buffers.h); a call on
+// copies and its two scratch slots. Host calls use the CPU on host memory (HostBuffers, collectives/buffers.h); a call on
 // device buffers that stays on the device uses kernels and copies on a stream of the communicator's
 // (collectives/device_buffers.h). Every method returns once its result is in place, so that the schedule can send it.
 #pragma once

@@ -17,6 +17,7 @@
 #ifdef CCOLL_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "core/device_scope.h"
 #include "core/stream_wait.h"
 #endif
 
@@ -37,22 +38,6 @@ ccResult_t CudaFail(cudaError_t e, const char* what, int rank) {
       return CudaFail(cc_cuda_err_, what, comm_->rank); \
     }                                                   \
   } while (0)
-
-// Makes `device` current for the scope and restores the caller's device after.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&saved_) != cudaSuccess) saved_ = -1;
-    if (saved_ != device) cudaSetDevice(device);
-  }
-  ~DeviceScope() {
-    int now = -1;
-    if (saved_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != saved_) cudaSetDevice(saved_);
-  }
-
- private:
-  int saved_ = -1;
-};
 
 }  // namespace
 

@@ -152,8 +152,6 @@ cudaMemoryType TypeOf(const void* p) {
 
 thread_local int tDevice = 0;
 
-std::atomic<uint64_t> gDeviceToDevice{0};
-
 }  // namespace
 
 extern "C" {
@@ -301,7 +299,6 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind /*kind*/,
                             cudaStream_t stream) {
-  if (TypeOf(dst) == cudaMemoryTypeDevice && TypeOf(src) == cudaMemoryTypeDevice) gDeviceToDevice.fetch_add(1);
   StreamOf(stream)->Push([=] { std::memcpy(dst, src, count); });
   return cudaSuccess;
 }
@@ -331,8 +328,6 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 namespace cctest {
 
 void FakeLaunch(cudaStream_t stream, std::function<void()> op) { StreamOf(stream)->Push(std::move(op)); }
-
-uint64_t FakeDeviceToDeviceCopies() { return gDeviceToDevice.load(); }
 
 }  // namespace cctest
 

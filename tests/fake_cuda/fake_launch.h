@@ -15,8 +15,4 @@ void FakeLaunch(cudaStream_t stream, std::function<void()> op);
 // call ran on the device rather than staging through host memory.
 uint64_t FakeCodecKernelLaunches();
 
-// Copies from device memory to device memory so far (all threads): the exact collectives that stay on the device
-// move every message so; staged calls copy only between host and device.
-uint64_t FakeDeviceToDeviceCopies();
-
 }  // namespace cctest
