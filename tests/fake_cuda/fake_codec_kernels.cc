@@ -1,5 +1,5 @@
 // The codec "kernels" of compress/codec_cuda.h for the fake CUDA runtime: each one is queued on its stream and runs
-// the CPU driver of the same element math there. The device codec's plumbing (copies, scratch, stream order, the
+// the CPU driver of the same element math there, on the fake's view of the device memory (FakeHostView). The device codec's plumbing (copies, scratch, stream order, the
 // schedule around it) is then tested without a GPU; that the real kernels write the CPU drivers' bytes is
 // tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments are. The cuBLAS
 // products are the CPU BLAS's. The exact reductions (collectives/reduce_cuda.h) are the host loops, counted too.
@@ -45,14 +45,18 @@ uint64_t FakeCodecKernelLaunches() { return gLaunches.load(); }
 namespace ccoll {
 namespace gpu {
 
+using cctest::HostView;
 using cctest::Launch;
 
 ccResult_t RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey,
                          cudaStream_t stream) {
+  in = HostView(in);
+  out = HostView(out);
   return Launch(stream, [=] { ccoll::RotateForward(in, out, count, block, signKey); });
 }
 
 ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, cudaStream_t stream) {
+  x = HostView(x);
   return Launch(stream, [=] { ccoll::RotateInverse(x, count, block, signKey, scale); });
 }
 
@@ -63,8 +67,12 @@ size_t RequantBytes(size_t len, size_t group, int bits, ScaleFormat format) {
 ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, size_t len, uint64_t index0,
                       size_t group, int bits, ScaleFormat format, float clipK, const DitherRule& rule, float* vals,
                       uint16_t* codes, void* wireOut, cudaStream_t stream) {
-  const void* in0 = nin > 0 ? wiresIn[0] : nullptr;
-  const void* in1 = nin > 1 ? wiresIn[1] : nullptr;
+  const void* in0 = nin > 0 ? HostView(wiresIn[0]) : nullptr;
+  const void* in1 = nin > 1 ? HostView(wiresIn[1]) : nullptr;
+  local = HostView(local);
+  vals = HostView(vals);
+  codes = HostView(codes);
+  wireOut = HostView(wireOut);
   return Launch(stream, [=] {
     if (nin == 0) {
       EncodeRequantSlice(local, len, index0, group, bits, format, clipK, rule, codes, wireOut);
@@ -77,11 +85,16 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
 
 ccResult_t EncodeRequant(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
                          float clipK, const DitherRule& rule, uint16_t* codes, void* wireOut, cudaStream_t stream) {
+  v = HostView(v);
+  codes = HostView(codes);
+  wireOut = HostView(wireOut);
   return Launch(stream, [=] { EncodeRequantSlice(v, len, index0, group, bits, format, clipK, rule, codes, wireOut); });
 }
 
 ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, float* out,
                          cudaStream_t stream) {
+  wire = HostView(wire);
+  out = HostView(out);
   return Launch(stream, [=] {
     std::vector<uint16_t> codes(len);
     DecodeRequantSlice(wire, len, group, bits, format, codes.data(), out);
@@ -90,8 +103,10 @@ ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, S
 
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
                    void* wireOut, cudaStream_t stream) {
-  const void* in0 = nin > 0 ? wiresIn[0] : nullptr;
-  const void* in1 = nin > 1 ? wiresIn[1] : nullptr;
+  const void* in0 = nin > 0 ? HostView(wiresIn[0]) : nullptr;
+  const void* in1 = nin > 1 ? HostView(wiresIn[1]) : nullptr;
+  local = HostView(local);
+  wireOut = HostView(wireOut);
   return Launch(stream, [=] {
     const void* in[2] = {in0, in1};
     MakeCast16Codec(wire, CodecCall())->Hop(in, nin, local, 0, len, wireOut);
@@ -99,10 +114,14 @@ ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const
 }
 
 ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out, cudaStream_t stream) {
+  in = HostView(in);
+  out = HostView(out);
   return Launch(stream, [=] { MakeCast16Codec(wire, CodecCall())->DecodeGather(in, 0, len, out); });
 }
 
 ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream) {
+  v = HostView(v);
+  scales = HostView(scales);
   return Launch(stream, [=] {
     for (size_t g = 0, begin = 0; begin < count; ++g, begin += group) {
       scales[g] = GroupScaleOf(v + begin, count - begin < group ? count - begin : group, clipK);
@@ -112,6 +131,9 @@ ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, 
 
 ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
                        int laneBits, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+  v = HostView(v);
+  scales = HostView(scales);
+  wireOut = HostView(wireOut);
   return Launch(stream, [=] {
     std::vector<uint16_t> codes(len);
     EncodeLanesSlice(v, len, index0, group, scales, bits, laneBits, rule, codes.data(), wireOut);
@@ -119,11 +141,17 @@ ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group
 }
 
 ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int laneBits, cudaStream_t stream) {
+  dst = HostView(dst);
+  a = HostView(a);
+  b = HostView(b);
   return Launch(stream, [=] { AddPackedStreams(dst, a, b, PackedBytes(len, laneBits)); });
 }
 
 ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
                        int laneBits, int nranks, float* out, cudaStream_t stream) {
+  wire = HostView(wire);
+  scales = HostView(scales);
+  out = HostView(out);
   return Launch(stream, [=] {
     std::vector<uint16_t> codes(len);
     DecodeLanesSlice(wire, len, index0, group, scales, bits, laneBits, nranks, codes.data(), out);
@@ -131,6 +159,8 @@ ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t gro
 }
 
 ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, cudaStream_t stream) {
+  x = HostView(x);
+  norms = HostView(norms);
   return Launch(stream, [=] {
     std::vector<float> n;
     ccoll::ChunkNorms(x, count, chunk, &n);
@@ -140,6 +170,9 @@ ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, 
 
 ccResult_t GatherChunks(const float* x, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
                         cudaStream_t stream) {
+  x = HostView(x);
+  chosen = HostView(chosen);
+  out = HostView(out);
   return Launch(stream, [=] {
     for (size_t p = 0; p < packed; ++p) out[p] = x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk];
   });
@@ -147,16 +180,22 @@ ccResult_t GatherChunks(const float* x, size_t chunk, const uint32_t* chosen, si
 
 ccResult_t ScatterChunks(const float* in, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
                          cudaStream_t stream) {
+  in = HostView(in);
+  chosen = HostView(chosen);
+  x = HostView(x);
   return Launch(stream, [=] {
     for (size_t p = 0; p < packed; ++p) x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk] = in[p];
   });
 }
 
 ccResult_t Fill(float* x, size_t count, float value, cudaStream_t stream) {
+  x = HostView(x);
   return Launch(stream, [=] { std::fill(x, x + count, value); });
 }
 
 ccResult_t AnyNonFinite(const float* x, size_t count, unsigned* flag, cudaStream_t stream) {
+  x = HostView(x);
+  flag = HostView(flag);
   return Launch(stream, [=] {
     for (size_t i = 0; i < count; ++i) {
       if (!std::isfinite(x[i])) *flag |= 1u;
@@ -165,12 +204,16 @@ ccResult_t AnyNonFinite(const float* x, size_t count, unsigned* flag, cudaStream
 }
 
 ccResult_t AddInto(float* acc, const float* x, size_t count, cudaStream_t stream) {
+  acc = HostView(acc);
+  x = HostView(x);
   return Launch(stream, [=] {
     for (size_t i = 0; i < count; ++i) acc[i] += x[i];
   });
 }
 
 ccResult_t KeepResidual(float* e, const float* g, size_t count, cudaStream_t stream) {
+  e = HostView(e);
+  g = HostView(g);
   return Launch(stream, [=] {
     for (size_t i = 0; i < count; ++i) {
       const float left = e[i] - g[i];
@@ -180,6 +223,7 @@ ccResult_t KeepResidual(float* e, const float* g, size_t count, cudaStream_t str
 }
 
 ccResult_t DropNonFinite(float* e, size_t count, cudaStream_t stream) {
+  e = HostView(e);
   return Launch(stream, [=] {
     for (size_t i = 0; i < count; ++i) {
       if (!std::isfinite(e[i])) e[i] = 0.0f;
@@ -198,19 +242,29 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>
 LowRankBlas::~LowRankBlas() = default;
 
 ccResult_t LowRankBlas::ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p) {
+  m = HostView(m);
+  q = HostView(q);
+  p = HostView(p);
   return Launch(stream_, [=] { ccoll::ProductMQ(m, rows, cols, q, r, p); });
 }
 
 ccResult_t LowRankBlas::ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q) {
+  m = HostView(m);
+  p = HostView(p);
+  q = HostView(q);
   return Launch(stream_, [=] { ccoll::ProductMtP(m, rows, cols, p, r, q); });
 }
 
 ccResult_t LowRankBlas::ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out) {
+  p = HostView(p);
+  q = HostView(q);
+  out = HostView(out);
   return Launch(stream_, [=] { ccoll::ProductPQt(p, q, rows, cols, r, out); });
 }
 #endif
 
 ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream) {
+  x = HostView(x);
   return Launch(stream, [=] {
     for (size_t i = 0; i < count; ++i) x[i] = divide ? x[i] / factor : x[i] * factor;
   });
@@ -219,11 +273,15 @@ ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t
 ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op,
                   cudaStream_t stream) {
   if (count == 0) return ccSuccess;
+  dst = HostView(dst);
+  a = HostView(a);
+  b = HostView(b);
   return Launch(stream, [=] { ReduceHost(dst, a, b, count, dtype, op); });
 }
 
 ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream) {
   if (count == 0) return ccSuccess;
+  buf = HostView(buf);
   return Launch(stream, [=] { FinishAvgHost(buf, count, dtype, nranks); });
 }
 

@@ -1,8 +1,9 @@
 // A CPU stand-in for the part of the CUDA runtime that ccoll's host code and the device tests call, so that the
 // device proxy's orchestration runs where there is no GPU (ctest here and in CI, under the sanitizers too). One
 // device. Each stream is a worker thread that runs its operations in order; an event is "everything its stream had
-// been given when it was recorded"; device memory is host memory that cudaPointerGetAttributes reports as device
-// memory; the stream-wait kernel is an operation that polls the flag; the codec kernels (fake_codec_kernels.cc) are
+// been given when it was recorded"; device memory is memory that cudaPointerGetAttributes reports as device memory
+// and that the host cannot touch at the address cudaMalloc returned (a fault, as on a GPU), only through the fake's
+// copies and kernels; the stream-wait kernel is an operation that polls the flag; the codec kernels (fake_codec_kernels.cc) are
 // operations that run the CPU drivers. Not modelled: other kernels, the legacy default stream's implicit
 // synchronization with other streams, graphs beyond "this stream is capturing".
 // Implements the functions as declared in cuda_runtime_api.h, so the signatures are the real ones.
@@ -20,6 +21,9 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/stream_wait.h"
 #include "fake_launch.h"
@@ -114,40 +118,87 @@ FakeStream& LegacyStream() {
 
 FakeStream* StreamOf(cudaStream_t s) { return s ? reinterpret_cast<FakeStream*>(s) : &LegacyStream(); }
 
-// Allocations: device (cudaMalloc) and pinned host (cudaHostAlloc), by start address.
+// Allocations: device (cudaMalloc) and pinned host (cudaHostAlloc), by start address. Device memory is two mappings
+// of one memory file: the address cudaMalloc returns has no access at all, so host code that reads or writes device
+// memory faults here as it would on a GPU; the fake's copies and "kernels" use the other, readable mapping
+// (FakeHostView). Pinned host memory is ordinary memory, as on a GPU machine.
+struct Allocation {
+  size_t bytes;
+  cudaMemoryType type;
+  char* view;     // where the fake runtime reads and writes it (the address itself for pinned host memory)
+  size_t mapped;  // bytes of each mapping (device memory)
+};
+
 std::mutex gMemMutex;
-std::map<uintptr_t, std::pair<size_t, cudaMemoryType>>& Allocations() {
-  static auto* m = new std::map<uintptr_t, std::pair<size_t, cudaMemoryType>>();
+std::map<uintptr_t, Allocation>& Allocations() {
+  static auto* m = new std::map<uintptr_t, Allocation>();
   return *m;
 }
 
 void* Allocate(size_t bytes, cudaMemoryType type) {
+  const size_t size = bytes ? bytes : 1;
+  Allocation a{size, type, nullptr, 0};
   void* p = nullptr;
-  if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return nullptr;
+  if (type == cudaMemoryTypeDevice) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    a.mapped = (size + page - 1) / page * page;
+    const int fd = memfd_create("fake-cuda-device", MFD_CLOEXEC);
+    if (fd < 0) return nullptr;
+    if (ftruncate(fd, static_cast<off_t>(a.mapped)) != 0) {
+      close(fd);
+      return nullptr;
+    }
+    p = mmap(nullptr, a.mapped, PROT_NONE, MAP_SHARED, fd, 0);
+    void* view = mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED || view == MAP_FAILED) {
+      if (p != MAP_FAILED) munmap(p, a.mapped);
+      if (view != MAP_FAILED) munmap(view, a.mapped);
+      return nullptr;
+    }
+    a.view = static_cast<char*>(view);
+  } else {
+    if (posix_memalign(&p, 256, size) != 0) return nullptr;
+    a.view = static_cast<char*>(p);
+  }
   std::lock_guard<std::mutex> lock(gMemMutex);
-  Allocations()[reinterpret_cast<uintptr_t>(p)] = {bytes ? bytes : 1, type};
+  Allocations()[reinterpret_cast<uintptr_t>(p)] = a;
   return p;
 }
 
 cudaError_t Release(void* p, cudaMemoryType type) {
   if (p == nullptr) return cudaSuccess;
+  Allocation a{};
   {
     std::lock_guard<std::mutex> lock(gMemMutex);
     auto it = Allocations().find(reinterpret_cast<uintptr_t>(p));
-    if (it == Allocations().end() || it->second.second != type) return cudaErrorInvalidValue;
+    if (it == Allocations().end() || it->second.type != type) return cudaErrorInvalidValue;
+    a = it->second;
     Allocations().erase(it);
   }
-  std::free(p);
+  if (type == cudaMemoryTypeDevice) {
+    munmap(p, a.mapped);
+    munmap(a.view, a.mapped);
+  } else {
+    std::free(p);
+  }
   return cudaSuccess;
+}
+
+// The allocation holding p (its end included, for empty ranges), or nullptr; under gMemMutex.
+const std::pair<const uintptr_t, Allocation>* Find(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = Allocations().upper_bound(a);
+  if (it == Allocations().begin()) return nullptr;
+  --it;
+  return a <= it->first + it->second.bytes ? &*it : nullptr;
 }
 
 cudaMemoryType TypeOf(const void* p) {
   std::lock_guard<std::mutex> lock(gMemMutex);
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  auto it = Allocations().upper_bound(a);
-  if (it == Allocations().begin()) return cudaMemoryTypeUnregistered;
-  --it;
-  return a < it->first + it->second.first ? it->second.second : cudaMemoryTypeUnregistered;
+  const auto* e = Find(p);
+  return e != nullptr && reinterpret_cast<uintptr_t>(p) < e->first + e->second.bytes ? e->second.type
+                                                                                     : cudaMemoryTypeUnregistered;
 }
 
 thread_local int tDevice = 0;
@@ -299,7 +350,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind /*kind*/,
                             cudaStream_t stream) {
-  StreamOf(stream)->Push([=] { std::memcpy(dst, src, count); });
+  void* d = cctest::FakeHostView(dst);
+  const void* from = cctest::FakeHostView(src);
+  StreamOf(stream)->Push([=] { std::memcpy(d, from, count); });
   return cudaSuccess;
 }
 
@@ -309,7 +362,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpy
 }
 
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
-  StreamOf(stream)->Push([=] { std::memset(devPtr, value, count); });
+  void* d = cctest::FakeHostView(devPtr);
+  StreamOf(stream)->Push([=] { std::memset(d, value, count); });
   return cudaSuccess;
 }
 
@@ -328,6 +382,14 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 namespace cctest {
 
 void FakeLaunch(cudaStream_t stream, std::function<void()> op) { StreamOf(stream)->Push(std::move(op)); }
+
+void* FakeHostView(const void* p) {
+  if (p == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(gMemMutex);
+  const auto* e = Find(p);
+  if (e == nullptr) return const_cast<void*>(p);
+  return e->second.view + (reinterpret_cast<uintptr_t>(p) - e->first);
+}
 
 }  // namespace cctest
 

@@ -11,6 +11,14 @@ namespace cctest {
 
 void FakeLaunch(cudaStream_t stream, std::function<void()> op);
 
+// The fake's own view of memory: device memory (cudaMalloc) is not accessible at the address the program holds, as
+// on a GPU; the fake's copies and kernels reach it here. Any other pointer is returned as it is.
+void* FakeHostView(const void* p);
+template <typename T>
+T* HostView(T* p) {
+  return static_cast<T*>(FakeHostView(p));
+}
+
 // Codec and reduction kernels launched so far through the fake runtime (all threads): a test can tell that a device
 // call ran on the device rather than staging through host memory.
 uint64_t FakeCodecKernelLaunches();
