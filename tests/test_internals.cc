@@ -826,6 +826,76 @@ TEST_CASE("LocalTransport: a message of another kind is ccInvalidUsage, nothing 
   CHECK(p.t[0]->Wait(s, 1000) == ccSuccess);
 }
 
+namespace {
+
+// A DeviceCopier over ordinary memory: "device memory" is one vector; it counts its copies and can fail them.
+struct TestCopier : ccoll::DeviceCopier {
+  std::vector<char> device = std::vector<char>(1 << 16);
+  std::atomic<int> copies{0};
+  bool fail = false;
+  bool IsDevice(const void* p) const override {
+    const char* c = static_cast<const char*>(p);
+    return c >= device.data() && c < device.data() + device.size();
+  }
+  ccResult_t CopyMessage(void* dst, const void* src, size_t bytes) override {
+    ++copies;
+    if (fail) return ccoll::Fail(ccUnhandledCudaError, "test copier: the copy failed");
+    std::memcpy(dst, src, bytes);
+    return ccSuccess;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("LocalTransport: a DeviceCopier moves every message with a device side, and its failure fails both",
+          "[internals][transport][wire]") {
+  for (bool checksum : {false, true}) {
+#ifndef CCOLL_HAVE_ISAL
+    if (checksum) continue;
+#endif
+    INFO("checksum " << checksum);
+    Pair p = MakePair(checksum ? "test-local-copier-crc" : "test-local-copier");
+    CHECK(p.t[0]->CarriesDeviceMemory());
+    TestCopier copier;
+    p.t[0]->SetDeviceCopier(&copier);  // rank 0 has device memory; rank 1 has none
+    for (auto& t : p.t) t->SetChecksum(checksum);
+    float* dev = reinterpret_cast<float*>(copier.device.data());
+    std::vector<float> host(256), mine(256);
+    for (int i = 0; i < 256; ++i) dev[i] = static_cast<float>(i) + 0.5f;
+    ccoll::Request *s, *r;
+    // Device to host: rank 0's copier moves it (and no CRC is read off device memory).
+    REQUIRE(p.t[0]->Isend(1, dev, 1024, 1, ccoll::kWireData, &s) == ccSuccess);
+    REQUIRE(p.t[1]->Irecv(0, host.data(), 1024, 1, ccoll::kWireData, &r) == ccSuccess);
+    CHECK(p.t[1]->Wait(r, 1000) == ccSuccess);
+    CHECK(p.t[0]->Wait(s, 1000) == ccSuccess);
+    CHECK(copier.copies == 1);
+    CHECK(host[255] == 255.5f);
+    // Host to device, the receive posted first: the receiver's copier again.
+    for (auto& x : host) x = -x;
+    REQUIRE(p.t[0]->Irecv(1, dev + 512, 1024, 2, ccoll::kWireData, &r) == ccSuccess);
+    REQUIRE(p.t[1]->Isend(0, host.data(), 1024, 2, ccoll::kWireData, &s) == ccSuccess);
+    CHECK(p.t[0]->Wait(r, 1000) == ccSuccess);
+    CHECK(p.t[1]->Wait(s, 1000) == ccSuccess);
+    CHECK(copier.copies == 2);
+    CHECK(dev[512 + 7] == -7.5f);
+    // Host to host on the rank that has a copier: a plain copy, and with CC_CHECKSUM a corrupted payload is caught.
+    REQUIRE(p.t[0]->Isend(1, mine.data(), 1024, 3, ccoll::kWireData, &s) == ccSuccess);
+    mine[3] = 1.0f;  // after the sender summed
+    REQUIRE(p.t[1]->Irecv(0, host.data(), 1024, 3, ccoll::kWireData, &r) == ccSuccess);
+    CHECK(p.t[1]->Wait(r, 1000) == (checksum ? ccRemoteError : ccSuccess));
+    CHECK(p.t[0]->Wait(s, 1000) == ccSuccess);
+    CHECK(copier.copies == 2);
+    // A failed device copy fails the send and the receive, with the copier's sentence.
+    copier.fail = true;
+    REQUIRE(p.t[0]->Isend(1, dev, 1024, 4, ccoll::kWireData, &s) == ccSuccess);
+    REQUIRE(p.t[1]->Irecv(0, host.data(), 1024, 4, ccoll::kWireData, &r) == ccSuccess);
+    CHECK(p.t[1]->Wait(r, 1000) == ccUnhandledCudaError);
+    CHECK(ccoll::LastError().find("the copy failed") != std::string::npos);
+    CHECK(p.t[0]->Wait(s, 1000) == ccUnhandledCudaError);
+    CHECK(copier.copies == 3);
+  }
+}
+
 #ifdef CCOLL_HAVE_ISAL
 TEST_CASE("LocalTransport with CC_CHECKSUM: a payload changed in flight is an error, not a wrong result",
           "[internals][transport][wire]") {
