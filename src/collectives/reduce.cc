@@ -11,24 +11,15 @@ void ReduceLoop(T* dst, const T* a, const T* b, size_t count, Op op) {
   for (size_t i = 0; i < count; ++i) dst[i] = A::Store(op(A::Load(a[i]), A::Load(b[i])));
 }
 
-template <typename T>
-void ReduceTyped(void* dst, const void* a, const void* b, size_t count, ccRedOp_t op) {
-  auto* d = static_cast<T*>(dst);
-  auto* x = static_cast<const T*>(a);
-  auto* y = static_cast<const T*>(b);
-  switch (op) {
-    case ccSum:
-    case ccAvg: ReduceLoop(d, x, y, count, OpSum()); break;
-    case ccProd: ReduceLoop(d, x, y, count, OpProd()); break;
-    case ccMax: ReduceLoop(d, x, y, count, OpMax()); break;
-    case ccMin: ReduceLoop(d, x, y, count, OpMin()); break;
-  }
-}
-
 }  // namespace
 
 void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) {
-  DispatchType(dtype, [&](auto tag) { ReduceTyped<decltype(tag)>(dst, a, b, count, op); });
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    DispatchOp(op, [&](auto fn) {
+      ReduceLoop(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count, fn);
+    });
+  });
 }
 
 void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks) {

@@ -26,6 +26,9 @@ bool IsValidDataType(int dtype);
 // Calls fn(T{}) with T the storage type of dtype. dtype must be valid.
 template <typename Fn>
 void DispatchType(ccDataType_t dtype, Fn&& fn);
+// Calls fn(Op{}) with Op the operator functor of op (reduce_op.h; OpSum for ccAvg). op must be valid.
+template <typename Fn>
+void DispatchOp(ccRedOp_t op, Fn&& fn);
 
 }  // namespace ccoll
 

@@ -4,7 +4,6 @@
 
 #include "collectives/reduce.h"
 #include "collectives/reduce_cuda.h"
-#include "collectives/reduce_op.h"
 #include "core/error.h"
 
 namespace ccoll {
@@ -55,21 +54,7 @@ ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataT
   if (count == 0) return ccSuccess;
   DispatchType(dtype, [&](auto tag) {
     using T = decltype(tag);
-    switch (op) {
-      case ccSum:
-      case ccAvg:
-        LaunchReduce<T>(dst, a, b, count, OpSum(), stream);
-        break;
-      case ccProd:
-        LaunchReduce<T>(dst, a, b, count, OpProd(), stream);
-        break;
-      case ccMax:
-        LaunchReduce<T>(dst, a, b, count, OpMax(), stream);
-        break;
-      case ccMin:
-        LaunchReduce<T>(dst, a, b, count, OpMin(), stream);
-        break;
-    }
+    DispatchOp(op, [&](auto fn) { LaunchReduce<T>(dst, a, b, count, fn, stream); });
   });
   return Launched("reduction kernel launch");
 }

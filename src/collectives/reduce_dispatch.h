@@ -1,8 +1,10 @@
-// The one switch from ccDataType_t to a storage type (see DispatchType in reduce.h).
+// The one switch from ccDataType_t to a storage type, and the one from ccRedOp_t to an operator (see DispatchType
+// and DispatchOp in reduce.h): the host loops and the CUDA kernels both dispatch through them.
 #pragma once
 
 #include <cstdint>
 
+#include "collectives/reduce_op.h"
 #include "compress/float16.h"
 
 namespace ccoll {
@@ -16,6 +18,17 @@ void DispatchType(ccDataType_t dtype, Fn&& fn) {
     case ccFloat32: fn(float{}); break;
     case ccFloat64: fn(double{}); break;
     case ccBfloat16: fn(Bf16{}); break;
+  }
+}
+
+template <typename Fn>
+void DispatchOp(ccRedOp_t op, Fn&& fn) {
+  switch (op) {
+    case ccSum:
+    case ccAvg: fn(OpSum()); break;  // an average is a sum until FinishAvg divides it
+    case ccProd: fn(OpProd()); break;
+    case ccMax: fn(OpMax()); break;
+    case ccMin: fn(OpMin()); break;
   }
 }
 
