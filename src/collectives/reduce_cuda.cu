@@ -4,7 +4,7 @@
 
 #include "collectives/reduce.h"
 #include "collectives/reduce_cuda.h"
-#include "core/error.h"
+#include "core/cuda_result.h"
 
 namespace ccoll {
 namespace gpu {
@@ -40,11 +40,6 @@ template <typename T, typename Op>
 void LaunchReduce(void* dst, const void* a, const void* b, size_t count, Op op, cudaStream_t stream) {
   ReduceKernel<T, Op><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(a),
                                                               static_cast<const T*>(b), count, op);
-}
-
-ccResult_t Launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? ccSuccess : Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
-#include "core/error.h"
+#include "core/cuda_result.h"
 
 namespace ccoll {
 namespace gpu {
@@ -57,11 +57,6 @@ ccResult_t Hop(const void* const* wiresIn, int nin, const float* local, size_t l
   const unsigned blocks = static_cast<unsigned>((len + kThreads - 1) / kThreads);
   HopKernel<W><<<blocks, kThreads, 0, stream>>>(a, b, nin, local, len, static_cast<W*>(wireOut));
   return ccSuccess;
-}
-
-ccResult_t Launched(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? ccSuccess : Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
 }
 
 }  // namespace

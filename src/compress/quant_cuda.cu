@@ -12,18 +12,13 @@
 #include "compress/float16.h"
 #include "compress/hadamard.h"
 #include "compress/rng.h"
-#include "core/error.h"
+#include "core/cuda_result.h"
 
 namespace ccoll {
 namespace gpu {
 namespace {
 
 constexpr int kThreads = 256;
-
-ccResult_t Check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return ccSuccess;
-  return Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
-}
 
 unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
@@ -61,7 +56,7 @@ ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint3
                   cudaStream_t stream) {
   if (block > 16384) return Fail(ccInvalidArgument, "gpu rotation: block %zu is over 16384", block);
   const size_t smem = block * sizeof(float);
-  CC_CHECK(Check(cudaFuncSetAttribute(RotateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CC_CHECK(CudaResult(cudaFuncSetAttribute(RotateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(smem)), "cudaFuncSetAttribute"));
   // Full blocks in one launch, then the tail in decreasing powers of two (ForEachRotationBlock's order).
   size_t off = 0;
@@ -72,7 +67,7 @@ ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint3
     const unsigned threads = static_cast<unsigned>(len / 2 < 512 ? (len / 2 > 0 ? len / 2 : 1) : 512);
     RotateKernel<<<static_cast<unsigned>(n), threads, len * sizeof(float), stream>>>(in, out, off, len, key, inverse,
                                                                                      scale);
-    CC_CHECK(Check(cudaGetLastError(), "rotation kernel launch"));
+    CC_CHECK(Launched("rotation kernel launch"));
     off += n * len;
   }
   return ccSuccess;
@@ -262,7 +257,7 @@ __global__ void AddLanesKernel(uint8_t* dst, const uint8_t* a, const uint8_t* b,
 ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream) {
   if (count == 0) return ccSuccess;
   GroupScalesKernel<<<Blocks((count + group - 1) / group), kThreads, 0, stream>>>(v, count, group, clipK, scales);
-  return Check(cudaGetLastError(), "group scales kernel launch");
+  return Launched("group scales kernel launch");
 }
 
 ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
@@ -270,7 +265,7 @@ ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group
   if (len == 0) return ccSuccess;
   EncodeLanesKernel<<<Blocks((len + 7) / 8), kThreads, 0, stream>>>(v, len, index0, group, scales, bits, laneBits,
                                                                     rule, static_cast<uint8_t*>(wireOut));
-  return Check(cudaGetLastError(), "lanes encode kernel launch");
+  return Launched("lanes encode kernel launch");
 }
 
 ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
@@ -278,7 +273,7 @@ ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t gro
   if (len == 0) return ccSuccess;
   DecodeLanesKernel<<<Blocks(len), kThreads, 0, stream>>>(static_cast<const uint8_t*>(wire), len, index0, group,
                                                           scales, bits, laneBits, nranks, out);
-  return Check(cudaGetLastError(), "lanes decode kernel launch");
+  return Launched("lanes decode kernel launch");
 }
 
 ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int laneBits, cudaStream_t stream) {
@@ -287,7 +282,7 @@ ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int lan
   AddLanesKernel<<<Blocks((len + 7) / 8), kThreads, 0, stream>>>(static_cast<uint8_t*>(dst),
                                                                  static_cast<const uint8_t*>(a),
                                                                  static_cast<const uint8_t*>(b), bytes, laneBits);
-  return Check(cudaGetLastError(), "lanes add kernel launch");
+  return Launched("lanes add kernel launch");
 }
 
 ccResult_t RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey,
@@ -313,7 +308,7 @@ ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, S
   if (len == 0) return ccSuccess;
   DecodeRequantKernel<<<Blocks(len), kThreads, 0, stream>>>(static_cast<const uint8_t*>(wire), len, group, bits,
                                                             format, out);
-  return Check(cudaGetLastError(), "requant decode kernel launch");
+  return Launched("requant decode kernel launch");
 }
 
 ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, size_t len, uint64_t index0,
@@ -334,10 +329,10 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
     HopRequantKernel<<<Blocks(groups), kThreads, 0, stream>>>(in0, in1, nin, local, len, index0, group, bits, format,
                                                               clipK, rule, vals, scales, codes, packed, aligned);
   }
-  CC_CHECK(Check(cudaGetLastError(), "requant encode kernel launch"));
+  CC_CHECK(Launched("requant encode kernel launch"));
   if (!aligned) {
     PackKernel<<<Blocks(PackedBytes(len, bits)), kThreads, 0, stream>>>(codes, len, bits, packed);
-    CC_CHECK(Check(cudaGetLastError(), "pack kernel launch"));
+    CC_CHECK(Launched("pack kernel launch"));
   }
   return ccSuccess;
 }

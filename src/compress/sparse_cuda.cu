@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "compress/codec_cuda.h"
-#include "core/error.h"
+#include "core/cuda_result.h"
 
 namespace ccoll {
 namespace gpu {
@@ -15,12 +15,6 @@ namespace {
 constexpr int kThreads = 256;
 
 unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
-
-ccResult_t Launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return ccSuccess;
-  return Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
-}
 
 // One thread per chunk: the squared norm summed in double in index order, as ChunkNorms does; +inf when not finite.
 __global__ void ChunkNormsKernel(const float* x, size_t count, size_t chunk, float* norms) {
