@@ -109,9 +109,10 @@ struct Pinned {
 // The same on device buffers: the input copied in and the output poisoned on the rank's stream before the call, the
 // result copied back on it after; one synchronize at the end. inPlace: recv is the send buffer. Every buffer is
 // allocated before any rank calls and freed after every rank is done: cudaFree (and maybe cudaMalloc) can wait for
-// the whole device, including the other ranks' streams that wait for their collectives.
+// the whole device, including the other ranks' streams that wait for their collectives. Ranks below hostRanks call
+// with their host buffers instead, as OnHost does, in the same group call.
 Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in, size_t outBytes, const Issue& issue,
-                 bool inPlace = false) {
+                 bool inPlace = false, int hostRanks = 0) {
   const int n = g.size();
   Outcome o;
   o.out.assign(static_cast<size_t>(n), Bytes(outBytes, '\x5a'));
@@ -131,6 +132,10 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
     if (inBytes > 0) std::memcpy(pinIn.back()->p, in[r].data(), inBytes);
   }
   RunRanks(n, [&](int r) {
+    if (r < hostRanks) {  // a blocking call on this thread
+      o.rc[r] = Record(issue(r, in[r].data(), o.out[r].data(), nullptr), g[r]);
+      return;
+    }
     cudaSetDevice(0);
     cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
     if (!inPlace) cudaMemsetAsync(recv[r], 0x5a, outBytes, s);
@@ -144,7 +149,7 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
     if (async != ccSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{async, ccGetLastError(g[r])};
   });
   for (int r = 0; r < n; ++r) {
-    if (outBytes > 0) std::memcpy(o.out[r].data(), pinOut[r]->p, outBytes);
+    if (outBytes > 0 && r >= hostRanks) std::memcpy(o.out[r].data(), pinOut[r]->p, outBytes);
     cudaFree(send[r]);
     if (!inPlace) cudaFree(recv[r]);
   }
@@ -266,24 +271,15 @@ size_t SizeOf(ccDataType_t t) {
   return t == ccFloat64 || t == ccInt64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4;
 }
 
-// Codec and reduction kernels launched so far, where they can be counted (the fake runtime); -1 on a real device.
-int64_t CodecLaunches() {
+// Where the test can count them (the fake runtime, linked statically), so far: the codec and reduction kernels
+// launched, and the messages the local transport moved with a device copy. -1 on a real device.
 #ifdef CCOLL_FAKE_CUDA
-  return static_cast<int64_t>(cctest::FakeCodecKernelLaunches());
+int64_t CodecLaunches() { return static_cast<int64_t>(cctest::FakeCodecKernelLaunches()); }
+int64_t DeviceCopies() { return static_cast<int64_t>(ccoll::DeviceMessagesCopied()); }
 #else
-  return -1;
+int64_t CodecLaunches() { return -1; }
+int64_t DeviceCopies() { return -1; }
 #endif
-}
-
-// Messages the local transport moved with a device copy so far, where the test can count them (linked statically
-// against the fake runtime); -1 on a real device.
-int64_t DeviceCopies() {
-#ifdef CCOLL_FAKE_CUDA
-  return static_cast<int64_t>(ccoll::DeviceMessagesCopied());
-#else
-  return -1;
-#endif
-}
 
 // Exact calls on device buffers stay on the device (thread ranks: the local transport carries device memory) unless
 // CC_DEVICE_KERNELS=0, which stages them through host memory (ctest runs the [exact] cases both ways).
@@ -404,38 +400,9 @@ TEST_CASE("[gpu] an exact all-reduce with host buffers on two ranks and device b
       };
       Outcome host = OnHost(g, in, bytes, issue);
       REQUIRE(host.Failure() == "");
-      std::vector<void*> dev(n, nullptr);
-      std::vector<std::unique_ptr<Pinned>> pin;
-      for (int r = 0; r < n; ++r) {
-        REQUIRE(cudaMalloc(&dev[r], bytes) == cudaSuccess);
-        pin.push_back(std::make_unique<Pinned>(bytes));
-        std::memcpy(pin.back()->p, in[r].data(), bytes);
-      }
-      std::vector<Bytes> out(n, Bytes(bytes, '\x5a'));
-      std::vector<RankResult> rc(n);
-      RunRanks(n, [&](int r) {
-        if (r < 2) {  // host buffers: a blocking call on this thread
-          rc[r] = Record(issue(r, in[r].data(), out[r].data(), nullptr), g[r]);
-          return;
-        }
-        cudaSetDevice(0);
-        cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
-        cudaMemcpyAsync(dev[r], pin[r]->p, bytes, cudaMemcpyHostToDevice, s);
-        rc[r] = Record(issue(r, dev[r], dev[r], st[r]), g[r]);
-        cudaMemcpyAsync(pin[r]->p, dev[r], bytes, cudaMemcpyDeviceToHost, s);
-        const cudaError_t e = cudaStreamSynchronize(s);
-        if (e != cudaSuccess && rc[r].rc == ccSuccess) rc[r] = RankResult{ccUnhandledCudaError, cudaGetErrorString(e)};
-        ccResult_t async = ccSuccess;
-        ccCommGetAsyncError(g[r], &async);
-        if (async != ccSuccess && rc[r].rc == ccSuccess) rc[r] = RankResult{async, ccGetLastError(g[r])};
-      });
-      for (int r = 0; r < n; ++r) {
-        INFO("rank " << r);
-        REQUIRE(rc[r].rc == ccSuccess);
-        if (r >= 2) std::memcpy(out[r].data(), pin[r]->p, bytes);
-        CHECK(FirstDifference(out[r], host.out[r]) == "");
-        cudaFree(dev[r]);
-      }
+      Outcome mixed = OnDevice(g, st, in, bytes, issue, true, 2);  // ranks 0 and 1 on host buffers
+      REQUIRE(mixed.Failure() == "");
+      for (int r = 0; r < n; ++r) CHECK(FirstDifference(mixed.out[r], host.out[r]) == "");
     }
   }
 }
