@@ -11,7 +11,7 @@ echo "== ctest"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" --timeout 600)
 
 echo "== installed package"
-PREFIX="$PWD/$BUILD_DIR/install-test"
+PREFIX="$(cd "$BUILD_DIR" && pwd)/install-test"  # BUILD_DIR may be relative or absolute
 rm -rf "$PREFIX" "$BUILD_DIR/consumer"
 cmake --install "$BUILD_DIR" --prefix "$PREFIX" >/dev/null
 cmake -S examples/installed_consumer -B "$BUILD_DIR/consumer" -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
