@@ -18,6 +18,8 @@
 #include "compress/widen.h"
 #ifdef CCOLL_HAVE_CUDA
 #include "collectives/device_buffers.h"
+#include "collectives/device_compressed.h"
+#include "collectives/device_kernels.h"
 #include "compress/device_codec.h"
 #endif
 #include "collectives/reduce.h"
@@ -286,9 +288,11 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
 // all-reduce and broadcast on the whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's
 // block at rank * count).
 ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
+  CC_CHECK(ccoll::LoadDeviceKernels(comm->config.cudaDev));  // before any stream of the device waits for the proxy
   ccoll::DeviceProxy* proxy = nullptr;
   CC_CHECK(comm->DeviceProxyOf(&proxy));
   const bool resident = c.compressor != nullptr ? RunsDeviceCodec(comm, c.compressor) : ExactOnDevice(comm);
+  if (resident && c.compressor != nullptr) ccoll::PrimeDeviceCodec(comm, args, c.compressor);
   const size_t bytes = args.count * args.eltSize;
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;

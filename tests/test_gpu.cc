@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/device_kernels.h"
 #include "collectives/reduce.h"
 #include "collectives/reduce_cuda.h"
 #include "compress/bitpack.h"
@@ -75,6 +76,14 @@ std::vector<float> Inputs(size_t n, uint64_t seed, bool nonFinite) {
 bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
 
 }  // namespace
+
+TEST_CASE("[gpu] every ccoll kernel loads before a device call's stream waits", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  // cudaFuncGetAttributes on each kernel of each .cu file (collectives/device_kernels.h); then once more, at once.
+  REQUIRE(ccoll::LoadDeviceKernels(0) == ccSuccess);
+  REQUIRE(ccoll::LoadDeviceKernels(0) == ccSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
 
 TEST_CASE("[gpu] rotation: the kernels equal the CPU driver byte for byte", "[gpu]") {
   SKIP_WITHOUT_DEVICE();

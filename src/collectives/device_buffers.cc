@@ -8,6 +8,7 @@
 #include "collectives/reduce_cuda.h"
 #include "core/buffer_ops.h"
 #include "core/comm.h"
+#include "core/device_pool.h"
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -23,15 +24,23 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
   ~DeviceBuffers() override {
     // The communicator is being destroyed: its calls are done, and so are its streams' copies (each was synchronized).
     DeviceScope scope(device_);
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (scratch_ != nullptr) cudaFreeAsync(scratch_, stream_);
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
     if (copyStream_ != nullptr) cudaStreamDestroy(copyStream_);
   }
 
   ccResult_t Init(size_t scratchBytes) {
     CC_CHECK(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
     CC_CHECK(Cuda(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
-    return Cuda(cudaMalloc(&scratch_, scratchBytes), "cudaMalloc (scratch slots)");
+    // Made on the proxy thread while the caller's stream waits for it: from ccoll's stream-ordered pool, which waits
+    // for no other stream (core/device_pool.h).
+    cudaMemPool_t pool = nullptr;
+    CC_CHECK(DevicePool(device_, &pool));
+    CC_CHECK(Cuda(cudaMallocFromPoolAsync(&scratch_, scratchBytes, pool, stream_), "cudaMallocFromPoolAsync"));
+    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (scratch slots)");
   }
 
   ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) override {
@@ -56,6 +65,13 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
 
   ccResult_t CopyMessage(void* dst, const void* src, size_t bytes) override {
     gMessages.fetch_add(1, std::memory_order_relaxed);
+    DeviceScope scope(device_);  // the copy stream's device; the calling thread may be another rank's
+    // Between two GPUs a peer copy: pool memory (core/device_pool.h) is not reachable from other devices otherwise.
+    const int to = PointerDevice(dst), from = PointerDevice(src);
+    if (to >= 0 && from >= 0 && to != from) {
+      CC_CHECK(Cuda(cudaMemcpyPeerAsync(dst, to, src, from, bytes, copyStream_), "cudaMemcpyPeerAsync (message)"));
+      return Cuda(cudaStreamSynchronize(copyStream_), "cudaStreamSynchronize (message)");
+    }
     CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream_), "cudaMemcpyAsync (message)"));
     return Cuda(cudaStreamSynchronize(copyStream_), "cudaStreamSynchronize (message)");
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -19,7 +20,10 @@
 #include "compress/rng.h"
 #include "compress/sparse.h"
 #include "core/comm.h"
+#include "core/device_pool.h"
+#include "core/device_scope.h"
 #include "core/error.h"
+#include "core/log.h"
 #ifdef CCOLL_HAVE_CUBLAS
 #include "collectives/lowrank.h"
 #include "compress/lowrank.h"
@@ -248,6 +252,64 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
 #endif
 
 }  // namespace
+
+void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
+#ifdef CCOLL_HAVE_CUBLAS
+  // inFlight first: while a call of c is queued, the proxy thread owns c->device. (One rank or no data: the call runs
+  // no product.)
+  if (c->kind != ccCompressPowerSGD || c->inFlight.load() != 0 || comm->nranks == 1 || a.count == 0) return;
+  if (c->device && c->device->primed) return;
+  LowRankPlan plan;
+  std::string why;
+  if (!PlanLowRank(*c, a.count, &plan, &why)) return;  // the call itself reports it
+  void* temp = nullptr;
+  try {
+    DeviceScope scope(comm->config.cudaDev);
+    if (!c->device) c->device = DeviceCodecState::Create();
+    DeviceCodecState* st = c->device.get();
+    gpu::LowRankBlas* blas = st->Blas();
+    const size_t pAll = plan.pElems + plan.exactElems;
+    float* p = st->packed.Reserve<float>(pAll);
+    float* q = st->factors.Reserve<float>(2 * plan.qElems);
+    // The pinned host scratch of the call (and of its exact calls before the start iteration, when they are staged).
+    st->hostPacked.Reserve<float>(MessagesStayOnDevice(comm) ? pAll : std::max(pAll, a.count));
+    st->hostMeta.Reserve<float>(2 * plan.qElems + plan.exactElems);
+    // M and the product P Q^T on a block of zeros freed after, each at the 256-byte alignment the call's own buffer
+    // will have (cuBLAS may choose its kernel by alignment): the user's buffers for float32 data, else `widened`.
+    const bool direct = a.dtype == ccFloat32;
+    const size_t mShift = direct ? reinterpret_cast<uintptr_t>(a.send) % 256 : 0;
+    const size_t outShift = direct ? reinterpret_cast<uintptr_t>(a.recv) % 256 : 0;
+    const size_t bytes = a.count * sizeof(float);
+    cudaMemPool_t pool = nullptr;
+    CheckLaunch(DevicePool(comm->config.cudaDev, &pool));
+    CheckCuda(cudaMallocFromPoolAsync(&temp, 2 * bytes + 512, pool, st->stream()), "cudaMallocFromPoolAsync");
+    CheckCuda(cudaMemsetAsync(temp, 0, 2 * bytes + 512, st->stream()), "cudaMemsetAsync (priming)");
+    CheckCuda(cudaMemsetAsync(p, 0, pAll * sizeof(float), st->stream()), "cudaMemsetAsync (priming)");
+    CheckCuda(cudaMemsetAsync(q, 0, 2 * plan.qElems * sizeof(float), st->stream()), "cudaMemsetAsync (priming)");
+    float* m = reinterpret_cast<float*>(static_cast<char*>(temp) + mShift);
+    float* out = reinterpret_cast<float*>(static_cast<char*>(temp) + bytes + 256 + outShift);
+    for (const LowRankMatrix& mt : plan.matrices) {
+      CheckLaunch(blas->ProductMQ(m + mt.offset, mt.rows, mt.cols, q + mt.qOffset, mt.rank, p + mt.pOffset));
+      CheckLaunch(blas->ProductMtP(m + mt.offset, mt.rows, mt.cols, p + mt.pOffset, mt.rank,
+                                   q + plan.qElems + mt.qOffset));
+      CheckLaunch(blas->ProductPQt(p + mt.pOffset, q + mt.qOffset, mt.rows, mt.cols, mt.rank, out + mt.offset));
+    }
+    CheckCuda(cudaFreeAsync(temp, st->stream()), "cudaFreeAsync (priming)");
+    temp = nullptr;
+    st->Synchronize();
+    st->primed = true;
+  } catch (const DeviceCodecError& e) {
+    // Best effort: the other ranks may have queued the call already, so this one goes ahead too, and the proxy
+    // reports what fails there (an async error that aborts the communicator) rather than leave them waiting.
+    if (temp != nullptr) cudaFreeAsync(temp, c->device->stream());
+    CC_WARN("rank %d: preparing powersgd on the device failed (%s); the call goes ahead", comm->rank, e.what());
+  }
+#else
+  (void)comm;
+  (void)a;
+  (void)c;
+#endif
+}
 
 ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
   try {

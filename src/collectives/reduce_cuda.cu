@@ -44,6 +44,24 @@ void LaunchReduce(void* dst, const void* a, const void* b, size_t count, Op op, 
 
 }  // namespace
 
+ccResult_t LoadReduceKernels() {
+  const ccDataType_t types[] = {ccInt32, ccInt64, ccFloat16, ccFloat32, ccFloat64, ccBfloat16};
+  const ccRedOp_t ops[] = {ccSum, ccProd, ccMax, ccMin};  // (ccAvg is ccSum's kernel)
+  ccResult_t r = ccSuccess;
+  for (ccDataType_t dtype : types) {
+    DispatchType(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      for (ccRedOp_t op : ops) {
+        DispatchOp(op, [&](auto fn) {
+          if (r == ccSuccess) r = LoadKernel(ReduceKernel<T, decltype(fn)>, "loading ReduceKernel");
+        });
+      }
+      if (r == ccSuccess) r = LoadKernel(FinishAvgKernel<T>, "loading FinishAvgKernel");
+    });
+  }
+  return r;
+}
+
 ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op,
                   cudaStream_t stream) {
   if (count == 0) return ccSuccess;

@@ -18,5 +18,8 @@ ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataT
 // buf[i] = buf[i] / nranks.
 ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream);
 
+// Loads every kernel of this file into the current device's context (core/cuda_result.h: LoadKernel).
+ccResult_t LoadReduceKernels();
+
 }  // namespace gpu
 }  // namespace ccoll

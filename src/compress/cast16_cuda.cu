@@ -61,6 +61,14 @@ ccResult_t Hop(const void* const* wiresIn, int nin, const float* local, size_t l
 
 }  // namespace
 
+ccResult_t LoadCastKernels() {
+  CC_CHECK(LoadKernel(HopKernel<Bf16>, "loading HopKernel<Bf16>"));
+  CC_CHECK(LoadKernel(HopKernel<Half>, "loading HopKernel<Half>"));
+  CC_CHECK(LoadKernel(DecodeKernel<Bf16>, "loading DecodeKernel<Bf16>"));
+  CC_CHECK(LoadKernel(DecodeKernel<Half>, "loading DecodeKernel<Half>"));
+  return LoadKernel(ScaleKernel, "loading ScaleKernel");
+}
+
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
                    void* wireOut, cudaStream_t stream) {
   if (len == 0) return ccSuccess;

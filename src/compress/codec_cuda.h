@@ -78,5 +78,11 @@ ccResult_t DropNonFinite(float* e, size_t count, cudaStream_t stream);
 // computes it.
 ccResult_t Scale(float* x, size_t count, float factor, bool divide, cudaStream_t stream);
 
+// Each loads every kernel of its file (quant_cuda.cu, cast16_cuda.cu, sparse_cuda.cu) into the current device's
+// context (core/cuda_result.h: LoadKernel).
+ccResult_t LoadQuantKernels();
+ccResult_t LoadCastKernels();
+ccResult_t LoadSparseKernels();
+
 }  // namespace gpu
 }  // namespace ccoll

@@ -10,6 +10,7 @@
 #endif
 #include "compress/bitpack.h"
 #include "compress/quant.h"
+#include "core/device_pool.h"
 #include "core/error.h"
 
 namespace ccoll {
@@ -252,7 +253,7 @@ GrowOnlyBuffer::~GrowOnlyBuffer() {
   for (void* p : retired_) {
     if (p == nullptr) continue;
     if (kind_ == kDevice) {
-      cudaFree(p);
+      cudaFreeAsync(p, *stream_);  // after the work queued on the stream; the other streams are done with it
     } else {
       cudaFreeHost(p);
     }
@@ -266,7 +267,13 @@ void* GrowOnlyBuffer::Reserve(size_t bytes) {
   while (grown < bytes) grown *= 2;
   void* fresh = nullptr;
   if (kind_ == kDevice) {
-    CheckCuda(cudaMalloc(&fresh, grown), "cudaMalloc (device codec scratch)");
+    int device = 0;
+    CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+    cudaMemPool_t pool = nullptr;
+    CheckLaunch(DevicePool(device, &pool));
+    CheckCuda(cudaMallocFromPoolAsync(&fresh, grown, pool, *stream_), "cudaMallocFromPoolAsync (device codec scratch)");
+    // Other streams (the transport's copies) may use it next: the allocation must have happened (growth is rare).
+    CheckCuda(cudaStreamSynchronize(*stream_), "cudaStreamSynchronize (device codec scratch)");
   } else {
     CheckCuda(cudaHostAlloc(&fresh, grown, cudaHostAllocPortable), "cudaHostAlloc (device codec host scratch)");
   }
@@ -278,25 +285,26 @@ void* GrowOnlyBuffer::Reserve(size_t bytes) {
 
 std::shared_ptr<DeviceCodecState> DeviceCodecState::Create() {
   std::shared_ptr<DeviceCodecState> st(new DeviceCodecState());
-  CheckCuda(cudaStreamCreateWithFlags(&st->stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  CheckCuda(cudaStreamCreateWithFlags(&st->stream_.s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   return st;
 }
 
-DeviceCodecState::~DeviceCodecState() {
-  blas_.reset();
-  if (stream_ != nullptr) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+DeviceCodecState::~DeviceCodecState() { blas_.reset(); }
+
+DeviceCodecState::OwnedStream::~OwnedStream() {
+  if (s != nullptr) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
   }
   cudaGetLastError();
 }
 
-void DeviceCodecState::Synchronize() { CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+void DeviceCodecState::Synchronize() { CheckCuda(cudaStreamSynchronize(stream_.s), "cudaStreamSynchronize"); }
 
 float* DeviceCodecState::ErrorFeedback(size_t count) {
   if (errorFeedbackCount_ != count || errorFeedback_.data() == nullptr) {
     float* e = errorFeedback_.Reserve<float>(count);
-    CheckCuda(cudaMemsetAsync(e, 0, count * sizeof(float), stream_), "cudaMemsetAsync (error feedback)");
+    CheckCuda(cudaMemsetAsync(e, 0, count * sizeof(float), stream_.s), "cudaMemsetAsync (error feedback)");
     errorFeedbackCount_ = count;
   }
   return static_cast<float*>(errorFeedback_.data());
@@ -306,7 +314,7 @@ gpu::LowRankBlas* DeviceCodecState::Blas() {
 #ifdef CCOLL_HAVE_CUBLAS
   if (!blas_) {
     std::unique_ptr<gpu::LowRankBlas> made;
-    CheckLaunch(gpu::LowRankBlas::Create(stream_, &made));
+    CheckLaunch(gpu::LowRankBlas::Create(stream_.s, &made));
     blas_ = std::move(made);
   }
   return blas_.get();

@@ -10,9 +10,13 @@
 // Finish only queues its kernels, and DeviceCodecState::Synchronize waits for them. A CUDA failure throws
 // DeviceCodecError.
 //
-// Memory: buffers only grow, and a grown buffer's old block is kept until the state is destroyed. cudaFree and
-// cudaFreeHost may wait for the whole device, and with thread ranks sharing a GPU the other ranks' streams are
-// waiting (core/device_proxy.h) for collectives that need this rank: freeing during a call could deadlock.
+// Memory: buffers only grow, and a grown buffer's old block is kept until the state is destroyed. The proxy thread
+// reserves them while the caller's stream waits for it (core/device_proxy.h), and with thread ranks sharing a GPU the
+// other ranks' streams wait for collectives that need this rank: so no call here may wait for the whole device.
+// cudaFree and cudaFreeHost do, and the CUDA guide counts device allocations among the implicit synchronizations; so
+// device memory comes from ccoll's stream-ordered pool (core/device_pool.h: cudaMallocFromPoolAsync and cudaFreeAsync
+// on the state's stream, which synchronize nothing) and is freed only with the state, as is the pinned host memory
+// (cudaHostAlloc).
 //
 // Only built with CCOLL_HAVE_CUDA.
 #pragma once
@@ -51,10 +55,12 @@ void CheckLaunch(ccResult_t r);
 bool DeviceCodecCovers(const ccCompressor& c);
 
 // Device memory (or pinned host memory) that only grows; see "Memory" above. Contents are not kept when it grows.
+// Device memory is allocated and freed in the order of *stream, which must be valid from the first Reserve until the
+// buffer is destroyed.
 class GrowOnlyBuffer {
  public:
   enum Kind { kDevice, kPinnedHost };
-  explicit GrowOnlyBuffer(Kind kind) : kind_(kind) {}
+  GrowOnlyBuffer(Kind kind, const cudaStream_t* stream) : kind_(kind), stream_(stream) {}
   ~GrowOnlyBuffer();
   GrowOnlyBuffer(const GrowOnlyBuffer&) = delete;
   GrowOnlyBuffer& operator=(const GrowOnlyBuffer&) = delete;
@@ -70,6 +76,7 @@ class GrowOnlyBuffer {
 
  private:
   const Kind kind_;
+  const cudaStream_t* const stream_;
   void* p_ = nullptr;
   size_t bytes_ = 0;
   std::vector<void*> retired_;
@@ -80,6 +87,12 @@ class GrowOnlyBuffer {
 // error-feedback memory in device memory, and a cuBLAS handle for PowerSGD. It lives until the compressor is
 // destroyed or reset.
 class DeviceCodecState {
+  // First, so that it is destroyed last: the buffers below free their device memory onto it.
+  struct OwnedStream {
+    cudaStream_t s = nullptr;
+    ~OwnedStream();
+  } stream_;
+
  public:
   // Makes the state on the current device; the caller (the proxy thread) has set it.
   static std::shared_ptr<DeviceCodecState> Create();
@@ -87,7 +100,7 @@ class DeviceCodecState {
   DeviceCodecState(const DeviceCodecState&) = delete;
   DeviceCodecState& operator=(const DeviceCodecState&) = delete;
 
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.s; }
   // Waits for everything queued on the stream.
   void Synchronize();
   // The error-feedback memory of `count` floats, zero when first made (the bucket's count never changes).
@@ -96,28 +109,29 @@ class DeviceCodecState {
   gpu::LowRankBlas* Blas();
 
   // Scratch, reserved by each user for what it needs (contents are per call):
-  GrowOnlyBuffer hostWire{GrowOnlyBuffer::kPinnedHost};  // the schedule's wire slots
+  static constexpr GrowOnlyBuffer::Kind kDev = GrowOnlyBuffer::kDevice, kPinned = GrowOnlyBuffer::kPinnedHost;
+  GrowOnlyBuffer hostWire{kPinned, &stream_.s};  // the schedule's wire slots
   // The wire slots in device memory, for a communicator whose transports carry it (thread ranks): the kernels then
   // read arriving messages and write leaving ones in place, with no copy to or from the host.
-  GrowOnlyBuffer deviceWire{GrowOnlyBuffer::kDevice};
+  GrowOnlyBuffer deviceWire{kDev, &stream_.s};
   bool wireOnDevice = false;  // this call's wire slots are deviceWire (set by the driver before the schedule)
-  GrowOnlyBuffer in0{GrowOnlyBuffer::kDevice}, in1{GrowOnlyBuffer::kDevice};  // arriving messages, copied in
-  GrowOnlyBuffer out{GrowOnlyBuffer::kDevice};    // the message leaving
-  GrowOnlyBuffer vals{GrowOnlyBuffer::kDevice};   // a slice of values being re-encoded
-  GrowOnlyBuffer codes{GrowOnlyBuffer::kDevice};  // a slice of codes (packing pass)
-  GrowOnlyBuffer sums{GrowOnlyBuffer::kDevice};   // homomorphic: a slice's lane sums before the requant gather
-  GrowOnlyBuffer scales{GrowOnlyBuffer::kDevice};   // homomorphic: every group's agreed scale
-  GrowOnlyBuffer packed{GrowOnlyBuffer::kDevice};   // sparsifiers: the chosen chunks; powersgd: P and exact parts
-  GrowOnlyBuffer factors{GrowOnlyBuffer::kDevice};  // powersgd: Q, then Q's sum
-  GrowOnlyBuffer index{GrowOnlyBuffer::kDevice};    // sparsifiers: the chosen chunks' indices; a flag
-  GrowOnlyBuffer widened{GrowOnlyBuffer::kDevice};  // 16-bit data: the float32 working copy (compress/widen.h)
-  GrowOnlyBuffer hostMeta{GrowOnlyBuffer::kPinnedHost};  // metadata and small host copies
-  GrowOnlyBuffer hostPacked{GrowOnlyBuffer::kPinnedHost};  // what the host schedule reduces
+  bool primed = false;        // PowerSGD's cuBLAS handle and products have run once (PrimeDeviceCodec)
+  GrowOnlyBuffer in0{kDev, &stream_.s}, in1{kDev, &stream_.s};  // arriving messages, copied in
+  GrowOnlyBuffer out{kDev, &stream_.s};    // the message leaving
+  GrowOnlyBuffer vals{kDev, &stream_.s};   // a slice of values being re-encoded
+  GrowOnlyBuffer codes{kDev, &stream_.s};  // a slice of codes (packing pass)
+  GrowOnlyBuffer sums{kDev, &stream_.s};   // homomorphic: a slice's lane sums before the requant gather
+  GrowOnlyBuffer scales{kDev, &stream_.s};   // homomorphic: every group's agreed scale
+  GrowOnlyBuffer packed{kDev, &stream_.s};   // sparsifiers: the chosen chunks; powersgd: P and exact parts
+  GrowOnlyBuffer factors{kDev, &stream_.s};  // powersgd: Q, then Q's sum
+  GrowOnlyBuffer index{kDev, &stream_.s};    // sparsifiers: the chosen chunks' indices; a flag
+  GrowOnlyBuffer widened{kDev, &stream_.s};  // 16-bit data: the float32 working copy (compress/widen.h)
+  GrowOnlyBuffer hostMeta{kPinned, &stream_.s};  // metadata and small host copies
+  GrowOnlyBuffer hostPacked{kPinned, &stream_.s};  // what the host schedule reduces
 
  private:
   DeviceCodecState() = default;
-  cudaStream_t stream_ = nullptr;
-  GrowOnlyBuffer errorFeedback_{GrowOnlyBuffer::kDevice};
+  GrowOnlyBuffer errorFeedback_{kDev, &stream_.s};
   size_t errorFeedbackCount_ = 0;
   std::shared_ptr<gpu::LowRankBlas> blas_;  // (shared_ptr: the type is incomplete here)
 };

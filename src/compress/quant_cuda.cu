@@ -5,7 +5,9 @@
 // tests/test_gpu.cc checks that on a device (not yet run on one: see perf/gpu_check.sh).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 
 #include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
@@ -52,12 +54,28 @@ __global__ void RotateKernel(const float* in, float* out, size_t base, size_t le
   }
 }
 
+constexpr size_t kMaxBlock = 16384;  // floats of shared memory per rotation block: 64 KiB
+
+std::atomic<uint64_t> gRotateReady{0};  // bit d: RotateKernel may take kMaxBlock floats of shared memory on device d
+
+// Lets RotateKernel take a whole block of shared memory on the current device, once per device: LoadQuantKernels
+// does it, before a stream waits, since a change of a kernel's shared-memory configuration may synchronize the device.
+ccResult_t AllowRotateSharedMemory() {
+  int device = 0;
+  CC_CHECK(CudaResult(cudaGetDevice(&device), "cudaGetDevice"));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (gRotateReady.load() & bit) != 0) return ccSuccess;
+  CC_CHECK(CudaResult(cudaFuncSetAttribute(RotateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kMaxBlock * sizeof(float))),
+                      "cudaFuncSetAttribute (RotateKernel shared memory)"));
+  gRotateReady.fetch_or(bit);
+  return ccSuccess;
+}
+
 ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint32_t key, bool inverse, float scale,
                   cudaStream_t stream) {
-  if (block > 16384) return Fail(ccInvalidArgument, "gpu rotation: block %zu is over 16384", block);
-  const size_t smem = block * sizeof(float);
-  CC_CHECK(CudaResult(cudaFuncSetAttribute(RotateKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem)), "cudaFuncSetAttribute"));
+  if (block > kMaxBlock) return Fail(ccInvalidArgument, "gpu rotation: block %zu is over %zu", block, kMaxBlock);
+  CC_CHECK(AllowRotateSharedMemory());
   // Full blocks in one launch, then the tail in decreasing powers of two (ForEachRotationBlock's order).
   size_t off = 0;
   while (off < count) {
@@ -253,6 +271,19 @@ __global__ void AddLanesKernel(uint8_t* dst, const uint8_t* a, const uint8_t* b,
 }
 
 }  // namespace
+
+ccResult_t LoadQuantKernels() {
+  CC_CHECK(LoadKernel(RotateKernel, "loading RotateKernel"));
+  CC_CHECK(AllowRotateSharedMemory());
+  CC_CHECK(LoadKernel(EncodeRequantKernel, "loading EncodeRequantKernel"));
+  CC_CHECK(LoadKernel(PackKernel, "loading PackKernel"));
+  CC_CHECK(LoadKernel(DecodeRequantKernel, "loading DecodeRequantKernel"));
+  CC_CHECK(LoadKernel(HopRequantKernel, "loading HopRequantKernel"));
+  CC_CHECK(LoadKernel(GroupScalesKernel, "loading GroupScalesKernel"));
+  CC_CHECK(LoadKernel(EncodeLanesKernel, "loading EncodeLanesKernel"));
+  CC_CHECK(LoadKernel(DecodeLanesKernel, "loading DecodeLanesKernel"));
+  return LoadKernel(AddLanesKernel, "loading AddLanesKernel");
+}
 
 ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream) {
   if (count == 0) return ccSuccess;

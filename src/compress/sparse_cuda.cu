@@ -68,6 +68,17 @@ __global__ void DropNonFiniteKernel(float* e, size_t count) {
 
 }  // namespace
 
+ccResult_t LoadSparseKernels() {
+  CC_CHECK(LoadKernel(ChunkNormsKernel, "loading ChunkNormsKernel"));
+  CC_CHECK(LoadKernel(GatherChunksKernel, "loading GatherChunksKernel"));
+  CC_CHECK(LoadKernel(ScatterChunksKernel, "loading ScatterChunksKernel"));
+  CC_CHECK(LoadKernel(FillKernel, "loading FillKernel"));
+  CC_CHECK(LoadKernel(AnyNonFiniteKernel, "loading AnyNonFiniteKernel"));
+  CC_CHECK(LoadKernel(AddIntoKernel, "loading AddIntoKernel"));
+  CC_CHECK(LoadKernel(KeepResidualKernel, "loading KeepResidualKernel"));
+  return LoadKernel(DropNonFiniteKernel, "loading DropNonFiniteKernel");
+}
+
 ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, cudaStream_t stream) {
   if (count == 0) return ccSuccess;
   ChunkNormsKernel<<<Blocks((count + chunk - 1) / chunk), kThreads, 0, stream>>>(x, count, chunk, norms);

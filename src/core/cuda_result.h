@@ -17,5 +17,15 @@ inline ccResult_t CudaResult(cudaError_t e, const char* what) {
 // The result of the kernel launch this thread just made.
 inline ccResult_t Launched(const char* what) { return CudaResult(cudaGetLastError(), what); }
 
+// Loads `kernel` into the current device's context now. CUDA loads kernels lazily, at their first launch, and a load
+// may synchronize the context; a kernel the proxy launches while a stream-wait kernel holds a stream (see
+// core/device_proxy.h) would then wait for a stream that waits for it. So every kernel is loaded before the first
+// stream wait (collectives/device_kernels.h), as the CUDA guide's lazy-loading section advises.
+template <typename Kernel>
+ccResult_t LoadKernel(Kernel* kernel, const char* name) {
+  cudaFuncAttributes attributes;
+  return CudaResult(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)), name);
+}
+
 }  // namespace gpu
 }  // namespace ccoll

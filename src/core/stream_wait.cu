@@ -1,5 +1,7 @@
 #include "core/stream_wait.h"
 
+#include "core/cuda_result.h"
+
 namespace ccoll {
 namespace {
 
@@ -10,6 +12,8 @@ __global__ void StreamWaitKernel(const volatile uint64_t* flag, uint64_t ticket)
 }
 
 }  // namespace
+
+ccResult_t LoadStreamWaitKernel() { return gpu::LoadKernel(StreamWaitKernel, "loading StreamWaitKernel"); }
 
 cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t stream) {
   StreamWaitKernel<<<1, 1, 0, stream>>>(flag, ticket);

@@ -7,6 +7,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <vector>
 
 #include <cmath>
@@ -231,7 +234,42 @@ ccResult_t DropNonFinite(float* e, size_t count, cudaStream_t stream) {
   });
 }
 
+ccResult_t LoadQuantKernels() {
+  cctest::FakeKernelsLoaded(cctest::kQuantKernels);
+  return ccSuccess;
+}
+
+ccResult_t LoadCastKernels() {
+  cctest::FakeKernelsLoaded(cctest::kCastKernels);
+  return ccSuccess;
+}
+
+ccResult_t LoadSparseKernels() {
+  cctest::FakeKernelsLoaded(cctest::kSparseKernels);
+  return ccSuccess;
+}
+
+ccResult_t LoadReduceKernels() {
+  cctest::FakeKernelsLoaded(cctest::kReduceKernels);
+  return ccSuccess;
+}
+
 #ifdef CCOLL_HAVE_CUBLAS
+namespace {
+
+// cuBLAS loads the kernel of a product at its first use in the process (the context), whichever handle runs it
+// (FakeLazyLibraryCall); a thread that runs the same product meanwhile waits for that load.
+void FirstProduct(int which, int64_t rows, int64_t cols, int r) {
+  static std::mutex m;
+  static auto* loaded = new std::set<std::tuple<int, int64_t, int64_t, int>>();
+  std::lock_guard<std::mutex> lock(m);
+  if (loaded->insert(std::make_tuple(which, rows, cols, r)).second) {
+    cctest::FakeLazyLibraryCall("cuBLAS's first product of a shape (its kernels load lazily)");
+  }
+}
+
+}  // namespace
+
 ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out) {
   std::unique_ptr<LowRankBlas> b(new LowRankBlas());
   b->stream_ = stream;
@@ -242,6 +280,7 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>
 LowRankBlas::~LowRankBlas() = default;
 
 ccResult_t LowRankBlas::ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p) {
+  FirstProduct(0, rows, cols, r);
   m = HostView(m);
   q = HostView(q);
   p = HostView(p);
@@ -249,6 +288,7 @@ ccResult_t LowRankBlas::ProductMQ(const float* m, int64_t rows, int64_t cols, co
 }
 
 ccResult_t LowRankBlas::ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q) {
+  FirstProduct(1, rows, cols, r);
   m = HostView(m);
   p = HostView(p);
   q = HostView(q);
@@ -256,6 +296,7 @@ ccResult_t LowRankBlas::ProductMtP(const float* m, int64_t rows, int64_t cols, c
 }
 
 ccResult_t LowRankBlas::ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out) {
+  FirstProduct(2, rows, cols, r);
   p = HostView(p);
   q = HostView(q);
   out = HostView(out);

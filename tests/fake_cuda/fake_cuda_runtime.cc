@@ -3,9 +3,19 @@
 // device. Each stream is a worker thread that runs its operations in order; an event is "everything its stream had
 // been given when it was recorded"; device memory is memory that cudaPointerGetAttributes reports as device memory
 // and that the host cannot touch at the address cudaMalloc returned (a fault, as on a GPU), only through the fake's
-// copies and kernels; the stream-wait kernel is an operation that polls the flag; the codec kernels (fake_codec_kernels.cc) are
-// operations that run the CPU drivers. Not modelled: other kernels, the legacy default stream's implicit
-// synchronization with other streams, graphs beyond "this stream is capturing".
+// copies and kernels; the stream-wait kernel is an operation that polls the flag; the codec kernels
+// (fake_codec_kernels.cc) are operations that run the CPU drivers.
+//
+// Calls that synchronize the whole device on a GPU do so here too: cudaFree, cudaFreeHost, and a kernel launch before
+// the kernels are loaded (CUDA loads modules lazily, and loading may synchronize the context). So, as FAKE_CUDA_STRICT
+// says (see Strict), do the allocations the CUDA guide lists among the implicit synchronizations (cudaMalloc,
+// cudaHostAlloc) and cuBLAS's first products. A device synchronization that waits for a stream held by the stream-wait
+// kernel of a call whose host work this very thread would do is a deadlock on a GPU; here it aborts with a message
+// after FAKE_CUDA_SYNC_TIMEOUT_S seconds (default 60).
+//
+// Not modelled: other kernels, the legacy default stream's implicit synchronization with other streams, memory pools
+// (an allocation from one is a plain allocation: no reuse, no dependency on other streams), graphs beyond "this stream
+// is capturing".
 // Implements the functions as declared in cuda_runtime_api.h, so the signatures are the real ones.
 #include <cuda_runtime_api.h>
 
@@ -13,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -20,7 +31,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -45,12 +60,32 @@ struct Progress {
     std::unique_lock<std::mutex> lock(m);
     cv.wait(lock, [&] { return done >= n; });
   }
+  bool WaitUntil(uint64_t n, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(m);
+    return cv.wait_until(lock, deadline, [&] { return done >= n; });
+  }
 };
+
+class FakeStream;
+
+// The streams alive, for the calls that synchronize the whole device.
+std::mutex gStreamsMutex;
+std::set<FakeStream*>& Streams() {
+  static auto* s = new std::set<FakeStream*>();
+  return *s;
+}
 
 class FakeStream {
  public:
-  FakeStream() : progress_(std::make_shared<Progress>()), worker_([this] { Run(); }) {}
+  FakeStream() : progress_(std::make_shared<Progress>()), worker_([this] { Run(); }) {
+    std::lock_guard<std::mutex> lock(gStreamsMutex);
+    Streams().insert(this);
+  }
   ~FakeStream() {
+    {
+      std::lock_guard<std::mutex> lock(gStreamsMutex);
+      Streams().erase(this);
+    }
     {
       std::lock_guard<std::mutex> lock(progress_->m);
       stop_ = true;
@@ -117,6 +152,54 @@ FakeStream& LegacyStream() {
 }
 
 FakeStream* StreamOf(cudaStream_t s) { return s ? reinterpret_cast<FakeStream*>(s) : &LegacyStream(); }
+
+// FAKE_CUDA_STRICT: a comma-separated list of the calls that also synchronize the device here (see the top of the
+// file): malloc (cudaMalloc), hostalloc (cudaHostAlloc), cublas (cuBLAS's first product of a shape); 1 means all.
+bool Strict(const char* what) {
+  const char* v = std::getenv("FAKE_CUDA_STRICT");
+  if (v == nullptr) return false;
+  const std::string list = std::string(",") + v + ",";
+  return list == ",1," || list.find(std::string(",") + what + ",") != std::string::npos;
+}
+
+// Waits until every stream has done what it had been given, as the CUDA calls that synchronize the device do. A
+// stream that does not get there in time is taken for a deadlock (see the top of this file).
+void SynchronizeDevice(const char* what) {
+  static const int seconds = [] {
+    const char* v = std::getenv("FAKE_CUDA_SYNC_TIMEOUT_S");
+    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 60;
+  }();
+  std::vector<std::pair<std::shared_ptr<Progress>, uint64_t>> marks;
+  {
+    std::lock_guard<std::mutex> lock(gStreamsMutex);
+    for (FakeStream* s : Streams()) {
+      uint64_t n = 0;
+      std::shared_ptr<Progress> p = s->Mark(&n);
+      marks.emplace_back(std::move(p), n);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (auto& m : marks) {
+    if (!m.first->WaitUntil(m.second, deadline)) {
+      std::fprintf(stderr,
+                   "fake CUDA runtime: %s synchronizes the device, and after %d s a stream still has not done the work "
+                   "it was given before: it waits (the stream-wait kernel) for host work that cannot run until this "
+                   "call returns. On a GPU this is a deadlock.\n",
+                   what, seconds);
+      std::abort();
+    }
+  }
+}
+
+// Kernel families loaded so far (cctest::FakeKernelsLoaded): until every one is, a launch may have to load its module,
+// and loading may synchronize the device.
+std::atomic<unsigned> gLoaded{0};
+
+void BeforeLaunch() {
+  if (gLoaded.load() != cctest::kAllKernelFamilies) {
+    SynchronizeDevice("a kernel launch before ccoll's kernels were loaded (lazy module loading)");
+  }
+}
 
 // Allocations: device (cudaMalloc) and pinned host (cudaHostAlloc), by start address. Device memory is two mappings
 // of one memory file: the address cudaMalloc returns has no access at all, so host code that reads or writes device
@@ -252,13 +335,45 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 }
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (Strict("malloc")) SynchronizeDevice("cudaMalloc (FAKE_CUDA_STRICT)");
   *devPtr = Allocate(size, cudaMemoryTypeDevice);
   return *devPtr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
-cudaError_t cudaFree(void* devPtr) { return Release(devPtr, cudaMemoryTypeDevice); }
+cudaError_t cudaFree(void* devPtr) {
+  SynchronizeDevice("cudaFree");
+  return Release(devPtr, cudaMemoryTypeDevice);
+}
+
+// Stream-ordered allocation from a memory pool: synchronizes nothing, on a GPU as here. The memory is there at once
+// (pools are not modelled: no reuse, so no dependency on other streams); a free waits for the stream's earlier work.
+cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const struct cudaMemPoolProps* poolProps) {
+  if (poolProps->location.type != cudaMemLocationTypeDevice || poolProps->location.id != 0) {
+    return cudaErrorInvalidValue;
+  }
+  *memPool = reinterpret_cast<cudaMemPool_t>(new char(0));  // kept for the process, as ccoll keeps its pools
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t /*memPool*/, enum cudaMemPoolAttr /*attr*/, void* /*value*/) {
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t /*stream*/) {
+  if (memPool == nullptr) return cudaErrorInvalidValue;
+  *ptr = Allocate(size, cudaMemoryTypeDevice);
+  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
+  if (devPtr == nullptr) return cudaSuccess;
+  if (TypeOf(devPtr) != cudaMemoryTypeDevice) return cudaErrorInvalidValue;
+  StreamOf(hStream)->Push([=] { Release(devPtr, cudaMemoryTypeDevice); });
+  return cudaSuccess;
+}
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
+  if (Strict("hostalloc")) SynchronizeDevice("cudaHostAlloc (FAKE_CUDA_STRICT)");
   *pHost = Allocate(size, cudaMemoryTypeHost);
   return *pHost ? cudaSuccess : cudaErrorMemoryAllocation;
 }
@@ -269,7 +384,10 @@ cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int /
   return cudaSuccess;
 }
 
-cudaError_t cudaFreeHost(void* ptr) { return Release(ptr, cudaMemoryTypeHost); }
+cudaError_t cudaFreeHost(void* ptr) {
+  SynchronizeDevice("cudaFreeHost");
+  return Release(ptr, cudaMemoryTypeHost);
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int /*flags*/) {
   *pStream = reinterpret_cast<cudaStream_t>(new FakeStream());
@@ -356,6 +474,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   return cudaSuccess;
 }
 
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
+                                cudaStream_t stream) {
+  if (dstDevice != 0 || srcDevice != 0) return cudaErrorInvalidDevice;
+  return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
   cudaMemcpyAsync(dst, src, count, kind, nullptr);
   return cudaStreamSynchronize(nullptr);
@@ -381,7 +505,16 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 
 namespace cctest {
 
-void FakeLaunch(cudaStream_t stream, std::function<void()> op) { StreamOf(stream)->Push(std::move(op)); }
+void FakeLaunch(cudaStream_t stream, std::function<void()> op) {
+  BeforeLaunch();
+  StreamOf(stream)->Push(std::move(op));
+}
+
+void FakeKernelsLoaded(unsigned families) { gLoaded.fetch_or(families); }
+
+void FakeLazyLibraryCall(const char* what) {
+  if (Strict("cublas")) SynchronizeDevice(what);
+}
 
 void* FakeHostView(const void* p) {
   if (p == nullptr) return nullptr;
@@ -395,7 +528,13 @@ void* FakeHostView(const void* p) {
 
 namespace ccoll {
 
+ccResult_t LoadStreamWaitKernel() {
+  cctest::FakeKernelsLoaded(cctest::kStreamWaitKernels);
+  return ccSuccess;
+}
+
 cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t stream) {
+  BeforeLaunch();
   StreamOf(stream)->Push([=] {
     while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < ticket) std::this_thread::sleep_for(std::chrono::microseconds(20));
   });

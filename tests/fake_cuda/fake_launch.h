@@ -11,6 +11,21 @@ namespace cctest {
 
 void FakeLaunch(cudaStream_t stream, std::function<void()> op);
 
+// The kernel families whose loaders (the Load*Kernels functions of the .cu files) have run. Until all have, the fake
+// takes every launch for one that may load a module lazily, and synchronizes the device first, as CUDA may.
+enum : unsigned {
+  kQuantKernels = 1,
+  kCastKernels = 2,
+  kSparseKernels = 4,
+  kReduceKernels = 8,
+  kStreamWaitKernels = 16,
+  kAllKernelFamilies = 31
+};
+void FakeKernelsLoaded(unsigned families);
+// A library call that may load kernels lazily on its first use (cuBLAS's products): with cublas in FAKE_CUDA_STRICT
+// it synchronizes the device first.
+void FakeLazyLibraryCall(const char* what);
+
 // The fake's own view of memory: device memory (cudaMalloc) is not accessible at the address the program holds, as
 // on a GPU; the fake's copies and kernels reach it here. Any other pointer is returned as it is.
 void* FakeHostView(const void* p);

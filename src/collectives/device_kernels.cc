@@ -1,0 +1,51 @@
+#include "collectives/device_kernels.h"
+
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "collectives/reduce_cuda.h"
+#include "compress/codec_cuda.h"
+#include "core/device_pool.h"
+#include "core/device_scope.h"
+#include "core/error.h"
+#include "core/stream_wait.h"
+
+namespace ccoll {
+namespace {
+
+ccResult_t LoadAll() {
+  CC_CHECK(gpu::LoadQuantKernels());
+  CC_CHECK(gpu::LoadCastKernels());
+  CC_CHECK(gpu::LoadSparseKernels());
+  CC_CHECK(gpu::LoadReduceKernels());
+  return LoadStreamWaitKernel();
+}
+
+// The pool the proxy's scratch comes from (core/device_pool.h), made here too: whether making it synchronizes the
+// device is not documented.
+ccResult_t MakePool(int device) {
+  cudaMemPool_t pool = nullptr;
+  return DevicePool(device, &pool);
+}
+
+}  // namespace
+
+ccResult_t LoadDeviceKernels(int device) {
+  static std::mutex mutex;
+  static auto* loaded = new std::unordered_set<int>();  // never destroyed: calls may come from exit handlers
+  // Held while loading: a second rank's thread on the same device waits until the kernels are there.
+  std::lock_guard<std::mutex> lock(mutex);
+  if (loaded->count(device) != 0) return ccSuccess;
+  DeviceScope scope(device);
+  ccResult_t r = LoadAll();
+  if (r == ccSuccess) r = MakePool(device);
+  if (r != ccSuccess) {
+    const std::string why = LastError();
+    return Fail(r, "CUDA device %d: %s", device, why.c_str());
+  }
+  loaded->insert(device);
+  return ccSuccess;
+}
+
+}  // namespace ccoll
