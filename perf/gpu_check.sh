@@ -12,52 +12,89 @@
 # codec, on the device buffers (CC_DEVICE_KERNELS=1, the default: device copies between the ranks' buffers, reduction
 # and codec kernels) and staged through host memory with the CPU reductions and codecs (CC_DEVICE_KERNELS=0), side by
 # side at 64 MiB. Not covered yet: the NCCL and UCX-CUDA transports, graph capture.
+#
+# A hang costs one step, not the call: every step has a time limit and none runs past GPU_CHECK_BUDGET_S (default
+# 540 s) from the start. A device test that times out is run again with CUDA_MODULE_LOADING=EAGER: passing then means
+# that a lazy kernel load deadlocked against a waiting stream (collectives/device_kernels.h; cuBLAS's kernels are not
+# preloaded), and the summary says so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-${BUILD_DIR}/gpu_check}
 mkdir -p "$OUT"
+deadline=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-540} ))
+# step LIMIT CMD...: runs CMD for at most LIMIT seconds, cut short to end 20 s before the deadline; 124 on a timeout,
+# 125 when the budget is spent and CMD did not run.
+step() {
+  local limit=$1 left
+  shift
+  left=$(( deadline - $(date +%s) - 20 ))
+  if [ "$left" -lt 10 ]; then
+    echo "not run (the budget is spent): $*"
+    return 125
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  timeout -k 10 "$limit" "$@"
+}
+echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset, so lazy loading (the default)}" >"$OUT/loading.txt"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
 
 tests=OFF
 prefix=""
 deb=$(ls .deps/catch2_*.deb 2>/dev/null | head -1)
 if [ -n "$deb" ]; then
-  mkdir -p "$BUILD_DIR/catch2-root"
-  dpkg -x "$deb" "$BUILD_DIR/catch2-root" 2>/dev/null || (cd "$BUILD_DIR/catch2-root" && ar p "$OLDPWD/$deb" data.tar.xz | tar xJ)
-  prefix="-DCMAKE_PREFIX_PATH=$PWD/$BUILD_DIR/catch2-root/usr"
+  root=$(mkdir -p "$BUILD_DIR/catch2-root" && cd "$BUILD_DIR/catch2-root" && pwd)
+  dpkg -x "$deb" "$root" 2>/dev/null || (cd "$root" && ar p "$OLDPWD/$deb" data.tar.xz | tar xJ)
+  prefix="-DCMAKE_PREFIX_PATH=$root/usr"
   tests=ON
 fi
 gen=""
 command -v ninja >/dev/null && gen="-G Ninja"
 start=$(date +%s)
-cmake -S . -B "$BUILD_DIR" $gen -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCCOLL_BUILD_TESTS=$tests -DCCOLL_BUILD_EXAMPLES=OFF $prefix >"$OUT/configure.log" 2>&1 \
+step 120 cmake -S . -B "$BUILD_DIR" $gen -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DCCOLL_BUILD_TESTS=$tests -DCCOLL_BUILD_EXAMPLES=OFF $prefix \
+  >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 targets="ccoll_info gpu_codec_bench allreduce_perf"
 [ "$tests" = ON ] && targets="$targets test_gpu test_gpu_collectives"
-cmake --build "$BUILD_DIR" --target $targets -j "$(nproc)" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+step 360 cmake --build "$BUILD_DIR" --target $targets -j "$(nproc)" >"$OUT/build.log" 2>&1 \
+  || { tail -40 "$OUT/build.log"; exit 1; }
 echo "configure + build: $(( $(date +%s) - start )) s"
 
 status=0
+# gpu_test NAME LIMIT [VAR=VALUE...] CMD...: a test binary's run into $OUT/NAME.log; after a timeout, once more
+# with eager module loading into $OUT/NAME_eager.log.
+gpu_test() {
+  local name=$1 limit=$2 rc
+  shift 2
+  step "$limit" env "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  tail -3 "$OUT/$name.log"
+  [ $rc -eq 0 ] && return 0
+  status=1
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "$name: timed out (exit $rc); again with CUDA_MODULE_LOADING=EAGER" | tee -a "$OUT/loading.txt"
+    step "$limit" env CUDA_MODULE_LOADING=EAGER "$@" >"$OUT/${name}_eager.log" 2>&1
+    rc=$?
+    echo "$name with CUDA_MODULE_LOADING=EAGER: exit $rc" \
+      "($(grep -E 'passed|failed' "$OUT/${name}_eager.log" | tail -1))" | tee -a "$OUT/loading.txt"
+  fi
+}
 if [ "$tests" = ON ]; then
-  timeout 150 "$BUILD_DIR/tests/test_gpu" >"$OUT/test_gpu.log" 2>&1 || status=1
-  tail -3 "$OUT/test_gpu.log"
-  timeout 200 "$BUILD_DIR/tests/test_gpu_collectives" >"$OUT/test_gpu_collectives.log" 2>&1 || status=1
-  tail -3 "$OUT/test_gpu_collectives.log"
-  CC_DEVICE_KERNELS=0 timeout 150 "$BUILD_DIR/tests/test_gpu_collectives" "[codec],[exact]" \
-    >"$OUT/test_gpu_collectives_staged.log" 2>&1 || status=1
-  tail -3 "$OUT/test_gpu_collectives_staged.log"
+  gpu_test test_gpu 150 "$BUILD_DIR/tests/test_gpu"
+  gpu_test test_gpu_collectives 200 "$BUILD_DIR/tests/test_gpu_collectives"
+  gpu_test test_gpu_collectives_staged 150 CC_DEVICE_KERNELS=0 "$BUILD_DIR/tests/test_gpu_collectives" "[codec],[exact]"
 fi
 # CUDA tensors through the Python binding (that machine's PyTorch has CUDA); 77 means skipped.
-(cd tests/python && CCOLL_LIBRARY="$OLDPWD/$BUILD_DIR/src/libccoll.so" PYTHONPATH="$OLDPWD/python" \
-  timeout 120 python3 test_cuda.py -v) >"$OUT/test_cuda_py.log" 2>&1
+lib=$(cd "$BUILD_DIR" && pwd)/src/libccoll.so
+(cd tests/python && step 120 env CCOLL_LIBRARY="$lib" PYTHONPATH="$OLDPWD/python" python3 test_cuda.py -v) \
+  >"$OUT/test_cuda_py.log" 2>&1
 py=$?
 [ $py -ne 0 ] && [ $py -ne 77 ] && status=1
 tail -3 "$OUT/test_cuda_py.log"
 "$BUILD_DIR/src/ccoll_info" >"$OUT/features.txt" 2>&1
 cat "$OUT/features.txt"
-timeout 180 "$BUILD_DIR/perf/gpu_codec_bench" -n $((64 << 20)) -r 20 >"$OUT/bench.md" 2>&1 || status=1
+step 180 "$BUILD_DIR/perf/gpu_codec_bench" -n $((64 << 20)) -r 20 >"$OUT/bench.md" 2>&1 || status=1
 # Device buffers through the whole perf path (checked against fp64, ranks identical), one line per codec at 64 MiB.
 : >"$OUT/device_allreduce.txt"
 for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=requant quant:bits=8,mode=homomorphic \
@@ -71,7 +108,7 @@ for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=requant quant:b
   [ "$z" = none ] && d="float bfloat16"
   for t in $d; do
     log="$OUT/allreduce_G_${name}_$t.log"
-    timeout 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 64M -f 8 -n 5 -w 2 -d "$t" -o avg -z "$z" \
+    step 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 64M -f 8 -n 5 -w 2 -d "$t" -o avg -z "$z" \
       >"$log" 2>&1 || status=1
     echo "$z $t: $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" >>"$OUT/device_allreduce.txt"
   done
@@ -81,7 +118,7 @@ for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=requant quant:b
     t=float
     [ "$z" = none ] && t=bfloat16  # the baseline the codecs are judged against
     log="$OUT/allreduce_G_${name}_staged.log"
-    CC_DEVICE_KERNELS=0 timeout 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 64M -e 64M -n 5 -w 2 -d $t -o avg \
+    step 90 env CC_DEVICE_KERNELS=0 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 64M -e 64M -n 5 -w 2 -d $t -o avg \
       -z "$z" >"$log" 2>&1 || status=1
     echo "$z $t, staged (CC_DEVICE_KERNELS=0): $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" \
       >>"$OUT/device_allreduce.txt"
@@ -91,6 +128,7 @@ done
 echo
 echo "== summary"
 cat "$OUT/gpu.txt"
+cat "$OUT/loading.txt"
 if [ "$tests" = ON ]; then
   grep -E "passed|failed|skipped" "$OUT/test_gpu.log" | tail -2
   grep -E "passed|failed|skipped" "$OUT/test_gpu_collectives.log" | tail -2
