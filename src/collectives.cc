@@ -19,7 +19,7 @@
 #ifdef CCOLL_HAVE_CUDA
 #include "collectives/device_buffers.h"
 #include "collectives/device_compressed.h"
-#include "collectives/device_kernels.h"
+#include "collectives/device_prepare.h"
 #include "compress/device_codec.h"
 #endif
 #include "collectives/reduce.h"
@@ -288,11 +288,15 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
 // all-reduce and broadcast on the whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's
 // block at rank * count).
 ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
-  CC_CHECK(ccoll::LoadDeviceKernels(comm->config.cudaDev));  // before any stream of the device waits for the proxy
+#ifdef CCOLL_HAVE_CUDA
+  CC_CHECK(ccoll::PrepareDevice(comm->config.cudaDev));  // before any stream of the device waits for the proxy
+#endif
   ccoll::DeviceProxy* proxy = nullptr;
   CC_CHECK(comm->DeviceProxyOf(&proxy));
   const bool resident = c.compressor != nullptr ? RunsDeviceCodec(comm, c.compressor) : ExactOnDevice(comm);
+#ifdef CCOLL_HAVE_CUDA
   if (resident && c.compressor != nullptr) ccoll::PrimeDeviceCodec(comm, args, c.compressor);
+#endif
   const size_t bytes = args.count * args.eltSize;
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every __global__ kernel of src/**/*.cu is loaded by its file's loader (a LoadKernel call naming it), so that
-# collectives/device_kernels.h loads them all before a device's first stream wait. The fake CUDA runtime only sees
+# collectives/device_prepare.h loads them all before a device's first stream wait. The fake CUDA runtime only sees
 # that each loader ran, not what it loads: this check covers what it cannot.
 #
 #   tests/kernel_loaders.sh [SOURCE_DIR]        (exit 0: every kernel has a loader call; 1: the missing ones listed)

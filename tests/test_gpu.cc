@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/device_kernels.h"
+#include "collectives/device_prepare.h"
+#include "core/device_memory.h"
 #include "collectives/reduce.h"
 #include "collectives/reduce_cuda.h"
 #include "compress/bitpack.h"
@@ -77,12 +78,49 @@ bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(
 
 }  // namespace
 
-TEST_CASE("[gpu] every ccoll kernel loads before a device call's stream waits", "[gpu]") {
+TEST_CASE("[gpu] a device is prepared before a device call's stream waits", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
-  // cudaFuncGetAttributes on each kernel of each .cu file (collectives/device_kernels.h); then once more, at once.
-  REQUIRE(ccoll::LoadDeviceKernels(0) == ccSuccess);
-  REQUIRE(ccoll::LoadDeviceKernels(0) == ccSuccess);
+  // cudaFuncGetAttributes on each kernel of each .cu file, the pools and the wait words (collectives/device_prepare.h);
+  // then once more, at once.
+  REQUIRE(ccoll::PrepareDevice(0) == ccSuccess);
+  REQUIRE(ccoll::PrepareDevice(0) == ccSuccess);
   CHECK(cudaGetLastError() == cudaSuccess);
+  cudaMemPool_t devicePool = nullptr, hostPool = nullptr;
+  REQUIRE(ccoll::DevicePool(0, &devicePool) == ccSuccess);
+  CHECK(devicePool != nullptr);
+  REQUIRE(ccoll::PinnedHostPool(0, &hostPool) == ccSuccess);
+  CHECK(hostPool != nullptr);  // CUDA 12.6 and later have host memory pools; without one, cudaHostAlloc is used
+  // Pool memory: device memory the kernels and copies reach, and pinned host memory both the host and the device do.
+  void* d = nullptr;
+  void* h = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&d, 4096, devicePool, nullptr) == cudaSuccess);
+  if (hostPool != nullptr) {
+    REQUIRE(cudaMallocFromPoolAsync(&h, 4096, hostPool, nullptr) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+    std::memset(h, 0x5a, 4096);
+    REQUIRE(cudaMemcpyAsync(d, h, 4096, cudaMemcpyHostToDevice, nullptr) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+    std::memset(h, 0, 4096);
+    REQUIRE(cudaMemcpyAsync(h, d, 4096, cudaMemcpyDeviceToHost, nullptr) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+    CHECK(static_cast<unsigned char*>(h)[4095] == 0x5a);
+    cudaPointerAttributes attr;
+    REQUIRE(cudaPointerGetAttributes(&attr, h) == cudaSuccess);
+    CHECK(attr.type == cudaMemoryTypeHost);
+    REQUIRE(cudaFreeAsync(h, nullptr) == cudaSuccess);
+  }
+  cudaPointerAttributes attr;
+  REQUIRE(cudaPointerGetAttributes(&attr, d) == cudaSuccess);
+  CHECK(attr.type == cudaMemoryTypeDevice);  // the transports route messages by it (core/memory.h)
+  REQUIRE(cudaFreeAsync(d, nullptr) == cudaSuccess);
+  // Wait words: zero when taken, a device address for the wait kernel.
+  uint64_t* word = nullptr;
+  uint64_t* onDevice = nullptr;
+  REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
+  CHECK(*word == 0);
+  CHECK(onDevice != nullptr);
+  ccoll::ReturnWaitWord(0, word);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
 }
 
 TEST_CASE("[gpu] rotation: the kernels equal the CPU driver byte for byte", "[gpu]") {

@@ -8,7 +8,7 @@
 #include "collectives/reduce_cuda.h"
 #include "core/buffer_ops.h"
 #include "core/comm.h"
-#include "core/device_pool.h"
+#include "core/device_memory.h"
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -36,7 +36,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     CC_CHECK(Cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
     CC_CHECK(Cuda(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
     // Made on the proxy thread while the caller's stream waits for it: from ccoll's stream-ordered pool, which waits
-    // for no other stream (core/device_pool.h).
+    // for no other stream (core/device_memory.h).
     cudaMemPool_t pool = nullptr;
     CC_CHECK(DevicePool(device_, &pool));
     CC_CHECK(Cuda(cudaMallocFromPoolAsync(&scratch_, scratchBytes, pool, stream_), "cudaMallocFromPoolAsync"));
@@ -66,7 +66,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
   ccResult_t CopyMessage(void* dst, const void* src, size_t bytes) override {
     gMessages.fetch_add(1, std::memory_order_relaxed);
     DeviceScope scope(device_);  // the copy stream's device; the calling thread may be another rank's
-    // Between two GPUs a peer copy: pool memory (core/device_pool.h) is not reachable from other devices otherwise.
+    // Between two GPUs a peer copy: pool memory (core/device_memory.h) is not reachable from other devices otherwise.
     const int to = PointerDevice(dst), from = PointerDevice(src);
     if (to >= 0 && from >= 0 && to != from) {
       CC_CHECK(Cuda(cudaMemcpyPeerAsync(dst, to, src, from, bytes, copyStream_), "cudaMemcpyPeerAsync (message)"));

@@ -20,7 +20,7 @@
 #include "compress/rng.h"
 #include "compress/sparse.h"
 #include "core/comm.h"
-#include "core/device_pool.h"
+#include "core/device_memory.h"
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/log.h"

@@ -10,7 +10,7 @@
 #endif
 #include "compress/bitpack.h"
 #include "compress/quant.h"
-#include "core/device_pool.h"
+#include "core/device_memory.h"
 #include "core/error.h"
 
 namespace ccoll {
@@ -252,7 +252,7 @@ GrowOnlyBuffer::~GrowOnlyBuffer() {
   retired_.push_back(p_);
   for (void* p : retired_) {
     if (p == nullptr) continue;
-    if (kind_ == kDevice) {
+    if (pooled_) {
       cudaFreeAsync(p, *stream_);  // after the work queued on the stream; the other streams are done with it
     } else {
       cudaFreeHost(p);
@@ -266,15 +266,17 @@ void* GrowOnlyBuffer::Reserve(size_t bytes) {
   size_t grown = bytes_ > 0 ? bytes_ : 256;
   while (grown < bytes) grown *= 2;
   void* fresh = nullptr;
-  if (kind_ == kDevice) {
-    int device = 0;
-    CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
-    cudaMemPool_t pool = nullptr;
-    CheckLaunch(DevicePool(device, &pool));
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
+  cudaMemPool_t pool = nullptr;
+  CheckLaunch(kind_ == kDevice ? DevicePool(device, &pool) : PinnedHostPool(device, &pool));
+  if (pool != nullptr) {
     CheckCuda(cudaMallocFromPoolAsync(&fresh, grown, pool, *stream_), "cudaMallocFromPoolAsync (device codec scratch)");
-    // Other streams (the transport's copies) may use it next: the allocation must have happened (growth is rare).
+    // Other streams (the transport's copies) and the host may use it next: the allocation must have happened (growth
+    // is rare).
     CheckCuda(cudaStreamSynchronize(*stream_), "cudaStreamSynchronize (device codec scratch)");
-  } else {
+    pooled_ = true;
+  } else {  // pinned host memory where the driver has no host pools (core/device_memory.h)
     CheckCuda(cudaHostAlloc(&fresh, grown, cudaHostAllocPortable), "cudaHostAlloc (device codec host scratch)");
   }
   if (p_ != nullptr) retired_.push_back(p_);  // queued work may still use it; freed with the object

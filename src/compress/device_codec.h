@@ -13,10 +13,10 @@
 // Memory: buffers only grow, and a grown buffer's old block is kept until the state is destroyed. The proxy thread
 // reserves them while the caller's stream waits for it (core/device_proxy.h), and with thread ranks sharing a GPU the
 // other ranks' streams wait for collectives that need this rank: so no call here may wait for the whole device.
-// cudaFree and cudaFreeHost do, and the CUDA guide counts device allocations among the implicit synchronizations; so
-// device memory comes from ccoll's stream-ordered pool (core/device_pool.h: cudaMallocFromPoolAsync and cudaFreeAsync
-// on the state's stream, which synchronize nothing) and is freed only with the state, as is the pinned host memory
-// (cudaHostAlloc).
+// cudaFree and cudaFreeHost do, and the CUDA guide counts device and pinned host allocations among the implicit
+// synchronizations; so both come from ccoll's stream-ordered pools (core/device_memory.h: cudaMallocFromPoolAsync and
+// cudaFreeAsync on the state's stream, which synchronize nothing; pinned host memory from cudaHostAlloc where the
+// driver has no host pools), and are freed only with the state.
 //
 // Only built with CCOLL_HAVE_CUDA.
 #pragma once
@@ -77,6 +77,7 @@ class GrowOnlyBuffer {
  private:
   const Kind kind_;
   const cudaStream_t* const stream_;
+  bool pooled_ = false;  // from ccoll's pools (core/device_memory.h), not cudaHostAlloc
   void* p_ = nullptr;
   size_t bytes_ = 0;
   std::vector<void*> retired_;

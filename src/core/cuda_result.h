@@ -20,7 +20,7 @@ inline ccResult_t Launched(const char* what) { return CudaResult(cudaGetLastErro
 // Loads `kernel` into the current device's context now. CUDA loads kernels lazily, at their first launch, and a load
 // may synchronize the context; a kernel the proxy launches while a stream-wait kernel holds a stream (see
 // core/device_proxy.h) would then wait for a stream that waits for it. So every kernel is loaded before the first
-// stream wait (collectives/device_kernels.h), as the CUDA guide's lazy-loading section advises.
+// stream wait (collectives/device_prepare.h), as the CUDA guide's lazy-loading section advises.
 template <typename Kernel>
 ccResult_t LoadKernel(Kernel* kernel, const char* name) {
   cudaFuncAttributes attributes;

@@ -17,6 +17,7 @@
 #ifdef CCOLL_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "core/device_memory.h"
 #include "core/device_scope.h"
 #include "core/stream_wait.h"
 #endif
@@ -61,7 +62,8 @@ struct DeviceProxy::Impl {
   int device = 0;
   Slot slots[2];
   std::vector<char*> retired;  // staging outgrown while a stream might still read it: freed at the end
-  uint64_t* flag = nullptr;    // pinned, mapped: the last ticket the proxy has finished
+  cudaMemPool_t stagingPool = nullptr;  // pinned host memory (core/device_memory.h); nullptr: cudaHostAlloc
+  uint64_t* flag = nullptr;    // pinned, mapped: the last ticket the proxy has finished (a wait word)
   uint64_t* flagDevice = nullptr;
   uint64_t issued = 0;  // tickets handed out (caller side, under enqueueMutex)
   std::mutex enqueueMutex;
@@ -77,11 +79,10 @@ struct DeviceProxy::Impl {
 
   ccResult_t Init() {
     DeviceScope scope(device);
-    CC_CUDA(
-        cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable),
-        "cudaHostAlloc (proxy flag)");
-    __atomic_store_n(flag, 0, __ATOMIC_RELEASE);
-    CC_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flagDevice), flag, 0), "cudaHostGetDevicePointer");
+    // From the device's slab and pools, made before its first stream wait: no allocation here that may synchronize
+    // the device while another communicator's stream on it waits.
+    CC_CHECK(TakeWaitWord(device, &flag, &flagDevice));
+    CC_CHECK(PinnedHostPool(device, &stagingPool));
     for (Slot& s : slots) {
       CC_CUDA(cudaEventCreateWithFlags(&s.in, cudaEventDisableTiming), "cudaEventCreate");
       CC_CUDA(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
@@ -167,8 +168,15 @@ struct DeviceProxy::Impl {
       size_t bytes = 4096;
       while (bytes < call.stagingBytes) bytes *= 2;
       char* fresh = nullptr;
-      CC_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&fresh), bytes, cudaHostAllocPortable), "cudaHostAlloc (staging)");
-      // Not freed now: cudaFreeHost may wait for the whole device, including other ranks' waiting streams.
+      if (stagingPool != nullptr) {
+        // In the order of the caller's stream, which copies into it next; the proxy reads it after that copy.
+        CC_CUDA(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&fresh), bytes, stagingPool, stream),
+                "cudaMallocFromPoolAsync (staging)");
+      } else {
+        CC_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&fresh), bytes, cudaHostAllocPortable),
+                "cudaHostAlloc (staging)");
+      }
+      // Not freed now: the proxy is done with it, but the caller's earlier stream may not be; freed at the end.
       if (s.host != nullptr) retired.push_back(s.host);
       s.host = fresh;
       s.bytes = bytes;
@@ -212,13 +220,19 @@ struct DeviceProxy::Impl {
     DeviceScope scope(device);
     if (flag != nullptr) __atomic_store_n(flag, UINT64_MAX, __ATOMIC_RELEASE);  // no stream waits any more
     for (Slot& s : slots) {
-      if (s.used) cudaEventSynchronize(s.done);  // the streams are done with the staging
+      if (s.used) cudaEventSynchronize(s.done);  // the streams are done with the staging and the flag
       if (s.in) cudaEventDestroy(s.in);
       if (s.done) cudaEventDestroy(s.done);
-      if (s.host) cudaFreeHost(s.host);
+      if (s.host) retired.push_back(s.host);
     }
-    for (char* p : retired) cudaFreeHost(p);
-    if (flag != nullptr) cudaFreeHost(flag);
+    for (char* p : retired) {
+      if (stagingPool != nullptr) {
+        cudaFreeAsync(p, cudaStreamPerThread);  // nothing uses it any more; a free to the pool waits for no stream
+      } else {
+        cudaFreeHost(p);
+      }
+    }
+    if (flag != nullptr) ReturnWaitWord(device, flag);
     cudaGetLastError();
   }
 };

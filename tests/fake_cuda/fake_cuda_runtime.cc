@@ -151,7 +151,11 @@ FakeStream& LegacyStream() {
   return *s;
 }
 
-FakeStream* StreamOf(cudaStream_t s) { return s ? reinterpret_cast<FakeStream*>(s) : &LegacyStream(); }
+// The legacy default stream stands for the per-thread one too (a stream that orders one thread's work).
+FakeStream* StreamOf(cudaStream_t s) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &LegacyStream();
+  return reinterpret_cast<FakeStream*>(s);
+}
 
 // FAKE_CUDA_STRICT: a comma-separated list of the calls that also synchronize the device here (see the top of the
 // file): malloc (cudaMalloc), hostalloc (cudaHostAlloc), cublas (cuBLAS's first product of a shape); 1 means all.
@@ -345,13 +349,19 @@ cudaError_t cudaFree(void* devPtr) {
   return Release(devPtr, cudaMemoryTypeDevice);
 }
 
-// Stream-ordered allocation from a memory pool: synchronizes nothing, on a GPU as here. The memory is there at once
-// (pools are not modelled: no reuse, so no dependency on other streams); a free waits for the stream's earlier work.
+// Stream-ordered allocation from a memory pool of device memory or of pinned host memory: synchronizes nothing, on a
+// GPU as here. The memory is there at once (pools are not modelled: no reuse, so no dependency on other streams); a
+// free waits for the stream's earlier work.
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const struct cudaMemPoolProps* poolProps) {
-  if (poolProps->location.type != cudaMemLocationTypeDevice || poolProps->location.id != 0) {
+  cudaMemoryType type;
+  if (poolProps->location.type == cudaMemLocationTypeDevice && poolProps->location.id == 0) {
+    type = cudaMemoryTypeDevice;
+  } else if (poolProps->location.type == cudaMemLocationTypeHost) {
+    type = cudaMemoryTypeHost;
+  } else {
     return cudaErrorInvalidValue;
   }
-  *memPool = reinterpret_cast<cudaMemPool_t>(new char(0));  // kept for the process, as ccoll keeps its pools
+  *memPool = reinterpret_cast<cudaMemPool_t>(new cudaMemoryType(type));  // kept for the process, as ccoll's are
   return cudaSuccess;
 }
 
@@ -359,16 +369,27 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t /*memPool*/, enum cudaMemPoolA
   return cudaSuccess;
 }
 
+cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc* descList, size_t count) {
+  if (memPool == nullptr || (count > 0 && descList == nullptr)) return cudaErrorInvalidValue;
+  for (size_t i = 0; i < count; ++i) {
+    if (descList[i].location.type != cudaMemLocationTypeDevice || descList[i].location.id != 0) {
+      return cudaErrorInvalidDevice;
+    }
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t /*stream*/) {
   if (memPool == nullptr) return cudaErrorInvalidValue;
-  *ptr = Allocate(size, cudaMemoryTypeDevice);
+  *ptr = Allocate(size, *reinterpret_cast<cudaMemoryType*>(memPool));
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
-  if (TypeOf(devPtr) != cudaMemoryTypeDevice) return cudaErrorInvalidValue;
-  StreamOf(hStream)->Push([=] { Release(devPtr, cudaMemoryTypeDevice); });
+  const cudaMemoryType type = TypeOf(devPtr);
+  if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeHost) return cudaErrorInvalidValue;
+  StreamOf(hStream)->Push([=] { Release(devPtr, type); });
   return cudaSuccess;
 }
 

@@ -1,4 +1,4 @@
-#include "collectives/device_kernels.h"
+#include "collectives/device_prepare.h"
 
 #include <mutex>
 #include <string>
@@ -6,7 +6,7 @@
 
 #include "collectives/reduce_cuda.h"
 #include "compress/codec_cuda.h"
-#include "core/device_pool.h"
+#include "core/device_memory.h"
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/stream_wait.h"
@@ -22,24 +22,18 @@ ccResult_t LoadAll() {
   return LoadStreamWaitKernel();
 }
 
-// The pool the proxy's scratch comes from (core/device_pool.h), made here too: whether making it synchronizes the
-// device is not documented.
-ccResult_t MakePool(int device) {
-  cudaMemPool_t pool = nullptr;
-  return DevicePool(device, &pool);
-}
-
 }  // namespace
 
-ccResult_t LoadDeviceKernels(int device) {
+ccResult_t PrepareDevice(int device) {
   static std::mutex mutex;
   static auto* loaded = new std::unordered_set<int>();  // never destroyed: calls may come from exit handlers
-  // Held while loading: a second rank's thread on the same device waits until the kernels are there.
+  // Held while preparing: a second rank's thread on the same device waits until the kernels are there.
   std::lock_guard<std::mutex> lock(mutex);
   if (loaded->count(device) != 0) return ccSuccess;
   DeviceScope scope(device);
   ccResult_t r = LoadAll();
-  if (r == ccSuccess) r = MakePool(device);
+  // Whether making the pools and wait words synchronizes the device is not documented: they are made here too.
+  if (r == ccSuccess) r = PrepareDeviceMemory(device);
   if (r != ccSuccess) {
     const std::string why = LastError();
     return Fail(r, "CUDA device %d: %s", device, why.c_str());

@@ -1,0 +1,18 @@
+// What a device needs before its first stream wait: every ccoll kernel loaded into its context, and ccoll's memory of
+// the device made (core/device_memory.h). CUDA loads kernels lazily, at their first launch, and a load may
+// synchronize the context (the CUDA guide, "Lazy Loading": concurrent execution). The device proxy holds the caller's
+// stream with a waiting kernel (core/device_proxy.h) while its thread launches the codec and reduction kernels: a lazy
+// load there would wait for the waiting kernel, which waits for the load. So each device call first prepares its
+// device. Only built with CUDA.
+#pragma once
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+// Loads the codec, reduction and stream-wait kernels into the context of CUDA device `device` and makes its memory
+// pools and wait words, once per device and process: after a success, later calls return at once; after a failure
+// (ccUnhandledCudaError), the next call tries again.
+ccResult_t PrepareDevice(int device);
+
+}  // namespace ccoll

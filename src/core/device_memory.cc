@@ -1,0 +1,155 @@
+#include "core/device_memory.h"
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/device_scope.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ccoll {
+namespace {
+
+constexpr size_t kLine = 64;              // one wait word per cache line
+constexpr size_t kWordsPerSlab = 256;     // proxies of one device before a second slab is needed
+
+ccResult_t CudaFail(cudaError_t e, const char* what, int device) {
+  return Fail(ccUnhandledCudaError, "CUDA device %d: %s failed: %s", device, what, cudaGetErrorString(e));
+}
+
+// Everything of one device, under gMutex. Never freed: the memory lives as long as the process.
+struct DeviceMemory {
+  cudaMemPool_t devicePool = nullptr;
+  bool hostPoolTried = false;
+  cudaMemPool_t hostPool = nullptr;  // nullptr: none (see PinnedHostPool)
+  std::vector<uint64_t*> freeWords;  // host addresses
+  std::map<uint64_t*, uint64_t*> deviceAddress;  // every word's device address
+};
+
+std::mutex gMutex;
+std::map<int, DeviceMemory>& Devices() {
+  static auto* d = new std::map<int, DeviceMemory>();
+  return *d;
+}
+
+ccResult_t SetUpPool(cudaMemPool_t pool, int device) {
+  int no = 0;
+  cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no);
+  if (e != cudaSuccess) return CudaFail(e, "cudaMemPoolSetAttribute (no internal dependencies)", device);
+  uint64_t keepAll = UINT64_MAX;
+  e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll);
+  if (e != cudaSuccess) return CudaFail(e, "cudaMemPoolSetAttribute (release threshold)", device);
+  return ccSuccess;
+}
+
+// Under gMutex.
+ccResult_t DevicePoolLocked(int device, DeviceMemory& m) {
+  if (m.devicePool != nullptr) return ccSuccess;
+  cudaMemPoolProps props = {};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  const cudaError_t e = cudaMemPoolCreate(&pool, &props);
+  if (e != cudaSuccess) return CudaFail(e, "cudaMemPoolCreate (device memory)", device);
+  CC_CHECK(SetUpPool(pool, device));
+  m.devicePool = pool;
+  return ccSuccess;
+}
+
+// Under gMutex. A failure leaves no pool (the callers fall back to cudaHostAlloc), never an error.
+void HostPoolLocked(int device, DeviceMemory& m) {
+  if (m.hostPoolTried) return;
+  m.hostPoolTried = true;
+  cudaMemPoolProps props = {};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeHost;
+  props.location.id = 0;
+  cudaMemPool_t pool = nullptr;
+  cudaError_t e = cudaMemPoolCreate(&pool, &props);
+  if (e == cudaSuccess) {
+    cudaMemAccessDesc access = {};
+    access.location.type = cudaMemLocationTypeDevice;
+    access.location.id = device;
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    e = cudaMemPoolSetAccess(pool, &access, 1);
+    if (e == cudaSuccess && SetUpPool(pool, device) == ccSuccess) {
+      m.hostPool = pool;
+      return;
+    }
+  }
+  cudaGetLastError();
+  CC_WARN("CUDA device %d: no pool of pinned host memory (%s); ccoll's pinned scratch comes from cudaHostAlloc, which "
+          "may synchronize the device while a stream waits", device, cudaGetErrorString(e));
+}
+
+// Under gMutex.
+ccResult_t AddWordSlab(int device, DeviceMemory& m) {
+  void* slab = nullptr;
+  cudaError_t e = cudaHostAlloc(&slab, kLine * kWordsPerSlab, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess) return CudaFail(e, "cudaHostAlloc (wait words)", device);
+  void* onDevice = nullptr;
+  e = cudaHostGetDevicePointer(&onDevice, slab, 0);
+  if (e != cudaSuccess) return CudaFail(e, "cudaHostGetDevicePointer (wait words)", device);
+  for (size_t i = kWordsPerSlab; i-- > 0;) {
+    auto* word = reinterpret_cast<uint64_t*>(static_cast<char*>(slab) + i * kLine);
+    m.freeWords.push_back(word);
+    m.deviceAddress[word] = reinterpret_cast<uint64_t*>(static_cast<char*>(onDevice) + i * kLine);
+  }
+  return ccSuccess;
+}
+
+}  // namespace
+
+ccResult_t PrepareDeviceMemory(int device) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  DeviceMemory& m = Devices()[device];
+  DeviceScope scope(device);
+  CC_CHECK(DevicePoolLocked(device, m));
+  HostPoolLocked(device, m);
+  if (m.freeWords.empty()) CC_CHECK(AddWordSlab(device, m));
+  return ccSuccess;
+}
+
+ccResult_t DevicePool(int device, cudaMemPool_t* pool) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  DeviceMemory& m = Devices()[device];
+  DeviceScope scope(device);
+  CC_CHECK(DevicePoolLocked(device, m));
+  *pool = m.devicePool;
+  return ccSuccess;
+}
+
+ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  DeviceMemory& m = Devices()[device];
+  DeviceScope scope(device);
+  HostPoolLocked(device, m);
+  *pool = m.hostPool;
+  return ccSuccess;
+}
+
+ccResult_t TakeWaitWord(int device, uint64_t** word, uint64_t** deviceAddress) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  DeviceMemory& m = Devices()[device];
+  if (m.freeWords.empty()) {
+    DeviceScope scope(device);
+    CC_CHECK(AddWordSlab(device, m));  // more proxies than a slab holds: this one is made during the calls
+  }
+  *word = m.freeWords.back();
+  m.freeWords.pop_back();
+  __atomic_store_n(*word, 0, __ATOMIC_RELEASE);
+  *deviceAddress = m.deviceAddress[*word];
+  return ccSuccess;
+}
+
+void ReturnWaitWord(int device, uint64_t* word) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  Devices()[device].freeWords.push_back(word);
+}
+
+}  // namespace ccoll

@@ -1,0 +1,39 @@
+// ccoll's memory per CUDA device, for what is allocated while a caller's stream waits for a proxy thread
+// (core/device_proxy.h): whatever synchronizes the device then waits for that stream, which waits for the proxy. The
+// CUDA guide counts device and pinned host allocations among the implicit synchronizations, and cudaFree and
+// cudaFreeHost synchronize the device. Allocations from a memory pool with cudaMallocFromPoolAsync, and frees to it
+// with cudaFreeAsync, do not. So ccoll takes its device scratch and its pinned host scratch from pools of its own, and
+// the words its streams wait on from a slab made before the device's first wait.
+//
+// The pools are ccoll's alone: the device's default pool would let an allocation reuse memory the application freed
+// on its own stream by making ccoll's stream wait for that stream, which may be the very stream waiting for the proxy.
+// So they never add such a dependency (cudaMemPoolReuseAllowInternalDependencies off), and they keep what is freed to
+// them (release threshold: everything), so that a stream synchronization does not trim them. Only built with CUDA.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ccoll.h"
+
+namespace ccoll {
+
+// Makes the pools and the wait-word slab of CUDA device `device` (once; later calls return at once). Called before
+// the device's first stream wait (collectives/device_prepare.h), since whether making them synchronizes the device is
+// not documented. ccUnhandledCudaError when the device pool cannot be made.
+ccResult_t PrepareDeviceMemory(int device);
+
+// The device-memory pool of `device` (made at its first use if PrepareDeviceMemory was not called).
+ccResult_t DevicePool(int device, cudaMemPool_t* pool);
+
+// The pool of pinned host memory that `device` reads and writes, or nullptr where the driver has no host memory pools
+// (before CUDA 12.6): callers then use cudaHostAlloc and cudaFreeHost (a warning says so once).
+ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
+
+// A word a stream of `device` can wait on (core/stream_wait.h): pinned, mapped host memory on a cache line of its
+// own, set to 0; *deviceAddress is its address for kernels. Given back with ReturnWaitWord once no stream waits on it.
+ccResult_t TakeWaitWord(int device, uint64_t** word, uint64_t** deviceAddress);
+void ReturnWaitWord(int device, uint64_t* word);
+
+}  // namespace ccoll
