@@ -15,7 +15,7 @@
 #
 # A hang costs one step, not the call: every step has a time limit and none runs past GPU_CHECK_BUDGET_S (default
 # 540 s) from the start. A device test that times out is run again with CUDA_MODULE_LOADING=EAGER: passing then means
-# that a lazy kernel load deadlocked against a waiting stream (collectives/device_kernels.h; cuBLAS's kernels are not
+# that a lazy kernel load deadlocked against a waiting stream (collectives/device_prepare.h; cuBLAS's kernels are not
 # preloaded), and the summary says so.
 set -uo pipefail
 cd "$(dirname "$0")/.."
