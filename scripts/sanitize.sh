@@ -101,9 +101,9 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   # them. Nor the 16-bit data sweep (every codec twice over, on the same threads as the float32 cases), the fake
   # runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the thread-rank tests cover) and its rerun of
   # the exact device cases with CC_CHECKSUM=1, and the device cases with allocations and loads synchronizing the
-  # device (the same threads as without).
+  # device or without host memory pools (the same threads as without).
   heavy='2\^20|every codec and mode|rounding are unbiased|bfloat16 and float16 data|with CC_DEVICE_KERNELS=0'
-  heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device'
+  heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without host memory pools'
   (cd "$TSAN_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900 -R "$regex" -E "$slow_tests|$heavy")
   run_slow "$TSAN_DIR"
   t2=$(stamp)

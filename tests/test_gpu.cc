@@ -8,6 +8,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,10 +19,10 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/device_prepare.h"
-#include "core/device_memory.h"
 #include "collectives/reduce.h"
 #include "collectives/reduce_cuda.h"
 #include "compress/bitpack.h"
@@ -28,6 +30,8 @@
 #include "compress/float16.h"
 #include "compress/quant_cpu.h"
 #include "compress/sparse.h"
+#include "core/device_memory.h"
+#include "core/stream_wait.h"
 #ifdef CCOLL_HAVE_CUBLAS
 #include "compress/lowrank_cuda.h"
 #endif
@@ -89,7 +93,9 @@ TEST_CASE("[gpu] a device is prepared before a device call's stream waits", "[gp
   REQUIRE(ccoll::DevicePool(0, &devicePool) == ccSuccess);
   CHECK(devicePool != nullptr);
   REQUIRE(ccoll::PinnedHostPool(0, &hostPool) == ccSuccess);
-  CHECK(hostPool != nullptr);  // CUDA 12.6 and later have host memory pools; without one, cudaHostAlloc is used
+  int hostPools = 0;
+  REQUIRE(cudaDeviceGetAttribute(&hostPools, cudaDevAttrHostMemoryPoolsSupported, 0) == cudaSuccess);
+  CHECK((hostPool != nullptr) == (hostPools != 0));  // without host pools, ccoll uses cudaHostAlloc
   // Pool memory: device memory the kernels and copies reach, and pinned host memory both the host and the device do.
   void* d = nullptr;
   void* h = nullptr;
@@ -121,6 +127,50 @@ TEST_CASE("[gpu] a device is prepared before a device call's stream waits", "[gp
   CHECK(onDevice != nullptr);
   ccoll::ReturnWaitWord(0, word);
   REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+}
+
+TEST_CASE("[gpu] a copy from pool host memory is queued, and reads the memory when the stream gets there", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  // The staging and the codecs' host scratch rely on it: pinned memory, so cudaMemcpyAsync returns at once and
+  // copies when the stream gets there. Were it taken for pageable memory, the call would wait for the stream (held
+  // here by the wait kernel, as the proxy holds a caller's stream) and copy what the host had written by then.
+  REQUIRE(ccoll::PrepareDevice(0) == ccSuccess);
+  cudaMemPool_t hostPool = nullptr;
+  REQUIRE(ccoll::PinnedHostPool(0, &hostPool) == ccSuccess);
+  if (hostPool == nullptr) {
+    WARN("this device has no host memory pools: ccoll uses cudaHostAlloc");
+    return;
+  }
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  void* h = nullptr;
+  REQUIRE(cudaMallocFromPoolAsync(&h, 4096, hostPool, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  std::memset(h, 1, 4096);
+  Dev<uint8_t> d(4096);
+  uint64_t* word = nullptr;
+  uint64_t* onDevice = nullptr;
+  REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
+  REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, s) == cudaSuccess);
+  std::atomic<bool> queued{false}, released{false};
+  std::thread releaser([&] {  // lets the stream go after 2 s at the latest, so that a wrong copy cannot hang the test
+    for (int i = 0; i < 200 && !queued.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    released = true;
+    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+  });
+  REQUIRE(cudaMemcpyAsync(d.p, h, 4096, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  const bool early = !released.load();
+  std::memset(h, 2, 4096);  // after the call, before the stream copies
+  queued = true;
+  releaser.join();
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(early);
+  const std::vector<uint8_t> got = d.Get();
+  CHECK(std::count(got.begin(), got.end(), uint8_t{2}) == 4096);
+  ccoll::ReturnWaitWord(0, word);
+  REQUIRE(cudaFreeAsync(h, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
 TEST_CASE("[gpu] rotation: the kernels equal the CPU driver byte for byte", "[gpu]") {

@@ -22,6 +22,7 @@ ccResult_t CudaFail(cudaError_t e, const char* what, int device) {
 // Everything of one device, under gMutex. Never freed: the memory lives as long as the process.
 struct DeviceMemory {
   cudaMemPool_t devicePool = nullptr;
+  cudaStream_t releaseStream = nullptr;
   bool hostPoolTried = false;
   cudaMemPool_t hostPool = nullptr;  // nullptr: none (see PinnedHostPool)
   std::vector<uint64_t*> freeWords;  // host addresses
@@ -60,31 +61,66 @@ ccResult_t DevicePoolLocked(int device, DeviceMemory& m) {
   return ccSuccess;
 }
 
-// Under gMutex. A failure leaves no pool (the callers fall back to cudaHostAlloc), never an error.
-void HostPoolLocked(int device, DeviceMemory& m) {
-  if (m.hostPoolTried) return;
-  m.hostPoolTried = true;
+// Whether `device` has host memory pools.
+bool HasHostPools(int device) {
+  int yes = 0;
+  if (cudaDeviceGetAttribute(&yes, cudaDevAttrHostMemoryPoolsSupported, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return yes != 0;
+}
+
+// A pool of pinned host memory that every device with host pools reads and writes (the transports' copies may run
+// on another rank's device), or the reason there is none.
+cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
+  if (!HasHostPools(device)) return cudaErrorNotSupported;
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
   props.handleTypes = cudaMemHandleTypeNone;
   props.location.type = cudaMemLocationTypeHost;
-  props.location.id = 0;
+  props.location.id = 0;  // (ignored for host memory)
   cudaMemPool_t pool = nullptr;
   cudaError_t e = cudaMemPoolCreate(&pool, &props);
-  if (e == cudaSuccess) {
-    cudaMemAccessDesc access = {};
-    access.location.type = cudaMemLocationTypeDevice;
-    access.location.id = device;
-    access.flags = cudaMemAccessFlagsProtReadWrite;
-    e = cudaMemPoolSetAccess(pool, &access, 1);
-    if (e == cudaSuccess && SetUpPool(pool, device) == ccSuccess) {
-      m.hostPool = pool;
-      return;
-    }
+  if (e != cudaSuccess) return e;
+  int devices = 0;
+  e = cudaGetDeviceCount(&devices);
+  std::vector<cudaMemAccessDesc> access;
+  for (int d = 0; e == cudaSuccess && d < devices; ++d) {
+    if (d != device && !HasHostPools(d)) continue;
+    cudaMemAccessDesc a = {};
+    a.location.type = cudaMemLocationTypeDevice;
+    a.location.id = d;
+    a.flags = cudaMemAccessFlagsProtReadWrite;
+    access.push_back(a);
   }
+  if (e == cudaSuccess) e = cudaMemPoolSetAccess(pool, access.data(), access.size());
+  if (e == cudaSuccess && SetUpPool(pool, device) != ccSuccess) e = cudaErrorUnknown;
+  if (e != cudaSuccess) {
+    cudaMemPoolDestroy(pool);
+    return e;
+  }
+  *made = pool;
+  return cudaSuccess;
+}
+
+// Under gMutex. A failure leaves no pool (the callers fall back to cudaHostAlloc), never an error.
+void HostPoolLocked(int device, DeviceMemory& m) {
+  if (m.hostPoolTried) return;
+  m.hostPoolTried = true;
+  const cudaError_t e = MakeHostPool(device, &m.hostPool);
+  if (e == cudaSuccess) return;
   cudaGetLastError();
   CC_WARN("CUDA device %d: no pool of pinned host memory (%s); ccoll's pinned scratch comes from cudaHostAlloc, which "
           "may synchronize the device while a stream waits", device, cudaGetErrorString(e));
+}
+
+// Under gMutex.
+ccResult_t ReleaseStreamLocked(int device, DeviceMemory& m) {
+  if (m.releaseStream != nullptr) return ccSuccess;
+  const cudaError_t e = cudaStreamCreateWithFlags(&m.releaseStream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return CudaFail(e, "cudaStreamCreateWithFlags (frees)", device);
+  return ccSuccess;
 }
 
 // Under gMutex.
@@ -111,8 +147,17 @@ ccResult_t PrepareDeviceMemory(int device) {
   DeviceScope scope(device);
   CC_CHECK(DevicePoolLocked(device, m));
   HostPoolLocked(device, m);
+  CC_CHECK(ReleaseStreamLocked(device, m));
   if (m.freeWords.empty()) CC_CHECK(AddWordSlab(device, m));
   return ccSuccess;
+}
+
+cudaStream_t ReleaseStream(int device) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  DeviceMemory& m = Devices()[device];
+  DeviceScope scope(device);
+  if (ReleaseStreamLocked(device, m) != ccSuccess) return cudaStreamPerThread;  // (legal too; it may wait longer)
+  return m.releaseStream;
 }
 
 ccResult_t DevicePool(int device, cudaMemPool_t* pool) {

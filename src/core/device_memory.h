@@ -27,12 +27,19 @@ ccResult_t PrepareDeviceMemory(int device);
 // The device-memory pool of `device` (made at its first use if PrepareDeviceMemory was not called).
 ccResult_t DevicePool(int device, cudaMemPool_t* pool);
 
-// The pool of pinned host memory that `device` reads and writes, or nullptr where the driver has no host memory pools
-// (before CUDA 12.6): callers then use cudaHostAlloc and cudaFreeHost (a warning says so once).
+// The pool of pinned host memory for `device` (every device that has host memory pools reads and writes it), or
+// nullptr where the device has none (cudaDevAttrHostMemoryPoolsSupported): callers then use cudaHostAlloc and
+// cudaFreeHost (a warning says so once). Memory freed to the pools stays in them: ccoll's pinned memory is given back
+// to the system only at exit.
 ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
+
+// A non-blocking stream of `device` for frees to the pools once nothing uses the memory (a destructor's), made with
+// them.
+cudaStream_t ReleaseStream(int device);
 
 // A word a stream of `device` can wait on (core/stream_wait.h): pinned, mapped host memory on a cache line of its
 // own, set to 0; *deviceAddress is its address for kernels. Given back with ReturnWaitWord once no stream waits on it.
+// A slab holds 256 words; a device with more proxies than that gets another slab, made with cudaHostAlloc then.
 ccResult_t TakeWaitWord(int device, uint64_t** word, uint64_t** deviceAddress);
 void ReturnWaitWord(int device, uint64_t* word);
 

@@ -164,6 +164,19 @@ struct DeviceProxy::Impl {
       }
       if (e != cudaSuccess) return CudaFail(e, "cudaEventQuery (staging reuse)", comm_->rank);
     }
+    // From here on the stream may hold work on the slot (its staging, the wait on the flag): whatever fails below, the
+    // slot's `done` follows that work, since the next call on the slot and the destructor wait for it before the
+    // staging and the flag are reused.
+    struct DoneGuard {
+      Slot& slot;
+      cudaStream_t stream;
+      bool armed = true;
+      ~DoneGuard() {
+        if (!armed) return;
+        if (cudaEventRecord(slot.done, stream) == cudaSuccess) slot.used = true;
+        cudaGetLastError();
+      }
+    } guard{s, stream};
     if (s.host == nullptr || s.bytes < call.stagingBytes) {  // (a call that stages nothing still gets a buffer)
       size_t bytes = 4096;
       while (bytes < call.stagingBytes) bytes *= 2;
@@ -200,6 +213,7 @@ struct DeviceProxy::Impl {
               "cudaMemcpyAsync (staging to device)");
     }
     CC_CUDA(cudaEventRecord(s.done, stream), "cudaEventRecord");
+    guard.armed = false;
     return ccSuccess;
   }
 
@@ -227,7 +241,7 @@ struct DeviceProxy::Impl {
     }
     for (char* p : retired) {
       if (stagingPool != nullptr) {
-        cudaFreeAsync(p, cudaStreamPerThread);  // nothing uses it any more; a free to the pool waits for no stream
+        cudaFreeAsync(p, ReleaseStream(device));  // nothing uses it any more; a free to the pool waits for no stream
       } else {
         cudaFreeHost(p);
       }

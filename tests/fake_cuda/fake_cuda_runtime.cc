@@ -214,6 +214,7 @@ struct Allocation {
   cudaMemoryType type;
   char* view;     // where the fake runtime reads and writes it (the address itself for pinned host memory)
   size_t mapped;  // bytes of each mapping (device memory)
+  bool pooled;    // from a memory pool (freed with cudaFreeAsync only)
 };
 
 std::mutex gMemMutex;
@@ -222,9 +223,9 @@ std::map<uintptr_t, Allocation>& Allocations() {
   return *m;
 }
 
-void* Allocate(size_t bytes, cudaMemoryType type) {
+void* Allocate(size_t bytes, cudaMemoryType type, bool pooled) {
   const size_t size = bytes ? bytes : 1;
-  Allocation a{size, type, nullptr, 0};
+  Allocation a{size, type, nullptr, 0, pooled};
   void* p = nullptr;
   if (type == cudaMemoryTypeDevice) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -253,13 +254,21 @@ void* Allocate(size_t bytes, cudaMemoryType type) {
   return p;
 }
 
-cudaError_t Release(void* p, cudaMemoryType type) {
+// Frees p, which `what` (cudaFree, cudaFreeHost, cudaFreeAsync) may free: memory of another kind or origin aborts
+// with a message (the callers' destructors do not look at the result, and on a GPU it is an error or worse).
+cudaError_t Release(void* p, cudaMemoryType type, bool pooled, const char* what) {
   if (p == nullptr) return cudaSuccess;
   Allocation a{};
   {
     std::lock_guard<std::mutex> lock(gMemMutex);
     auto it = Allocations().find(reinterpret_cast<uintptr_t>(p));
-    if (it == Allocations().end() || it->second.type != type) return cudaErrorInvalidValue;
+    if (it == Allocations().end() || it->second.type != type || it->second.pooled != pooled) {
+      std::fprintf(stderr, "fake CUDA runtime: %s of %s\n", what,
+                   it == Allocations().end() ? "memory it did not allocate"
+                   : it->second.pooled       ? "memory from a pool (free it with cudaFreeAsync)"
+                                             : "memory of another kind or not from a pool");
+      std::abort();
+    }
     a = it->second;
     Allocations().erase(it);
   }
@@ -340,29 +349,49 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (Strict("malloc")) SynchronizeDevice("cudaMalloc (FAKE_CUDA_STRICT)");
-  *devPtr = Allocate(size, cudaMemoryTypeDevice);
+  *devPtr = Allocate(size, cudaMemoryTypeDevice, false);
   return *devPtr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 cudaError_t cudaFree(void* devPtr) {
   SynchronizeDevice("cudaFree");
-  return Release(devPtr, cudaMemoryTypeDevice);
+  return Release(devPtr, cudaMemoryTypeDevice, false, "cudaFree");
 }
 
 // Stream-ordered allocation from a memory pool of device memory or of pinned host memory: synchronizes nothing, on a
 // GPU as here. The memory is there at once (pools are not modelled: no reuse, so no dependency on other streams); a
-// free waits for the stream's earlier work.
+// free waits for the stream's earlier work. FAKE_CUDA_NO_HOST_POOLS=1: a device without host memory pools (before
+// CUDA 12.6), where ccoll falls back to cudaHostAlloc.
+static bool NoHostPools() {
+  const char* v = std::getenv("FAKE_CUDA_NO_HOST_POOLS");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const struct cudaMemPoolProps* poolProps) {
   cudaMemoryType type;
   if (poolProps->location.type == cudaMemLocationTypeDevice && poolProps->location.id == 0) {
     type = cudaMemoryTypeDevice;
-  } else if (poolProps->location.type == cudaMemLocationTypeHost) {
+  } else if (poolProps->location.type == cudaMemLocationTypeHost && !NoHostPools()) {
     type = cudaMemoryTypeHost;
   } else {
     return cudaErrorInvalidValue;
   }
   *memPool = reinterpret_cast<cudaMemPool_t>(new cudaMemoryType(type));  // kept for the process, as ccoll's are
   return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool) {
+  delete reinterpret_cast<cudaMemoryType*>(memPool);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  switch (attr) {
+    case cudaDevAttrMemoryPoolsSupported: *value = 1; return cudaSuccess;
+    case cudaDevAttrHostMemoryPoolsSupported: *value = NoHostPools() ? 0 : 1; return cudaSuccess;
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t /*memPool*/, enum cudaMemPoolAttr /*attr*/, void* /*value*/) {
@@ -381,7 +410,7 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
 
 cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t /*stream*/) {
   if (memPool == nullptr) return cudaErrorInvalidValue;
-  *ptr = Allocate(size, *reinterpret_cast<cudaMemoryType*>(memPool));
+  *ptr = Allocate(size, *reinterpret_cast<cudaMemoryType*>(memPool), true);
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
@@ -389,13 +418,13 @@ cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   const cudaMemoryType type = TypeOf(devPtr);
   if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeHost) return cudaErrorInvalidValue;
-  StreamOf(hStream)->Push([=] { Release(devPtr, type); });
+  StreamOf(hStream)->Push([=] { Release(devPtr, type, true, "cudaFreeAsync"); });
   return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
   if (Strict("hostalloc")) SynchronizeDevice("cudaHostAlloc (FAKE_CUDA_STRICT)");
-  *pHost = Allocate(size, cudaMemoryTypeHost);
+  *pHost = Allocate(size, cudaMemoryTypeHost, false);
   return *pHost ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
@@ -407,7 +436,7 @@ cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int /
 
 cudaError_t cudaFreeHost(void* ptr) {
   SynchronizeDevice("cudaFreeHost");
-  return Release(ptr, cudaMemoryTypeHost);
+  return Release(ptr, cudaMemoryTypeHost, false, "cudaFreeHost");
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int /*flags*/) {
