@@ -14,9 +14,10 @@
 # side at 64 MiB. Not covered yet: the NCCL and UCX-CUDA transports, graph capture.
 #
 # A hang costs one step, not the call: every step has a time limit and none runs past GPU_CHECK_BUDGET_S (default
-# 540 s) from the start. A device test that times out is run again with CUDA_MODULE_LOADING=EAGER: passing then means
-# that a lazy kernel load deadlocked against a waiting stream (collectives/device_prepare.h; cuBLAS's kernels are not
-# preloaded), and the summary says so.
+# 540 s) from the start. Short device calls run first (45 s each at most); one that hangs, and every device test that
+# times out, runs again with CUDA_MODULE_LOADING=EAGER: passing then means that a lazy kernel load deadlocked against
+# a waiting stream (collectives/device_prepare.h; cuBLAS's kernels are not preloaded), the summary says so, and after
+# a smoke call passes so the rest of the script runs with eager loading.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
@@ -80,6 +81,26 @@ gpu_test() {
       "($(grep -E 'passed|failed' "$OUT/${name}_eager.log" | tail -1))" | tee -a "$OUT/loading.txt"
   fi
 }
+# First a short device call of every kind on 4 thread ranks (exact, a codec, PowerSGD): if one hangs, it costs 45 s,
+# not a test binary's limit, and when it then passes with eager module loading, everything after runs so (the summary
+# says it), so that the rest is still measured.
+smoke_ok=1
+for z in none quant:bits=4,mode=requant powersgd:rank=2; do
+  step 45 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 1M -n 2 -w 1 -o avg -z "$z" >>"$OUT/smoke.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && continue
+  smoke_ok=0
+  status=1
+  echo "smoke $z: exit $rc" | tee -a "$OUT/loading.txt"
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    if step 45 env CUDA_MODULE_LOADING=EAGER "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 1M -n 2 -w 1 -o avg \
+      -z "$z" >>"$OUT/smoke_eager.log" 2>&1; then
+      echo "smoke $z passes with CUDA_MODULE_LOADING=EAGER: the rest runs with it" | tee -a "$OUT/loading.txt"
+      export CUDA_MODULE_LOADING=EAGER
+    fi
+  fi
+done
+[ $smoke_ok -eq 1 ] && echo "smoke: exact, quant, powersgd device calls on 4 thread ranks passed" >>"$OUT/loading.txt"
 if [ "$tests" = ON ]; then
   gpu_test test_gpu 150 "$BUILD_DIR/tests/test_gpu"
   gpu_test test_gpu_collectives 200 "$BUILD_DIR/tests/test_gpu_collectives"

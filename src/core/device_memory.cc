@@ -12,8 +12,8 @@
 namespace ccoll {
 namespace {
 
-constexpr size_t kLine = 64;              // one wait word per cache line
-constexpr size_t kWordsPerSlab = 256;     // proxies of one device before a second slab is needed
+constexpr size_t kLine = 64;           // one wait word per cache line
+constexpr size_t kWordsPerSlab = 256;  // proxies of one device before a second slab is needed
 
 ccResult_t CudaFail(cudaError_t e, const char* what, int device) {
   return Fail(ccUnhandledCudaError, "CUDA device %d: %s failed: %s", device, what, cudaGetErrorString(e));
