@@ -24,7 +24,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
   ~DeviceBuffers() override {
     // The communicator is being destroyed: its calls are done, and so are its streams' copies (each was synchronized).
     DeviceScope scope(device_);
-    if (scratch_ != nullptr) cudaFreeAsync(scratch_, stream_);
+    FreeScratch(device_, false, scratch_, stream_);
     if (stream_ != nullptr) {
       cudaStreamSynchronize(stream_);
       cudaStreamDestroy(stream_);
@@ -37,9 +37,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     CC_CHECK(Cuda(cudaStreamCreateWithFlags(&copyStream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
     // Made on the proxy thread while the caller's stream waits for it: from ccoll's stream-ordered pool, which waits
     // for no other stream (core/device_memory.h).
-    cudaMemPool_t pool = nullptr;
-    CC_CHECK(DevicePool(device_, &pool));
-    CC_CHECK(Cuda(cudaMallocFromPoolAsync(&scratch_, scratchBytes, pool, stream_), "cudaMallocFromPoolAsync"));
+    CC_CHECK(AllocateScratch(device_, false, scratchBytes, stream_, &scratch_));
     return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (scratch slots)");
   }
 

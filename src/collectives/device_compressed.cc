@@ -280,9 +280,7 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
     const size_t mShift = direct ? reinterpret_cast<uintptr_t>(a.send) % 256 : 0;
     const size_t outShift = direct ? reinterpret_cast<uintptr_t>(a.recv) % 256 : 0;
     const size_t bytes = a.count * sizeof(float);
-    cudaMemPool_t pool = nullptr;
-    CheckLaunch(DevicePool(comm->config.cudaDev, &pool));
-    CheckCuda(cudaMallocFromPoolAsync(&temp, 2 * bytes + 512, pool, st->stream()), "cudaMallocFromPoolAsync");
+    CheckLaunch(AllocateScratch(comm->config.cudaDev, false, 2 * bytes + 512, st->stream(), &temp));
     CheckCuda(cudaMemsetAsync(temp, 0, 2 * bytes + 512, st->stream()), "cudaMemsetAsync (priming)");
     CheckCuda(cudaMemsetAsync(p, 0, pAll * sizeof(float), st->stream()), "cudaMemsetAsync (priming)");
     CheckCuda(cudaMemsetAsync(q, 0, 2 * plan.qElems * sizeof(float), st->stream()), "cudaMemsetAsync (priming)");
@@ -294,14 +292,14 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
                                    q + plan.qElems + mt.qOffset));
       CheckLaunch(blas->ProductPQt(p + mt.pOffset, q + mt.qOffset, mt.rows, mt.cols, mt.rank, out + mt.offset));
     }
-    CheckCuda(cudaFreeAsync(temp, st->stream()), "cudaFreeAsync (priming)");
+    FreeScratch(comm->config.cudaDev, false, temp, st->stream());
     temp = nullptr;
     st->Synchronize();
     st->primed = true;
   } catch (const DeviceCodecError& e) {
     // Best effort: the other ranks may have queued the call already, so this one goes ahead too, and the proxy
     // reports what fails there (an async error that aborts the communicator) rather than leave them waiting.
-    if (temp != nullptr) cudaFreeAsync(temp, c->device->stream());
+    if (temp != nullptr) FreeScratch(comm->config.cudaDev, false, temp, c->device->stream());
     CC_WARN("rank %d: preparing powersgd on the device failed (%s); the call goes ahead", comm->rank, e.what());
   }
 #else

@@ -250,14 +250,8 @@ bool DeviceCodecCovers(const ccCompressor& c) {
 
 GrowOnlyBuffer::~GrowOnlyBuffer() {
   retired_.push_back(p_);
-  for (void* p : retired_) {
-    if (p == nullptr) continue;
-    if (pooled_) {
-      cudaFreeAsync(p, *stream_);  // after the work queued on the stream; the other streams are done with it
-    } else {
-      cudaFreeHost(p);
-    }
-  }
+  // After the work queued on the stream; the other streams are done with them.
+  for (void* p : retired_) FreeScratch(device_, kind_ == kPinnedHost, p, *stream_);
 }
 
 void* GrowOnlyBuffer::Reserve(size_t bytes) {
@@ -266,19 +260,11 @@ void* GrowOnlyBuffer::Reserve(size_t bytes) {
   size_t grown = bytes_ > 0 ? bytes_ : 256;
   while (grown < bytes) grown *= 2;
   void* fresh = nullptr;
-  int device = 0;
-  CheckCuda(cudaGetDevice(&device), "cudaGetDevice");
-  cudaMemPool_t pool = nullptr;
-  CheckLaunch(kind_ == kDevice ? DevicePool(device, &pool) : PinnedHostPool(device, &pool));
-  if (pool != nullptr) {
-    CheckCuda(cudaMallocFromPoolAsync(&fresh, grown, pool, *stream_), "cudaMallocFromPoolAsync (device codec scratch)");
-    // Other streams (the transport's copies) and the host may use it next: the allocation must have happened (growth
-    // is rare).
-    CheckCuda(cudaStreamSynchronize(*stream_), "cudaStreamSynchronize (device codec scratch)");
-    pooled_ = true;
-  } else {  // pinned host memory where the driver has no host pools (core/device_memory.h)
-    CheckCuda(cudaHostAlloc(&fresh, grown, cudaHostAllocPortable), "cudaHostAlloc (device codec host scratch)");
-  }
+  if (device_ < 0) CheckCuda(cudaGetDevice(&device_), "cudaGetDevice");
+  CheckLaunch(AllocateScratch(device_, kind_ == kPinnedHost, grown, *stream_, &fresh));
+  // Other streams (the transport's copies) and the host may use it next: the allocation must have happened (growth is
+  // rare).
+  CheckCuda(cudaStreamSynchronize(*stream_), "cudaStreamSynchronize (device codec scratch)");
   if (p_ != nullptr) retired_.push_back(p_);  // queued work may still use it; freed with the object
   p_ = fresh;
   bytes_ = grown;

@@ -55,8 +55,8 @@ void CheckLaunch(ccResult_t r);
 bool DeviceCodecCovers(const ccCompressor& c);
 
 // Device memory (or pinned host memory) that only grows; see "Memory" above. Contents are not kept when it grows.
-// Device memory is allocated and freed in the order of *stream, which must be valid from the first Reserve until the
-// buffer is destroyed.
+// Its blocks are allocated and freed in the order of *stream (core/device_memory.h: AllocateScratch), which must be
+// valid from the first Reserve until the buffer is destroyed.
 class GrowOnlyBuffer {
  public:
   enum Kind { kDevice, kPinnedHost };
@@ -77,7 +77,7 @@ class GrowOnlyBuffer {
  private:
   const Kind kind_;
   const cudaStream_t* const stream_;
-  bool pooled_ = false;  // from ccoll's pools (core/device_memory.h), not cudaHostAlloc
+  int device_ = -1;  // the device current at the first Reserve
   void* p_ = nullptr;
   size_t bytes_ = 0;
   std::vector<void*> retired_;

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cuda_result.h"
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -14,10 +15,6 @@ namespace {
 
 constexpr size_t kLine = 64;           // one wait word per cache line
 constexpr size_t kWordsPerSlab = 256;  // proxies of one device before a second slab is needed
-
-ccResult_t CudaFail(cudaError_t e, const char* what, int device) {
-  return Fail(ccUnhandledCudaError, "CUDA device %d: %s failed: %s", device, what, cudaGetErrorString(e));
-}
 
 // Everything of one device, under gMutex. Never freed: the memory lives as long as the process.
 struct DeviceMemory {
@@ -35,13 +32,13 @@ std::map<int, DeviceMemory>& Devices() {
   return *d;
 }
 
-ccResult_t SetUpPool(cudaMemPool_t pool, int device) {
+ccResult_t SetUpPool(cudaMemPool_t pool) {
   int no = 0;
   cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no);
-  if (e != cudaSuccess) return CudaFail(e, "cudaMemPoolSetAttribute (no internal dependencies)", device);
+  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaMemPoolSetAttribute (no internal dependencies)");
   uint64_t keepAll = UINT64_MAX;
   e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll);
-  if (e != cudaSuccess) return CudaFail(e, "cudaMemPoolSetAttribute (release threshold)", device);
+  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaMemPoolSetAttribute (release threshold)");
   return ccSuccess;
 }
 
@@ -55,8 +52,8 @@ ccResult_t DevicePoolLocked(int device, DeviceMemory& m) {
   props.location.id = device;
   cudaMemPool_t pool = nullptr;
   const cudaError_t e = cudaMemPoolCreate(&pool, &props);
-  if (e != cudaSuccess) return CudaFail(e, "cudaMemPoolCreate (device memory)", device);
-  CC_CHECK(SetUpPool(pool, device));
+  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaMemPoolCreate (device memory)");
+  CC_CHECK(SetUpPool(pool));
   m.devicePool = pool;
   return ccSuccess;
 }
@@ -95,7 +92,7 @@ cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
     access.push_back(a);
   }
   if (e == cudaSuccess) e = cudaMemPoolSetAccess(pool, access.data(), access.size());
-  if (e == cudaSuccess && SetUpPool(pool, device) != ccSuccess) e = cudaErrorUnknown;
+  if (e == cudaSuccess && SetUpPool(pool) != ccSuccess) e = cudaErrorUnknown;
   if (e != cudaSuccess) {
     cudaMemPoolDestroy(pool);
     return e;
@@ -116,21 +113,21 @@ void HostPoolLocked(int device, DeviceMemory& m) {
 }
 
 // Under gMutex.
-ccResult_t ReleaseStreamLocked(int device, DeviceMemory& m) {
+ccResult_t ReleaseStreamLocked(DeviceMemory& m) {
   if (m.releaseStream != nullptr) return ccSuccess;
   const cudaError_t e = cudaStreamCreateWithFlags(&m.releaseStream, cudaStreamNonBlocking);
-  if (e != cudaSuccess) return CudaFail(e, "cudaStreamCreateWithFlags (frees)", device);
+  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaStreamCreateWithFlags (frees)");
   return ccSuccess;
 }
 
 // Under gMutex.
-ccResult_t AddWordSlab(int device, DeviceMemory& m) {
+ccResult_t AddWordSlab(DeviceMemory& m) {
   void* slab = nullptr;
   cudaError_t e = cudaHostAlloc(&slab, kLine * kWordsPerSlab, cudaHostAllocMapped | cudaHostAllocPortable);
-  if (e != cudaSuccess) return CudaFail(e, "cudaHostAlloc (wait words)", device);
+  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaHostAlloc (wait words)");
   void* onDevice = nullptr;
   e = cudaHostGetDevicePointer(&onDevice, slab, 0);
-  if (e != cudaSuccess) return CudaFail(e, "cudaHostGetDevicePointer (wait words)", device);
+  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaHostGetDevicePointer (wait words)");
   for (size_t i = kWordsPerSlab; i-- > 0;) {
     auto* word = reinterpret_cast<uint64_t*>(static_cast<char*>(slab) + i * kLine);
     m.freeWords.push_back(word);
@@ -147,16 +144,48 @@ ccResult_t PrepareDeviceMemory(int device) {
   DeviceScope scope(device);
   CC_CHECK(DevicePoolLocked(device, m));
   HostPoolLocked(device, m);
-  CC_CHECK(ReleaseStreamLocked(device, m));
-  if (m.freeWords.empty()) CC_CHECK(AddWordSlab(device, m));
+  CC_CHECK(ReleaseStreamLocked(m));
+  if (m.freeWords.empty()) CC_CHECK(AddWordSlab(m));
   return ccSuccess;
+}
+
+ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream_t stream, void** p) {
+  cudaMemPool_t pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    DeviceMemory& m = Devices()[device];
+    DeviceScope scope(device);
+    if (pinnedHost) {
+      HostPoolLocked(device, m);
+      pool = m.hostPool;
+    } else {
+      CC_CHECK(DevicePoolLocked(device, m));
+      pool = m.devicePool;
+    }
+  }
+  if (pool == nullptr) return gpu::CudaResult(cudaHostAlloc(p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+  return gpu::CudaResult(cudaMallocFromPoolAsync(p, bytes, pool, stream), "cudaMallocFromPoolAsync");
+}
+
+void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream) {
+  if (p == nullptr) return;
+  bool pooled = true;
+  if (pinnedHost) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    pooled = Devices()[device].hostPool != nullptr;  // (decided at the first allocation, for good)
+  }
+  if (pooled) {
+    cudaFreeAsync(p, stream);
+  } else {
+    cudaFreeHost(p);
+  }
 }
 
 cudaStream_t ReleaseStream(int device) {
   std::lock_guard<std::mutex> lock(gMutex);
   DeviceMemory& m = Devices()[device];
   DeviceScope scope(device);
-  if (ReleaseStreamLocked(device, m) != ccSuccess) return cudaStreamPerThread;  // (legal too; it may wait longer)
+  if (ReleaseStreamLocked(m) != ccSuccess) return cudaStreamPerThread;  // (legal too; it may wait longer)
   return m.releaseStream;
 }
 
@@ -183,7 +212,7 @@ ccResult_t TakeWaitWord(int device, uint64_t** word, uint64_t** deviceAddress) {
   DeviceMemory& m = Devices()[device];
   if (m.freeWords.empty()) {
     DeviceScope scope(device);
-    CC_CHECK(AddWordSlab(device, m));  // more proxies than a slab holds: this one is made during the calls
+    CC_CHECK(AddWordSlab(m));  // more proxies than a slab holds: this one is made during the calls
   }
   *word = m.freeWords.back();
   m.freeWords.pop_back();

@@ -33,6 +33,14 @@ ccResult_t DevicePool(int device, cudaMemPool_t* pool);
 // to the system only at exit.
 ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
 
+// `bytes` of ccoll's memory for `device`, in the order of `stream`: device memory from the device pool, or pinned host
+// memory (pinnedHost) from the host pool, or from cudaHostAlloc where the device has none. The host and other streams
+// may use it once the stream has got there. Freed with FreeScratch.
+ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream_t stream, void** p);
+// Frees what AllocateScratch gave, after the work queued on `stream` (a free to the pool), or at once (cudaFreeHost,
+// for pinned memory that came from cudaHostAlloc).
+void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream);
+
 // A non-blocking stream of `device` for frees to the pools once nothing uses the memory (a destructor's), made with
 // them.
 cudaStream_t ReleaseStream(int device);

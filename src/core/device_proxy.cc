@@ -62,7 +62,6 @@ struct DeviceProxy::Impl {
   int device = 0;
   Slot slots[2];
   std::vector<char*> retired;  // staging outgrown while a stream might still read it: freed at the end
-  cudaMemPool_t stagingPool = nullptr;  // pinned host memory (core/device_memory.h); nullptr: cudaHostAlloc
   uint64_t* flag = nullptr;    // pinned, mapped: the last ticket the proxy has finished (a wait word)
   uint64_t* flagDevice = nullptr;
   uint64_t issued = 0;  // tickets handed out (caller side, under enqueueMutex)
@@ -82,7 +81,6 @@ struct DeviceProxy::Impl {
     // From the device's slab and pools, made before its first stream wait: no allocation here that may synchronize
     // the device while another communicator's stream on it waits.
     CC_CHECK(TakeWaitWord(device, &flag, &flagDevice));
-    CC_CHECK(PinnedHostPool(device, &stagingPool));
     for (Slot& s : slots) {
       CC_CUDA(cudaEventCreateWithFlags(&s.in, cudaEventDisableTiming), "cudaEventCreate");
       CC_CUDA(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
@@ -180,18 +178,12 @@ struct DeviceProxy::Impl {
     if (s.host == nullptr || s.bytes < call.stagingBytes) {  // (a call that stages nothing still gets a buffer)
       size_t bytes = 4096;
       while (bytes < call.stagingBytes) bytes *= 2;
-      char* fresh = nullptr;
-      if (stagingPool != nullptr) {
-        // In the order of the caller's stream, which copies into it next; the proxy reads it after that copy.
-        CC_CUDA(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&fresh), bytes, stagingPool, stream),
-                "cudaMallocFromPoolAsync (staging)");
-      } else {
-        CC_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&fresh), bytes, cudaHostAllocPortable),
-                "cudaHostAlloc (staging)");
-      }
+      void* fresh = nullptr;
+      // In the order of the caller's stream, which copies into it next; the proxy reads it after that copy.
+      CC_CHECK(AllocateScratch(device, true, bytes, stream, &fresh));
       // Not freed now: the proxy is done with it, but the caller's earlier stream may not be; freed at the end.
       if (s.host != nullptr) retired.push_back(s.host);
-      s.host = fresh;
+      s.host = static_cast<char*>(fresh);
       s.bytes = bytes;
     }
     if (call.inBytes > 0) {
@@ -239,13 +231,7 @@ struct DeviceProxy::Impl {
       if (s.done) cudaEventDestroy(s.done);
       if (s.host) retired.push_back(s.host);
     }
-    for (char* p : retired) {
-      if (stagingPool != nullptr) {
-        cudaFreeAsync(p, ReleaseStream(device));  // nothing uses it any more; a free to the pool waits for no stream
-      } else {
-        cudaFreeHost(p);
-      }
-    }
+    for (char* p : retired) FreeScratch(device, true, p, ReleaseStream(device));  // nothing uses them any more
     if (flag != nullptr) ReturnWaitWord(device, flag);
     cudaGetLastError();
   }
