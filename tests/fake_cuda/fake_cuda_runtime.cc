@@ -4,7 +4,8 @@
 // been given when it was recorded"; device memory is memory that cudaPointerGetAttributes reports as device memory
 // and that the host cannot touch at the address cudaMalloc returned (a fault, as on a GPU), only through the fake's
 // copies and kernels; the stream-wait kernel is an operation that polls the flag; the codec kernels
-// (fake_codec_kernels.cc) are operations that run the CPU drivers.
+// (fake_codec_kernels.cc) are operations that run the CPU drivers; the fake NCCL's operations (fake_nccl.cc) are
+// operations too (cctest::FakePush).
 //
 // Calls that synchronize the whole device on a GPU do so here too: cudaFree, cudaFreeHost, and a kernel launch before
 // the kernels are loaded (CUDA loads modules lazily, and loading may synchronize the context). So, as FAKE_CUDA_STRICT
@@ -13,9 +14,31 @@
 // kernel of a call whose host work this very thread would do is a deadlock on a GPU; here it aborts with a message
 // after FAKE_CUDA_SYNC_TIMEOUT_S seconds (default 60).
 //
-// Not modelled: other kernels, the legacy default stream's implicit synchronization with other streams, memory pools
-// (an allocation from one is a plain allocation: no reuse, no dependency on other streams), graphs beyond "this stream
-// is capturing".
+// Stream capture and graphs: between cudaStreamBeginCapture and cudaStreamEndCapture every operation queued on the
+// stream (copies, memsets, host functions, kernels, the stream-wait kernel, NCCL operations) is recorded instead of
+// run, and the graph is that list: cudaGraphLaunch queues it as one operation that runs the recorded operations in
+// order, again at every launch (an operation reads its arguments, addresses included, as they were at capture). An
+// event recorded during a capture marks a point of that capture: no graph node, nothing recorded at replay. The rules
+// of capture are CUDA's, and breaking one invalidates the capture (cudaStreamEndCapture then returns
+// cudaErrorStreamCaptureInvalidated and no graph; later operations on the stream return that error too):
+//   - calls that necessarily conflict with a capture, in every mode: synchronizing or querying the capturing stream
+//     (cudaErrorStreamCaptureUnsupported) or an event recorded in a capture that has not ended
+//     (cudaErrorCapturedEvent), and any use of the legacy stream while a blocking stream (one created without
+//     cudaStreamNonBlocking) captures (cudaErrorStreamCaptureImplicit);
+//   - potentially unsafe calls (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost, the synchronous cudaMemcpy and
+//     cudaMemset, cudaStreamSynchronize, cudaStreamQuery, cudaEventSynchronize, cudaEventQuery), unless the calling
+//     thread's mode (cudaThreadExchangeStreamCaptureMode; global by default) is relaxed: they fail with
+//     cudaErrorStreamCaptureUnsupported, and invalidate the capture, when the calling thread began a capture that
+//     is not relaxed, or when the thread's mode is global and any thread began a capture in global mode. (PyTorch
+//     met the second: its NCCL watchdog's cudaEventQuery broke other threads' global captures.)
+//   - stream-ordered allocation and free on a capturing stream: CUDA would make memory nodes, not modelled
+//     (cudaErrorStreamCaptureUnsupported).
+// Not modelled: joining another stream into a capture (cudaStreamWaitEvent on an event recorded in another stream's
+// capture: cudaErrorStreamCaptureUnsupported; on an event recorded outside any capture:
+// cudaErrorStreamCaptureIsolation, as in CUDA), graphs built node by node, graph updates, cudaStreamGetCaptureInfo.
+//
+// Not modelled otherwise: other kernels, the legacy default stream's implicit synchronization with other streams,
+// memory pools (an allocation from one is a plain allocation: no reuse, no dependency on other streams).
 // Implements the functions as declared in cuda_runtime_api.h, so the signatures are the real ones.
 #include <cuda_runtime_api.h>
 
@@ -66,6 +89,34 @@ struct Progress {
   }
 };
 
+// A capture sequence of one stream (cudaStreamBeginCapture .. cudaStreamEndCapture): the operations recorded so far.
+// Shared with the events recorded in it, which may outlive it.
+struct Capture {
+  cudaStreamCaptureMode mode;
+  std::thread::id thread;  // the one that began it
+  bool blocking;           // its stream synchronizes with the legacy stream
+  bool invalidated = false;
+  bool ended = false;
+  std::vector<std::function<void()>> ops;
+};
+
+// Guards every Capture and each stream's capture_. gCaptureCount (captures begun and not ended) lets the operations
+// of streams that do not capture skip the lock.
+std::mutex gCaptureMutex;
+std::atomic<int> gCaptureCount{0};
+std::vector<std::shared_ptr<Capture>>& Captures() {  // begun, not ended; under gCaptureMutex
+  static auto* v = new std::vector<std::shared_ptr<Capture>>();
+  return *v;
+}
+
+void Invalidate(Capture* c) {
+  c->invalidated = true;
+  c->ops.clear();
+}
+
+// The calling thread's capture interaction mode (cudaThreadExchangeStreamCaptureMode).
+thread_local cudaStreamCaptureMode tCaptureMode = cudaStreamCaptureModeGlobal;
+
 class FakeStream;
 
 // The streams alive, for the calls that synchronize the whole device.
@@ -77,7 +128,8 @@ std::set<FakeStream*>& Streams() {
 
 class FakeStream {
  public:
-  FakeStream() : progress_(std::make_shared<Progress>()), worker_([this] { Run(); }) {
+  explicit FakeStream(bool blocking)
+      : blocking(blocking), progress_(std::make_shared<Progress>()), worker_([this] { Run(); }) {
     std::lock_guard<std::mutex> lock(gStreamsMutex);
     Streams().insert(this);
   }
@@ -87,6 +139,11 @@ class FakeStream {
       Streams().erase(this);
     }
     {
+      // A capture the program never ended ends with its stream, so that it stops restricting other calls.
+      std::lock_guard<std::mutex> lock(gCaptureMutex);
+      if (capture_ != nullptr) EndCaptureLocked();
+    }
+    {
       std::lock_guard<std::mutex> lock(progress_->m);
       stop_ = true;
     }
@@ -94,11 +151,22 @@ class FakeStream {
     worker_.join();  // runs what is queued first, as CUDA lets it complete
   }
 
-  void Push(std::function<void()> op) {
+  // Queues op, or records it into the stream's capture; cudaErrorStreamCaptureInvalidated (op dropped) once that
+  // capture has been invalidated, as CUDA fails every later operation of the capture sequence.
+  cudaError_t Push(std::function<void()> op) {
+    if (gCaptureCount.load(std::memory_order_acquire) > 0) {
+      std::lock_guard<std::mutex> lock(gCaptureMutex);
+      if (capture_ != nullptr) {
+        if (capture_->invalidated) return cudaErrorStreamCaptureInvalidated;
+        capture_->ops.push_back(std::move(op));
+        return cudaSuccess;
+      }
+    }
     std::lock_guard<std::mutex> lock(progress_->m);
     ops_.push_back(std::move(op));
     ++progress_->pushed;
     progress_->cv.notify_all();
+    return cudaSuccess;
   }
   // The progress object and the number of operations queued so far.
   std::shared_ptr<Progress> Mark(uint64_t* pushed) {
@@ -115,7 +183,24 @@ class FakeStream {
     return Mark(&n)->Reached(n);
   }
 
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  // Under gCaptureMutex: ends the stream's capture and returns it.
+  std::shared_ptr<Capture> EndCaptureLocked() {
+    std::shared_ptr<Capture> c = std::move(capture_);
+    capture_ = nullptr;
+    c->ended = true;
+    auto& all = Captures();
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i] == c) {
+        all.erase(all.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+    gCaptureCount.fetch_sub(1, std::memory_order_release);
+    return c;
+  }
+
+  const bool blocking;                // created without cudaStreamNonBlocking
+  std::shared_ptr<Capture> capture_;  // while it captures; under gCaptureMutex
 
  private:
   void Run() {
@@ -142,20 +227,103 @@ class FakeStream {
 
 struct FakeEvent {
   std::mutex m;
-  std::shared_ptr<Progress> progress;  // null: never recorded (complete)
+  std::shared_ptr<Progress> progress;  // null: never recorded (complete), or recorded in a capture
   uint64_t target = 0;
+  std::shared_ptr<Capture> captured;  // last recorded in this capture
 };
 
 FakeStream& LegacyStream() {
-  static auto* s = new FakeStream();  // never destroyed: other static destructors may still queue work
+  static auto* s = new FakeStream(true);  // never destroyed: other static destructors may still queue work
   return *s;
 }
 
+bool IsLegacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
+
 // The legacy default stream stands for the per-thread one too (a stream that orders one thread's work).
 FakeStream* StreamOf(cudaStream_t s) {
-  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &LegacyStream();
+  if (IsLegacy(s) || s == cudaStreamPerThread) return &LegacyStream();
   return reinterpret_cast<FakeStream*>(s);
 }
+
+// The capture rules (see the top of the file). Each returns cudaSuccess when the call may go on, else the error, and
+// invalidates the captures it conflicts with.
+
+// A potentially unsafe call by this thread.
+cudaError_t CheckUnsafeCall() {
+  if (gCaptureCount.load(std::memory_order_acquire) == 0 || tCaptureMode == cudaStreamCaptureModeRelaxed) {
+    return cudaSuccess;
+  }
+  const std::thread::id self = std::this_thread::get_id();
+  bool forbidden = false;
+  std::lock_guard<std::mutex> lock(gCaptureMutex);
+  for (auto& c : Captures()) {
+    if (c->mode == cudaStreamCaptureModeRelaxed) continue;
+    if (c->thread == self || (tCaptureMode == cudaStreamCaptureModeGlobal && c->mode == cudaStreamCaptureModeGlobal)) {
+      Invalidate(c.get());
+      forbidden = true;
+    }
+  }
+  return forbidden ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+// A use of the legacy stream: it would depend on every blocking stream.
+cudaError_t CheckLegacyStreamUse() {
+  if (gCaptureCount.load(std::memory_order_acquire) == 0) return cudaSuccess;
+  bool conflict = false;
+  std::lock_guard<std::mutex> lock(gCaptureMutex);
+  for (auto& c : Captures()) {
+    if (c->blocking) {
+      Invalidate(c.get());
+      conflict = true;
+    }
+  }
+  return conflict ? cudaErrorStreamCaptureImplicit : cudaSuccess;
+}
+
+// A call that synchronizes or queries the stream, or allocates or frees in its order: not while it captures.
+cudaError_t CheckNotCapturing(FakeStream* s) {
+  if (gCaptureCount.load(std::memory_order_acquire) == 0) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(gCaptureMutex);
+  if (s->capture_ == nullptr) return cudaSuccess;
+  if (s->capture_->invalidated) return cudaErrorStreamCaptureInvalidated;
+  Invalidate(s->capture_.get());
+  return cudaErrorStreamCaptureUnsupported;
+}
+
+// A synchronization or query of the event: not while it marks a point of a capture that goes on.
+cudaError_t CheckEventNotCaptured(FakeEvent* e) {
+  std::shared_ptr<Capture> c;
+  {
+    std::lock_guard<std::mutex> lock(e->m);
+    c = e->captured;
+  }
+  if (c == nullptr) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(gCaptureMutex);
+  if (c->ended) return cudaSuccess;
+  Invalidate(c.get());
+  return cudaErrorCapturedEvent;
+}
+
+// Queues op on the stream (or records it into the stream's capture).
+cudaError_t Enqueue(cudaStream_t stream, std::function<void()> op) {
+  if (IsLegacy(stream)) {
+    if (cudaError_t e = CheckLegacyStreamUse()) return e;
+  }
+  return StreamOf(stream)->Push(std::move(op));
+}
+
+// The synchronous calls: op on the legacy stream, waited for.
+cudaError_t RunOnLegacyStream(std::function<void()> op) {
+  if (cudaError_t e = CheckUnsafeCall()) return e;
+  if (cudaError_t e = Enqueue(nullptr, std::move(op))) return e;
+  LegacyStream().Synchronize();
+  return cudaSuccess;
+}
+
+// What cudaStreamEndCapture returns and cudaGraphInstantiate copies: the recorded operations, run in order.
+struct FakeGraph {
+  std::shared_ptr<const std::vector<std::function<void()>>> ops;
+};
 
 // FAKE_CUDA_STRICT: a comma-separated list of the calls that also synchronize the device here (see the top of the
 // file): malloc (cudaMalloc), hostalloc (cudaHostAlloc), cublas (cuBLAS's first product of a shape); 1 means all.
@@ -313,6 +481,20 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid argument (fake CUDA runtime)";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal (fake CUDA runtime)";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state (fake CUDA runtime)";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing (fake CUDA runtime)";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture (fake CUDA runtime)";
+    case cudaErrorStreamCaptureIsolation:
+      return "dependency created on uncaptured work in another stream (fake CUDA runtime)";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream (fake CUDA runtime)";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream (fake CUDA runtime)";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread (fake CUDA runtime)";
     default:
       return "error (fake CUDA runtime)";
   }
@@ -348,12 +530,14 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 }
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("malloc")) SynchronizeDevice("cudaMalloc (FAKE_CUDA_STRICT)");
   *devPtr = Allocate(size, cudaMemoryTypeDevice, false);
   return *devPtr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 cudaError_t cudaFree(void* devPtr) {
+  if (cudaError_t e = CheckUnsafeCall()) return e;
   SynchronizeDevice("cudaFree");
   return Release(devPtr, cudaMemoryTypeDevice, false, "cudaFree");
 }
@@ -408,8 +592,9 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
   return cudaSuccess;
 }
 
-cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t /*stream*/) {
+cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream) {
   if (memPool == nullptr) return cudaErrorInvalidValue;
+  if (cudaError_t e = CheckNotCapturing(StreamOf(stream))) return e;
   *ptr = Allocate(size, *reinterpret_cast<cudaMemoryType*>(memPool), true);
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
@@ -418,11 +603,12 @@ cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   const cudaMemoryType type = TypeOf(devPtr);
   if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeHost) return cudaErrorInvalidValue;
-  StreamOf(hStream)->Push([=] { Release(devPtr, type, true, "cudaFreeAsync"); });
-  return cudaSuccess;
+  if (cudaError_t e = CheckNotCapturing(StreamOf(hStream))) return e;
+  return Enqueue(hStream, [=] { Release(devPtr, type, true, "cudaFreeAsync"); });
 }
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
+  if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("hostalloc")) SynchronizeDevice("cudaHostAlloc (FAKE_CUDA_STRICT)");
   *pHost = Allocate(size, cudaMemoryTypeHost, false);
   return *pHost ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -435,12 +621,13 @@ cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int /
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
+  if (cudaError_t e = CheckUnsafeCall()) return e;
   SynchronizeDevice("cudaFreeHost");
   return Release(ptr, cudaMemoryTypeHost, false, "cudaFreeHost");
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int /*flags*/) {
-  *pStream = reinterpret_cast<cudaStream_t>(new FakeStream());
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  *pStream = reinterpret_cast<cudaStream_t>(new FakeStream((flags & cudaStreamNonBlocking) == 0));
   return cudaSuccess;
 }
 
@@ -450,30 +637,139 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  StreamOf(stream)->Synchronize();
+  FakeStream* s = StreamOf(stream);
+  if (cudaError_t e = CheckNotCapturing(s)) return e;
+  if (cudaError_t e = CheckUnsafeCall()) return e;
+  if (IsLegacy(stream)) {
+    if (cudaError_t e = CheckLegacyStreamUse()) return e;
+  }
+  s->Synchronize();
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return StreamOf(stream)->Idle() ? cudaSuccess : cudaErrorNotReady; }
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  FakeStream* s = StreamOf(stream);
+  if (cudaError_t e = CheckNotCapturing(s)) return e;
+  if (cudaError_t e = CheckUnsafeCall()) return e;
+  if (IsLegacy(stream)) {
+    if (cudaError_t e = CheckLegacyStreamUse()) return e;
+  }
+  return s->Idle() ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
+  FakeStream* s = StreamOf(stream);
+  FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
+  std::shared_ptr<Progress> p;
+  uint64_t target;
+  std::shared_ptr<Capture> captured;
+  {
+    std::lock_guard<std::mutex> lock(e->m);
+    p = e->progress;
+    target = e->target;
+    captured = e->captured;
+  }
+  if (captured != nullptr || gCaptureCount.load(std::memory_order_acquire) > 0) {
+    std::lock_guard<std::mutex> lock(gCaptureMutex);
+    if (captured != nullptr && !captured->ended) {
+      if (s->capture_ == captured) return cudaSuccess;  // a point earlier in this very stream's capture
+      // CUDA would join the waiting stream into that capture (a fork of the graph): not modelled.
+      Invalidate(captured.get());
+      if (s->capture_ != nullptr) Invalidate(s->capture_.get());
+      return cudaErrorStreamCaptureUnsupported;
+    }
+    if (s->capture_ != nullptr && p != nullptr) {
+      Invalidate(s->capture_.get());
+      return cudaErrorStreamCaptureIsolation;
+    }
+  }
+  if (p == nullptr) return cudaSuccess;  // never recorded, or in a capture that has ended: nothing to wait for
+  return Enqueue(stream, [p, target] { p->WaitFor(target); });
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
+  std::swap(*mode, tCaptureMode);
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* pCaptureStatus) {
-  *pCaptureStatus = StreamOf(stream)->capture;
+  if (IsLegacy(stream)) {
+    // CUDA: an error while a blocking stream captures, which it leaves as it is.
+    std::lock_guard<std::mutex> lock(gCaptureMutex);
+    for (auto& c : Captures()) {
+      if (c->blocking) return cudaErrorStreamCaptureImplicit;
+    }
+    *pCaptureStatus = cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+  }
+  FakeStream* s = StreamOf(stream);
+  std::lock_guard<std::mutex> lock(gCaptureMutex);
+  *pCaptureStatus = s->capture_ == nullptr     ? cudaStreamCaptureStatusNone
+                    : s->capture_->invalidated ? cudaStreamCaptureStatusInvalidated
+                                               : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode /*mode*/) {
-  StreamOf(stream)->capture = cudaStreamCaptureStatusActive;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  if (IsLegacy(stream) || stream == cudaStreamPerThread) return cudaErrorStreamCaptureUnsupported;
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed) {
+    return cudaErrorInvalidValue;
+  }
+  FakeStream* s = StreamOf(stream);
+  std::lock_guard<std::mutex> lock(gCaptureMutex);
+  if (s->capture_ != nullptr) return cudaErrorIllegalState;
+  auto c = std::make_shared<Capture>();
+  c->mode = mode;
+  c->thread = std::this_thread::get_id();
+  c->blocking = s->blocking;
+  s->capture_ = c;
+  Captures().push_back(std::move(c));
+  gCaptureCount.fetch_add(1, std::memory_order_release);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
-  StreamOf(stream)->capture = cudaStreamCaptureStatusNone;
-  *pGraph = reinterpret_cast<cudaGraph_t>(new char(0));
+  if (IsLegacy(stream) || stream == cudaStreamPerThread) return cudaErrorIllegalState;
+  FakeStream* s = StreamOf(stream);
+  std::shared_ptr<Capture> c;
+  {
+    std::lock_guard<std::mutex> lock(gCaptureMutex);
+    if (s->capture_ == nullptr) return cudaErrorIllegalState;
+    if (s->capture_->mode != cudaStreamCaptureModeRelaxed && s->capture_->thread != std::this_thread::get_id()) {
+      return cudaErrorStreamCaptureWrongThread;
+    }
+    c = s->EndCaptureLocked();
+  }
+  *pGraph = nullptr;
+  if (c->invalidated) return cudaErrorStreamCaptureInvalidated;
+  auto* g = new FakeGraph();
+  g->ops = std::make_shared<const std::vector<std::function<void()>>>(std::move(c->ops));
+  *pGraph = reinterpret_cast<cudaGraph_t>(g);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph, unsigned long long /*flags*/) {
+  if (pGraphExec == nullptr || graph == nullptr) return cudaErrorInvalidValue;
+  *pGraphExec = reinterpret_cast<cudaGraphExec_t>(new FakeGraph(*reinterpret_cast<FakeGraph*>(graph)));
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  if (graphExec == nullptr) return cudaErrorInvalidValue;
+  std::shared_ptr<const std::vector<std::function<void()>>> ops = reinterpret_cast<FakeGraph*>(graphExec)->ops;
+  return Enqueue(stream, [ops] {
+    for (const auto& op : *ops) op();
+  });
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
+  delete reinterpret_cast<FakeGraph*>(graphExec);  // a launch still queued holds the operations
   return cudaSuccess;
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  delete reinterpret_cast<char*>(graph);
+  delete reinterpret_cast<FakeGraph*>(graph);
   return cudaSuccess;
 }
 
@@ -489,22 +785,41 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
+  if (IsLegacy(stream)) {
+    if (cudaError_t err = CheckLegacyStreamUse()) return err;
+  }
+  FakeStream* s = StreamOf(stream);
+  if (gCaptureCount.load(std::memory_order_acquire) > 0) {
+    std::lock_guard<std::mutex> lock(gCaptureMutex);
+    if (s->capture_ != nullptr) {
+      if (s->capture_->invalidated) return cudaErrorStreamCaptureInvalidated;
+      std::lock_guard<std::mutex> event_lock(e->m);
+      e->progress = nullptr;
+      e->captured = s->capture_;
+      return cudaSuccess;
+    }
+  }
   uint64_t target;
-  std::shared_ptr<Progress> p = StreamOf(stream)->Mark(&target);
+  std::shared_ptr<Progress> p = s->Mark(&target);
   std::lock_guard<std::mutex> lock(e->m);
   e->progress = std::move(p);
   e->target = target;
+  e->captured = nullptr;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
+  if (cudaError_t err = CheckEventNotCaptured(e)) return err;
+  if (cudaError_t err = CheckUnsafeCall()) return err;
   std::lock_guard<std::mutex> lock(e->m);
   return e->progress == nullptr || e->progress->Reached(e->target) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
+  if (cudaError_t err = CheckEventNotCaptured(e)) return err;
+  if (cudaError_t err = CheckUnsafeCall()) return err;
   std::shared_ptr<Progress> p;
   uint64_t target;
   {
@@ -520,8 +835,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
                             cudaStream_t stream) {
   void* d = cctest::FakeHostView(dst);
   const void* from = cctest::FakeHostView(src);
-  StreamOf(stream)->Push([=] { std::memcpy(d, from, count); });
-  return cudaSuccess;
+  // count 0 may come with null pointers, which CUDA takes and memcpy does not.
+  return Enqueue(stream, [=] {
+    if (count > 0) std::memcpy(d, from, count);
+  });
 }
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
@@ -530,25 +847,30 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int s
   return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
-  cudaMemcpyAsync(dst, src, count, kind, nullptr);
-  return cudaStreamSynchronize(nullptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind /*kind*/) {
+  void* d = cctest::FakeHostView(dst);
+  const void* from = cctest::FakeHostView(src);
+  return RunOnLegacyStream([=] {
+    if (count > 0) std::memcpy(d, from, count);
+  });
 }
 
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   void* d = cctest::FakeHostView(devPtr);
-  StreamOf(stream)->Push([=] { std::memset(d, value, count); });
-  return cudaSuccess;
+  return Enqueue(stream, [=] {
+    if (count > 0) std::memset(d, value, count);
+  });
 }
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
-  cudaMemsetAsync(devPtr, value, count, nullptr);
-  return cudaStreamSynchronize(nullptr);
+  void* d = cctest::FakeHostView(devPtr);
+  return RunOnLegacyStream([=] {
+    if (count > 0) std::memset(d, value, count);
+  });
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
-  StreamOf(stream)->Push([=] { fn(userData); });
-  return cudaSuccess;
+  return Enqueue(stream, [=] { fn(userData); });
 }
 
 }  // extern "C"
@@ -557,8 +879,10 @@ namespace cctest {
 
 void FakeLaunch(cudaStream_t stream, std::function<void()> op) {
   BeforeLaunch();
-  StreamOf(stream)->Push(std::move(op));
+  Enqueue(stream, std::move(op));
 }
+
+cudaError_t FakePush(cudaStream_t stream, std::function<void()> op) { return Enqueue(stream, std::move(op)); }
 
 void FakeKernelsLoaded(unsigned families) { gLoaded.fetch_or(families); }
 
@@ -585,10 +909,9 @@ ccResult_t LoadStreamWaitKernel() {
 
 cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t stream) {
   BeforeLaunch();
-  StreamOf(stream)->Push([=] {
+  return Enqueue(stream, [=] {
     while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < ticket) std::this_thread::sleep_for(std::chrono::microseconds(20));
   });
-  return cudaSuccess;
 }
 
 }  // namespace ccoll

@@ -1,5 +1,5 @@
 // The fake CUDA runtime's "kernel launch": queues a host function on a fake stream (run in order with the stream's
-// copies and events on its thread). For the fake codec kernels.
+// copies and events on its thread). For the fake codec kernels and the fake NCCL.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +10,13 @@
 namespace cctest {
 
 void FakeLaunch(cudaStream_t stream, std::function<void()> op);
+
+// Queues op on a fake stream as device work that is not one of ccoll's kernels (the fake NCCL's communication): in
+// order with the stream's other work, without FakeLaunch's lazy-loading synchronization. While the stream captures,
+// op is recorded into the graph instead, and runs at every launch of it. cudaErrorStreamCaptureInvalidated: the
+// stream's capture was invalidated, op was dropped; cudaErrorStreamCaptureImplicit: op was for the legacy stream
+// while a blocking stream captures.
+cudaError_t FakePush(cudaStream_t stream, std::function<void()> op);
 
 // The kernel families whose loaders (the Load*Kernels functions of the .cu files) have run. Until all have, the fake
 // takes every launch for one that may load a module lazily, and synchronizes the device first, as CUDA may.
