@@ -27,6 +27,7 @@
 
 #include "ccoll.h"
 #include "gpu_skip.h"
+#include "inputs.h"
 #include "rank_harness.h"
 #ifdef CCOLL_FAKE_CUDA
 #include "collectives/device_buffers.h"
@@ -41,7 +42,10 @@ using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
 using cctest::RunRanks;
-using Bytes = std::vector<char>;
+using cctest::Bytes;
+using cctest::FirstDifference;
+using cctest::Inputs;
+using cctest::SizeOf;
 
 // nranks thread ranks bound to device 0 (ccCommInitAll with a device list).
 Group DeviceGroup(int nranks, int device = 0) {
@@ -156,14 +160,6 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
   return o;
 }
 
-// "" when a and b are equal, else where they first differ (Catch would print megabytes of both).
-std::string FirstDifference(const Bytes& a, const Bytes& b) {
-  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size());
-  auto d = std::mismatch(a.begin(), a.end(), b.begin());
-  if (d.first == a.end()) return "";
-  return "first difference at byte " + std::to_string(d.first - a.begin()) + " of " + std::to_string(a.size());
-}
-
 // Where the device path may differ from the host path: PowerSGD's products run on cuBLAS on a GPU (the fake runtime
 // and staged calls use the CPU BLAS), so there it is held to the same bytes on every rank and to the host result
 // within fp32 product rounding (vNMSE <= 1e-8 between the two).
@@ -209,66 +205,6 @@ std::string Agrees(const std::vector<Bytes>& dev, const std::vector<Bytes>& host
     if (!exact && err > 1e-8 * ref) return where + "vNMSE against the host result " + std::to_string(err / ref);
   }
   return "";
-}
-
-// Random inputs: floats of both signs for float types, small integers for int32 and int64, as raw bytes.
-std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> normal;
-  std::vector<Bytes> in(static_cast<size_t>(n));
-  for (auto& b : in) {
-    switch (dtype) {
-      case ccFloat32: {
-        std::vector<float> v(count);
-        for (auto& x : v) x = normal(gen);
-        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
-        break;
-      }
-      case ccFloat64: {
-        std::vector<double> v(count);
-        for (auto& x : v) x = normal(gen);
-        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
-        break;
-      }
-      case ccInt32: {
-        std::vector<int32_t> v(count);
-        for (auto& x : v) x = static_cast<int32_t>(gen() % 2001) - 1000;
-        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
-        break;
-      }
-      case ccInt64: {  // small, so that products stay far from wrapping
-        std::vector<int64_t> v(count);
-        for (auto& x : v) x = static_cast<int64_t>(gen() % 7) - 3;
-        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
-        break;
-      }
-      case ccFloat16: {  // finite normal halves of both signs, |x| in [2^-5, 2^6)
-        std::vector<uint16_t> v(count);
-        for (auto& x : v) {
-          const uint64_t bits = gen();
-          x = static_cast<uint16_t>((bits & 0x8000u) | ((10 + bits % 11) << 10) | ((bits >> 20) & 0x3ffu));
-        }
-        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
-        break;
-      }
-      default: {  // bfloat16: the top half of a float
-        std::vector<uint16_t> v(count);
-        for (auto& x : v) {
-          float f = normal(gen);
-          uint32_t u;
-          std::memcpy(&u, &f, 4);
-          x = static_cast<uint16_t>(u >> 16);
-        }
-        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
-        break;
-      }
-    }
-  }
-  return in;
-}
-
-size_t SizeOf(ccDataType_t t) {
-  return t == ccFloat64 || t == ccInt64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4;
 }
 
 // Where the test can count them (the fake runtime, linked statically), so far: the codec and reduction kernels

@@ -1,0 +1,85 @@
+// Inputs of the device tests, as raw bytes of any datatype, and a short way to say where two results differ.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ccoll.h"
+
+namespace cctest {
+
+using Bytes = std::vector<char>;
+
+// "" when a and b are equal, else where they first differ (Catch would print megabytes of both).
+inline std::string FirstDifference(const Bytes& a, const Bytes& b) {
+  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size());
+  auto d = std::mismatch(a.begin(), a.end(), b.begin());
+  if (d.first == a.end()) return "";
+  return "first difference at byte " + std::to_string(d.first - a.begin()) + " of " + std::to_string(a.size());
+}
+
+// Random inputs: floats of both signs for float types, small integers for int32 and int64, as raw bytes.
+inline std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal;
+  std::vector<Bytes> in(static_cast<size_t>(n));
+  for (auto& b : in) {
+    switch (dtype) {
+      case ccFloat32: {
+        std::vector<float> v(count);
+        for (auto& x : v) x = normal(gen);
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      case ccFloat64: {
+        std::vector<double> v(count);
+        for (auto& x : v) x = normal(gen);
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      case ccInt32: {
+        std::vector<int32_t> v(count);
+        for (auto& x : v) x = static_cast<int32_t>(gen() % 2001) - 1000;
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      case ccInt64: {  // small, so that products stay far from wrapping
+        std::vector<int64_t> v(count);
+        for (auto& x : v) x = static_cast<int64_t>(gen() % 7) - 3;
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      case ccFloat16: {  // finite normal halves of both signs, |x| in [2^-5, 2^6)
+        std::vector<uint16_t> v(count);
+        for (auto& x : v) {
+          const uint64_t bits = gen();
+          x = static_cast<uint16_t>((bits & 0x8000u) | ((10 + bits % 11) << 10) | ((bits >> 20) & 0x3ffu));
+        }
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+      default: {  // bfloat16: the top half of a float
+        std::vector<uint16_t> v(count);
+        for (auto& x : v) {
+          float f = normal(gen);
+          uint32_t u;
+          std::memcpy(&u, &f, 4);
+          x = static_cast<uint16_t>(u >> 16);
+        }
+        b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
+        break;
+      }
+    }
+  }
+  return in;
+}
+
+inline size_t SizeOf(ccDataType_t t) {
+  return t == ccFloat64 || t == ccInt64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4;
+}
+
+}  // namespace cctest
