@@ -3,7 +3,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
+
+#ifdef CCOLL_PERF_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace ccperf {
 
@@ -11,6 +16,62 @@ EnvGroup::EnvGroup(ccComm_t comm, const char* program) : comm_(comm), program_(p
   ccResult_t r = ccCommUserRank(comm_, &rank_);
   if (r == ccSuccess) r = ccCommCount(comm_, &nranks_);
   if (r != ccSuccess) Die("ccCommUserRank/ccCommCount", r);
+  const char* transport = std::getenv("CC_TRANSPORT");
+  device_ = transport != nullptr && std::string(transport) == "nccl";
+#ifndef CCOLL_PERF_CUDA
+  if (device_) {
+    std::fprintf(stderr, "%s: CC_TRANSPORT=nccl needs device memory for the side channel, and this program was built "
+                 "without CUDA\n", program_);
+    Die("EnvGroup", ccInvalidUsage);
+  }
+#endif
+}
+
+EnvGroup::~EnvGroup() {
+#ifdef CCOLL_PERF_CUDA
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  cudaFree(deviceWords_);
+#endif
+}
+
+ccResult_t EnvGroup::Collective(bool gather, const int64_t* in, size_t words, int64_t* out) {
+  const size_t outWords = gather ? words * static_cast<size_t>(nranks_) : words;
+  if (!device_) {
+    return gather ? ccAllGather(in, out, words, ccInt64, comm_, nullptr)
+                  : ccAllReduce(in, out, words, ccInt64, ccSum, nullptr, comm_, nullptr);
+  }
+#ifdef CCOLL_PERF_CUDA
+  const size_t need = words + outWords;
+  if (need > deviceCapacity_) {
+    cudaFree(deviceWords_);
+    deviceWords_ = nullptr;
+    if (cudaMalloc(&deviceWords_, need * sizeof(int64_t)) != cudaSuccess) return ccUnhandledCudaError;
+    deviceCapacity_ = need;
+  }
+  if (stream_ == nullptr) {
+    cudaStream_t s = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return ccUnhandledCudaError;
+    stream_ = s;
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  int64_t* dIn = static_cast<int64_t*>(deviceWords_);
+  int64_t* dOut = dIn + words;
+  if (cudaMemcpyAsync(dIn, in, words * sizeof(int64_t), cudaMemcpyHostToDevice, s) != cudaSuccess) {
+    return ccUnhandledCudaError;
+  }
+  ccResult_t r = gather ? ccAllGather(dIn, dOut, words, ccInt64, comm_, s)
+                        : ccAllReduce(dIn, dOut, words, ccInt64, ccSum, nullptr, comm_, s);
+  if (r != ccSuccess) return r;
+  if (cudaMemcpyAsync(out, dOut, outWords * sizeof(int64_t), cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+      cudaStreamSynchronize(s) != cudaSuccess) {
+    return ccUnhandledCudaError;
+  }
+  ccResult_t async = ccSuccess;
+  ccCommGetAsyncError(comm_, &async);
+  return async;
+#else
+  return ccInvalidUsage;
+#endif
 }
 
 uint64_t EnvGroup::SentNow() {
@@ -33,7 +94,7 @@ void EnvGroup::Barrier() {
   // An all-reduce cannot finish on any rank before every rank has contributed.
   const uint64_t before = SentNow();
   int64_t in = 1, out = 0;
-  ccResult_t r = ccAllReduce(&in, &out, 1, ccInt64, ccSum, nullptr, comm_, nullptr);
+  ccResult_t r = Collective(false, &in, 1, &out);
   if (r != ccSuccess) Die("ccAllReduce", r);
   if (out != nranks_) {
     std::fprintf(stderr, "%s: rank %d: barrier all-reduce returned %lld, expected %d\n", program_, rank_,
@@ -50,7 +111,7 @@ void EnvGroup::AllGather(const void* mine, size_t bytes, void* all) {
   std::vector<int64_t> send(words, 0), recv(words * n, 0);
   if (bytes != 0) std::memcpy(send.data(), mine, bytes);
   const uint64_t before = SentNow();
-  ccResult_t r = ccAllGather(send.data(), recv.data(), words, ccInt64, comm_, nullptr);
+  ccResult_t r = Collective(true, send.data(), words, recv.data());
   if (r != ccSuccess) Die("ccAllGather", r);
   ownSent_ += SentNow() - before;
   for (size_t i = 0; i < n && bytes != 0; ++i) {

@@ -11,7 +11,12 @@
 # Then allreduce_perf -t 4 -G 1 (4 thread ranks sharing the GPU) for the exact float and bf16 all-reduce and every
 # codec, on the device buffers (CC_DEVICE_KERNELS=1, the default: device copies between the ranks' buffers, reduction
 # and codec kernels) and staged through host memory with the CPU reductions and codecs (CC_DEVICE_KERNELS=0), side by
-# side at 64 MiB. Not covered yet: the NCCL and UCX-CUDA transports, graph capture.
+# side at 64 MiB. Then the NCCL transport (CC_TRANSPORT=nccl): test_nccl (exact and compressed calls against fp64 and
+# the host ring's bytes, stream order, CUDA graph capture and replay, a dead peer) and allreduce_perf, both with
+# ranks as processes that share the GPU under NCCL_HOSTIDs of their own (NCCL refuses two ranks on one GPU of one
+# host). NCCL there is the nvidia-nccl-cu13 wheel's libnccl.so.2; its header may be missing, so carry one: on the
+# development machine `mkdir -p .deps/nccl/include && cp /usr/local/cuda/include/nccl.h .deps/nccl/include/`.
+# Not covered: UCX on CUDA memory (no CUDA-enabled UCX on either machine).
 #
 # A hang costs one step, not the call: every step has a time limit and none runs past GPU_CHECK_BUDGET_S (default
 # 540 s) from the start. Short device calls run first (45 s each at most); one that hangs, and every device test that
@@ -49,15 +54,32 @@ if [ -n "$deb" ]; then
   prefix="-DCMAKE_PREFIX_PATH=$root/usr"
   tests=ON
 fi
+# NCCL: the toolkit's, else the Python wheel's library with a carried header (see the top).
+nccl=""
+if [ ! -f /usr/local/cuda/include/nccl.h ] || ! ls /usr/local/cuda/lib*/libnccl.so* >/dev/null 2>&1; then
+  wheel=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
+  lib=$(ls "$wheel"/lib/libnccl.so* 2>/dev/null | head -1)
+  inc="$wheel/include"
+  [ -f "$inc/nccl.h" ] || inc="$(pwd)/.deps/nccl/include"
+  if [ -n "$lib" ] && [ -f "$inc/nccl.h" ]; then
+    nccl="-DNCCL_LIBRARY=$lib -DNCCL_INCLUDE_DIR=$inc"
+    echo "NCCL: $lib, header $inc/nccl.h" >"$OUT/nccl.txt"
+  else
+    echo "NCCL: not found (wheel dir '$wheel', library '$lib', header dir '$inc')" >"$OUT/nccl.txt"
+  fi
+fi
 gen=""
 command -v ninja >/dev/null && gen="-G Ninja"
 start=$(date +%s)
 step 120 cmake -S . -B "$BUILD_DIR" $gen -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DCCOLL_BUILD_TESTS=$tests -DCCOLL_BUILD_EXAMPLES=OFF $prefix \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DCCOLL_BUILD_TESTS=$tests -DCCOLL_BUILD_EXAMPLES=OFF $prefix $nccl \
   >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 targets="ccoll_info gpu_codec_bench allreduce_perf"
+have_nccl=0
+grep -q "NCCL=ON" "$OUT/configure.log" && have_nccl=1
 [ "$tests" = ON ] && targets="$targets test_gpu test_gpu_collectives"
+[ "$tests" = ON ] && [ $have_nccl = 1 ] && targets="$targets test_nccl"
 step 360 cmake --build "$BUILD_DIR" --target $targets -j "$(nproc)" >"$OUT/build.log" 2>&1 \
   || { tail -40 "$OUT/build.log"; exit 1; }
 echo "configure + build: $(( $(date +%s) - start )) s"
@@ -101,6 +123,23 @@ for z in none quant:bits=4,mode=requant powersgd:rank=2; do
   fi
 done
 [ $smoke_ok -eq 1 ] && echo "smoke: exact, quant, powersgd device calls on 4 thread ranks passed" >>"$OUT/loading.txt"
+# The NCCL transport first of the longer steps: it has never run on a GPU. 4 processes on the one GPU, each its own
+# NCCL "host" (NCCL_HOSTID), connected by NCCL's socket transport over loopback.
+: >"$OUT/nccl_allreduce.txt"
+if [ $have_nccl = 1 ]; then
+  [ "$tests" = ON ] && gpu_test test_nccl 200 NCCL_SOCKET_IFNAME=lo "$BUILD_DIR/tests/test_nccl"
+  for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=homomorphic; do
+    d=float
+    [ "$z" = none ] && d="float bfloat16"
+    for t in $d; do
+      log="$OUT/nccl_allreduce_$(echo "$z" | tr ':,=' '___')_$t.log"
+      step 60 env CC_TRANSPORT=nccl NCCL_SOCKET_IFNAME=lo perf/launch_local.sh -n 4 sh -c \
+        'NCCL_HOSTID=ccoll-rank-$CC_RANK exec "$0" "$@"' "$BUILD_DIR/perf/allreduce_perf" -G 1 -b 1M -e 16M -f 4 \
+        -n 5 -w 2 -d "$t" -o avg -z "$z" >"$log" 2>&1 || status=1
+      echo "$z $t: $(grep -E '^ +16777216 ' "$log" || tail -1 "$log")" >>"$OUT/nccl_allreduce.txt"
+    done
+  done
+fi
 if [ "$tests" = ON ]; then
   gpu_test test_gpu 150 "$BUILD_DIR/tests/test_gpu"
   gpu_test test_gpu_collectives 200 "$BUILD_DIR/tests/test_gpu_collectives"
@@ -155,10 +194,14 @@ if [ "$tests" = ON ]; then
   grep -E "passed|failed|skipped" "$OUT/test_gpu_collectives.log" | tail -2
   grep -E "passed|failed|skipped" "$OUT/test_gpu_collectives_staged.log" | tail -2
   echo "python test_cuda.py: exit $py ($(tail -1 "$OUT/test_cuda_py.log"))"
+  [ $have_nccl = 1 ] && grep -E "passed|failed|skipped" "$OUT/test_nccl.log" | tail -2
 else
   echo "tests: not built (no Catch2 in .deps/)"
 fi
 cat "$OUT/bench.md"
 echo "== allreduce_perf -t 4 -G 1 at 64 MiB (size count type redop algo codec time_us algbw busbw wirebits error wrong)"
 cat "$OUT/device_allreduce.txt"
+echo "== CC_TRANSPORT=nccl, 4 processes on one GPU (NCCL sockets over loopback, time-sliced): 16 MiB"
+cat "$OUT/nccl.txt" 2>/dev/null
+cat "$OUT/nccl_allreduce.txt"
 exit $status

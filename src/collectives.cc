@@ -22,6 +22,10 @@
 #include "collectives/device_prepare.h"
 #include "compress/device_codec.h"
 #endif
+#ifdef CCOLL_HAVE_NCCL
+#include "collectives/stream_collectives.h"
+#include "collectives/stream_compressed.h"
+#endif
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "core/comm.h"
@@ -80,9 +84,11 @@ bool ExactOnDevice(const ccComm* comm) {
 }
 
 // Where a compressor's error-feedback memory lives: host calls (and staged device calls) keep it in host memory,
-// device codecs in device memory. One compressor serves one kind.
+// device codecs (and every device call of a communicator with a stream transport) in device memory. One compressor
+// serves one kind.
 int MemoryOf(const ccComm* comm, const ccCompressor* comp, bool onDevice) {
-  return onDevice && RunsDeviceCodec(comm, comp) ? ccCompressor::kMemoryDevice : ccCompressor::kMemoryHost;
+  const bool device = onDevice && (comm->streamTransport || RunsDeviceCodec(comm, comp));
+  return device ? ccCompressor::kMemoryDevice : ccCompressor::kMemoryHost;
 }
 
 bool KeepsMemory(const ccCompressor& comp) {
@@ -94,7 +100,7 @@ bool KeepsMemory(const ccCompressor& comp) {
 ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice) {
   const char* fn = KindName(c.kind);
   const int rank = comm->rank, n = comm->nranks;
-  int async = comm->asyncError.load();
+  int async = comm->AsyncError();
   if (async == ccInProgress) {
     return Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished "
                 "(poll ccCommGetAsyncError)", fn, rank);
@@ -182,7 +188,16 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
     }
   } else if (c.stream != nullptr && c.count > 0) {
     return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
+  } else if (!comm->hostTransports) {
+    return Fail(ccInvalidUsage, "%s: host buffers, but this communicator (transport nccl, in a build without UCX) "
+                "carries only device buffers between processes (rank %d)", fn, rank);
   }
+#ifdef CCOLL_HAVE_NCCL
+  if (*onDevice && comm->streamTransport && c.compressor != nullptr && !ccoll::StreamCodecCovers(*c.compressor)) {
+    return Fail(ccInvalidUsage, "%s: compressor %s does not run on the nccl transport yet (cast16 and quant do) "
+                "(rank %d)", fn, ccoll::CompressorSpec(*c.compressor).c_str(), rank);
+  }
+#endif
   if (c.compressor != nullptr && c.count > 0) {
     const int where = MemoryOf(comm, c.compressor, *onDevice);
     const int was = c.compressor->memory.load();
@@ -233,27 +248,41 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
   return ccSuccess;
 }
 
+// The cross-rank call check (CC_CHECK_CALLS) over the host transports. *agreed: every rank saw the same mismatch
+// and returns it (recorded here); nothing moved, so the communicator stays usable (unless nobody is left to return it
+// to). Any other failure is the transports'.
+ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, bool deferred, bool* agreed) {
+  *agreed = false;
+  if (!comm->config.checkCalls || !comm->hostTransports) return ccSuccess;
+  const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+  ccResult_t r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
+                                                                   reduces ? args.op : ccSum, args.root, c.compressor),
+                                         agreed);
+  if (*agreed) {
+    std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
+    ccoll::SetLastError(sentence);
+    comm->RecordError(sentence);
+    if (deferred) comm->asyncError = r;
+  }
+  return r;
+}
+
+// A failure in the middle of a collective leaves the group out of step: the communicator is done for.
+ccResult_t FailCommunicator(ccComm* comm, const Call& c, ccResult_t r) {
+  std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
+  ccoll::SetLastError(sentence);
+  comm->RecordError(sentence);
+  comm->asyncError = r;
+  comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
+  return r;
+}
+
 // Runs a validated call: the cross-rank call check, then the schedule. `deferred`: a device call on the proxy
 // thread, whose caller has already returned, so that every error becomes the communicator's async error.
 ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool deferred) {
-  const char* fn = KindName(c.kind);
-  ccResult_t r = ccSuccess;
-  if (comm->config.checkCalls) {
-    const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
-    bool agreed = false;
-    r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
-                                                          reduces ? args.op : ccSum, args.root, c.compressor),
-                                &agreed);
-    if (agreed) {
-      // Every rank saw the same mismatch and returns it; nothing moved, so the communicator stays usable (unless
-      // nobody is left to return it to).
-      std::string sentence = std::string(fn) + ": " + ccoll::LastError();
-      ccoll::SetLastError(sentence);
-      comm->RecordError(sentence);
-      if (deferred) comm->asyncError = r;
-      return r;
-    }
-  }
+  bool agreed = false;
+  ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, &agreed);
+  if (agreed) return r;
 #ifdef CCOLL_HAVE_CUDA
   if (r == ccSuccess && args.onDevice && c.compressor == nullptr) r = ccoll::EnsureDeviceBuffers(comm);
 #endif
@@ -268,18 +297,45 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
       case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;
     }
   }
-  if (r != ccSuccess) {
-    // A failure in the middle of a collective leaves the group out of step: the communicator is done for.
-    std::string sentence = std::string(fn) + ": " + ccoll::LastError();
-    ccoll::SetLastError(sentence);
-    comm->RecordError(sentence);
-    comm->asyncError = r;
-    comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
-    return r;
-  }
+  if (r != ccSuccess) return FailCommunicator(comm, c, r);
   comm->collectives.fetch_add(1, std::memory_order_relaxed);
   return ccSuccess;
 }
+
+#ifdef CCOLL_HAVE_NCCL
+// A call on device buffers of a communicator with a stream-ordered transport (collectives/stream_collectives.h):
+// checked across ranks as a host call is, then queued on the caller's stream by this thread.
+ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
+  bool agreed = false;
+  ccResult_t r = CheckAcrossRanks(comm, c, args, false, &agreed);
+  if (agreed) return r;
+  if (r == ccSuccess && c.compressor != nullptr) {
+    // Scratch first: a call refused for want of it (inside a graph capture) has queued nothing, and the communicator
+    // stays usable.
+    const ccResult_t sized = ccoll::StreamCompressedReserve(comm, args, c.compressor, c.stream);
+    if (sized == ccInvalidUsage) {
+      const std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
+      ccoll::SetLastError(sentence);
+      comm->RecordError(sentence);
+      return sized;
+    }
+    r = sized;
+  }
+  if (r == ccSuccess) {
+    ccoll::StreamKind kind = ccoll::StreamKind::kAllReduce;
+    switch (c.kind) {
+      case Kind::kAllReduce: kind = ccoll::StreamKind::kAllReduce; break;
+      case Kind::kReduceScatter: kind = ccoll::StreamKind::kReduceScatter; break;
+      case Kind::kAllGather: kind = ccoll::StreamKind::kAllGather; break;
+      case Kind::kBroadcast: kind = ccoll::StreamKind::kBroadcast; break;
+    }
+    r = ccoll::StreamCollective(comm, kind, args, c.compressor, c.stream);
+  }
+  if (r != ccSuccess) return FailCommunicator(comm, c, r);
+  comm->collectives.fetch_add(1, std::memory_order_relaxed);
+  return ccSuccess;
+}
+#endif
 
 // A call on device buffers, run by the communicator's proxy thread in call order (core/device_proxy.h). A compressed
 // all-reduce whose codec has CUDA kernels runs on the device buffers themselves (compress/device_codec.h), and so do
@@ -360,6 +416,9 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     if (r == ccSuccess && c.compressor != nullptr && c.count > 0) {
       c.compressor->memory = MemoryOf(comm, c.compressor, onDevice);
     }
+#ifdef CCOLL_HAVE_NCCL
+    if (r == ccSuccess && onDevice && comm->streamTransport) return QueueOnStream(comm, c, args);
+#endif
     if (r == ccSuccess && onDevice) r = EnqueueOnDevice(comm, c, args);
     if (r != ccSuccess) {
       comm->RecordError(ccoll::LastError());
@@ -367,7 +426,7 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     }
     if (onDevice) return ccSuccess;
     comm->DrainDevice();  // device calls queued earlier run first, on every rank alike
-    const int async = comm->asyncError.load();
+    const int async = comm->AsyncError();
     if (async != ccSuccess) {
       return Fail(static_cast<ccResult_t>(async), "%s: rank %d: a device call queued earlier failed (%s); destroy "
                   "the communicator", fn, comm->rank, ccGetErrorString(static_cast<ccResult_t>(async)));

@@ -255,7 +255,7 @@ CC_API ccResult_t ccCommGetAsyncError(ccComm_t comm, ccResult_t* asyncError) {
       return Fail(ccInvalidArgument, "ccCommGetAsyncError: comm is not a live communicator");
     }
     if (asyncError == nullptr) return Fail(ccInvalidArgument, "ccCommGetAsyncError: asyncError is NULL");
-    *asyncError = static_cast<ccResult_t>(comm->asyncError.load());
+    *asyncError = comm->AsyncError();
     return ccSuccess;
   });
 }

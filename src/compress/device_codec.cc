@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 
 #include "compress/codec_cuda.h"
 #ifdef CCOLL_HAVE_CUBLAS
@@ -19,11 +20,11 @@ namespace {
 constexpr size_t kMaxRotationBlock = 16384;  // gpu::RotateForward keeps a block in shared memory
 
 // What the device codecs share: the wire copies around the hop and decode kernels (none when the wire slots are
-// device memory: st->wireOnDevice). Subclasses say how many bytes a message has and which kernels turn messages and
-// values into one another.
-class DeviceCodec : public Codec {
+// device memory: st->wireOnDevice), and the waits after them (none in a stream-ordered call). Subclasses say how many
+// bytes a message has and which kernels turn messages and values into one another.
+class KernelCodec : public DeviceCodec {
  public:
-  explicit DeviceCodec(DeviceCodecState* st) : st_(st) {}
+  explicit KernelCodec(DeviceCodecState* st) : st_(st) {}
 
   size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
              void* wireOut) override {
@@ -44,7 +45,7 @@ class DeviceCodec : public Codec {
     const void* devIn[1];
     CopyIn(&wire, 1, GatherBytes(off, len), devIn);
     DecodeKernel(devIn[0], off, len, out);
-    st_->Synchronize();  // the schedule reuses the slot
+    if (!st_->streamOrdered()) st_->Synchronize();  // the schedule reuses the slot
   }
 
  protected:
@@ -74,13 +75,13 @@ class DeviceCodec : public Codec {
     return st_->wireOnDevice ? wireOut : st_->out.Reserve(MaxWireBytes(len));
   }
   // Copies a device message to the host (unless it was written in place) and waits for it (and everything before it
-  // on the stream): the schedule sends it next.
+  // on the stream): the schedule sends it next. A stream-ordered call's transport sends it in stream order instead.
   size_t CopyOut(const void* devOut, size_t bytes, void* wireOut) {
     if (devOut != wireOut) {
       CheckCuda(cudaMemcpyAsync(wireOut, devOut, bytes, cudaMemcpyDeviceToHost, st_->stream()),
                 "cudaMemcpyAsync (message out)");
     }
-    st_->Synchronize();
+    if (!st_->streamOrdered()) st_->Synchronize();
     return bytes;
   }
 
@@ -93,9 +94,9 @@ class DeviceCodec : public Codec {
   DeviceCodecState* st_;
 };
 
-class DeviceCastCodec : public DeviceCodec {
+class DeviceCastCodec : public KernelCodec {
  public:
-  DeviceCastCodec(ccDataType_t wire, int nranks, DeviceCodecState* st) : DeviceCodec(st), wire_(wire), nranks_(nranks) {}
+  DeviceCastCodec(ccDataType_t wire, int nranks, DeviceCodecState* st) : KernelCodec(st), wire_(wire), nranks_(nranks) {}
 
   size_t MaxWireBytes(size_t len) const override { return 2 * len; }
   size_t HopBytes(size_t, size_t len) const override { return 2 * len; }
@@ -125,9 +126,9 @@ class DeviceCastCodec : public DeviceCodec {
 
 // Both modes. Requant messages carry their own scales (no metadata); homomorphic lanes are coded on scales agreed
 // by max over the ranks (the metadata round), summed as integers at every hop, and decoded once.
-class DeviceQuantCodec : public DeviceCodec {
+class DeviceQuantCodec : public KernelCodec {
  public:
-  DeviceQuantCodec(const QuantPlan& plan, DeviceCodecState* st) : DeviceCodec(st), plan_(plan) {}
+  DeviceQuantCodec(const QuantPlan& plan, DeviceCodecState* st) : KernelCodec(st), plan_(plan) {}
 
   size_t MaxWireBytes(size_t len) const override { return plan_.MaxWireBytes(len); }
   size_t HopBytes(size_t, size_t len) const override { return plan_.HopBytes(len); }
@@ -143,12 +144,30 @@ class DeviceQuantCodec : public DeviceCodec {
     if (!plan_.homomorphic || count == 0) return;
     const size_t groups = (count + plan_.group - 1) / plan_.group;
     float* dev = st_->scales.Reserve<float>(groups);
-    float* host = st_->hostMeta.Reserve<float>(groups);
     CheckLaunch(gpu::GroupScales(work, count, plan_.group, plan_.clipK, dev, st_->stream()));
+    if (st_->streamOrdered()) {
+      metaCount_ = groups;  // agreed in place by the schedule (DeviceMeta)
+      return;
+    }
+    float* host = st_->hostMeta.Reserve<float>(groups);
     CheckCuda(cudaMemcpyAsync(host, dev, groups * sizeof(float), cudaMemcpyDeviceToHost, st_->stream()),
               "cudaMemcpyAsync (group scales out)");
     st_->Synchronize();
     meta->assign(host, host + groups);
+  }
+
+  float* DeviceMeta(size_t* count) override {
+    *count = metaCount_;
+    return metaCount_ > 0 ? static_cast<float*>(st_->scales.data()) : nullptr;
+  }
+
+  void ReserveScratch(size_t count, size_t maxLen) override {
+    if (plan_.homomorphic) {
+      st_->scales.Reserve<float>((count + plan_.group - 1) / plan_.group);
+      st_->sums.Reserve(PackedBytes(maxLen, plan_.laneBits));
+    }
+    st_->vals.Reserve<float>(maxLen);
+    st_->codes.Reserve<uint16_t>(maxLen);
   }
 
   void SetMeta(const std::vector<float>& agreed) override {
@@ -215,6 +234,7 @@ class DeviceQuantCodec : public DeviceCodec {
   const float* Scales() const { return static_cast<const float*>(st_->scales.data()); }
 
   const QuantPlan plan_;
+  size_t metaCount_ = 0;  // scales left on the device by a stream-ordered Prepare
 };
 
 }  // namespace
@@ -251,20 +271,25 @@ bool DeviceCodecCovers(const ccCompressor& c) {
 GrowOnlyBuffer::~GrowOnlyBuffer() {
   retired_.push_back(p_);
   // After the work queued on the stream; the other streams are done with them.
-  for (void* p : retired_) FreeScratch(device_, kind_ == kPinnedHost, p, *stream_);
+  for (void* p : retired_) FreeScratch(device_, kind_ == kPinnedHost, p, stream_->s);
 }
 
 void* GrowOnlyBuffer::Reserve(size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (p_ != nullptr && bytes <= bytes_) return p_;
+  if (stream_->frozen) {
+    throw ScratchFrozenError("the call needs " + std::to_string(bytes) + " bytes of ccoll's device scratch while its "
+                           "stream is being captured into a CUDA graph, where ccoll does not allocate: run the same "
+                           "call (compressor, count and datatype) once before capturing it");
+  }
   size_t grown = bytes_ > 0 ? bytes_ : 256;
   while (grown < bytes) grown *= 2;
   void* fresh = nullptr;
   if (device_ < 0) CheckCuda(cudaGetDevice(&device_), "cudaGetDevice");
-  CheckLaunch(AllocateScratch(device_, kind_ == kPinnedHost, grown, *stream_, &fresh));
+  CheckLaunch(AllocateScratch(device_, kind_ == kPinnedHost, grown, stream_->s, &fresh));
   // Other streams (the transport's copies) and the host may use it next: the allocation must have happened (growth is
   // rare).
-  CheckCuda(cudaStreamSynchronize(*stream_), "cudaStreamSynchronize (device codec scratch)");
+  CheckCuda(cudaStreamSynchronize(stream_->s), "cudaStreamSynchronize (device codec scratch)");
   if (p_ != nullptr) retired_.push_back(p_);  // queued work may still use it; freed with the object
   p_ = fresh;
   bytes_ = grown;
@@ -277,9 +302,32 @@ std::shared_ptr<DeviceCodecState> DeviceCodecState::Create() {
   return st;
 }
 
-DeviceCodecState::~DeviceCodecState() { blas_.reset(); }
+DeviceCodecState::~DeviceCodecState() {
+  blas_.reset();
+  if (callDone_ != nullptr) cudaEventDestroy(callDone_);
+}
 
-DeviceCodecState::OwnedStream::~OwnedStream() {
+void DeviceCodecState::BeginCallOnStream(cudaStream_t stream, bool capturing) {
+  callStream_ = stream;
+  callCaptured_ = capturing;
+  stream_.frozen = capturing;
+}
+
+void DeviceCodecState::EndCallOnStream() {
+  cudaStream_t call = callStream_;
+  const bool captured = callCaptured_;
+  callStream_ = nullptr;
+  callCaptured_ = false;
+  stream_.frozen = false;
+  if (captured || call == nullptr) return;
+  if (callDone_ == nullptr) {
+    CheckCuda(cudaEventCreateWithFlags(&callDone_, cudaEventDisableTiming), "cudaEventCreateWithFlags (call done)");
+  }
+  CheckCuda(cudaEventRecord(callDone_, call), "cudaEventRecord (call done)");
+  CheckCuda(cudaStreamWaitEvent(stream_.s, callDone_, 0), "cudaStreamWaitEvent (call done)");
+}
+
+ScratchStream::~ScratchStream() {
   if (s != nullptr) {
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
@@ -292,7 +340,7 @@ void DeviceCodecState::Synchronize() { CheckCuda(cudaStreamSynchronize(stream_.s
 float* DeviceCodecState::ErrorFeedback(size_t count) {
   if (errorFeedbackCount_ != count || errorFeedback_.data() == nullptr) {
     float* e = errorFeedback_.Reserve<float>(count);
-    CheckCuda(cudaMemsetAsync(e, 0, count * sizeof(float), stream_.s), "cudaMemsetAsync (error feedback)");
+    CheckCuda(cudaMemsetAsync(e, 0, count * sizeof(float), stream()), "cudaMemsetAsync (error feedback)");
     errorFeedbackCount_ = count;
   }
   return static_cast<float*>(errorFeedback_.data());
@@ -311,7 +359,7 @@ gpu::LowRankBlas* DeviceCodecState::Blas() {
 #endif
 }
 
-std::unique_ptr<Codec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st) {
+std::unique_ptr<DeviceCodec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st) {
   if (c.kind == ccCompressQuant) return std::make_unique<DeviceQuantCodec>(MakeQuantPlan(c, call), st);
   return std::make_unique<DeviceCastCodec>(static_cast<ccDataType_t>(c.Get(ccParamValueType)), call.nranks, st);
 }

@@ -8,7 +8,9 @@
 // pointers for wire messages. Each Hop, ReduceFinal and DecodeGather returns when its kernels and copies are done
 // (the wire message is complete, the arriving one may be reused); Prepare returns with the metadata on the host;
 // Finish only queues its kernels, and DeviceCodecState::Synchronize waits for them. A CUDA failure throws
-// DeviceCodecError.
+// DeviceCodecError. In a stream-ordered call (DeviceCodecState::BeginCallOnStream; transport nccl) nothing waits:
+// wire slots are device memory, every step only queues its kernels on the caller's stream, and the metadata stays
+// on the device (DeviceCodec::DeviceMeta).
 //
 // Memory: buffers only grow, and a grown buffer's old block is kept until the state is destroyed. The proxy thread
 // reserves them while the caller's stream waits for it (core/device_proxy.h), and with thread ranks sharing a GPU the
@@ -45,6 +47,12 @@ class DeviceCodecError : public std::runtime_error {
   explicit DeviceCodecError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Scratch would have to grow while the stream is captured into a CUDA graph (ScratchStream::frozen): a usage error.
+class ScratchFrozenError : public DeviceCodecError {
+ public:
+  using DeviceCodecError::DeviceCodecError;
+};
+
 // Throws DeviceCodecError naming `what` when e is not cudaSuccess.
 void CheckCuda(cudaError_t e, const char* what);
 // Throws DeviceCodecError with the last-error sentence when r is not ccSuccess (a kernel launch failed).
@@ -54,13 +62,23 @@ void CheckLaunch(ccResult_t r);
 // at most 16384 elements (the rotation kernel's shared memory); topk and randk; powersgd in a build with cuBLAS.
 bool DeviceCodecCovers(const ccCompressor& c);
 
+// The stream that a device codec state's memory is allocated and freed on (its own), and whether that memory may
+// grow now: not while the caller's stream is being captured into a CUDA graph, where the allocation and the wait
+// after it (GrowOnlyBuffer::Reserve) are not allowed.
+struct ScratchStream {
+  cudaStream_t s = nullptr;
+  bool frozen = false;
+  ~ScratchStream();  // waits for the stream, then destroys it
+};
+
 // Device memory (or pinned host memory) that only grows; see "Memory" above. Contents are not kept when it grows.
-// Its blocks are allocated and freed in the order of *stream (core/device_memory.h: AllocateScratch), which must be
-// valid from the first Reserve until the buffer is destroyed.
+// Its blocks are allocated and freed in the order of stream->s (core/device_memory.h: AllocateScratch), which must be
+// valid from the first Reserve until the buffer is destroyed. A Reserve that would grow it while stream->frozen
+// throws DeviceCodecError.
 class GrowOnlyBuffer {
  public:
   enum Kind { kDevice, kPinnedHost };
-  GrowOnlyBuffer(Kind kind, const cudaStream_t* stream) : kind_(kind), stream_(stream) {}
+  GrowOnlyBuffer(Kind kind, const ScratchStream* stream) : kind_(kind), stream_(stream) {}
   ~GrowOnlyBuffer();
   GrowOnlyBuffer(const GrowOnlyBuffer&) = delete;
   GrowOnlyBuffer& operator=(const GrowOnlyBuffer&) = delete;
@@ -76,7 +94,7 @@ class GrowOnlyBuffer {
 
  private:
   const Kind kind_;
-  const cudaStream_t* const stream_;
+  const ScratchStream* const stream_;
   int device_ = -1;  // the device current at the first Reserve
   void* p_ = nullptr;
   size_t bytes_ = 0;
@@ -89,10 +107,7 @@ class GrowOnlyBuffer {
 // destroyed or reset.
 class DeviceCodecState {
   // First, so that it is destroyed last: the buffers below free their device memory onto it.
-  struct OwnedStream {
-    cudaStream_t s = nullptr;
-    ~OwnedStream();
-  } stream_;
+  ScratchStream stream_;
 
  public:
   // Makes the state on the current device; the caller (the proxy thread) has set it.
@@ -101,9 +116,19 @@ class DeviceCodecState {
   DeviceCodecState(const DeviceCodecState&) = delete;
   DeviceCodecState& operator=(const DeviceCodecState&) = delete;
 
-  cudaStream_t stream() const { return stream_.s; }
-  // Waits for everything queued on the stream.
+  // The stream the codecs queue their work on: the caller's during a stream-ordered call, else the state's own.
+  cudaStream_t stream() const { return callStream_ != nullptr ? callStream_ : stream_.s; }
+  // Waits for everything queued on the state's own stream (not in a stream-ordered call).
   void Synchronize();
+
+  // A stream-ordered call (transport nccl, collectives/stream_compressed.h) from now until EndCallOnStream: the codecs
+  // queue their kernels on `stream` and never wait for them (their wire slots must be device memory), and when the
+  // stream is capturing into a CUDA graph the scratch must not grow (it throws instead).
+  void BeginCallOnStream(cudaStream_t stream, bool capturing);
+  // Ends it: the state's own stream, where its memory is freed, waits for the call's work (unless it was captured:
+  // a graph that holds it must go, or its launches end, before the compressor is destroyed).
+  void EndCallOnStream();
+  bool streamOrdered() const { return callStream_ != nullptr; }
   // The error-feedback memory of `count` floats, zero when first made (the bucket's count never changes).
   float* ErrorFeedback(size_t count);
   // The cuBLAS handle on this state's stream, made at first use (CCOLL_HAVE_CUBLAS builds).
@@ -111,33 +136,52 @@ class DeviceCodecState {
 
   // Scratch, reserved by each user for what it needs (contents are per call):
   static constexpr GrowOnlyBuffer::Kind kDev = GrowOnlyBuffer::kDevice, kPinned = GrowOnlyBuffer::kPinnedHost;
-  GrowOnlyBuffer hostWire{kPinned, &stream_.s};  // the schedule's wire slots
+  GrowOnlyBuffer hostWire{kPinned, &stream_};  // the schedule's wire slots
   // The wire slots in device memory, for a communicator whose transports carry it (thread ranks): the kernels then
   // read arriving messages and write leaving ones in place, with no copy to or from the host.
-  GrowOnlyBuffer deviceWire{kDev, &stream_.s};
+  GrowOnlyBuffer deviceWire{kDev, &stream_};
   bool wireOnDevice = false;  // this call's wire slots are deviceWire (set by the driver before the schedule)
   bool primed = false;        // PowerSGD's cuBLAS handle and products have run once (PrimeDeviceCodec)
-  GrowOnlyBuffer in0{kDev, &stream_.s}, in1{kDev, &stream_.s};  // arriving messages, copied in
-  GrowOnlyBuffer out{kDev, &stream_.s};    // the message leaving
-  GrowOnlyBuffer vals{kDev, &stream_.s};   // a slice of values being re-encoded
-  GrowOnlyBuffer codes{kDev, &stream_.s};  // a slice of codes (packing pass)
-  GrowOnlyBuffer sums{kDev, &stream_.s};   // homomorphic: a slice's lane sums before the requant gather
-  GrowOnlyBuffer scales{kDev, &stream_.s};   // homomorphic: every group's agreed scale
-  GrowOnlyBuffer packed{kDev, &stream_.s};   // sparsifiers: the chosen chunks; powersgd: P and exact parts
-  GrowOnlyBuffer factors{kDev, &stream_.s};  // powersgd: Q, then Q's sum
-  GrowOnlyBuffer index{kDev, &stream_.s};    // sparsifiers: the chosen chunks' indices; a flag
-  GrowOnlyBuffer widened{kDev, &stream_.s};  // 16-bit data: the float32 working copy (compress/widen.h)
-  GrowOnlyBuffer hostMeta{kPinned, &stream_.s};  // metadata and small host copies
-  GrowOnlyBuffer hostPacked{kPinned, &stream_.s};  // what the host schedule reduces
+  GrowOnlyBuffer in0{kDev, &stream_}, in1{kDev, &stream_};  // arriving messages, copied in
+  GrowOnlyBuffer out{kDev, &stream_};    // the message leaving
+  GrowOnlyBuffer vals{kDev, &stream_};   // a slice of values being re-encoded
+  GrowOnlyBuffer codes{kDev, &stream_};  // a slice of codes (packing pass)
+  GrowOnlyBuffer sums{kDev, &stream_};   // homomorphic: a slice's lane sums before the requant gather
+  GrowOnlyBuffer scales{kDev, &stream_};   // homomorphic: every group's agreed scale
+  GrowOnlyBuffer packed{kDev, &stream_};   // sparsifiers: the chosen chunks; powersgd: P and exact parts
+  GrowOnlyBuffer factors{kDev, &stream_};  // powersgd: Q, then Q's sum
+  GrowOnlyBuffer index{kDev, &stream_};    // sparsifiers: the chosen chunks' indices; a flag
+  GrowOnlyBuffer widened{kDev, &stream_};  // 16-bit data: the float32 working copy (compress/widen.h)
+  GrowOnlyBuffer hostMeta{kPinned, &stream_};  // metadata and small host copies
+  GrowOnlyBuffer hostPacked{kPinned, &stream_};  // what the host schedule reduces
 
  private:
   DeviceCodecState() = default;
-  GrowOnlyBuffer errorFeedback_{kDev, &stream_.s};
+  GrowOnlyBuffer errorFeedback_{kDev, &stream_};
   size_t errorFeedbackCount_ = 0;
+  cudaStream_t callStream_ = nullptr;
+  bool callCaptured_ = false;
+  cudaEvent_t callDone_ = nullptr;  // recorded at the end of a stream-ordered call, waited for by stream_
   std::shared_ptr<gpu::LowRankBlas> blas_;  // (shared_ptr: the type is incomplete here)
 };
 
+// A device codec: the Codec contract on device pointers (see the top of this file).
+class DeviceCodec : public Codec {
+ public:
+  // In a stream-ordered call, after Prepare: the metadata all ranks must agree on (reduced with MetaOp), left in
+  // device memory, where the codec reads it once the schedule has reduced it in place; nullptr when there is none.
+  // (Outside such calls Prepare returns the metadata on the host, and SetMeta takes it back.)
+  virtual float* DeviceMeta(size_t* count) {
+    *count = 0;
+    return nullptr;
+  }
+  // Grows now the scratch that Prepare over `count` values and the steps over slices of at most maxLen values use
+  // when the wire slots are device memory, so that a stream-ordered call can fail for want of scratch (ScratchFrozen-
+  // Error) before it queues anything.
+  virtual void ReserveScratch(size_t count, size_t maxLen) {}
+};
+
 // The device codec for one call of c (kind cast16 or quant, DeviceCodecCovers(c)); its work goes on st's stream.
-std::unique_ptr<Codec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st);
+std::unique_ptr<DeviceCodec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st);
 
 }  // namespace ccoll

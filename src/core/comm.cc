@@ -16,6 +16,9 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "transport/local.h"
+#ifdef CCOLL_HAVE_NCCL
+#include "transport/nccl.h"
+#endif
 #ifdef CCOLL_HAVE_UCX
 #include "transport/ucx.h"
 #endif
@@ -36,6 +39,7 @@ struct RankInfo {
   char host[64];
   int32_t checkCalls;        // CC_CHECK_CALLS: it changes the messages of every call, so all ranks must agree
   int32_t checksum;          // CC_CHECKSUM: likewise
+  int32_t transport;         // CC_TRANSPORT: the bootstrap rounds that follow depend on it
 };
 
 const uint8_t* ProcessToken() {
@@ -193,8 +197,14 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   const int rank = comm->rank, n = comm->nranks;
   const ccTransport_t want = comm->config.transport;
   if (want == ccTransportNccl) {
-    return Fail(ccInvalidUsage, "rank %d: transport nccl needs the CUDA backend and device buffers, which this "
-                "version does not have yet", rank);
+#ifndef CCOLL_HAVE_NCCL
+    return Fail(ccInvalidUsage, "rank %d: transport nccl was asked for, but this build of ccoll has no NCCL (configure "
+                "with CUDA, nccl.h and libnccl found)", rank);
+#endif
+    if (comm->config.cudaDev < 0) {
+      return Fail(ccInvalidUsage, "rank %d: transport nccl needs a CUDA device, and there was none current at init "
+                  "(set ccConfig_t.cudaDev)", rank);
+    }
   }
   std::string key = Hex(content.secret, sizeof(content.secret)) + "@" + ToString(content.root);
   std::unique_ptr<LocalTransport> local;
@@ -208,6 +218,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   gethostname(info.host, sizeof(info.host) - 1);
   info.checkCalls = comm->config.checkCalls ? 1 : 0;
   info.checksum = comm->config.checksum ? 1 : 0;
+  info.transport = static_cast<int32_t>(want);
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -225,6 +236,12 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     if (infos[peer].checkCalls != info.checkCalls) {
       return Fail(ccInvalidUsage, "rank %d: CC_CHECK_CALLS is %d here but %d on rank %d (pid %d on %s); every rank "
                   "needs the same setting", rank, info.checkCalls, infos[peer].checkCalls, peer, infos[peer].pid,
+                  infos[peer].host);
+    }
+    if (infos[peer].transport != info.transport) {
+      return Fail(ccInvalidUsage, "rank %d: CC_TRANSPORT is %s here but %s on rank %d (pid %d on %s); every rank "
+                  "needs the same transport", rank, TransportName(want),
+                  TransportName(static_cast<ccTransport_t>(infos[peer].transport)), peer, infos[peer].pid,
                   infos[peer].host);
     }
     if (infos[peer].checksum != info.checksum) {
@@ -270,7 +287,11 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     for (int peer : remote) comm->peers[peer] = ucx.get();
     comm->transports.push_back(std::move(ucx));
 #else
-    for (int peer = 0; peer < n; ++peer) {
+    for (int peer = 0; peer < n && want == ccTransportNccl; ++peer) {
+      // Device buffers travel through NCCL; host buffers between processes would need UCX.
+      if (!sameProcess(peer)) comm->hostTransports = false;
+    }
+    for (int peer = 0; peer < n && want != ccTransportNccl; ++peer) {
       if (!sameProcess(peer) || want == ccTransportUcx) {
         return Fail(ccInvalidUsage, "rank %d: rank %d runs in another process (pid %d on %s), but this build has no "
                     "UCX transport (configure with -DCCOLL_ENABLE_UCX=ON and libucx-dev)", rank, peer,
@@ -280,7 +301,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 #endif
   }
   for (int peer = 0; peer < n; ++peer) {
-    if (peer == rank || comm->peers[peer] != nullptr) continue;
+    if (peer == rank || comm->peers[peer] != nullptr || !sameProcess(peer)) continue;
     if (!local->PeerPresent(peer)) {
       return Fail(ccInternalError, "rank %d: rank %d is in this process but not in its local group", rank, peer);
     }
@@ -288,10 +309,25 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   }
   comm->transports.push_back(std::move(local));
   for (auto& t : comm->transports) t->SetChecksum(comm->config.checksum);
+#ifdef CCOLL_HAVE_NCCL
+  if (want == ccTransportNccl) {
+    // Round 3: rank 0's NCCL id, then every rank joins the private NCCL communicator.
+    std::string mine;
+    if (rank == 0) CC_CHECK(NcclTransport::MakeId(&mine));
+    CC_CHECK(session.AllGather(mine, &all));
+    std::unique_ptr<NcclTransport> nccl;
+    CC_CHECK(NcclTransport::Create(all[0], rank, n, comm->config.cudaDev, comm->config.timeoutMs, &nccl));
+    comm->streamTransport = std::move(nccl);
+  }
+#endif
   comm->scratch.assign(comm->config.sliceBytes * ccComm::kScratchSlots, 0);
+  const char* between = want == ccTransportNccl ? (comm->hostTransports ? " (host buffers: local and ucx)"
+                                                                        : " (host buffers: none between processes)")
+                        : anyRemote             ? " (ucx between processes)"
+                                                : "";
   CC_INFO(kLogInit, "rank %d of %d ready: transport %s%s, algorithm %s, slice %zu bytes, timeout %d ms", rank, n,
-          TransportName(want), anyRemote ? " (ucx between processes)" : "", AlgoName(comm->config.algorithm),
-          comm->config.sliceBytes, comm->config.timeoutMs);
+          TransportName(want), between, AlgoName(comm->config.algorithm), comm->config.sliceBytes,
+          comm->config.timeoutMs);
   return ccSuccess;
 }
 
@@ -386,6 +422,21 @@ void ccComm::DrainDevice() {
 
 void ccComm::Abort(const char* reason) {
   for (auto& t : transports) t->Abort(reason);
+  if (streamTransport) streamTransport->Abort(reason);
+}
+
+ccResult_t ccComm::AsyncError() {
+  int now = asyncError.load();
+  if (now != ccSuccess || !streamTransport) return static_cast<ccResult_t>(now);
+  std::string why;
+  const ccResult_t r = streamTransport->AsyncError(&why);
+  if (r == ccSuccess) return ccSuccess;
+  int expected = ccSuccess;
+  if (asyncError.compare_exchange_strong(expected, r)) {
+    RecordError(why);
+    return r;
+  }
+  return static_cast<ccResult_t>(expected);
 }
 
 void ccComm::RecordError(const std::string& sentence) {

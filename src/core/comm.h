@@ -13,6 +13,7 @@
 #include "ccoll.h"
 #include "core/buffer_ops.h"
 #include "core/device_proxy.h"
+#include "transport/stream_transport.h"
 #include "transport/transport.h"
 
 namespace ccoll {
@@ -50,6 +51,11 @@ struct ccComm {
   // Transports by peer rank (nullptr for this rank itself); owned by `transports`.
   std::vector<ccoll::Transport*> peers;
   std::vector<std::unique_ptr<ccoll::Transport>> transports;
+  // Every peer has a host transport in `peers`. False only with transport nccl in a build without UCX, for ranks in
+  // other processes: then host buffers cannot be carried (and calls are not checked across ranks).
+  bool hostTransports = true;
+  // Transport nccl: device calls are queued on the caller's stream through it (collectives/stream_collectives.h).
+  std::unique_ptr<ccoll::StreamTransport> streamTransport;
 
   // Scratch for schedules, allocated once at init: kScratchSlots slices.
   static constexpr int kScratchSlots = 2;
@@ -82,6 +88,9 @@ struct ccComm {
   ~ccComm();
   // Fails every pending and future transfer on this rank and its peers.
   void Abort(const char* reason);
+  // The communicator's asynchronous error: a failure recorded so far, or one the stream transport has seen since (which
+  // is then recorded, with its sentence as the last error).
+  ccResult_t AsyncError();
   void RecordError(const std::string& sentence);
   // The device proxy, created on first use for config.cudaDev.
   ccResult_t DeviceProxyOf(ccoll::DeviceProxy** out);

@@ -18,6 +18,11 @@ constexpr bool kUcx = true;
 #else
 constexpr bool kUcx = false;
 #endif
+#ifdef CCOLL_HAVE_NCCL
+constexpr bool kNccl = true;
+#else
+constexpr bool kNccl = false;
+#endif
 #ifdef CCOLL_HAVE_BLAS
 constexpr bool kBlas = true;
 #else
@@ -42,8 +47,8 @@ int main(int argc, char** argv) {
   int version = 0;
   ccGetVersion(&version);
   std::printf("ccoll %s (version code %d)\n", CCOLL_VERSION_STRING, version);
-  std::printf("backends: cpu yes, cuda %s; transports: local yes, ucx %s; powersgd: cpu blas %s, cublas %s\n",
-              YesNo(kCuda), YesNo(kUcx), YesNo(kBlas), YesNo(kCublas));
+  std::printf("backends: cpu yes, cuda %s; transports: local yes, ucx %s, nccl %s; powersgd: cpu blas %s, cublas %s\n",
+              YesNo(kCuda), YesNo(kUcx), YesNo(kNccl), YesNo(kBlas), YesNo(kCublas));
   if (params) {
     std::printf("\n");
     ccoll::PrintParams(stdout);

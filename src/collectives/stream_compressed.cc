@@ -1,0 +1,203 @@
+#include "collectives/stream_compressed.h"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "collectives/device_prepare.h"
+#include "collectives/stream_collectives.h"
+#include "compress/codec_cuda.h"
+#include "compress/compressor.h"
+#include "compress/device_codec.h"
+#include "compress/widen.h"
+#include "core/comm.h"
+#include "core/device_scope.h"
+#include "core/error.h"
+
+namespace ccoll {
+namespace {
+
+// One step's group of transfers, counted in the communicator's traffic.
+ccResult_t Exchange(ccComm* comm, const StreamTransfer* x, size_t k, ccStream_t stream) {
+  CC_CHECK(comm->streamTransport->Group(x, k, stream));
+  for (size_t i = 0; i < k; ++i) {
+    (x[i].send ? comm->bytesSent : comm->bytesReceived).fetch_add(x[i].bytes, std::memory_order_relaxed);
+  }
+  return ccSuccess;
+}
+
+// The codec ring of the file comment, queued on `stream`. `wire` holds four slots of `slot` bytes: two for arriving
+// messages, two for leaving ones. Stream order makes every slot's reuse safe: a step's transfers finish before its
+// kernels start, and those before the next step's transfers.
+ccResult_t StreamRing(ccComm* comm, DeviceCodec& codec, float* work, size_t count, char* wire, size_t slot,
+                      ccStream_t stream) {
+  const int n = comm->nranks, r = comm->rank;
+  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
+  auto chunk = [&](int c) {
+    const int i = Mod(c, n);
+    return Slice{PartOffset(count, n, i), PartSize(count, n, i)};
+  };
+  char* in[2] = {wire, wire + slot};
+  char* out[2] = {wire + 2 * slot, wire + 3 * slot};
+  // Reduce-scatter step s: send chunk r-s (this rank's own, encoded, at s = 0; the previous hop's result after),
+  // receive chunk r-s-1 and add this rank's part of it.
+  Slice own = chunk(r);
+  size_t outBytes = own.count > 0 ? codec.Hop(nullptr, 0, work + own.offset, own.offset, own.count, out[0]) : 0;
+  int payloadSlot = 0;
+  size_t payloadBytes = 0;
+  for (int s = 0; s < n - 1; ++s) {
+    const Slice o = chunk(r - s), i = chunk(r - s - 1);
+    StreamTransfer x[2];
+    size_t k = 0;
+    if (o.count > 0) x[k++] = StreamTransfer{true, next, out[s % 2], outBytes};
+    if (i.count > 0) x[k++] = StreamTransfer{false, prev, in[s % 2], codec.HopBytes(i.offset, i.count)};
+    CC_CHECK(Exchange(comm, x, k, stream));
+    const void* arrived = in[s % 2];
+    const int dst = (s + 1) % 2;
+    if (i.count == 0) {
+      outBytes = 0;
+    } else if (s < n - 2) {
+      outBytes = codec.Hop(&arrived, 1, work + i.offset, i.offset, i.count, out[dst]);
+    } else {
+      // The last addition: chunk r+1 is complete here; its payload is what every rank decodes, this one included.
+      payloadBytes = codec.ReduceFinal(&arrived, 1, work + i.offset, i.offset, i.count, out[dst]);
+      codec.DecodeGather(out[dst], i.offset, i.count, work + i.offset);
+      payloadSlot = dst;
+    }
+  }
+  // All-gather step t: send chunk r+1-t (the payload at t = 0, then what arrived at t-1, unchanged), receive chunk r-t.
+  for (int s = 0; s < n - 1; ++s) {
+    const Slice o = chunk(r + 1 - s), i = chunk(r - s);
+    StreamTransfer x[2];
+    size_t k = 0;
+    if (o.count > 0) {
+      char* src = s == 0 ? out[payloadSlot] : in[(s - 1) % 2];
+      x[k++] = StreamTransfer{true, next, src, s == 0 ? payloadBytes : codec.GatherBytes(o.offset, o.count)};
+    }
+    if (i.count > 0) x[k++] = StreamTransfer{false, prev, in[s % 2], codec.GatherBytes(i.offset, i.count)};
+    CC_CHECK(Exchange(comm, x, k, stream));
+    if (i.count > 0) codec.DecodeGather(in[s % 2], i.offset, i.count, work + i.offset);
+  }
+  return ccSuccess;
+}
+
+// Wire slots: four of the largest chunk's message (chunk 0 is the largest).
+size_t SlotBytes(const DeviceCodec& codec, size_t count, int nranks) {
+  return (codec.MaxWireBytes(PartSize(count, nranks, 0)) + 255) & ~size_t{255};
+}
+
+// The float32 call: work (the output) holds the prepared input, then the sum, then the result.
+ccResult_t Float32Call(ccComm* comm, const float* input, float* work, size_t count, bool average, ccCompressor* c,
+                       const CodecCall& call, DeviceCodecState* st, ccStream_t stream) {
+  std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, call, st);
+  std::vector<float> unused;
+  codec->Prepare(input, work, count, &unused);
+  size_t metaCount = 0;
+  float* meta = codec->DeviceMeta(&metaCount);
+  if (metaCount > 0) {
+    CC_CHECK(StreamExactCall(comm, StreamKind::kAllReduce, meta, meta, metaCount, ccFloat32, codec->MetaOp(), 0,
+                             stream));
+  }
+  const size_t slot = SlotBytes(*codec, count, comm->nranks);
+  st->wireOnDevice = true;
+  char* wire = static_cast<char*>(st->deviceWire.Reserve(4 * slot));
+  CC_CHECK(StreamRing(comm, *codec, work, count, wire, slot, stream));
+  codec->Finish(work, count, average);
+  return ccSuccess;
+}
+
+// Whether `stream` is being captured into a CUDA graph.
+ccResult_t Capturing(const ccComm* comm, cudaStream_t stream, bool* capturing) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(stream, &status);
+  if (e != cudaSuccess) {
+    return Fail(ccUnhandledCudaError, "rank %d: cudaStreamIsCapturing failed: %s", comm->rank, cudaGetErrorString(e));
+  }
+  *capturing = status != cudaStreamCaptureStatusNone;
+  return ccSuccess;
+}
+
+CodecCall CallOf(const ccComm* comm, const ccCompressor& c) {
+  CodecCall call;
+  call.rank = comm->rank;
+  call.nranks = comm->nranks;
+  call.seed = static_cast<uint64_t>(c.Get(ccParamSeed));
+  call.call = c.calls;
+  return call;
+}
+
+// Runs `work` on the compressor's device state in a stream-ordered call on `stream`: DeviceCodecError becomes
+// ccUnhandledCudaError, and ScratchFrozenError ccInvalidUsage.
+template <typename Work>
+ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work) {
+  CC_CHECK(PrepareDevice(comm->config.cudaDev));
+  DeviceScope scope(comm->config.cudaDev);
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  bool capturing = false;
+  CC_CHECK(Capturing(comm, s, &capturing));
+  DeviceCodecState* st = nullptr;
+  try {
+    if (!c->device) c->device = DeviceCodecState::Create();
+    st = c->device.get();
+    st->BeginCallOnStream(s, capturing);
+    const ccResult_t r = work(st, s);
+    st->EndCallOnStream();
+    return r;
+  } catch (const ScratchFrozenError& err) {
+    if (st != nullptr) st->BeginCallOnStream(nullptr, false);  // back to the state's own stream
+    return Fail(ccInvalidUsage, "rank %d: %s", comm->rank, err.what());
+  } catch (const DeviceCodecError& err) {
+    if (st != nullptr) st->BeginCallOnStream(nullptr, false);
+    return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, err.what());
+  }
+}
+
+}  // namespace
+
+bool StreamCodecCovers(const ccCompressor& c) {
+  return (c.kind == ccCompressCast16 || c.kind == ccCompressQuant) && DeviceCodecCovers(c);
+}
+
+ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor* c, ccStream_t stream) {
+  if (!StreamCodecCovers(*c)) {
+    return Fail(ccInvalidUsage, "rank %d: compressor %s does not run on the nccl transport yet (cast16 and quant do)",
+                comm->rank, CompressorSpec(*c).c_str());
+  }
+  if (comm->nranks == 1 || a.count == 0) return ccSuccess;
+  return OnState(comm, c, stream, [&](DeviceCodecState* st, cudaStream_t) {
+    std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, CallOf(comm, *c), st);
+    if (a.dtype != ccFloat32) st->widened.Reserve<float>(a.count);
+    st->deviceWire.Reserve(4 * SlotBytes(*codec, a.count, comm->nranks));
+    codec->ReserveScratch(a.count, PartSize(a.count, comm->nranks, 0));
+    return ccSuccess;
+  });
+}
+
+ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, ccStream_t stream) {
+  c->boundCount = a.count;
+  const CodecCall call = CallOf(comm, *c);
+  ++c->calls;
+  return OnState(comm, c, stream, [&](DeviceCodecState* st, cudaStream_t s) -> ccResult_t {
+    if (comm->nranks == 1 || a.count == 0) {
+      // Nothing to communicate: the exact result (the sum or average of one rank is its input).
+      if (a.send != a.recv && a.count > 0) {
+        CheckCuda(cudaMemcpyAsync(a.recv, a.send, a.count * a.eltSize, cudaMemcpyDeviceToDevice, s),
+                  "cudaMemcpyAsync (one rank)");
+      }
+      return ccSuccess;
+    }
+    if (a.dtype == ccFloat32) {
+      return Float32Call(comm, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count,
+                         a.op == ccAvg, c, call, st, stream);
+    }
+    // 16-bit data: widened exactly into a float32 working copy, narrowed back to nearest-even (compress/widen.h).
+    float* w = st->widened.Reserve<float>(a.count);
+    CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, s));
+    CC_CHECK(Float32Call(comm, w, w, a.count, a.op == ccAvg, c, call, st, stream));
+    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, s));
+    return ccSuccess;
+  });
+}
+
+}  // namespace ccoll

@@ -1,0 +1,375 @@
+#include "transport/nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "core/device_scope.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ccoll {
+
+// ccoll's enums were given NCCL's values, so that a port is a rename; the casts below rely on it.
+static_assert(ccInt32 == static_cast<int>(ncclInt32) && ccInt64 == static_cast<int>(ncclInt64) &&
+                  ccFloat16 == static_cast<int>(ncclFloat16) && ccFloat32 == static_cast<int>(ncclFloat32) &&
+                  ccFloat64 == static_cast<int>(ncclFloat64) && ccBfloat16 == static_cast<int>(ncclBfloat16),
+              "ccDataType_t values are NCCL's");
+static_assert(ccSum == static_cast<int>(ncclSum) && ccProd == static_cast<int>(ncclProd) &&
+                  ccMax == static_cast<int>(ncclMax) && ccMin == static_cast<int>(ncclMin) &&
+                  ccAvg == static_cast<int>(ncclAvg),
+              "ccRedOp_t values are NCCL's");
+static_assert(ccUnhandledCudaError == static_cast<int>(ncclUnhandledCudaError) &&
+                  ccSystemError == static_cast<int>(ncclSystemError) &&
+                  ccInternalError == static_cast<int>(ncclInternalError) &&
+                  ccInvalidArgument == static_cast<int>(ncclInvalidArgument) &&
+                  ccInvalidUsage == static_cast<int>(ncclInvalidUsage) &&
+                  ccRemoteError == static_cast<int>(ncclRemoteError) && ccInProgress == static_cast<int>(ncclInProgress),
+              "ccResult_t values are NCCL's");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ccResult_t ResultOf(ncclResult_t r) {
+  return r >= ncclSuccess && r <= ncclInProgress ? static_cast<ccResult_t>(r) : ccInternalError;
+}
+
+cudaStream_t CudaStream(ccStream_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+}  // namespace
+
+struct NcclTransport::Impl {
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  int nranks = 0;
+  int device = 0;
+  int timeoutMs = 0;
+
+  // Calls into NCCL hold this shared; the abort takes it exclusively, so that it does not free the communicator under
+  // a call, unless a call stays inside NCCL (blocked: what the abort is there to release).
+  std::shared_timed_mutex commLock;
+  std::atomic<bool> aborted{false};
+  std::atomic<bool> commGone{false};  // ncclCommAbort or ncclCommDestroy has run (or is running)
+
+  std::mutex errorMutex;
+  std::atomic<int> error{ccSuccess};
+  std::string errorSentence;
+
+  // Collectives queued outside graph capture, oldest first: an event recorded after each, and when it was queued.
+  struct Pending {
+    cudaEvent_t event;
+    Clock::time_point queued;
+  };
+  std::mutex pendingMutex;
+  std::deque<Pending> pending;
+  std::vector<cudaEvent_t> spareEvents;
+
+  std::mutex watchMutex;
+  std::condition_variable watchCv;
+  bool stop = false;
+  std::thread watchdog;
+
+  // Records the first failure (later ones are its consequences) and logs it.
+  void RecordError(ccResult_t r, const std::string& sentence) {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    if (error.load() != ccSuccess) return;
+    errorSentence = sentence;
+    error = r;
+    CC_WARN("%s", sentence.c_str());
+  }
+
+  // The error of a call that finds the communicator aborted.
+  ccResult_t Aborted(const char* what) {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(errorMutex);
+      why = errorSentence;
+    }
+    return Fail(ccRemoteError, "rank %d: %s on the nccl transport after it was aborted (%s)", rank, what,
+                why.c_str());
+  }
+
+  ccResult_t Check(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess) return ccSuccess;
+    return Fail(ResultOf(r), "rank %d: %s failed: %s (%s)", rank, what, ncclGetErrorString(r),
+                ncclGetLastError(comm));
+  }
+
+  // Runs `calls` (which call into NCCL and return ccResult_t) unless the communicator is aborted.
+  template <typename Calls>
+  ccResult_t Enter(const char* what, Calls&& calls) {
+    std::shared_lock<std::shared_timed_mutex> lock(commLock);
+    if (aborted.load() || commGone.load()) return Aborted(what);
+    return calls();
+  }
+
+  void AbortComm(const std::string& sentence) {
+    RecordError(ccRemoteError, sentence);
+    aborted = true;
+    // Calls in NCCL return within microseconds; one that does not is blocked, waiting for the peer this abort gives up
+    // on, and only the abort releases it.
+    std::unique_lock<std::shared_timed_mutex> lock(commLock, std::defer_lock);
+    lock.try_lock_for(std::chrono::seconds(2));
+    if (commGone.exchange(true)) return;
+    DeviceScope scope(device);
+    ncclResult_t r = ncclCommAbort(comm);
+    if (r != ncclSuccess) CC_WARN("rank %d: ncclCommAbort failed: %s", rank, ncclGetErrorString(r));
+  }
+
+  // One pass of the watchdog: NCCL's asynchronous error, then the oldest queued collectives.
+  void Watch() {
+    if (aborted.load()) return;
+    ncclResult_t async = ncclSuccess;
+    {
+      std::shared_lock<std::shared_timed_mutex> lock(commLock);
+      if (commGone) return;
+      ncclCommGetAsyncError(comm, &async);
+    }
+    if (async != ncclSuccess && async != ncclInProgress) {
+      AbortComm("rank " + std::to_string(rank) + ": NCCL reported an asynchronous error: " +
+                ncclGetErrorString(async) + " (a peer failed or left; the communicator is aborted)");
+      return;
+    }
+    const Clock::time_point now = Clock::now();
+    std::string late;
+    {
+      std::lock_guard<std::mutex> lock(pendingMutex);
+      while (!pending.empty()) {
+        cudaError_t e = cudaEventQuery(pending.front().event);
+        if (e == cudaSuccess) {
+          spareEvents.push_back(pending.front().event);
+          pending.pop_front();
+          continue;
+        }
+        if (e != cudaErrorNotReady) {
+          cudaGetLastError();
+          late = std::string("a CUDA error on the stream of a collective: ") + cudaGetErrorString(e);
+        } else if (now - pending.front().queued > std::chrono::milliseconds(timeoutMs)) {
+          late = "a collective queued " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - pending.front().queued)
+                                    .count()) +
+                 " ms ago has not completed (CC_TIMEOUT_MS=" + std::to_string(timeoutMs) +
+                 "): a peer is dead or stuck, or its ranks called collectives in different orders";
+        }
+        break;
+      }
+    }
+    if (!late.empty()) {
+      RecordError(ccTimeout, "rank " + std::to_string(rank) + ": " + late);
+      AbortComm("rank " + std::to_string(rank) + ": aborted after " + late);
+    }
+  }
+
+  void WatchLoop() {
+    // Relaxed: this thread's event queries must not break a capture that another thread began in global mode (where
+    // CUDA refuses such queries from any thread, and the capture with them).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    std::unique_lock<std::mutex> lock(watchMutex);
+    while (!stop) {
+      watchCv.wait_for(lock, std::chrono::milliseconds(50));
+      if (stop) break;
+      lock.unlock();
+      Watch();
+      lock.lock();
+    }
+  }
+};
+
+ccResult_t NcclTransport::MakeId(std::string* id) {
+  ncclUniqueId uid;
+  ncclResult_t r = ncclGetUniqueId(&uid);
+  if (r != ncclSuccess) {
+    return Fail(ResultOf(r), "ncclGetUniqueId failed: %s (%s)", ncclGetErrorString(r), ncclGetLastError(nullptr));
+  }
+  id->assign(reinterpret_cast<const char*>(&uid), sizeof(uid));
+  return ccSuccess;
+}
+
+ccResult_t NcclTransport::Create(const std::string& id, int rank, int nranks, int device, int timeoutMs,
+                                 std::unique_ptr<NcclTransport>* out) {
+  ncclUniqueId uid;
+  if (id.size() != sizeof(uid)) {
+    return Fail(ccRemoteError, "rank %d: rank 0 sent a %zu-byte NCCL id (expected %zu: another NCCL version?)", rank,
+                id.size(), sizeof(uid));
+  }
+  std::memcpy(&uid, id.data(), sizeof(uid));
+  auto impl = std::make_unique<Impl>();
+  impl->rank = rank;
+  impl->nranks = nranks;
+  impl->device = device;
+  impl->timeoutMs = timeoutMs;
+  {
+    DeviceScope scope(device);
+    ncclResult_t r = ncclCommInitRank(&impl->comm, nranks, uid, rank);
+    if (r != ncclSuccess) {
+      return Fail(ResultOf(r), "rank %d: ncclCommInitRank on CUDA device %d failed: %s (%s)%s", rank, device,
+                  ncclGetErrorString(r), ncclGetLastError(nullptr),
+                  r == ncclInvalidUsage ? "; ranks that share a GPU must be processes with different NCCL_HOSTID "
+                                          "values"
+                                        : "");
+    }
+  }
+  int version = 0;
+  ncclGetVersion(&version);
+  CC_INFO(kLogInit, "rank %d: nccl transport ready (NCCL %d, CUDA device %d, %d ranks)", rank, version, device,
+          nranks);
+  Impl* raw = impl.get();
+  impl->watchdog = std::thread([raw] { raw->WatchLoop(); });
+  out->reset(new NcclTransport(std::move(impl)));
+  return ccSuccess;
+}
+
+NcclTransport::NcclTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+NcclTransport::~NcclTransport() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(m.watchMutex);
+    m.stop = true;
+  }
+  m.watchCv.notify_all();
+  m.watchdog.join();
+  // The work queued on the communicator must finish before it goes; if it does not within the timeout, a peer is
+  // gone, and only an abort ends it.
+  DeviceScope scope(m.device);
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(m.timeoutMs);
+  bool drained = m.error.load() == ccSuccess;
+  {
+    std::lock_guard<std::mutex> lock(m.pendingMutex);
+    while (drained && !m.pending.empty()) {
+      cudaError_t e = cudaEventQuery(m.pending.front().event);
+      if (e == cudaErrorNotReady) {
+        if (Clock::now() > deadline) {
+          drained = false;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      cudaGetLastError();
+      m.spareEvents.push_back(m.pending.front().event);
+      m.pending.pop_front();
+    }
+  }
+  {
+    std::unique_lock<std::shared_timed_mutex> lock(m.commLock);
+    if (!m.commGone.exchange(true)) {
+      ncclResult_t r = drained ? ncclCommDestroy(m.comm) : ncclCommAbort(m.comm);
+      if (r != ncclSuccess) CC_WARN("rank %d: destroying the NCCL communicator failed: %s", m.rank, ncclGetErrorString(r));
+    }
+  }
+  for (const Impl::Pending& p : m.pending) cudaEventDestroy(p.event);
+  for (cudaEvent_t e : m.spareEvents) cudaEventDestroy(e);
+}
+
+ccResult_t NcclTransport::Group(const StreamTransfer* transfers, size_t n, ccStream_t stream) {
+  Impl& m = *impl_;
+  return m.Enter("a transfer", [&] {
+    CC_CHECK(m.Check(ncclGroupStart(), "ncclGroupStart"));
+    ccResult_t first = ccSuccess;
+    for (size_t i = 0; i < n && first == ccSuccess; ++i) {
+      const StreamTransfer& t = transfers[i];
+      first = t.send ? m.Check(ncclSend(t.buf, t.bytes, ncclUint8, t.peer, m.comm, CudaStream(stream)), "ncclSend")
+                     : m.Check(ncclRecv(t.buf, t.bytes, ncclUint8, t.peer, m.comm, CudaStream(stream)), "ncclRecv");
+    }
+    // The group ends even after a failed call in it: NCCL's group state is per thread and must not stay open.
+    ccResult_t end = m.Check(ncclGroupEnd(), "ncclGroupEnd");
+    return first != ccSuccess ? first : end;
+  });
+}
+
+ccResult_t NcclTransport::AllReduce(const void* send, void* recv, size_t count, ccDataType_t dtype, ccRedOp_t op,
+                                    ccStream_t stream) {
+  Impl& m = *impl_;
+  return m.Enter("ncclAllReduce", [&] {
+    return m.Check(ncclAllReduce(send, recv, count, static_cast<ncclDataType_t>(dtype),
+                                 static_cast<ncclRedOp_t>(op), m.comm, CudaStream(stream)),
+                   "ncclAllReduce");
+  });
+}
+
+ccResult_t NcclTransport::ReduceScatter(const void* send, void* recv, size_t recvCount, ccDataType_t dtype,
+                                        ccRedOp_t op, ccStream_t stream) {
+  Impl& m = *impl_;
+  return m.Enter("ncclReduceScatter", [&] {
+    return m.Check(ncclReduceScatter(send, recv, recvCount, static_cast<ncclDataType_t>(dtype),
+                                     static_cast<ncclRedOp_t>(op), m.comm, CudaStream(stream)),
+                   "ncclReduceScatter");
+  });
+}
+
+ccResult_t NcclTransport::AllGather(const void* send, void* recv, size_t sendCount, ccDataType_t dtype,
+                                    ccStream_t stream) {
+  Impl& m = *impl_;
+  return m.Enter("ncclAllGather", [&] {
+    return m.Check(
+        ncclAllGather(send, recv, sendCount, static_cast<ncclDataType_t>(dtype), m.comm, CudaStream(stream)),
+        "ncclAllGather");
+  });
+}
+
+ccResult_t NcclTransport::Broadcast(const void* send, void* recv, size_t count, ccDataType_t dtype, int root,
+                                    ccStream_t stream) {
+  Impl& m = *impl_;
+  return m.Enter("ncclBroadcast", [&] {
+    return m.Check(
+        ncclBroadcast(send, recv, count, static_cast<ncclDataType_t>(dtype), root, m.comm, CudaStream(stream)),
+        "ncclBroadcast");
+  });
+}
+
+ccResult_t NcclTransport::Queued(ccStream_t stream) {
+  Impl& m = *impl_;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(CudaStream(stream), &capture);
+  if (e != cudaSuccess) {
+    return Fail(ccUnhandledCudaError, "rank %d: cudaStreamIsCapturing failed: %s", m.rank, cudaGetErrorString(e));
+  }
+  // A captured collective runs at each launch of its graph, not now: there is nothing to watch until then.
+  if (capture != cudaStreamCaptureStatusNone) return ccSuccess;
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(m.pendingMutex);
+    if (!m.spareEvents.empty()) {
+      event = m.spareEvents.back();
+      m.spareEvents.pop_back();
+    }
+  }
+  if (event == nullptr) {
+    DeviceScope scope(m.device);
+    e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      return Fail(ccUnhandledCudaError, "rank %d: cudaEventCreateWithFlags failed: %s", m.rank, cudaGetErrorString(e));
+    }
+  }
+  e = cudaEventRecord(event, CudaStream(stream));
+  std::lock_guard<std::mutex> lock(m.pendingMutex);
+  if (e != cudaSuccess) {
+    m.spareEvents.push_back(event);
+    return Fail(ccUnhandledCudaError, "rank %d: cudaEventRecord failed: %s", m.rank, cudaGetErrorString(e));
+  }
+  m.pending.push_back(Impl::Pending{event, Clock::now()});
+  return ccSuccess;
+}
+
+ccResult_t NcclTransport::AsyncError(std::string* why) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.errorMutex);
+  if (why != nullptr) *why = m.errorSentence;
+  return static_cast<ccResult_t>(m.error.load());
+}
+
+void NcclTransport::Abort(const char* reason) { impl_->AbortComm(reason); }
+
+}  // namespace ccoll

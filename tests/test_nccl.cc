@@ -1,0 +1,822 @@
+// [gpu][nccl] Collectives over the NCCL transport (CC_TRANSPORT=nccl): device buffers, stream-ordered, capturable.
+//
+// Ranks: against tests/fake_cuda (the CPU stand-ins of CUDA and NCCL), threads of this process. Against a real GPU,
+// forked processes, each with its own NCCL_HOSTID: NCCL refuses two ranks on one GPU of one host, and takes processes
+// with different host ids for hosts of their own (its socket transport over loopback then connects them). That is
+// how a one-GPU machine runs it (perf/gpu_check.sh). Processes are forked before this process touches CUDA; what a
+// rank found goes back through shared memory, and the assertions run here, after the ranks are done.
+//
+// Checked: exact all-reduce over datatypes and ops against fp64 references, identical bytes on every rank, in place;
+// reduce-scatter, all-gather, broadcast; the compressed all-reduce (cast16, quant requant and homomorphic, float32 and
+// bfloat16 data) with the host ring's bytes (same compressor, same call) where the host ring's slices cut no scale
+// group, identical bytes on every rank and its error bound elsewhere; stream order (the call returns while the stream
+// is held, work after it sees the result); CUDA graph capture and replay; bad usage; a peer that dies, and one that
+// never calls: the others get an asynchronous error within the timeout and their streams are released.
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ccoll.h"
+#include "inputs.h"
+#include "rank_harness.h"
+
+namespace {
+
+using cctest::Bytes;
+using cctest::Contains;
+using cctest::FirstDifference;
+using cctest::Inputs;
+using cctest::SizeOf;
+
+#ifdef CCOLL_FAKE_NCCL
+constexpr bool kProcesses = false;
+#else
+constexpr bool kProcesses = true;
+#endif
+
+// What one rank reports: a result code with its sentence, and its output bytes.
+struct RankOut {
+  ccResult_t rc = ccSuccess;
+  std::string error;
+  Bytes data;
+  void Fail(ccResult_t r, const std::string& why) {
+    if (rc != ccSuccess) return;  // the first failure is the one to report
+    rc = r;
+    error = why;
+  }
+};
+
+using Body = std::function<void(int rank, RankOut* out)>;
+
+// Shared memory of one forked rank: its result code, sentence and output.
+struct Slot {
+  int32_t rc;
+  uint32_t errorBytes;
+  uint64_t dataBytes;
+  char error[1024];
+};
+constexpr size_t kMaxOut = size_t{64} << 20;
+
+// Runs body(rank) for every rank: threads (fake runtime) or forked processes (real GPU; see the top of the file).
+// A process that does not end within `seconds` is killed and reported.
+std::vector<RankOut> RunRanks(int n, const Body& body, int seconds = 180) {
+  std::vector<RankOut> outs(static_cast<size_t>(n));
+  if (!kProcesses) {
+    cctest::RunRanks(n, [&](int r) { body(r, &outs[r]); });
+    return outs;
+  }
+  const size_t stride = sizeof(Slot) + kMaxOut;
+  void* shared = mmap(nullptr, stride * n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared != MAP_FAILED);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      const std::string host = "ccoll-test-rank-" + std::to_string(r);
+      setenv("NCCL_HOSTID", host.c_str(), 1);
+      setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+      RankOut out;
+      body(r, &out);
+      Slot* slot = reinterpret_cast<Slot*>(static_cast<char*>(shared) + stride * r);
+      slot->rc = out.rc;
+      slot->errorBytes = static_cast<uint32_t>(std::min(out.error.size(), sizeof(slot->error)));
+      std::memcpy(slot->error, out.error.data(), slot->errorBytes);
+      slot->dataBytes = std::min<uint64_t>(out.data.size(), kMaxOut);
+      std::memcpy(reinterpret_cast<char*>(slot + 1), out.data.data(), slot->dataBytes);
+      _exit(0);  // no Catch2 or static teardown in the child
+    }
+    pids.push_back(pid);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  std::vector<int> status(static_cast<size_t>(n), -1);
+  for (size_t left = pids.size(); left > 0;) {
+    for (int r = 0; r < n; ++r) {
+      if (status[r] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        status[r] = st;
+        --left;
+      }
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r) {
+        if (status[r] == -1) kill(pids[r], SIGKILL);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int r = 0; r < n; ++r) {
+    const Slot* slot = reinterpret_cast<const Slot*>(static_cast<char*>(shared) + stride * r);
+    RankOut& out = outs[r];
+    if (!WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != 0) {
+      out.Fail(ccSystemError, "the rank's process ended with status " + std::to_string(status[r]) +
+                                  (WIFSIGNALED(status[r]) ? " (signal " + std::to_string(WTERMSIG(status[r])) + ")"
+                                                          : ""));
+      continue;
+    }
+    out.rc = static_cast<ccResult_t>(slot->rc);
+    out.error.assign(slot->error, slot->errorBytes);
+    out.data.assign(reinterpret_cast<const char*>(slot + 1), reinterpret_cast<const char*>(slot + 1) + slot->dataBytes);
+  }
+  munmap(shared, stride * n);
+  return outs;
+}
+
+// "" when every rank succeeded, else the first failure.
+std::string Failure(const std::vector<RankOut>& outs) {
+  for (size_t r = 0; r < outs.size(); ++r) {
+    if (outs[r].rc != ccSuccess) {
+      return "rank " + std::to_string(r) + ": " + ccGetErrorString(outs[r].rc) + ": " + outs[r].error;
+    }
+  }
+  return "";
+}
+
+// Whether a CUDA device is there, asked in a child process when ranks are processes (this one must not touch CUDA
+// before it forks them).
+bool HaveDevice() {
+  auto ask = [] {
+    int n = 0;
+    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    cudaGetLastError();
+    return ok;
+  };
+  if (!kProcesses) return ask();
+  pid_t pid = fork();
+  if (pid == 0) _exit(ask() ? 0 : 1);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+#define SKIP_WITHOUT_NCCL_DEVICE()                                                     \
+  do {                                                                                 \
+    if (!HaveDevice()) {                                                               \
+      std::fprintf(stderr, "no CUDA device: the [gpu] cases are skipped\n");           \
+      std::exit(77);                                                                   \
+    }                                                                                  \
+  } while (0)
+
+uint64_t FreshSeed() {
+  static const uint64_t base = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) | rd();
+  }();
+  static std::atomic<uint64_t> next{0};
+  return base + 0x9e3779b97f4a7c15ull * ++next;
+}
+
+// One rank's communicator on transport nccl, device 0, a non-blocking stream and pinned staging for the test's
+// copies; torn down with the object (the stream is synchronized first). The staging is made here, once: with thread
+// ranks, cudaHostAlloc and cudaFreeHost would wait for the whole device, other ranks' streams included, and those
+// may be waiting for this rank's next call.
+struct Rank {
+  ccComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  char* pinned = nullptr;
+  size_t pinnedBytes = 0;
+  ccResult_t rc = ccSuccess;
+  std::string error;
+
+  Rank(const ccUniqueId& id, int rank, int n, int timeoutMs = CC_CONFIG_UNDEF_INT, size_t staging = size_t{8} << 20) {
+    cudaSetDevice(0);
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, staging, cudaHostAllocDefault) == cudaSuccess) {
+      pinned = static_cast<char*>(p);
+      pinnedBytes = staging;
+    }
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.transport = ccTransportNccl;
+    config.cudaDev = 0;
+    config.timeoutMs = timeoutMs;
+    rc = ccCommInitRankConfig(&comm, n, id, rank, &config);
+    if (rc != ccSuccess) {
+      error = ccGetLastError(nullptr);
+      return;
+    }
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+      rc = ccUnhandledCudaError;
+      error = "cudaStreamCreateWithFlags failed";
+    }
+  }
+  ~Rank() {
+    if (stream != nullptr) {
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
+    ccCommDestroy(comm);
+    cudaFreeHost(pinned);
+  }
+  ccStream_t s() const { return reinterpret_cast<ccStream_t>(stream); }
+
+  // Copies on the rank's stream through the staging, and waits for it.
+  bool ToDevice(void* dst, const Bytes& src) const {
+    if (src.empty()) return true;
+    if (src.size() > pinnedBytes) return false;
+    std::memcpy(pinned, src.data(), src.size());
+    return cudaMemcpyAsync(dst, pinned, src.size(), cudaMemcpyHostToDevice, stream) == cudaSuccess &&
+           cudaStreamSynchronize(stream) == cudaSuccess;
+  }
+  bool FromDevice(Bytes* dst, const void* src, size_t bytes) const {
+    dst->assign(bytes, 0);
+    if (bytes == 0) return true;
+    if (bytes > pinnedBytes) return false;
+    bool ok = cudaMemcpyAsync(pinned, src, bytes, cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
+              cudaStreamSynchronize(stream) == cudaSuccess;
+    if (ok) std::memcpy(dst->data(), pinned, bytes);
+    return ok;
+  }
+};
+
+// Device memory of `bytes` bytes, freed with the object.
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) {
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) p = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// After a rank's calls: its stream's completion and the communicator's asynchronous error.
+void Settle(const Rank& k, RankOut* out) {
+  cudaError_t e = cudaStreamSynchronize(k.stream);
+  if (e != cudaSuccess) out->Fail(ccUnhandledCudaError, std::string("cudaStreamSynchronize: ") + cudaGetErrorString(e));
+  ccResult_t async = ccSuccess;
+  ccCommGetAsyncError(k.comm, &async);
+  if (async != ccSuccess) out->Fail(async, std::string("async: ") + ccGetLastError(k.comm));
+}
+
+double ToDouble(const char* p, ccDataType_t t) {
+  switch (t) {
+    case ccFloat32: { float v; std::memcpy(&v, p, 4); return v; }
+    case ccFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+    case ccInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case ccInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case ccBfloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      uint32_t u = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    default: {  // float16
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+      double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+      return (h & 0x8000) ? -v : v;
+    }
+  }
+}
+
+std::vector<double> Values(const Bytes& b, ccDataType_t t) {
+  const size_t es = SizeOf(t), n = b.size() / es;
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = ToDouble(b.data() + i * es, t);
+  return v;
+}
+
+bool IsInt(ccDataType_t t) { return t == ccInt32 || t == ccInt64; }
+
+// The fp64 reduction of the ranks' inputs, and a bound on the error of a correct result element by element.
+void Reference(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, std::vector<double>* ref,
+               std::vector<double>* tol) {
+  const int n = static_cast<int>(in.size());
+  std::vector<std::vector<double>> v;
+  for (const Bytes& b : in) v.push_back(Values(b, t));
+  const size_t count = v[0].size();
+  const double eps = t == ccFloat64 ? 1e-15 : t == ccFloat32 ? 1e-6 : t == ccBfloat16 ? 8e-3 : 1e-3;
+  ref->assign(count, 0.0);
+  tol->assign(count, 0.0);
+  for (size_t i = 0; i < count; ++i) {
+    double acc = v[0][i], mag = std::fabs(v[0][i]);
+    for (int r = 1; r < n; ++r) {
+      const double x = v[r][i];
+      mag += std::fabs(x);
+      switch (op) {
+        case ccProd: acc *= x; break;
+        case ccMax: acc = std::max(acc, x); break;
+        case ccMin: acc = std::min(acc, x); break;
+        default: acc += x; break;
+      }
+    }
+    if (op == ccProd) {
+      mag = 1.0;
+      for (int r = 0; r < n; ++r) mag *= std::fabs(v[r][i]);
+    }
+    if (op == ccAvg) {
+      acc = IsInt(t) ? std::trunc(acc / n) : acc / n;
+      mag /= n;
+    }
+    (*ref)[i] = acc;
+    // Rounding at every step of n (and of the final division), each at most eps of the magnitude so far; exact for
+    // integers and for max and min.
+    (*tol)[i] = IsInt(t) || op == ccMax || op == ccMin ? 0.0 : eps * (n + 2) * mag;
+  }
+}
+
+std::string CheckAgainst(const Bytes& out, ccDataType_t t, const std::vector<double>& ref,
+                         const std::vector<double>& tol) {
+  const std::vector<double> got = Values(out, t);
+  if (got.size() != ref.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!(std::fabs(got[i] - ref[i]) <= tol[i])) {
+      return "element " + std::to_string(i) + ": " + std::to_string(got[i]) + " vs reference " +
+             std::to_string(ref[i]) + " (tolerance " + std::to_string(tol[i]) + ")";
+    }
+  }
+  return "";
+}
+
+// "" when every rank has rank 0's bytes.
+std::string SameOnAllRanks(const std::vector<RankOut>& outs) {
+  for (size_t r = 1; r < outs.size(); ++r) {
+    const std::string d = FirstDifference(outs[r].data, outs[0].data);
+    if (!d.empty()) return "rank " + std::to_string(r) + " differs from rank 0: " + d;
+  }
+  return "";
+}
+
+// rank r's all-reduce of `in[r]` on transport nccl (compressor spec "" = exact), `calls` times in a row on fresh
+// buffers of the same inputs; the output of the last call.
+std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
+                                   bool inPlace, int calls = 1) {
+  const int n = static_cast<int>(in.size());
+  const size_t bytes = in[0].size();
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  return RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    ccCompressor_t comp = nullptr;
+    if (!spec.empty() && ccCompressorCreateFromString(&comp, spec.c_str()) != ccSuccess) {
+      return out->Fail(ccInvalidArgument, ccGetLastError(nullptr));
+    }
+    DeviceBuffer send(bytes), recv(bytes);
+    void* dst = inPlace ? send.p : recv.p;
+    for (int c = 0; c < calls && out->rc == ccSuccess; ++c) {
+      if (!k.ToDevice(send.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
+      cudaMemsetAsync(recv.p, 0x5a, bytes, k.stream);
+      ccResult_t rc = ccAllReduce(send.p, dst, bytes / SizeOf(t), t, op, comp, k.comm, k.s());
+      if (rc != ccSuccess) out->Fail(rc, ccGetLastError(k.comm));
+      Settle(k, out);
+    }
+    if (!k.FromDevice(&out->data, dst, bytes)) out->Fail(ccUnhandledCudaError, "copy out");
+    ccCompressorDestroy(comp);
+  });
+}
+
+// The same calls on host buffers over the local transport with the host ring (thread ranks; in a child process when
+// ranks are processes, since this one must not touch CUDA): the bytes a compressed call must reproduce.
+std::vector<Bytes> HostRing(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
+                            int calls) {
+  const int n = static_cast<int>(in.size());
+  const size_t bytes = in[0].size();
+  auto run = [&](std::vector<Bytes>* outs) -> std::string {
+    ccConfig_t config = cctest::MakeConfig(ccAlgoRing);
+    config.transport = ccTransportLocal;
+    cctest::Group g = cctest::Group::InitConfig(n, config);
+    if (g.status != ccSuccess) return g.error;
+    cctest::Compressors comps(spec, n);
+    if (comps.status != ccSuccess) return comps.error;
+    outs->assign(static_cast<size_t>(n), Bytes(bytes, 0));
+    std::vector<std::string> errors(static_cast<size_t>(n));
+    cctest::RunRanks(n, [&](int r) {
+      for (int c = 0; c < calls; ++c) {
+        if (ccAllReduce(in[r].data(), (*outs)[r].data(), bytes / SizeOf(t), t, op, comps[r], g[r], nullptr) !=
+            ccSuccess) {
+          errors[r] = ccGetLastError(g[r]);
+        }
+      }
+    });
+    for (const std::string& e : errors) {
+      if (!e.empty()) return e;
+    }
+    return "";
+  };
+  if (!kProcesses) {
+    std::vector<Bytes> outs;
+    const std::string err = run(&outs);
+    REQUIRE(err == "");
+    return outs;
+  }
+  std::vector<Bytes> outs;
+  std::vector<RankOut> one = RunRanks(1, [&](int, RankOut* out) {
+    std::vector<Bytes> mine;
+    const std::string err = run(&mine);
+    if (!err.empty()) return out->Fail(ccInternalError, err);
+    for (const Bytes& b : mine) out->data.insert(out->data.end(), b.begin(), b.end());
+  });
+  REQUIRE(Failure(one) == "");
+  for (int r = 0; r < n; ++r) {
+    outs.emplace_back(one[0].data.begin() + r * bytes, one[0].data.begin() + (r + 1) * bytes);
+  }
+  return outs;
+}
+
+double Vnmse(const Bytes& out, ccDataType_t t, const std::vector<double>& mean) {
+  const std::vector<double> got = Values(out, t);
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < mean.size(); ++i) {
+    num += (got[i] - mean[i]) * (got[i] - mean[i]);
+    den += mean[i] * mean[i];
+  }
+  return num / den;
+}
+
+}  // namespace
+
+TEST_CASE("[nccl] exact collectives against fp64 references, the same bytes on every rank", "[gpu][nccl][exact]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  struct Case {
+    ccDataType_t dtype;
+    ccRedOp_t op;
+  };
+  const Case cases[] = {{ccFloat32, ccSum}, {ccFloat32, ccAvg}, {ccFloat32, ccMax}, {ccFloat64, ccSum},
+                        {ccFloat64, ccProd}, {ccInt32, ccSum},  {ccInt32, ccAvg},   {ccInt64, ccMin},
+                        {ccBfloat16, ccSum}, {ccFloat16, ccAvg}};
+  for (int n : {4, 3}) {
+    for (const Case& k : cases) {
+      for (size_t count : {size_t{1}, size_t{4099}, size_t{3 * 65537}}) {
+        const bool inPlace = count % 2 == 1;
+        const uint64_t seed = FreshSeed();
+        INFO(n << " ranks, dtype " << k.dtype << ", op " << k.op << ", count " << count << ", seed " << seed);
+        const std::vector<Bytes> in = Inputs(n, count, k.dtype, seed);
+        std::vector<RankOut> outs = NcclAllReduce(in, k.dtype, k.op, "", inPlace);
+        REQUIRE(Failure(outs) == "");
+        std::vector<double> ref, tol;
+        Reference(in, k.dtype, k.op, &ref, &tol);
+        CHECK(CheckAgainst(outs[0].data, k.dtype, ref, tol) == "");
+        CHECK(SameOnAllRanks(outs) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("[nccl] reduce-scatter, all-gather and broadcast", "[gpu][nccl][exact]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  const int n = 4;
+  const size_t count = 5003;  // per rank
+  const uint64_t seed = FreshSeed();
+  INFO("seed " << seed);
+  const std::vector<Bytes> in = Inputs(n, count * n, ccFloat32, seed);
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  const int root = 2;
+  // Each rank returns its reduce-scatter block, then its all-gather result, then what the broadcast gave it.
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    DeviceBuffer big(count * n * 4), block(count * 4), gathered(count * n * 4);
+    if (!k.ToDevice(big.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
+    Bytes rs, ag, bc;
+    ccResult_t rc = ccReduceScatter(big.p, block.p, count, ccFloat32, ccSum, k.comm, k.s());
+    if (rc == ccSuccess) rc = ccAllGather(block.p, gathered.p, count, ccFloat32, k.comm, k.s());
+    if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+    k.FromDevice(&rs, block.p, count * 4);
+    k.FromDevice(&ag, gathered.p, count * n * 4);
+    // In place: the root's own buffer is the source.
+    if (!k.ToDevice(big.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
+    rc = ccBroadcast(big.p, big.p, count * n, ccFloat32, root, k.comm, k.s());
+    if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+    k.FromDevice(&bc, big.p, count * n * 4);
+    Settle(k, out);
+    out->data = rs;
+    out->data.insert(out->data.end(), ag.begin(), ag.end());
+    out->data.insert(out->data.end(), bc.begin(), bc.end());
+  });
+  REQUIRE(Failure(outs) == "");
+  std::vector<double> ref, tol;
+  Reference(in, ccFloat32, ccSum, &ref, &tol);
+  Bytes allBlocks;
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const Bytes rs(outs[r].data.begin(), outs[r].data.begin() + count * 4);
+    const std::vector<double> mine(ref.begin() + r * count, ref.begin() + (r + 1) * count);
+    const std::vector<double> mineTol(tol.begin() + r * count, tol.begin() + (r + 1) * count);
+    CHECK(CheckAgainst(rs, ccFloat32, mine, mineTol) == "");
+    allBlocks.insert(allBlocks.end(), rs.begin(), rs.end());
+  }
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    const Bytes ag(outs[r].data.begin() + count * 4, outs[r].data.begin() + count * 4 * (n + 1));
+    CHECK(FirstDifference(ag, allBlocks) == "");
+    const Bytes bc(outs[r].data.begin() + count * 4 * (n + 1), outs[r].data.end());
+    CHECK(FirstDifference(bc, in[root]) == "");
+  }
+}
+
+TEST_CASE("[nccl] compressed all-reduce: the host ring's bytes, the same on every rank, within its error bound",
+          "[gpu][nccl][codec]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  struct Case {
+    std::string spec;
+    double bound;  // vNMSE against the exact mean, i.i.d. normal inputs
+  };
+  const Case cases[] = {{"cast16", 1e-4},
+                        {"cast16:dtype=fp16", 1e-5},
+                        {"quant:bits=4,mode=requant", 0.1},
+                        {"quant:bits=8,mode=requant", 1e-3},
+                        {"quant:bits=2,mode=homomorphic", 2.0},
+                        {"quant:bits=4,mode=homomorphic,rotation=none", 0.1}};
+  const int n = 4;
+  for (const Case& k : cases) {
+    for (ccDataType_t t : {ccFloat32, ccBfloat16}) {
+      // Aligned: chunks and the host ring's 256 KiB slices are whole scale groups, so the bytes must match the host
+      // ring's; odd: they need not, and the bound and the cross-rank identity are checked.
+      for (size_t count : {size_t{n} * 65536 * 2, size_t{100003}}) {
+        const bool aligned = count % (size_t{n} * 65536) == 0;
+        const uint64_t seed = FreshSeed();
+        const std::string spec =
+            k.spec + (k.spec.find(':') == std::string::npos ? ":" : ",") + "seed=" + std::to_string(seed % 100000);
+        INFO(spec << ", dtype " << t << ", count " << count << ", input seed " << seed);
+        const std::vector<Bytes> in = Inputs(n, count, t, seed);
+        const int calls = 2;  // the second call has fresh randomness (the compressor's call counter)
+        std::vector<RankOut> outs = NcclAllReduce(in, t, ccAvg, spec, count % 2 == 1, calls);
+        REQUIRE(Failure(outs) == "");
+        CHECK(SameOnAllRanks(outs) == "");
+        std::vector<double> mean, tol;
+        Reference(in, t, ccAvg, &mean, &tol);
+        const double err = Vnmse(outs[0].data, t, mean);
+        INFO("vNMSE " << err);
+        CHECK(err < k.bound);
+        if (aligned) {
+          const std::vector<Bytes> host = HostRing(in, t, ccAvg, spec, calls);
+          CHECK(FirstDifference(outs[0].data, host[0]) == "");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("[nccl] one rank: exact and compressed calls copy", "[gpu][nccl]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  const std::vector<Bytes> in = Inputs(1, 777, ccFloat32, FreshSeed());
+  for (const std::string spec : {"", "quant:bits=4"}) {
+    std::vector<RankOut> outs = NcclAllReduce(in, ccFloat32, ccAvg, spec, false);
+    REQUIRE(Failure(outs) == "");
+    CHECK(FirstDifference(outs[0].data, in[0]) == "");
+  }
+}
+
+// A host function on the stream that waits until `*open` is set: the stream is held while the rank calls.
+void CUDART_CB HoldStream(void* open) {
+  while (!static_cast<std::atomic<bool>*>(open)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+TEST_CASE("[nccl] stream order: the call returns while its stream is held; work after it sees the result",
+          "[gpu][nccl][stream]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  const int n = 3;
+  const size_t count = 70001;
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    DeviceBuffer buf(count * 4);
+    ccCompressor_t comp = nullptr;
+    ccCompressorCreateFromString(&comp, "quant:bits=8");
+    for (ccCompressor_t c : {static_cast<ccCompressor_t>(nullptr), comp}) {
+      if (!k.ToDevice(buf.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
+      std::atomic<bool> open{false};
+      cudaLaunchHostFunc(k.stream, HoldStream, &open);
+      const auto start = std::chrono::steady_clock::now();
+      ccResult_t rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, c, k.comm, k.s());
+      const double took = cctest::SecondsSince(start);
+      const bool held = cudaStreamQuery(k.stream) == cudaErrorNotReady;
+      open = true;
+      if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+      if (!held) out->Fail(ccInternalError, "the stream was not held when the call returned");
+      if (took > 5.0) out->Fail(ccInternalError, "the call waited for its stream (" + std::to_string(took) + " s)");
+      Bytes got;
+      k.FromDevice(&got, buf.p, count * 4);  // queued after the call on the same stream
+      out->data.insert(out->data.end(), got.begin(), got.end());
+    }
+    Settle(k, out);
+    ccCompressorDestroy(comp);
+  });
+  REQUIRE(Failure(outs) == "");
+  CHECK(SameOnAllRanks(outs) == "");
+  std::vector<double> ref, tol;
+  Reference(in, ccFloat32, ccSum, &ref, &tol);
+  const Bytes exact(outs[0].data.begin(), outs[0].data.begin() + count * 4);
+  CHECK(CheckAgainst(exact, ccFloat32, ref, tol) == "");
+  const Bytes quant(outs[0].data.begin() + count * 4, outs[0].data.end());
+  CHECK(Vnmse(quant, ccFloat32, ref) < 1e-3);
+}
+
+TEST_CASE("[nccl] CUDA graph capture: captured calls replay with new inputs", "[gpu][nccl][graph]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  const int n = 4, replays = 3;
+  const size_t count = 65536;
+  std::vector<std::vector<Bytes>> in;
+  for (int i = 0; i < replays; ++i) in.push_back(Inputs(n, count, ccFloat32, FreshSeed()));
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  // Per replay, each rank returns the exact sum, then the 4-bit average; then the status of a capture whose
+  // compressor never ran before it.
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    DeviceBuffer x(count * 4), sum(count * 4), avg(count * 4);
+    ccCompressor_t comp = nullptr;
+    ccCompressorCreateFromString(&comp, "quant:bits=4,mode=requant");
+    // A first call outside the capture sizes the compressor's scratch.
+    if (!k.ToDevice(x.p, in[0][r])) return out->Fail(ccUnhandledCudaError, "copy in");
+    ccResult_t rc = ccAllReduce(x.p, avg.p, count, ccFloat32, ccAvg, comp, k.comm, k.s());
+    if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+    Settle(k, out);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      return out->Fail(ccUnhandledCudaError, "cudaStreamBeginCapture");
+    }
+    rc = ccAllReduce(x.p, sum.p, count, ccFloat32, ccSum, nullptr, k.comm, k.s());
+    if (rc == ccSuccess) rc = ccAllReduce(x.p, avg.p, count, ccFloat32, ccAvg, comp, k.comm, k.s());
+    cudaError_t e = cudaStreamEndCapture(k.stream, &graph);
+    if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+    if (e != cudaSuccess) return out->Fail(ccUnhandledCudaError, std::string("capture: ") + cudaGetErrorString(e));
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return out->Fail(ccUnhandledCudaError, "instantiate");
+    for (int i = 0; i < replays; ++i) {
+      if (!k.ToDevice(x.p, in[i][r])) return out->Fail(ccUnhandledCudaError, "copy in");
+      if (cudaGraphLaunch(exec, k.stream) != cudaSuccess) return out->Fail(ccUnhandledCudaError, "launch");
+      Bytes a, b;
+      k.FromDevice(&a, sum.p, count * 4);
+      k.FromDevice(&b, avg.p, count * 4);
+      out->data.insert(out->data.end(), a.begin(), a.end());
+      out->data.insert(out->data.end(), b.begin(), b.end());
+    }
+    Settle(k, out);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    // A compressor whose first call is captured would have to allocate inside the capture: refused.
+    ccCompressor_t fresh = nullptr;
+    ccCompressorCreateFromString(&fresh, "quant:bits=2,mode=requant");
+    cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal);
+    const ccResult_t refused = ccAllReduce(x.p, avg.p, count, ccFloat32, ccAvg, fresh, k.comm, k.s());
+    const std::string why = ccGetLastError(k.comm);
+    cudaStreamEndCapture(k.stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    const int32_t code = refused;
+    out->data.insert(out->data.end(), reinterpret_cast<const char*>(&code), reinterpret_cast<const char*>(&code) + 4);
+    if (refused != ccInvalidUsage || !Contains(why, "before capturing")) {
+      out->Fail(ccInternalError, "a capture that has to allocate returned " + std::to_string(refused) + ": " + why);
+    }
+    ccCompressorDestroy(fresh);
+    ccCompressorDestroy(comp);
+  });
+  REQUIRE(Failure(outs) == "");
+  for (int i = 0; i < replays; ++i) {
+    INFO("replay " << i);
+    std::vector<double> ref, tol;
+    Reference(in[i], ccFloat32, ccSum, &ref, &tol);
+    const size_t at = static_cast<size_t>(i) * 2 * count * 4;
+    for (int r = 0; r < n; ++r) {
+      const Bytes s(outs[r].data.begin() + at, outs[r].data.begin() + at + count * 4);
+      CHECK(CheckAgainst(s, ccFloat32, ref, tol) == "");
+      const Bytes a(outs[r].data.begin() + at + count * 4, outs[r].data.begin() + at + 2 * count * 4);
+      const Bytes a0(outs[0].data.begin() + at + count * 4, outs[0].data.begin() + at + 2 * count * 4);
+      CHECK(FirstDifference(a, a0) == "");
+      std::vector<double> mean(ref);
+      for (double& m : mean) m /= n;
+      CHECK(Vnmse(a, ccFloat32, mean) < 0.1);
+    }
+  }
+}
+
+TEST_CASE("[nccl] bad usage gets a clear error", "[gpu][nccl][errors]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  const int n = 2;
+  const size_t count = 1000;
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    DeviceBuffer buf(count * 4);
+    cudaMemsetAsync(buf.p, 0, count * 4, k.stream);
+    ccCompressor_t topk = nullptr;
+    ccCompressorCreateFromString(&topk, "topk:density=0.1");
+    ccResult_t rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, topk, k.comm, k.s());
+    std::string why = ccGetLastError(k.comm);
+    if (rc != ccInvalidUsage || !Contains(why, "nccl transport")) {
+      out->Fail(ccInternalError, "topk on nccl: " + std::to_string(rc) + ": " + why);
+    }
+    ccCompressorDestroy(topk);
+    // Host buffers: carried by the local transport between threads; between processes this build has no host
+    // transport unless UCX is built in.
+    std::vector<float> host(count, 1.0f);
+    rc = ccAllReduce(host.data(), host.data(), count, ccFloat32, ccSum, nullptr, k.comm, nullptr);
+    why = ccGetLastError(k.comm);
+    if (rc == ccSuccess) {
+      if (host[0] != static_cast<float>(n)) out->Fail(ccInternalError, "host all-reduce on an nccl communicator");
+    } else if (rc != ccInvalidUsage || !Contains(why, "host buffers")) {
+      out->Fail(ccInternalError, "host buffers: " + std::to_string(rc) + ": " + why);
+    }
+    // The communicator still works after refused calls.
+    rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, nullptr, k.comm, k.s());
+    if (rc != ccSuccess) out->Fail(rc, ccGetLastError(k.comm));
+    Settle(k, out);
+  });
+  CHECK(Failure(outs) == "");
+}
+
+TEST_CASE("[nccl] a dead peer or one that never calls: an error within the timeout, streams released",
+          "[gpu][nccl][fault]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  const int n = 3, timeoutMs = 3000;
+  const size_t count = 1 << 16;
+  for (bool dies : {true, false}) {
+    INFO((dies ? "the last rank dies after init" : "the last rank never calls"));
+    ccUniqueId id;
+    REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+    std::atomic<int> settled{0};
+    // Each live rank reports "<code> <seconds> <sentence>": how its call ended and when. With host transports
+    // (thread ranks) the call check finds the missing rank and the call itself fails; over NCCL alone the call is
+    // queued and the error comes asynchronously. Either way within the timeout, and the stream is released.
+    std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+      Rank k(id, r, n, timeoutMs);
+      if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+      DeviceBuffer buf(count * 4);
+      cudaMemsetAsync(buf.p, 0, count * 4, k.stream);
+      cudaStreamSynchronize(k.stream);
+      if (r == n - 1) {
+        if (dies) {
+          if (kProcesses) _exit(0);  // gone without a word, as a crashed process
+          ccCommAbort(k.comm);
+          k.comm = nullptr;
+          return;
+        }
+        // Alive but silent until the others are done (threads), or for a while (processes).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(4 * timeoutMs);
+        while ((kProcesses || settled.load() < n - 1) && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        ccCommAbort(k.comm);
+        k.comm = nullptr;
+        return;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      ccResult_t code = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, nullptr, k.comm, k.s());
+      if (code == ccSuccess) {
+        cudaStreamSynchronize(k.stream);  // must return: the watchdog aborts what waits for the dead peer
+        cudaGetLastError();
+        while (code == ccSuccess && cctest::SecondsSince(start) < 4.0 * timeoutMs / 1000) {
+          ccCommGetAsyncError(k.comm, &code);
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+      const double took = cctest::SecondsSince(start);
+      settled.fetch_add(1);
+      const std::string why = ccGetLastError(k.comm);
+      char line[64];
+      std::snprintf(line, sizeof(line), "%d %.2f ", static_cast<int>(code), took);
+      out->data.assign(line, line + std::strlen(line));
+      out->data.insert(out->data.end(), why.begin(), why.end());
+      // Later calls report the failure at once.
+      if (ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, nullptr, k.comm, k.s()) == ccSuccess) {
+        out->Fail(ccInternalError, "a call after the failure succeeded");
+      }
+    });
+    // A silent peer: some rank times out (ccTimeout) and aborts, and the others may learn of it from that rank first
+    // (ccRemoteError).
+    int timedOut = 0;
+    for (int r = 0; r < n - 1; ++r) {
+      const std::string report(outs[r].data.begin(), outs[r].data.end());
+      INFO("rank " << r << ": " << report);
+      REQUIRE(outs[r].rc == ccSuccess);
+      int code = 0;
+      double took = 0;
+      REQUIRE(std::sscanf(report.c_str(), "%d %lf", &code, &took) == 2);
+      CHECK((code == ccRemoteError || code == ccTimeout || (dies && code == ccSystemError)));
+      timedOut += code == ccTimeout;
+      CHECK(took < 3.0 * timeoutMs / 1000);
+    }
+    if (!dies) CHECK(timedOut > 0);
+  }
+}
