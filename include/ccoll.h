@@ -106,7 +106,8 @@ typedef enum {
   ccTransportAuto = 0,  /**< Local between ranks of one process, UCX between processes. */
   ccTransportLocal = 1, /**< In-process only: every rank must be a thread of the same process. */
   ccTransportUcx = 2,   /**< UCX for every pair of ranks. */
-  ccTransportNccl = 3   /**< NCCL (device buffers only). */
+  ccTransportNccl = 3   /**< Device buffers through a private NCCL communicator, queued on the caller's stream
+                             (capturable into CUDA graphs); host buffers keep local/UCX. Needs a build with NCCL. */
 } ccTransport_t;
 
 /** Collective algorithms. */
@@ -272,11 +273,14 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  *   stream of that device: the call returns once the work is queued on it, reads what was queued before it, and
  *   work queued after it sees the result (like NCCL). Calls on one communicator run in call order. An error found
  *   after the call returned becomes the communicator's async error (ccCommGetAsyncError) and the stream is released
- *   without a result. A stream being captured into a CUDA graph is refused (ccInvalidUsage). Thread ranks sharing a
- *   device need a stream each, not the legacy default stream.
+ *   without a result. A stream being captured into a CUDA graph is refused (ccInvalidUsage), except with transport
+ *   nccl (ccTransportNccl), whose calls are captured; there a compressed call must have run once outside the capture
+ *   (it sizes its scratch then), and a replay repeats the captured call's randomness. Thread ranks sharing a device
+ *   need a stream each, not the legacy default stream.
  * - Buffers may be NULL only when count is 0.
  * - Results are deterministic: the same inputs give the same bits on every run, and every rank ends with
- *   bitwise-identical output (floating-point sums are always added in the same order).
+ *   bitwise-identical output (floating-point sums are always added in the same order). Exact calls over transport
+ *   nccl are NCCL's collectives: identical on every rank, reproducible as far as NCCL's algorithm choice is.
  * - On error nothing is written to recvbuff when the error is found before communication starts (argument
  *   checks); a failure during communication (timeout, dead peer) leaves recvbuff undefined.
  */
