@@ -156,9 +156,16 @@ int main(int argc, char** argv) {
   rows.push_back({"sparse: chunk norms (chunk 1024)", n * 4.0 + chunks * 4.0,
                   [&] { ccoll::gpu::ChunkNorms(x, n, chunk, norms, nullptr); }});
   rows.push_back({"sparse: gather 10% of chunks", 2.0 * packed * 4,
-                  [&] { ccoll::gpu::GatherChunks(x, chunk, dChosen, packed, vals, nullptr); }});
+                  [&] { ccoll::gpu::GatherChunks(x, n, chunk, dChosen, packed, vals, nullptr); }});
   rows.push_back({"sparse: scatter 10% of chunks", 2.0 * packed * 4,
-                  [&] { ccoll::gpu::ScatterChunks(vals, chunk, dChosen, packed, y, nullptr); }});
+                  [&] { ccoll::gpu::ScatterChunks(vals, n, chunk, dChosen, packed, y, nullptr); }});
+  // The stream-ordered path's chunk choice: a radix sort of (norm, index) pairs, then of the winners; bytes: the pairs
+  // read and written once (the sort makes several passes, so this undercounts its traffic).
+  void* choice;
+  CUDA_OK(cudaMalloc(&choice, ccoll::gpu::ChooseChunksScratchBytes(chunks)));
+  rows.push_back({"sparse: top-10% chunk choice (CUB radix sort)", chunks * 16.0, [&] {
+                    ccoll::gpu::ChooseTopChunks(norms, chunks, chosen.size(), choice, dChosen, nullptr);
+                  }});
   rows.push_back({"error feedback: add gradient", 3.0 * n * 4, [&] { ccoll::gpu::AddInto(y, x, n, nullptr); }});
   rows.push_back({"error feedback: keep residual", 3.0 * n * 4, [&] { ccoll::gpu::KeepResidual(y, x, n, nullptr); }});
   // The exact schedules' reduction on device buffers (collectives/device_buffers.h): float32 and bfloat16 sums.

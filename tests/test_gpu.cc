@@ -471,13 +471,13 @@ TEST_CASE("[gpu] sparsifier and error-feedback kernels equal the CPU code byte f
       Dev<uint32_t> dChosen(chosen.size());
       Dev<float> dPacked(packed), dOut(count);
       dChosen.Put(chosen);
-      REQUIRE(ccoll::gpu::GatherChunks(dx.p, chunk, dChosen.p, packed, dPacked.p, nullptr) == ccSuccess);
+      REQUIRE(ccoll::gpu::GatherChunks(dx.p, count, chunk, dChosen.p, packed, dPacked.p, nullptr) == ccSuccess);
       std::vector<float> gpuPacked = dPacked.Get();
       CHECK(SameBytes(cpuPacked.data(), gpuPacked.data(), packed * sizeof(float)));
       std::vector<float> cpuOut(count, 0.0f);
       ccoll::ScatterChunks(cpuPacked.data(), count, chunk, chosen, cpuOut.data());
       REQUIRE(ccoll::gpu::Fill(dOut.p, count, 0.0f, nullptr) == ccSuccess);
-      REQUIRE(ccoll::gpu::ScatterChunks(dPacked.p, chunk, dChosen.p, packed, dOut.p, nullptr) == ccSuccess);
+      REQUIRE(ccoll::gpu::ScatterChunks(dPacked.p, count, chunk, dChosen.p, packed, dOut.p, nullptr) == ccSuccess);
       std::vector<float> gpuOut = dOut.Get();
       CHECK(SameBytes(cpuOut.data(), gpuOut.data(), count * sizeof(float)));
       // The non-finite flag, and the error feedback's passes.
@@ -507,6 +507,51 @@ TEST_CASE("[gpu] sparsifier and error-feedback kernels equal the CPU code byte f
       REQUIRE(ccoll::gpu::DropNonFinite(dx.p, count, nullptr) == ccSuccess);
       CHECK(SameBytes(bad.data(), dx.Get().data(), count * sizeof(float)));
     }
+  }
+}
+
+TEST_CASE("[gpu] the chunk choice on the device (CUB radix sort) equals TopChunks and RandomChunks", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 gen(12345);
+  for (size_t chunks : {size_t{1}, size_t{5}, size_t{1000}, size_t{262147}}) {
+    for (size_t k : {size_t{1}, (chunks + 9) / 10, chunks}) {
+      INFO(chunks << " chunks, k " << k);
+      // Norms with ties, zeros, +inf and NaN (ranked as +inf), as summed chunk norms can be.
+      std::vector<float> norms(chunks);
+      for (size_t c = 0; c < chunks; ++c) {
+        const uint32_t r = gen();
+        norms[c] = r % 13 == 0 ? 0.0f : r % 17 == 0 ? INFINITY : r % 19 == 0 ? NAN
+                 : static_cast<float>(r % 97) * 0.25f;
+      }
+      Dev<float> dNorms(chunks);
+      dNorms.Put(norms);
+      Dev<char> scratch(ccoll::gpu::ChooseChunksScratchBytes(chunks));
+      Dev<uint32_t> dChosen(k);
+      std::vector<uint32_t> cpu;
+      ccoll::TopChunks(norms, k, &cpu);
+      REQUIRE(ccoll::gpu::ChooseTopChunks(dNorms.p, chunks, k, scratch.p, dChosen.p, nullptr) == ccSuccess);
+      CHECK(dChosen.Get() == cpu);
+      for (uint32_t key : {0u, 17u, 0xdeadbeefu}) {
+        ccoll::RandomChunks(chunks, k, key, &cpu);
+        REQUIRE(ccoll::gpu::ChooseRandomChunks(chunks, k, key, scratch.p, dChosen.p, nullptr) == ccSuccess);
+        CHECK(dChosen.Get() == cpu);
+      }
+    }
+  }
+  // randk's non-finite mark and the poisoning it causes.
+  for (bool bad : {false, true}) {
+    std::vector<float> x(5000, 1.5f);
+    if (bad) x[4321] = -INFINITY;
+    Dev<float> dx(x.size()), dMark(1);
+    dx.Put(x);
+    dMark.Put({0.0f});
+    REQUIRE(ccoll::gpu::MarkNonFinite(dx.p, x.size(), dMark.p, nullptr) == ccSuccess);
+    const float mark = dMark.Get()[0];
+    CHECK(std::isnan(mark) == bad);
+    REQUIRE(ccoll::gpu::PoisonIfMarked(dx.p, x.size(), dMark.p, nullptr) == ccSuccess);
+    const std::vector<float> y = dx.Get();
+    CHECK(std::isnan(y[0]) == bad);
+    CHECK(std::isnan(y.back()) == bad);
   }
 }
 

@@ -571,6 +571,62 @@ TEST_CASE("[nccl] compressed all-reduce: the host ring's bytes, the same on ever
   }
 }
 
+// vNMSE of out against the host path's result (both as values of t); non-finite values must sit in the same places.
+std::string CloseTo(const Bytes& out, const Bytes& host, ccDataType_t t, double bound) {
+  const std::vector<double> a = Values(out, t), b = Values(host, t);
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isfinite(a[i]) != std::isfinite(b[i])) return "finiteness differs at element " + std::to_string(i);
+    if (!std::isfinite(a[i])) continue;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  if (num > bound * den) return "vNMSE against the host path " + std::to_string(num / den);
+  return "";
+}
+
+TEST_CASE("[nccl] topk and randk: the host path's chunks and values, call after call, the same on every rank",
+          "[gpu][nccl][codec]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // The chunk choice is the host's byte for byte; the sums are NCCL's (float32 values) or the cast ring's over the
+  // chunks padded to whole ones (16-bit values), so the values may differ from the host path's by rounding: 1e-10 of
+  // the signal for float32 sums, 1e-4 for bfloat16 ones. Error feedback (on by default) carries what was not sent
+  // from call to call on both paths.
+  struct Case {
+    std::string spec;
+    double bound;
+  };
+  const Case cases[] = {{"topk:density=0.1", 1e-10},
+                        {"randk:density=0.25", 1e-10},
+                        {"randk:density=0.1,unbiased=1", 1e-10},
+                        {"topk:density=0.05,dtype=bf16", 1e-4}};
+  const int n = 4, calls = 3;
+  for (const Case& k : cases) {
+    for (ccDataType_t t : {ccFloat32, ccBfloat16}) {
+      const size_t count = 100003;  // 98 chunks of 1024, the last one short
+      const uint64_t seed = FreshSeed();
+      const std::string spec = k.spec + ",seed=" + std::to_string(seed % 100000);
+      INFO(spec << ", dtype " << t << ", input seed " << seed);
+      const std::vector<Bytes> in = Inputs(n, count, t, seed);
+      std::vector<RankOut> outs = NcclAllReduce(in, t, ccAvg, spec, false, calls);
+      REQUIRE(Failure(outs) == "");
+      CHECK(SameOnAllRanks(outs) == "");
+      const std::vector<Bytes> host = HostRing(in, t, ccAvg, spec, calls);
+      CHECK(CloseTo(outs[0].data, host[0], t, t == ccBfloat16 ? std::max(k.bound, 1e-4) : k.bound) == "");
+    }
+  }
+  // randk and a rank whose input is not finite: every rank's whole result is NaN, as on the host path.
+  std::vector<Bytes> in = Inputs(n, 5000, ccFloat32, FreshSeed());
+  const float inf = INFINITY;
+  std::memcpy(in[2].data() + 4 * 1234, &inf, 4);
+  std::vector<RankOut> outs = NcclAllReduce(in, ccFloat32, ccSum, "randk:density=0.1", true);
+  REQUIRE(Failure(outs) == "");
+  for (const RankOut& o : outs) {
+    const std::vector<double> v = Values(o.data, ccFloat32);
+    CHECK(std::all_of(v.begin(), v.end(), [](double x) { return std::isnan(x); }));
+  }
+}
+
 TEST_CASE("[nccl] one rank: exact and compressed calls copy", "[gpu][nccl]") {
   SKIP_WITHOUT_NCCL_DEVICE();
   const std::vector<Bytes> in = Inputs(1, 777, ccFloat32, FreshSeed());
@@ -720,14 +776,14 @@ TEST_CASE("[nccl] bad usage gets a clear error", "[gpu][nccl][errors]") {
     if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
     DeviceBuffer buf(count * 4);
     cudaMemsetAsync(buf.p, 0, count * 4, k.stream);
-    ccCompressor_t topk = nullptr;
-    ccCompressorCreateFromString(&topk, "topk:density=0.1");
-    ccResult_t rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, topk, k.comm, k.s());
+    ccCompressor_t lowRank = nullptr;
+    ccCompressorCreateFromString(&lowRank, "powersgd:rank=2");
+    ccResult_t rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, lowRank, k.comm, k.s());
     std::string why = ccGetLastError(k.comm);
     if (rc != ccInvalidUsage || !Contains(why, "nccl transport")) {
-      out->Fail(ccInternalError, "topk on nccl: " + std::to_string(rc) + ": " + why);
+      out->Fail(ccInternalError, "powersgd on nccl: " + std::to_string(rc) + ": " + why);
     }
-    ccCompressorDestroy(topk);
+    ccCompressorDestroy(lowRank);
     // Host buffers: carried by the local transport between threads; between processes this build has no host
     // transport unless UCX is built in.
     std::vector<float> host(count, 1.0f);

@@ -127,7 +127,7 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
        "cudaMemcpyAsync (chosen chunks)");
   float* devPacked = st->packed.Reserve<float>(packed);
   float* hostPacked = st->hostPacked.Reserve<float>(packed + 1);
-  CheckLaunch(gpu::GatherChunks(x, chunk, devIndex, packed, devPacked, st->stream()));
+  CheckLaunch(gpu::GatherChunks(x, count, chunk, devIndex, packed, devPacked, st->stream()));
   Copy(hostPacked, devPacked, packed * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (chunks out)");
   if (flag) {
     unsigned* devFlag = reinterpret_cast<unsigned*>(devIndex + chosen.size());
@@ -145,12 +145,12 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
   } else {
     CheckCuda(cudaMemsetAsync(out, 0, count * sizeof(float), st->stream()), "cudaMemsetAsync (result)");
     Copy(devPacked, hostPacked, packed * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (chunks in)");
-    CheckLaunch(gpu::ScatterChunks(devPacked, chunk, devIndex, packed, out, st->stream()));
+    CheckLaunch(gpu::ScatterChunks(devPacked, count, chunk, devIndex, packed, out, st->stream()));
   }
   if (ef) {
     // What was sent leaves the memory (zeros scattered over the chosen chunks); non-finite leftovers are dropped.
     CheckCuda(cudaMemsetAsync(devPacked, 0, packed * sizeof(float), st->stream()), "cudaMemsetAsync (sent chunks)");
-    CheckLaunch(gpu::ScatterChunks(devPacked, chunk, devIndex, packed, e, st->stream()));
+    CheckLaunch(gpu::ScatterChunks(devPacked, count, chunk, devIndex, packed, e, st->stream()));
     CheckLaunch(gpu::DropNonFinite(e, count, st->stream()));
   }
   return ccSuccess;

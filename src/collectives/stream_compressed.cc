@@ -10,6 +10,8 @@
 #include "compress/codec_cuda.h"
 #include "compress/compressor.h"
 #include "compress/device_codec.h"
+#include "compress/rng.h"
+#include "compress/sparse.h"
 #include "compress/widen.h"
 #include "core/comm.h"
 #include "core/device_scope.h"
@@ -107,6 +109,87 @@ ccResult_t Float32Call(ccComm* comm, const float* input, float* work, size_t cou
   return ccSuccess;
 }
 
+// The sparsifiers' sizes for one call: chunks, the kept ones, and the packed values rounded up to whole chunks (a short
+// last chunk, if chosen, is padded with zeros, so that the size is known before the choice is), plus randk's mark.
+struct SparsePlan {
+  size_t chunk, chunks, keep, padded, values;
+  bool mark;
+};
+
+SparsePlan PlanSparse(const ccCompressor& c, size_t count) {
+  SparsePlan p;
+  p.chunk = static_cast<size_t>(c.Get(ccParamChunkSize));
+  p.chunks = ChunkCount(count, p.chunk);
+  p.keep = KeptChunks(p.chunks, c.Get(ccParamDensityPpm));
+  p.padded = p.keep * p.chunk;
+  p.mark = c.kind == ccCompressRandk;
+  p.values = p.padded + (p.mark ? 1 : 0);
+  return p;
+}
+
+// topk and randk, as SparseAllReduce does them, with every step on the device and on the stream: the error feedback,
+// the chunk norms summed with the transport's all-reduce (topk), the choice (CUB's radix sort: the bytes of the host's
+// TopChunks and RandomChunks), the gather, the sum of the chosen chunks over the ranks (the transport's exact
+// all-reduce for float32 values, the cast codec ring for 16-bit ones), the scaling, the scatter, and what leaves the
+// memory. randk's mark: one element more that is NaN where a rank's input was not finite, so every rank poisons its
+// whole result alike. The sum's order is NCCL's (float32) or the ring's over the padded values, so the bytes are not
+// the host path's, but they are the same on every rank.
+ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count, bool average, ccCompressor* c,
+                      const CodecCall& call, DeviceCodecState* st, ccStream_t stream) {
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  const SparsePlan p = PlanSparse(*c, count);
+  const bool ef = c->Get(ccParamErrorFeedback) != 0;
+  const float* x = input;
+  float* e = nullptr;
+  if (ef) {
+    e = st->ErrorFeedback(count);
+    CheckLaunch(gpu::AddInto(e, input, count, s));
+    x = e;
+  }
+  uint32_t* chosen = st->index.Reserve<uint32_t>(p.keep);
+  void* scratch = st->choice.Reserve(gpu::ChooseChunksScratchBytes(p.chunks));
+  if (c->kind == ccCompressTopkChunk) {
+    float* norms = st->vals.Reserve<float>(p.chunks);
+    CheckLaunch(gpu::ChunkNorms(x, count, p.chunk, norms, s));
+    CC_CHECK(StreamExactCall(comm, StreamKind::kAllReduce, norms, norms, p.chunks, ccFloat32, ccSum, 0, stream));
+    CheckLaunch(gpu::ChooseTopChunks(norms, p.chunks, p.keep, scratch, chosen, s));
+  } else {
+    const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeChunks);
+    CheckLaunch(gpu::ChooseRandomChunks(p.chunks, p.keep, key, scratch, chosen, s));
+  }
+  float* packed = st->packed.Reserve<float>(p.values);
+  CheckLaunch(gpu::GatherChunks(x, count, p.chunk, chosen, p.padded, packed, s));
+  if (p.mark) {
+    CheckCuda(cudaMemsetAsync(packed + p.padded, 0, sizeof(float), s), "cudaMemsetAsync (non-finite mark)");
+    CheckLaunch(gpu::MarkNonFinite(input, count, packed + p.padded, s));
+  }
+  const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
+  if (valueType == ccFloat32) {
+    CC_CHECK(StreamExactCall(comm, StreamKind::kAllReduce, packed, packed, p.values, ccFloat32, ccSum, 0, stream));
+  } else {
+    std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, call, st);  // the cast codec with the values' type
+    const size_t slot = SlotBytes(*codec, p.values, comm->nranks);
+    char* wire = static_cast<char*>(st->deviceWire.Reserve(4 * slot));
+    CC_CHECK(StreamRing(comm, *codec, packed, p.values, wire, slot, stream));
+  }
+  float scale = 1.0f;
+  if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
+    scale = static_cast<float>(static_cast<double>(p.chunks) / static_cast<double>(p.keep));
+  }
+  if (average) scale /= static_cast<float>(comm->nranks);
+  if (scale != 1.0f) CheckLaunch(gpu::Scale(packed, p.padded, scale, false, s));
+  CheckCuda(cudaMemsetAsync(out, 0, count * sizeof(float), s), "cudaMemsetAsync (result)");
+  CheckLaunch(gpu::ScatterChunks(packed, count, p.chunk, chosen, p.padded, out, s));
+  if (p.mark) CheckLaunch(gpu::PoisonIfMarked(out, count, packed + p.padded, s));
+  if (ef) {
+    // What was sent leaves the memory (zeros scattered over the chosen chunks); non-finite leftovers are dropped.
+    CheckCuda(cudaMemsetAsync(packed, 0, p.padded * sizeof(float), s), "cudaMemsetAsync (sent chunks)");
+    CheckLaunch(gpu::ScatterChunks(packed, count, p.chunk, chosen, p.padded, e, s));
+    CheckLaunch(gpu::DropNonFinite(e, count, s));
+  }
+  return ccSuccess;
+}
+
 // Whether `stream` is being captured into a CUDA graph.
 ccResult_t Capturing(const ccComm* comm, cudaStream_t stream, bool* capturing) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -156,18 +239,30 @@ ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work
 }  // namespace
 
 bool StreamCodecCovers(const ccCompressor& c) {
-  return (c.kind == ccCompressCast16 || c.kind == ccCompressQuant) && DeviceCodecCovers(c);
+  const bool kind = c.kind == ccCompressCast16 || c.kind == ccCompressQuant || c.kind == ccCompressTopkChunk ||
+                    c.kind == ccCompressRandk;
+  return kind && DeviceCodecCovers(c);
 }
 
 ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor* c, ccStream_t stream) {
   if (!StreamCodecCovers(*c)) {
-    return Fail(ccInvalidUsage, "rank %d: compressor %s does not run on the nccl transport yet (cast16 and quant do)",
-                comm->rank, CompressorSpec(*c).c_str());
+    return Fail(ccInvalidUsage, "rank %d: compressor %s does not run on the nccl transport yet (cast16, quant, topk "
+                "and randk do)", comm->rank, CompressorSpec(*c).c_str());
   }
   if (comm->nranks == 1 || a.count == 0) return ccSuccess;
   return OnState(comm, c, stream, [&](DeviceCodecState* st, cudaStream_t) {
     std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, CallOf(comm, *c), st);
     if (a.dtype != ccFloat32) st->widened.Reserve<float>(a.count);
+    if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) {
+      const SparsePlan p = PlanSparse(*c, a.count);
+      if (c->Get(ccParamErrorFeedback) != 0) st->ErrorFeedback(a.count);
+      st->index.Reserve<uint32_t>(p.keep);
+      st->choice.Reserve(gpu::ChooseChunksScratchBytes(p.chunks));
+      if (c->kind == ccCompressTopkChunk) st->vals.Reserve<float>(p.chunks);
+      st->packed.Reserve<float>(p.values);
+      st->deviceWire.Reserve(4 * SlotBytes(*codec, p.values, comm->nranks));  // 16-bit values: the cast ring's
+      return ccSuccess;
+    }
     st->deviceWire.Reserve(4 * SlotBytes(*codec, a.count, comm->nranks));
     codec->ReserveScratch(a.count, PartSize(a.count, comm->nranks, 0));
     return ccSuccess;
@@ -187,14 +282,16 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
       }
       return ccSuccess;
     }
-    if (a.dtype == ccFloat32) {
-      return Float32Call(comm, static_cast<const float*>(a.send), static_cast<float*>(a.recv), a.count,
-                         a.op == ccAvg, c, call, st, stream);
-    }
+    const bool sparse = c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk;
+    auto float32Call = [&](const float* input, float* out) {
+      return sparse ? SparseCall(comm, input, out, a.count, a.op == ccAvg, c, call, st, stream)
+                    : Float32Call(comm, input, out, a.count, a.op == ccAvg, c, call, st, stream);
+    };
+    if (a.dtype == ccFloat32) return float32Call(static_cast<const float*>(a.send), static_cast<float*>(a.recv));
     // 16-bit data: widened exactly into a float32 working copy, narrowed back to nearest-even (compress/widen.h).
     float* w = st->widened.Reserve<float>(a.count);
     CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, s));
-    CC_CHECK(Float32Call(comm, w, w, a.count, a.op == ccAvg, c, call, st, stream));
+    CC_CHECK(float32Call(w, w));
     CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, s));
     return ccSuccess;
   });

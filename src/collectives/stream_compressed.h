@@ -10,9 +10,9 @@
 // slices cut no scale group (chunks and CC_SLICE_BYTES multiples of the group).
 //
 // Covered: cast16 (16-bit wire) and quant in both modes (homomorphic scales agreed with the transport's max
-// all-reduce, on the device), on float32, bfloat16 and float16 data. Not yet: topk, randk and powersgd
-// (ccInvalidUsage). A captured call replays the randomness of the call it captured (the compressor's call counter is
-// read when the call is queued).
+// all-reduce, on the device); topk and randk with every step on the device, their chunk choice included (see
+// SparseCall); on float32, bfloat16 and float16 data. Not yet: powersgd (ccInvalidUsage). A captured call replays the
+// randomness of the call it captured (the compressor's call counter is read when the call is queued).
 //
 // Only built with CCOLL_HAVE_NCCL.
 #pragma once

@@ -58,15 +58,30 @@ ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out,
 
 // The chunk sparsifiers (sparse.h; sparse_cuda.cu). ChunkNorms: one squared norm per chunk of `chunk` values, the
 // bytes of the CPU's ChunkNorms. GatherChunks / ScatterChunks: the `packed` values of the chosen chunks (`chosen`:
-// device memory, increasing chunk indices) from x into a dense buffer, and back into x. Fill: x[0..count) = value.
-// AnyNonFinite: *flag |= 1 when some x[i] is NaN or infinite (flag: device memory, set to 0 by the caller).
+// device memory, increasing chunk indices; chosen chunk k at packed offset k * chunk) from x[0..count) into a dense
+// buffer, and back into x; positions past count (a short last chunk, or packed rounded up to whole chunks) gather as
+// 0 and scatter nowhere. Fill: x[0..count) = value. AnyNonFinite: *flag |= 1 when some x[i] is NaN or infinite
+// (flag: device memory, set to 0 by the caller).
 ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, cudaStream_t stream);
-ccResult_t GatherChunks(const float* x, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
+ccResult_t GatherChunks(const float* x, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
                         cudaStream_t stream);
-ccResult_t ScatterChunks(const float* in, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
+ccResult_t ScatterChunks(const float* in, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
                          cudaStream_t stream);
 ccResult_t Fill(float* x, size_t count, float value, cudaStream_t stream);
 ccResult_t AnyNonFinite(const float* x, size_t count, unsigned* flag, cudaStream_t stream);
+
+// The chunk choice on the device, with CUB's radix sort: chosen[0..k) (device memory, increasing) gets the bytes of
+// TopChunks(norms, k) (norms: the summed norms, device memory) or of RandomChunks(chunks, k, key). scratch:
+// ChooseChunksScratchBytes(chunks) bytes of device memory (a size the host computes without the device).
+size_t ChooseChunksScratchBytes(size_t chunks);
+ccResult_t ChooseTopChunks(const float* norms, size_t chunks, size_t k, void* scratch, uint32_t* chosen,
+                           cudaStream_t stream);
+ccResult_t ChooseRandomChunks(size_t chunks, size_t k, uint32_t key, void* scratch, uint32_t* chosen,
+                              cudaStream_t stream);
+// randk's "this rank saw a non-finite value" mark, kept on the device: *mark = NaN when some x[i] is not finite (the
+// caller zeroes it first); after the sum, PoisonIfMarked sets x[0..count) to NaN when *mark is not finite.
+ccResult_t MarkNonFinite(const float* x, size_t count, float* mark, cudaStream_t stream);
+ccResult_t PoisonIfMarked(float* x, size_t count, const float* mark, cudaStream_t stream);
 
 // Error feedback (sparse_cuda.cu): acc += x; e = e - g, or 0 where that is not finite (the residual PowerSGD keeps);
 // e = 0 where e is not finite (what a sparsifier keeps of a bad gradient).

@@ -151,6 +151,7 @@ class DeviceCodecState {
   GrowOnlyBuffer packed{kDev, &stream_};   // sparsifiers: the chosen chunks; powersgd: P and exact parts
   GrowOnlyBuffer factors{kDev, &stream_};  // powersgd: Q, then Q's sum
   GrowOnlyBuffer index{kDev, &stream_};    // sparsifiers: the chosen chunks' indices; a flag
+  GrowOnlyBuffer choice{kDev, &stream_};   // sparsifiers, stream-ordered: the chunk choice's sort scratch
   GrowOnlyBuffer widened{kDev, &stream_};  // 16-bit data: the float32 working copy (compress/widen.h)
   GrowOnlyBuffer hostMeta{kPinned, &stream_};  // metadata and small host copies
   GrowOnlyBuffer hostPacked{kPinned, &stream_};  // what the host schedule reduces

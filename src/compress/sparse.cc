@@ -42,16 +42,16 @@ void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>*
 }
 
 void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* chosen) {
-  // Partial Fisher-Yates over the chunk indices, driven by the shared counter-based stream.
-  std::vector<uint32_t> idx(chunks);
-  std::iota(idx.begin(), idx.end(), 0u);
-  for (size_t i = 0; i < k; ++i) {
-    uint64_t r = (static_cast<uint64_t>(RandomWord(key, static_cast<uint32_t>(2 * i))) << 32) |
-                 RandomWord(key, static_cast<uint32_t>(2 * i + 1));
-    size_t j = i + static_cast<size_t>(r % (chunks - i));
-    std::swap(idx[i], idx[j]);
-  }
-  chosen->assign(idx.begin(), idx.begin() + static_cast<long>(k));
+  // Each chunk draws a word from the shared counter-based stream; the k smallest (ties to the lower index) win: a
+  // uniform k-subset, and a selection a GPU makes with one radix sort (sparse_cuda.cu: ChooseRandomChunks).
+  std::vector<uint32_t> order(chunks);
+  std::iota(order.begin(), order.end(), 0u);
+  std::vector<uint32_t> word(chunks);
+  for (size_t i = 0; i < chunks; ++i) word[i] = RandomWord(key, static_cast<uint32_t>(i));
+  std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(), [&](uint32_t a, uint32_t b) {
+    return word[a] < word[b] || (word[a] == word[b] && a < b);
+  });
+  chosen->assign(order.begin(), order.begin() + static_cast<long>(k));
   std::sort(chosen->begin(), chosen->end());
 }
 

@@ -21,7 +21,8 @@ void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* 
 // The k chunks of largest summed norm, ties to the lower index, returned in increasing index order.
 void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>* chosen);
 
-// k distinct chunks of `chunks` drawn from the stream `key` (the same on every rank), increasing index order.
+// k distinct chunks of `chunks` drawn from the stream `key` (the same on every rank), increasing index order: the k
+// chunks whose words RandomWord(key, index) are smallest, ties to the lower index.
 void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* chosen);
 
 // Copies the chosen chunks of x into packed (contiguous, in order) and back.

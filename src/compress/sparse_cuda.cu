@@ -1,11 +1,14 @@
 // CUDA kernels of the chunk sparsifiers (sparse.cc) and of the error feedback of every codec that keeps one: chunk
-// norms in the CPU's order (so every rank, and the host path, picks the same chunks), gather and scatter of the
-// chosen chunks, and the memory's passes (add the gradient in, keep what was not sent).
+// norms in the CPU's order (so every rank, and the host path, picks the same chunks), the choice of chunks itself
+// (CUB's radix sort, for the stream-ordered path, which cannot ask the host), gather and scatter of the chosen chunks,
+// and the memory's passes (add the gradient in, keep what was not sent).
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "compress/codec_cuda.h"
+#include "compress/rng.h"
 #include "core/cuda_result.h"
 
 namespace ccoll {
@@ -29,14 +32,46 @@ __global__ void ChunkNormsKernel(const float* x, size_t count, size_t chunk, flo
 
 // One thread per packed element. chosen is increasing, so only the last chosen chunk can be short and packed chunk
 // k starts at k * chunk.
-__global__ void GatherChunksKernel(const float* x, size_t chunk, const uint32_t* chosen, size_t packed, float* out) {
+__global__ void GatherChunksKernel(const float* x, size_t count, size_t chunk, const uint32_t* chosen, size_t packed,
+                                   float* out) {
   const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (p < packed) out[p] = x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk];
+  if (p >= packed) return;
+  const size_t at = static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk;
+  out[p] = at < count ? x[at] : 0.0f;
 }
 
-__global__ void ScatterChunksKernel(const float* in, size_t chunk, const uint32_t* chosen, size_t packed, float* x) {
+__global__ void ScatterChunksKernel(const float* in, size_t count, size_t chunk, const uint32_t* chosen, size_t packed,
+                                    float* x) {
   const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (p < packed) x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk] = in[p];
+  if (p >= packed) return;
+  const size_t at = static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk;
+  if (at < count) x[at] = in[p];
+}
+
+// Sort keys of the chunk choice, one thread per chunk, with the chunk indices as values: topk's summed norm (NaN as
+// +inf, as TopChunks ranks it), randk's word of the shared stream.
+__global__ void TopKeysKernel(const float* norms, size_t chunks, float* keys, uint32_t* index) {
+  const size_t c = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= chunks) return;
+  keys[c] = isnan(norms[c]) ? INFINITY : norms[c];
+  index[c] = static_cast<uint32_t>(c);
+}
+
+__global__ void RandomKeysKernel(size_t chunks, uint32_t key, uint32_t* keys, uint32_t* index) {
+  const size_t c = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= chunks) return;
+  keys[c] = RandomWord(key, static_cast<uint32_t>(c));
+  index[c] = static_cast<uint32_t>(c);
+}
+
+__global__ void MarkNonFiniteKernel(const float* x, size_t count, float* mark) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count && !isfinite(x[i])) *mark = __int_as_float(0x7fc00000);  // every writer writes the same quiet NaN
+}
+
+__global__ void PoisonIfMarkedKernel(float* x, size_t count, const float* mark) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count && !isfinite(*mark)) x[i] = __int_as_float(0x7fc00000);
 }
 
 __global__ void FillKernel(float* x, size_t count, float value) {
@@ -66,10 +101,104 @@ __global__ void DropNonFiniteKernel(float* e, size_t count) {
   if (i < count && !isfinite(e[i])) e[i] = 0.0f;
 }
 
+// The chunk choice's scratch: sort keys and values in and out, then CUB's temporary storage for the sort of all chunks
+// by key and of the k winners by index (the larger of the two).
+struct ChoiceScratch {
+  uint32_t* keysIn;
+  uint32_t* keysOut;
+  uint32_t* indexIn;
+  uint32_t* indexOut;
+  void* temp;
+  size_t tempBytes;
+};
+
+size_t Align(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
+
+size_t SortTempBytes(size_t chunks) {
+  size_t pairs = 0, keys = 0, descending = 0;
+  cub::DeviceRadixSort::SortPairs<uint32_t, uint32_t>(nullptr, pairs, nullptr, nullptr, nullptr, nullptr,
+                                                      static_cast<int>(chunks));
+  cub::DeviceRadixSort::SortPairsDescending<float, uint32_t>(nullptr, descending, nullptr, nullptr, nullptr, nullptr,
+                                                             static_cast<int>(chunks));
+  cub::DeviceRadixSort::SortKeys<uint32_t>(nullptr, keys, nullptr, nullptr, static_cast<int>(chunks));
+  return std::max(pairs, std::max(descending, keys));
+}
+
+ChoiceScratch LayOut(void* scratch, size_t chunks) {
+  char* p = static_cast<char*>(scratch);
+  const size_t array = Align(chunks * sizeof(uint32_t));
+  ChoiceScratch s;
+  s.keysIn = reinterpret_cast<uint32_t*>(p);
+  s.keysOut = reinterpret_cast<uint32_t*>(p + array);
+  s.indexIn = reinterpret_cast<uint32_t*>(p + 2 * array);
+  s.indexOut = reinterpret_cast<uint32_t*>(p + 3 * array);
+  s.temp = p + 4 * array;
+  s.tempBytes = SortTempBytes(chunks);
+  return s;
+}
+
+// After the sort by key: the k winners (the first k of indexOut) in increasing order, into chosen.
+ccResult_t SortWinners(const ChoiceScratch& s, size_t k, uint32_t* chosen, cudaStream_t stream) {
+  size_t bytes = s.tempBytes;
+  return CudaResult(cub::DeviceRadixSort::SortKeys(s.temp, bytes, s.indexOut, chosen, static_cast<int>(k), 0,
+                                                   static_cast<int>(sizeof(uint32_t) * 8), stream),
+                    "chunk choice: sorting the winners");
+}
+
 }  // namespace
+
+size_t ChooseChunksScratchBytes(size_t chunks) {
+  return 4 * Align(chunks * sizeof(uint32_t)) + SortTempBytes(chunks);
+}
+
+ccResult_t ChooseTopChunks(const float* norms, size_t chunks, size_t k, void* scratch, uint32_t* chosen,
+                           cudaStream_t stream) {
+  if (k == 0) return ccSuccess;
+  ChoiceScratch s = LayOut(scratch, chunks);
+  float* keysIn = reinterpret_cast<float*>(s.keysIn);
+  float* keysOut = reinterpret_cast<float*>(s.keysOut);
+  TopKeysKernel<<<Blocks(chunks), kThreads, 0, stream>>>(norms, chunks, keysIn, s.indexIn);
+  CC_CHECK(Launched("chunk choice keys kernel launch"));
+  // Largest first; the sort is stable and the indices start in order, so equal norms go to the lower index.
+  size_t bytes = s.tempBytes;
+  CC_CHECK(CudaResult(cub::DeviceRadixSort::SortPairsDescending(s.temp, bytes, keysIn, keysOut, s.indexIn, s.indexOut,
+                                                                static_cast<int>(chunks), 0, 32, stream),
+                      "chunk choice: sorting the norms"));
+  return SortWinners(s, k, chosen, stream);
+}
+
+ccResult_t ChooseRandomChunks(size_t chunks, size_t k, uint32_t key, void* scratch, uint32_t* chosen,
+                              cudaStream_t stream) {
+  if (k == 0) return ccSuccess;
+  ChoiceScratch s = LayOut(scratch, chunks);
+  RandomKeysKernel<<<Blocks(chunks), kThreads, 0, stream>>>(chunks, key, s.keysIn, s.indexIn);
+  CC_CHECK(Launched("chunk choice keys kernel launch"));
+  // Smallest first, ties to the lower index (stable).
+  size_t bytes = s.tempBytes;
+  CC_CHECK(CudaResult(cub::DeviceRadixSort::SortPairs(s.temp, bytes, s.keysIn, s.keysOut, s.indexIn, s.indexOut,
+                                                      static_cast<int>(chunks), 0, 32, stream),
+                      "chunk choice: sorting the words"));
+  return SortWinners(s, k, chosen, stream);
+}
+
+ccResult_t MarkNonFinite(const float* x, size_t count, float* mark, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  MarkNonFiniteKernel<<<Blocks(count), kThreads, 0, stream>>>(x, count, mark);
+  return Launched("non-finite mark kernel launch");
+}
+
+ccResult_t PoisonIfMarked(float* x, size_t count, const float* mark, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  PoisonIfMarkedKernel<<<Blocks(count), kThreads, 0, stream>>>(x, count, mark);
+  return Launched("poison kernel launch");
+}
 
 ccResult_t LoadSparseKernels() {
   CC_CHECK(LoadKernel(ChunkNormsKernel, "loading ChunkNormsKernel"));
+  CC_CHECK(LoadKernel(TopKeysKernel, "loading TopKeysKernel"));
+  CC_CHECK(LoadKernel(RandomKeysKernel, "loading RandomKeysKernel"));
+  CC_CHECK(LoadKernel(MarkNonFiniteKernel, "loading MarkNonFiniteKernel"));
+  CC_CHECK(LoadKernel(PoisonIfMarkedKernel, "loading PoisonIfMarkedKernel"));
   CC_CHECK(LoadKernel(GatherChunksKernel, "loading GatherChunksKernel"));
   CC_CHECK(LoadKernel(ScatterChunksKernel, "loading ScatterChunksKernel"));
   CC_CHECK(LoadKernel(FillKernel, "loading FillKernel"));
@@ -85,17 +214,17 @@ ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, 
   return Launched("chunk norms kernel launch");
 }
 
-ccResult_t GatherChunks(const float* x, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
+ccResult_t GatherChunks(const float* x, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
                         cudaStream_t stream) {
   if (packed == 0) return ccSuccess;
-  GatherChunksKernel<<<Blocks(packed), kThreads, 0, stream>>>(x, chunk, chosen, packed, out);
+  GatherChunksKernel<<<Blocks(packed), kThreads, 0, stream>>>(x, count, chunk, chosen, packed, out);
   return Launched("gather chunks kernel launch");
 }
 
-ccResult_t ScatterChunks(const float* in, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
+ccResult_t ScatterChunks(const float* in, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
                          cudaStream_t stream) {
   if (packed == 0) return ccSuccess;
-  ScatterChunksKernel<<<Blocks(packed), kThreads, 0, stream>>>(in, chunk, chosen, packed, x);
+  ScatterChunksKernel<<<Blocks(packed), kThreads, 0, stream>>>(in, count, chunk, chosen, packed, x);
   return Launched("scatter chunks kernel launch");
 }
 

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "collectives/reduce.h"
 #include "collectives/reduce_cuda.h"
@@ -171,23 +172,71 @@ ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, 
   });
 }
 
-ccResult_t GatherChunks(const float* x, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
+ccResult_t GatherChunks(const float* x, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
                         cudaStream_t stream) {
   x = HostView(x);
   chosen = HostView(chosen);
   out = HostView(out);
   return Launch(stream, [=] {
-    for (size_t p = 0; p < packed; ++p) out[p] = x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk];
+    for (size_t p = 0; p < packed; ++p) {
+      const size_t at = static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk;
+      out[p] = at < count ? x[at] : 0.0f;
+    }
   });
 }
 
-ccResult_t ScatterChunks(const float* in, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
+ccResult_t ScatterChunks(const float* in, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
                          cudaStream_t stream) {
   in = HostView(in);
   chosen = HostView(chosen);
   x = HostView(x);
   return Launch(stream, [=] {
-    for (size_t p = 0; p < packed; ++p) x[static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk] = in[p];
+    for (size_t p = 0; p < packed; ++p) {
+      const size_t at = static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk;
+      if (at < count) x[at] = in[p];
+    }
+  });
+}
+
+// The chunk choice: the CPU's own, which the CUDA kernels reproduce (test_gpu checks them against it).
+size_t ChooseChunksScratchBytes(size_t chunks) { return chunks * sizeof(uint32_t); }
+
+ccResult_t ChooseTopChunks(const float* norms, size_t chunks, size_t k, void* scratch, uint32_t* chosen,
+                           cudaStream_t stream) {
+  norms = HostView(norms);
+  chosen = HostView(chosen);
+  return Launch(stream, [=] {
+    std::vector<uint32_t> picked;
+    ccoll::TopChunks(std::vector<float>(norms, norms + chunks), k, &picked);
+    std::copy(picked.begin(), picked.end(), chosen);
+  });
+}
+
+ccResult_t ChooseRandomChunks(size_t chunks, size_t k, uint32_t key, void* scratch, uint32_t* chosen,
+                              cudaStream_t stream) {
+  chosen = HostView(chosen);
+  return Launch(stream, [=] {
+    std::vector<uint32_t> picked;
+    ccoll::RandomChunks(chunks, k, key, &picked);
+    std::copy(picked.begin(), picked.end(), chosen);
+  });
+}
+
+ccResult_t MarkNonFinite(const float* x, size_t count, float* mark, cudaStream_t stream) {
+  x = HostView(x);
+  mark = HostView(mark);
+  return Launch(stream, [=] {
+    for (size_t i = 0; i < count; ++i) {
+      if (!std::isfinite(x[i])) *mark = std::numeric_limits<float>::quiet_NaN();
+    }
+  });
+}
+
+ccResult_t PoisonIfMarked(float* x, size_t count, const float* mark, cudaStream_t stream) {
+  x = HostView(x);
+  mark = HostView(mark);
+  return Launch(stream, [=] {
+    if (!std::isfinite(*mark)) std::fill(x, x + count, std::numeric_limits<float>::quiet_NaN());
   });
 }
 
