@@ -194,8 +194,9 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
   }
 #ifdef CCOLL_HAVE_NCCL
   if (*onDevice && comm->streamTransport && c.compressor != nullptr && !ccoll::StreamCodecCovers(*c.compressor)) {
-    return Fail(ccInvalidUsage, "%s: compressor %s does not run on the nccl transport yet (cast16, quant, topk and "
-                "randk do) (rank %d)", fn, ccoll::CompressorSpec(*c.compressor).c_str(), rank);
+    return Fail(ccInvalidUsage, "%s: compressor %s does not run on the nccl transport (powersgd needs a build with "
+                "cuBLAS; quant rotation blocks of at most 16384) (rank %d)", fn,
+                ccoll::CompressorSpec(*c.compressor).c_str(), rank);
   }
 #endif
   if (c.compressor != nullptr && c.count > 0) {

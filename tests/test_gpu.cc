@@ -33,6 +33,7 @@
 #include "core/device_memory.h"
 #include "core/stream_wait.h"
 #ifdef CCOLL_HAVE_CUBLAS
+#include "compress/lowrank.h"
 #include "compress/lowrank_cuda.h"
 #endif
 #include "gpu_skip.h"
@@ -612,5 +613,64 @@ TEST_CASE("[gpu] PowerSGD's cuBLAS products match a double-precision reference",
   }
   blas.reset();
   cudaStreamDestroy(stream);
+}
+
+// Largest |a[i] - b[i]|.
+double MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double most = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return most;
+}
+
+TEST_CASE("[gpu] PowerSGD's Gram-Schmidt and start of Q on the device match the host's to rounding", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  REQUIRE(ccoll::gpu::LoadLowRankKernels() == ccSuccess);
+  std::vector<double> scratch;
+  // rows >= r: with fewer rows, the columns past the rows' span are rounding noise normalized to unit length, and the
+  // host's and the device's noise differ.
+  for (int64_t rows : {int64_t{16}, int64_t{300}, int64_t{4096}}) {
+    for (int r : {1, 4, 16}) {
+      INFO(rows << " x " << r);
+      const size_t elems = static_cast<size_t>(rows) * r;
+      Dev<double> w(elems);
+      Dev<float> da(elems);
+      // Gram-Schmidt of a random matrix (and of one with a zero column): the host's result to a few float ulps; every
+      // column unit or zero, and the same bytes twice.
+      for (bool zeroColumn : {false, true}) {
+        std::vector<float> a = Inputs(elems, rows * 31 + r, false);
+        if (zeroColumn) {
+          for (int64_t i = 0; i < rows; ++i) a[i * r] = 0.0f;
+        }
+        std::vector<float> host = a;
+        ccoll::Orthogonalize(host.data(), rows, r, 1e-8, &scratch);
+        da.Put(a);
+        REQUIRE(ccoll::gpu::OrthogonalizeOnDevice(da.p, rows, r, 1e-8, w.p, nullptr) == ccSuccess);
+        const std::vector<float> dev = da.Get();
+        CHECK(MaxDifference(dev, host) < 1e-5);
+        da.Put(a);
+        REQUIRE(ccoll::gpu::OrthogonalizeOnDevice(da.p, rows, r, 1e-8, w.p, nullptr) == ccSuccess);
+        CHECK(SameBytes(dev.data(), da.Get().data(), elems * sizeof(float)));
+      }
+      // The start of Q: cold, a fresh random Q (RandomQ's values, orthonormalized); warm from a usable Q, that Q
+      // orthonormalized again; warm from one with a zero column, a fresh random Q.
+      std::vector<float> host(elems);
+      ccoll::RandomQ(host.data(), rows, r, 99, &scratch);
+      REQUIRE(ccoll::gpu::StartQOnDevice(da.p, rows, r, 99, false, 0.0, w.p, nullptr) == ccSuccess);
+      CHECK(MaxDifference(da.Get(), host) < 1e-5);
+      std::vector<float> q = Inputs(elems, rows + r, false);
+      host = q;
+      ccoll::Orthogonalize(host.data(), rows, r, 0.0, &scratch);
+      if (ccoll::UsableQ(host.data(), rows, r)) {
+        da.Put(q);
+        REQUIRE(ccoll::gpu::StartQOnDevice(da.p, rows, r, 99, true, 0.0, w.p, nullptr) == ccSuccess);
+        CHECK(MaxDifference(da.Get(), host) < 1e-5);
+      }
+      for (int64_t i = 0; i < rows; ++i) q[i * r + (r - 1)] = 0.0f;
+      ccoll::RandomQ(host.data(), rows, r, 7, &scratch);
+      da.Put(q);
+      REQUIRE(ccoll::gpu::StartQOnDevice(da.p, rows, r, 7, true, 0.0, w.p, nullptr) == ccSuccess);
+      CHECK(MaxDifference(da.Get(), host) < 1e-5);
+    }
+  }
 }
 #endif

@@ -6,6 +6,9 @@
 
 #include "collectives/reduce_cuda.h"
 #include "compress/codec_cuda.h"
+#ifdef CCOLL_HAVE_CUBLAS
+#include "compress/lowrank_cuda.h"
+#endif
 #include "core/device_memory.h"
 #include "core/device_scope.h"
 #include "core/error.h"
@@ -19,6 +22,9 @@ ccResult_t LoadAll() {
   CC_CHECK(gpu::LoadCastKernels());
   CC_CHECK(gpu::LoadSparseKernels());
   CC_CHECK(gpu::LoadReduceKernels());
+#ifdef CCOLL_HAVE_CUBLAS
+  CC_CHECK(gpu::LoadLowRankKernels());
+#endif
   return LoadStreamWaitKernel();
 }
 

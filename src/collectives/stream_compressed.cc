@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/device_prepare.h"
@@ -10,6 +12,10 @@
 #include "compress/codec_cuda.h"
 #include "compress/compressor.h"
 #include "compress/device_codec.h"
+#ifdef CCOLL_HAVE_CUBLAS
+#include "compress/lowrank.h"
+#include "compress/lowrank_cuda.h"
+#endif
 #include "compress/rng.h"
 #include "compress/sparse.h"
 #include "compress/widen.h"
@@ -190,6 +196,122 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
   return ccSuccess;
 }
 
+#ifdef CCOLL_HAVE_CUBLAS
+// Doubles of Gram-Schmidt's scratch: the largest factor (rows x r for P, cols x r for Q) of the plan.
+size_t OrthoScratch(const LowRankPlan& plan) {
+  size_t most = 1;
+  for (const LowRankMatrix& mt : plan.matrices) {
+    most = std::max(most, static_cast<size_t>(std::max(mt.rows, mt.cols)) * static_cast<size_t>(mt.rank));
+  }
+  return most;
+}
+
+// The factors' sum over the ranks, in place: the transport's exact all-reduce (float32 wire), or the cast codec ring
+// with a 16-bit wire (float32 accumulation), as LowRankSum does on the host.
+ccResult_t FactorSum(ccComm* comm, ccCompressor* c, const CodecCall& call, DeviceCodecState* st, float* data,
+                     size_t count, ccDataType_t wire, ccStream_t stream) {
+  if (count == 0) return ccSuccess;
+  if (wire == ccFloat32) {
+    return StreamExactCall(comm, StreamKind::kAllReduce, data, data, count, ccFloat32, ccSum, 0, stream);
+  }
+  std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, call, st);  // the cast codec with the factors' wire type
+  const size_t slot = SlotBytes(*codec, count, comm->nranks);
+  return StreamRing(comm, *codec, data, count, static_cast<char*>(st->deviceWire.Reserve(4 * slot)), slot, stream);
+}
+
+// PowerSGD, as LowRankAllReduce does it, with every step on the device and on the stream: the products on cuBLAS, the
+// factors summed by the transport (or the cast ring), Gram-Schmidt and the start of Q in kernels (lowrank_cuda.h),
+// and Q kept in device memory for the warm start. Before the start iteration: the exact all-reduce.
+ccResult_t LowRankCall(ccComm* comm, const float* input, float* out, size_t count, ccRedOp_t op, ccCompressor* c,
+                       const CodecCall& call, DeviceCodecState* st, ccStream_t stream) {
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  LowRankPlan plan;
+  std::string why;
+  if (!PlanLowRank(*c, count, &plan, &why)) return Fail(ccInvalidUsage, "powersgd: %s", why.c_str());
+  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) {
+    return StreamExactCall(comm, StreamKind::kAllReduce, input, out, count, ccFloat32, op, 0, stream);
+  }
+  const float n = static_cast<float>(comm->nranks);
+  const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
+  const ccDataType_t wire = static_cast<ccDataType_t>(c->Get(ccParamValueType));
+  const float* m = input;
+  float* e = nullptr;
+  if (c->Get(ccParamErrorFeedback) != 0) {
+    e = st->ErrorFeedback(count);
+    CheckLaunch(gpu::AddInto(e, input, count, s));
+    m = e;
+  }
+  gpu::LowRankBlas* blas = st->Blas();
+  CheckLaunch(blas->SetStream(s));
+  float* dP = st->packed.Reserve<float>(plan.pElems + plan.exactElems);
+  float* dQ = st->factors.Reserve<float>(2 * plan.qElems);
+  float* dQsum = dQ + plan.qElems;
+  double* w = st->ortho.Reserve<double>(OrthoScratch(plan));
+
+  // Q: the previous call's, orthonormalized again, when it is usable; else a fresh random one.
+  const bool warm = c->Get(ccParamWarmStart) != 0 && st->deviceQElems == plan.qElems;
+  for (size_t t = 0; t < plan.matrices.size(); ++t) {
+    const LowRankMatrix& mt = plan.matrices[t];
+    const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeLowRank + static_cast<uint32_t>(t << 8));
+    CheckLaunch(gpu::StartQOnDevice(dQ + mt.qOffset, mt.cols, mt.rank, key, warm, eps, w, s));
+  }
+  // Round 1: every P, then the exact parts, summed; P orthonormalized.
+  for (const LowRankMatrix& mt : plan.matrices) {
+    CheckLaunch(blas->ProductMQ(m + mt.offset, mt.rows, mt.cols, dQ + mt.qOffset, mt.rank, dP + mt.pOffset));
+  }
+  size_t at = plan.pElems;
+  for (const auto& [offset, length] : plan.exact) {
+    CheckCuda(cudaMemcpyAsync(dP + at, m + offset, length * sizeof(float), cudaMemcpyDeviceToDevice, s),
+              "cudaMemcpyAsync (exact part)");
+    at += length;
+  }
+  if (wire == ccFloat32) {
+    CC_CHECK(FactorSum(comm, c, call, st, dP, plan.pElems + plan.exactElems, ccFloat32, stream));
+  } else {
+    CC_CHECK(FactorSum(comm, c, call, st, dP, plan.pElems, wire, stream));
+    CC_CHECK(FactorSum(comm, c, call, st, dP + plan.pElems, plan.exactElems, ccFloat32, stream));
+  }
+  for (const LowRankMatrix& mt : plan.matrices) {
+    CheckLaunch(gpu::OrthogonalizeOnDevice(dP + mt.pOffset, mt.rows, mt.rank, eps, w, s));
+  }
+  // Round 2: Q = M^T P, summed; its average is the result's Q and the next call's warm start.
+  for (const LowRankMatrix& mt : plan.matrices) {
+    CheckLaunch(blas->ProductMtP(m + mt.offset, mt.rows, mt.cols, dP + mt.pOffset, mt.rank, dQsum + mt.qOffset));
+  }
+  CC_CHECK(FactorSum(comm, c, call, st, dQsum, plan.qElems, wire, stream));
+  if (plan.qElems > 0) {
+    CheckCuda(cudaMemcpyAsync(dQ, dQsum, plan.qElems * sizeof(float), cudaMemcpyDeviceToDevice, s),
+              "cudaMemcpyAsync (Q)");
+    CheckLaunch(gpu::Scale(dQ, plan.qElems, n, true, s));
+  }
+  st->deviceQElems = plan.qElems;
+
+  // The result (M is not read after this point except by the error feedback, so out may be the input).
+  for (const LowRankMatrix& mt : plan.matrices) {
+    CheckLaunch(blas->ProductPQt(dP + mt.pOffset, dQ + mt.qOffset, mt.rows, mt.cols, mt.rank, out + mt.offset));
+  }
+  at = plan.pElems;
+  for (const auto& [offset, length] : plan.exact) {
+    CheckCuda(cudaMemcpyAsync(out + offset, dP + at, length * sizeof(float), cudaMemcpyDeviceToDevice, s),
+              "cudaMemcpyAsync (exact part out)");
+    if (op == ccAvg) CheckLaunch(gpu::Scale(out + offset, length, n, true, s));
+    at += length;
+  }
+  for (const LowRankMatrix& mt : plan.matrices) {
+    const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
+    // What the average did not carry stays for the next call; the exact parts lost nothing.
+    if (e != nullptr) CheckLaunch(gpu::KeepResidual(e + mt.offset, out + mt.offset, elems, s));
+    if (op == ccSum) CheckLaunch(gpu::Scale(out + mt.offset, elems, n, false, s));
+  }
+  if (e != nullptr) {
+    for (const auto& [offset, length] : plan.exact) {
+      CheckCuda(cudaMemsetAsync(e + offset, 0, length * sizeof(float), s), "cudaMemsetAsync (exact part)");
+    }
+  }
+  return ccSuccess;
+}
+#endif
+
 // Whether `stream` is being captured into a CUDA graph.
 ccResult_t Capturing(const ccComm* comm, cudaStream_t stream, bool* capturing) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -238,21 +360,31 @@ ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work
 
 }  // namespace
 
-bool StreamCodecCovers(const ccCompressor& c) {
-  const bool kind = c.kind == ccCompressCast16 || c.kind == ccCompressQuant || c.kind == ccCompressTopkChunk ||
-                    c.kind == ccCompressRandk;
-  return kind && DeviceCodecCovers(c);
-}
+bool StreamCodecCovers(const ccCompressor& c) { return DeviceCodecCovers(c); }
 
 ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor* c, ccStream_t stream) {
   if (!StreamCodecCovers(*c)) {
-    return Fail(ccInvalidUsage, "rank %d: compressor %s does not run on the nccl transport yet (cast16, quant, topk "
-                "and randk do)", comm->rank, CompressorSpec(*c).c_str());
+    return Fail(ccInvalidUsage, "rank %d: compressor %s does not run on the nccl transport (powersgd needs a build "
+                "with cuBLAS; quant rotation blocks of at most 16384)", comm->rank, CompressorSpec(*c).c_str());
   }
   if (comm->nranks == 1 || a.count == 0) return ccSuccess;
   return OnState(comm, c, stream, [&](DeviceCodecState* st, cudaStream_t) {
     std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, CallOf(comm, *c), st);
     if (a.dtype != ccFloat32) st->widened.Reserve<float>(a.count);
+#ifdef CCOLL_HAVE_CUBLAS
+    if (c->kind == ccCompressPowerSGD) {
+      LowRankPlan plan;
+      std::string why;
+      if (!PlanLowRank(*c, a.count, &plan, &why)) return Fail(ccInvalidUsage, "powersgd: %s", why.c_str());
+      if (c->Get(ccParamErrorFeedback) != 0) st->ErrorFeedback(a.count);
+      st->packed.Reserve<float>(plan.pElems + plan.exactElems);
+      st->factors.Reserve<float>(2 * plan.qElems);
+      st->ortho.Reserve<double>(OrthoScratch(plan));
+      st->deviceWire.Reserve(4 * SlotBytes(*codec, std::max(plan.pElems, plan.qElems), comm->nranks));
+      st->Blas();  // cuBLAS's handle (and its workspace) outside any capture
+      return ccSuccess;
+    }
+#endif
     if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) {
       const SparsePlan p = PlanSparse(*c, a.count);
       if (c->Get(ccParamErrorFeedback) != 0) st->ErrorFeedback(a.count);
@@ -282,10 +414,15 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
       }
       return ccSuccess;
     }
-    const bool sparse = c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk;
-    auto float32Call = [&](const float* input, float* out) {
-      return sparse ? SparseCall(comm, input, out, a.count, a.op == ccAvg, c, call, st, stream)
-                    : Float32Call(comm, input, out, a.count, a.op == ccAvg, c, call, st, stream);
+    auto float32Call = [&](const float* input, float* out) -> ccResult_t {
+      switch (c->kind) {
+        case ccCompressTopkChunk:
+        case ccCompressRandk: return SparseCall(comm, input, out, a.count, a.op == ccAvg, c, call, st, stream);
+#ifdef CCOLL_HAVE_CUBLAS
+        case ccCompressPowerSGD: return LowRankCall(comm, input, out, a.count, a.op, c, call, st, stream);
+#endif
+        default: return Float32Call(comm, input, out, a.count, a.op == ccAvg, c, call, st, stream);
+      }
     };
     if (a.dtype == ccFloat32) return float32Call(static_cast<const float*>(a.send), static_cast<float*>(a.recv));
     // 16-bit data: widened exactly into a float32 working copy, narrowed back to nearest-even (compress/widen.h).

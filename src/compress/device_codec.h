@@ -152,6 +152,8 @@ class DeviceCodecState {
   GrowOnlyBuffer factors{kDev, &stream_};  // powersgd: Q, then Q's sum
   GrowOnlyBuffer index{kDev, &stream_};    // sparsifiers: the chosen chunks' indices; a flag
   GrowOnlyBuffer choice{kDev, &stream_};   // sparsifiers, stream-ordered: the chunk choice's sort scratch
+  GrowOnlyBuffer ortho{kDev, &stream_};    // powersgd, stream-ordered: Gram-Schmidt's doubles
+  size_t deviceQElems = 0;  // powersgd, stream-ordered: factors holds the last call's Q, of this many elements
   GrowOnlyBuffer widened{kDev, &stream_};  // 16-bit data: the float32 working copy (compress/widen.h)
   GrowOnlyBuffer hostMeta{kPinned, &stream_};  // metadata and small host copies
   GrowOnlyBuffer hostPacked{kPinned, &stream_};  // what the host schedule reduces

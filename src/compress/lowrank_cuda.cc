@@ -34,6 +34,13 @@ LowRankBlas::~LowRankBlas() {
   if (handle_ != nullptr) cublasDestroy(H(handle_));
 }
 
+ccResult_t LowRankBlas::SetStream(cudaStream_t stream) {
+  if (stream == stream_) return ccSuccess;
+  CC_CHECK(Check(cublasSetStream(H(handle_), stream), "cublasSetStream"));
+  stream_ = stream;
+  return ccSuccess;
+}
+
 // cuBLAS is column-major: a row-major a x b matrix is the column-major b x a matrix (its transpose) with leading
 // dimension b. So each row-major product C = A B is computed as C^T = B^T A^T.
 

@@ -30,12 +30,24 @@ class LowRankBlas {
   ccResult_t ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q);
   // out = p q^T
   ccResult_t ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out);
+  // Later products go on `stream` (a stream-ordered call's: the caller's).
+  ccResult_t SetStream(cudaStream_t stream);
 
  private:
   LowRankBlas() = default;
   void* handle_ = nullptr;  // cublasHandle_t
   cudaStream_t stream_ = nullptr;
 };
+
+// The steps between the products, for the stream-ordered path (lowrank_cuda.cu), queued on `stream`; scratch: rows * r
+// (cols * r) doubles of device memory. OrthogonalizeOnDevice: compress/lowrank.h's Orthogonalize. StartQOnDevice:
+// LowRankStartQ for one matrix: with `warm`, q (the previous call's Q) orthonormalized again, kept when UsableQ;
+// else RandomQ(q, cols, r, key). Deterministic (the same bytes on every rank), not the host's bytes.
+ccResult_t OrthogonalizeOnDevice(float* a, int64_t rows, int r, double eps, double* scratch, cudaStream_t stream);
+ccResult_t StartQOnDevice(float* q, int64_t cols, int r, uint32_t key, bool warm, double eps, double* scratch,
+                          cudaStream_t stream);
+// Loads lowrank_cuda.cu's kernels (collectives/device_prepare.h).
+ccResult_t LoadLowRankKernels();
 
 }  // namespace gpu
 }  // namespace ccoll

@@ -328,6 +328,35 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>
 
 LowRankBlas::~LowRankBlas() = default;
 
+ccResult_t LowRankBlas::SetStream(cudaStream_t stream) {
+  stream_ = stream;
+  return ccSuccess;
+}
+
+// The steps between the products: the host's own (the CUDA kernels compute them in another order of sums).
+ccResult_t OrthogonalizeOnDevice(float* a, int64_t rows, int r, double eps, double* scratch, cudaStream_t stream) {
+  a = HostView(a);
+  return Launch(stream, [=] {
+    std::vector<double> w;
+    ccoll::Orthogonalize(a, rows, r, eps, &w);
+  });
+}
+
+ccResult_t StartQOnDevice(float* q, int64_t cols, int r, uint32_t key, bool warm, double eps, double* scratch,
+                          cudaStream_t stream) {
+  q = HostView(q);
+  return Launch(stream, [=] {
+    std::vector<double> w;
+    if (warm) ccoll::Orthogonalize(q, cols, r, eps, &w);
+    if (!warm || !ccoll::UsableQ(q, cols, r)) ccoll::RandomQ(q, cols, r, key, &w);
+  });
+}
+
+ccResult_t LoadLowRankKernels() {
+  cctest::FakeKernelsLoaded(cctest::kLowRankKernels);
+  return ccSuccess;
+}
+
 ccResult_t LowRankBlas::ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p) {
   FirstProduct(0, rows, cols, r);
   m = HostView(m);

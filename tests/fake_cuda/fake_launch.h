@@ -26,7 +26,12 @@ enum : unsigned {
   kSparseKernels = 4,
   kReduceKernels = 8,
   kStreamWaitKernels = 16,
+  kLowRankKernels = 32,  // PowerSGD's Gram-Schmidt and start of Q (builds with cuBLAS)
+#ifdef CCOLL_HAVE_CUBLAS
+  kAllKernelFamilies = 63
+#else
   kAllKernelFamilies = 31
+#endif
 };
 void FakeKernelsLoaded(unsigned families);
 // A library call that may load kernels lazily on its first use (cuBLAS's products): with cublas in FAKE_CUDA_STRICT
