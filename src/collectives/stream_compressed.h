@@ -3,16 +3,17 @@
 // arrived), so the call returns once it is queued, later work on the stream sees the result, and the whole call can
 // be captured into a CUDA graph. Nothing waits on the host and nothing crosses to host memory.
 //
-// The ring is the host codec ring's (collectives/compressed.cc): chunk c is reduced from rank c round to rank c - 1,
+// The codec ring is the host codec ring's (collectives/compressed.cc): chunk c is reduced from rank c round to rank c - 1,
 // which decodes its payload and sends it on unchanged, and every rank decodes the same bytes. Each step carries a
 // whole chunk (NCCL pipelines a transfer itself). The device codecs compute the CPU drivers' bytes and index their
 // randomness and scale groups globally, so the result is the host ring's byte for byte whenever the host ring's
 // slices cut no scale group (chunks and CC_SLICE_BYTES multiples of the group).
 //
 // Covered: cast16 (16-bit wire) and quant in both modes (homomorphic scales agreed with the transport's max
-// all-reduce, on the device); topk and randk with every step on the device, their chunk choice included (see
-// SparseCall); on float32, bfloat16 and float16 data. Not yet: powersgd (ccInvalidUsage). A captured call replays the
-// randomness of the call it captured (the compressor's call counter is read when the call is queued).
+// all-reduce, on the device); topk and randk with every step on the device, their chunk choice included (SparseCall);
+// powersgd on cuBLAS with Gram-Schmidt and Q's start in kernels (LowRankCall; builds with cuBLAS); on float32,
+// bfloat16 and float16 data. A captured call replays the randomness of the call it captured (the compressor's call
+// counter is read when the call is queued).
 //
 // Only built with CCOLL_HAVE_NCCL.
 #pragma once
