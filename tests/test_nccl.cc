@@ -450,6 +450,30 @@ double Vnmse(const Bytes& out, ccDataType_t t, const std::vector<double>& mean) 
 
 }  // namespace
 
+// No device needed: the runner itself. Each rank's result comes back; with ranks as processes, a rank that dies or
+// hangs is reported as such instead of taking the test binary with it.
+TEST_CASE("[nccl] the rank runner hands back each rank's result, and reports ranks that die or hang", "[runner]") {
+  std::vector<RankOut> outs = RunRanks(3, [](int r, RankOut* out) {
+    out->data.assign(static_cast<size_t>(1000 * (r + 1)), static_cast<char>('a' + r));
+    if (r == 1) out->Fail(ccRemoteError, "rank one says so");
+  });
+  REQUIRE(outs.size() == 3);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(outs[r].data == Bytes(static_cast<size_t>(1000 * (r + 1)), static_cast<char>('a' + r)));
+  }
+  CHECK(outs[0].rc == ccSuccess);
+  CHECK(outs[1].rc == ccRemoteError);
+  CHECK(outs[1].error == "rank one says so");
+  if (kProcesses) {
+    outs = RunRanks(2, [](int r, RankOut*) {
+      if (r == 0) std::abort();
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+    }, 2);
+    CHECK(Contains(outs[0].error, "signal 6"));
+    CHECK(Contains(outs[1].error, "signal 9"));  // killed at the deadline
+  }
+}
+
 TEST_CASE("[nccl] exact collectives against fp64 references, the same bytes on every rank", "[gpu][nccl][exact]") {
   SKIP_WITHOUT_NCCL_DEVICE();
   struct Case {
