@@ -275,8 +275,11 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  *   after the call returned becomes the communicator's async error (ccCommGetAsyncError) and the stream is released
  *   without a result. A stream being captured into a CUDA graph is refused (ccInvalidUsage), except with transport
  *   nccl (ccTransportNccl), whose calls are captured; there a compressed call must have run once outside the capture
- *   (it sizes its scratch then), and a replay repeats the captured call's randomness. Thread ranks sharing a device
- *   need a stream each, not the legacy default stream.
+ *   (it sizes its scratch then), and a replay repeats the captured call's randomness. A captured call uses the
+ *   communicator's and the compressor's device memory at every replay: destroy the graph (after its launches end)
+ *   before ccCommDestroy, ccCommAbort, ccCompressorDestroy, ccCompressorSetParam or ccCompressorSetShapes of that
+ *   compressor (which reset its state), and replay it on the stream the compressor's other calls use. Thread ranks
+ *   sharing a device need a stream each, not the legacy default stream.
  * - Buffers may be NULL only when count is 0.
  * - Results are deterministic: the same inputs give the same bits on every run, and every rank ends with
  *   bitwise-identical output (floating-point sums are always added in the same order). Exact calls over transport

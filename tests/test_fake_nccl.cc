@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -69,18 +70,44 @@ class Barrier {
   int n_, arrived_ = 0, generation_ = 0;
 };
 
-// n ranks of one communicator, one non-blocking stream each.
+// A non-blocking communicator's connecting group is queued this long after the call (the fake's default is a few
+// milliseconds): long enough that the calls a test makes right after one certainly come before it, even on a loaded
+// machine. Set before main, so before the fake reads it.
+[[maybe_unused]] const int kConnectDelaySet = setenv("FAKE_NCCL_CONNECT_MS", "100", 1);
+
+// Polls a non-blocking communicator's async error until it no longer reads ncclInProgress (at most 10 s).
+ncclResult_t WaitAsync(ncclComm_t comm) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  ncclResult_t async = ncclInProgress;
+  while (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclInProgress &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return async;
+}
+
+// n ranks of one communicator, one non-blocking stream each. Non-blocking communicators (blocking = false) are waited
+// for as NCCL requires: ncclCommInitRankConfig returns ncclInProgress, then the async error is polled.
 struct World {
   std::vector<ncclComm_t> comms;
   std::vector<cudaStream_t> streams;
 
-  explicit World(int n) : comms(static_cast<size_t>(n), nullptr), streams(static_cast<size_t>(n), nullptr) {
+  explicit World(int n, bool blocking = true)
+      : comms(static_cast<size_t>(n), nullptr), streams(static_cast<size_t>(n), nullptr) {
     ncclUniqueId id;
     REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
     std::vector<int> rc(static_cast<size_t>(n), -1);
     RunRanks(n, [&](int r) {
-      cudaStreamCreateWithFlags(&streams[static_cast<size_t>(r)], cudaStreamNonBlocking);
-      rc[static_cast<size_t>(r)] = ncclCommInitRank(&comms[static_cast<size_t>(r)], n, id, r);
+      const size_t i = static_cast<size_t>(r);
+      cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
+      if (blocking) {
+        rc[i] = ncclCommInitRank(&comms[i], n, id, r);
+        return;
+      }
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      rc[i] = ncclCommInitRankConfig(&comms[i], n, id, r, &config);
+      if (rc[i] == ncclInProgress) rc[i] = WaitAsync(comms[i]);
     });
     for (int x : rc) REQUIRE(x == ncclSuccess);
   }
@@ -689,7 +716,7 @@ TEST_CASE("[fake] bad arguments are refused at the call", "[fake]") {
   CHECK(ncclCommInitRank(&comm, 1, id, 1) == ncclInvalidArgument);
   CHECK(ncclCommInitRank(&comm, 0, id, 0) == ncclInvalidArgument);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = 2;
   CHECK(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclInvalidArgument);
   config.blocking = 1;
   REQUIRE(ncclCommInitRankConfig(&comm, 1, id, 0, &config) == ncclSuccess);
@@ -793,6 +820,17 @@ TEST_CASE("fake_death: two ranks send to each other outside a group", "[.][fake_
   p.Wait();
 }
 
+TEST_CASE("fake_death: a copy whose kind does not match its pointers", "[.][fake_death]") {
+  DeviceBuffer d(64), e(64);
+  char host[64] = {};
+  cudaMemcpy(d.p, host, 64, cudaMemcpyHostToDevice);                          // right
+  cudaMemcpyAsync(e.p, d.p, 64, cudaMemcpyDeviceToDevice, cudaStreamLegacy);  // right
+  cudaMemcpyAsync(host, d.p, 0, cudaMemcpyHostToHost, cudaStreamLegacy);      // 0 bytes: not checked
+  cudaMemcpyAsync(host, d.p, 64, cudaMemcpyDefault, cudaStreamLegacy);        // anything goes
+  cudaStreamSynchronize(cudaStreamLegacy);
+  cudaMemcpy(d.p, e.p, 64, cudaMemcpyDeviceToHost);  // dst is device memory
+}
+
 TEST_CASE("[fake] a caller's bug stops the process with a message saying what", "[fake]") {
   bool died = false;
   std::string out = RunHiddenCase("fake_death: matched send and receive of different sizes", "", &died);
@@ -814,4 +852,365 @@ TEST_CASE("[fake] a caller's bug stops the process with a message saying what", 
   CHECK(out.find("deadlock") != std::string::npos);
   CHECK(out.find("ncclSend #0 to rank ") != std::string::npos);  // whichever rank gives up first
   CHECK(out.find("to receive it") != std::string::npos);
+
+  out = RunHiddenCase("fake_death: a copy whose kind does not match its pointers", "", &died);
+  INFO(out);
+  CHECK(died);
+  CHECK(out.find(", 64 bytes, cudaMemcpyDeviceToHost): dst is device memory and src is device memory, but the kind "
+                 "says device to host") != std::string::npos);
+  CHECK(out.find("cudaMemcpyHostToDevice)") == std::string::npos);
+}
+
+// ---- Non-blocking communicators (config.blocking = 0): NCCL returns ncclInProgress from an init, and from a group
+// that has to connect a peer first, and the caller must poll ncclCommGetAsyncError until it reads ncclSuccess before
+// it calls NCCL again or queues other work on the stream.
+
+TEST_CASE("fake_child: a non-blocking init whose peer never joins", "[.][fake_child]") {
+  ncclUniqueId id;
+  ncclGetUniqueId(&id);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  std::printf("init %d\n", static_cast<int>(ncclCommInitRankConfig(&comm, 2, id, 0, &config)));
+  std::printf("async error %d\n", static_cast<int>(WaitAsync(comm)));
+  std::printf("abort %d\n", static_cast<int>(ncclCommAbort(comm)));
+}
+
+TEST_CASE("[fake] a non-blocking init returns ncclInProgress until every rank has joined; an abort ends it", "[fake]") {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(kRanks, nullptr);
+  for (int r = 0; r + 1 < kRanks; ++r) {
+    CHECK(ncclCommInitRankConfig(&comms[static_cast<size_t>(r)], kRanks, id, r, &config) == ncclInProgress);
+    REQUIRE(comms[static_cast<size_t>(r)] != nullptr);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int r = 0; r + 1 < kRanks; ++r) {
+    INFO("rank " << r);
+    ncclResult_t async = ncclSuccess;
+    CHECK(ncclCommGetAsyncError(comms[static_cast<size_t>(r)], &async) == ncclSuccess);
+    CHECK(async == ncclInProgress);  // the last rank has not joined
+  }
+  int n = 0;
+  CHECK(ncclCommCount(comms[0], &n) == ncclInvalidArgument);  // not ready: NCCL's ncclCommEnsureReady
+  CHECK(std::string(ncclGetLastError(comms[0])).find("ncclInProgress") != std::string::npos);
+  CHECK(ncclCommInitRankConfig(&comms[kRanks - 1], kRanks, id, kRanks - 1, &config) == ncclInProgress);
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    CHECK(WaitAsync(comms[static_cast<size_t>(r)]) == ncclSuccess);
+  }
+  CHECK((ncclCommCount(comms[0], &n) == ncclSuccess && n == kRanks));
+  for (auto c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+
+  // Inside a group one thread creates every rank: each init and the group end return ncclInProgress.
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  for (int r = 0; r < kRanks; ++r) {
+    CHECK(ncclCommInitRankConfig(&comms[static_cast<size_t>(r)], kRanks, id, r, &config) == ncclInProgress);
+  }
+  CHECK(ncclGroupEnd() == ncclInProgress);
+  for (auto c : comms) CHECK(WaitAsync(c) == ncclSuccess);
+  for (auto c : comms) CHECK(ncclCommDestroy(c) == ncclSuccess);
+
+  // An abort while the rank waits for the others returns at once, and the rank leaves: the id can form anew.
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t lone = nullptr;
+  CHECK(ncclCommInitRankConfig(&lone, 2, id, 0, &config) == ncclInProgress);
+  ncclResult_t async = ncclSuccess;
+  CHECK((ncclCommGetAsyncError(lone, &async) == ncclSuccess && async == ncclInProgress));
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(ncclCommAbort(lone) == ncclSuccess);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  std::vector<ncclComm_t> pair(2, nullptr);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(ncclCommInitRankConfig(&pair[static_cast<size_t>(r)], 2, id, r, &config) == ncclInProgress);
+  }
+  for (auto c : pair) CHECK(WaitAsync(c) == ncclSuccess);
+  for (auto c : pair) CHECK(ncclCommDestroy(c) == ncclSuccess);
+
+  // A config without a blocking value is blocking.
+  ncclConfig_t undef = NCCL_CONFIG_INITIALIZER;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  CHECK(ncclCommInitRankConfig(&lone, 1, id, 0, &undef) == ncclSuccess);
+  CHECK(ncclCommDestroy(lone) == ncclSuccess);
+
+  // The peers never join: after FAKE_NCCL_TIMEOUT_S the async error reads ncclSystemError.
+  bool died = false;
+  const std::string out =
+      RunHiddenCase("fake_child: a non-blocking init whose peer never joins", "FAKE_NCCL_TIMEOUT_S=1", &died);
+  INFO(out);
+  CHECK(!died);
+  CHECK(out.find("init 7\n") != std::string::npos);         // ncclInProgress
+  CHECK(out.find("async error 2\n") != std::string::npos);  // ncclSystemError
+  CHECK(out.find("abort 0\n") != std::string::npos);
+  CHECK(out.find("waited 1 s for the other ranks to join; 1 of 2 did") != std::string::npos);
+}
+
+TEST_CASE("[fake] a non-blocking rank's first group with a peer is in progress: work queued without waiting runs first",
+          "[fake]") {
+  World w(kRanks, /*blocking=*/false);
+  const size_t count = 1000, bytes = count * 4;
+  std::vector<Bytes> in;
+  std::vector<std::unique_ptr<DeviceBuffer>> send, recv, copy;
+  for (int r = 0; r < kRanks; ++r) {
+    in.push_back(RandomBytes(bytes));
+    send.push_back(std::make_unique<DeviceBuffer>(bytes));
+    recv.push_back(std::make_unique<DeviceBuffer>(bytes));
+    copy.push_back(std::make_unique<DeviceBuffer>(bytes));
+    Upload(*send.back(), in.back());
+    Upload(*recv.back(), Poison(bytes));
+    Upload(*copy.back(), Poison(bytes));
+  }
+  const Bytes zeros(bytes, 0);
+  auto prevOf = [](int r) { return static_cast<size_t>((r + kRanks - 1) % kRanks); };
+  auto nextOf = [](int r) { return static_cast<size_t>((r + 1) % kRanks); };
+  std::vector<std::string> errors(kRanks);
+
+  // The caller's bug: the memset that follows the receive (it clears the buffer once the data has been used) is
+  // queued without waiting for the group, so it runs first and the data lands after it.
+  RunRanks(kRanks, [&](int r) {
+    std::string& err = errors[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(r);
+    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
+    RANK_EXPECT(err, ncclRecv(recv[i]->p, count, ncclInt32, static_cast<int>(prevOf(r)), w.comms[i], w.streams[i]) ==
+                         ncclSuccess);
+    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, static_cast<int>(nextOf(r)), w.comms[i], w.streams[i]) ==
+                         ncclSuccess);
+    RANK_EXPECT(err, ncclGroupEnd() == ncclInProgress);
+    ncclResult_t async = ncclSuccess;
+    RANK_EXPECT(err, ncclCommGetAsyncError(w.comms[i], &async) == ncclSuccess && async == ncclInProgress);
+    RANK_EXPECT(err, cudaMemsetAsync(recv[i]->p, 0, bytes, w.streams[i]) == cudaSuccess);  // no wait: the bug
+    RANK_EXPECT(err, WaitAsync(w.comms[i]) == ncclSuccess);
+    RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
+  });
+  CheckNoErrors(errors);
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    CHECK(Download(*recv[static_cast<size_t>(r)], bytes) == in[prevOf(r)]);  // the memset ran before the transfer
+  }
+
+  // The same peers again: connected, so the group is queued at once and the memset after it runs after it.
+  for (auto& b : recv) Upload(*b, Poison(bytes));
+  RunRanks(kRanks, [&](int r) {
+    std::string& err = errors[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(r);
+    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
+    RANK_EXPECT(err, ncclRecv(recv[i]->p, count, ncclInt32, static_cast<int>(prevOf(r)), w.comms[i], w.streams[i]) ==
+                         ncclSuccess);
+    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, static_cast<int>(nextOf(r)), w.comms[i], w.streams[i]) ==
+                         ncclSuccess);
+    RANK_EXPECT(err, ncclGroupEnd() == ncclSuccess);
+    RANK_EXPECT(err,
+                cudaMemcpyAsync(copy[i]->p, recv[i]->p, bytes, cudaMemcpyDeviceToDevice, w.streams[i]) == cudaSuccess);
+    RANK_EXPECT(err, cudaMemsetAsync(recv[i]->p, 0, bytes, w.streams[i]) == cudaSuccess);
+    RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
+  });
+  CheckNoErrors(errors);
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    CHECK(Download(*copy[static_cast<size_t>(r)], bytes) == in[prevOf(r)]);
+    CHECK(Download(*recv[static_cast<size_t>(r)], bytes) == zeros);
+  }
+
+  // The other direction is a new connection, and so is the first collective; waiting as NCCL requires, the work queued
+  // after each sees its result. The second collective is queued at once.
+  std::vector<std::unique_ptr<DeviceBuffer>> sum;
+  for (int r = 0; r < kRanks; ++r) {
+    sum.push_back(std::make_unique<DeviceBuffer>(bytes));
+    Upload(*recv[static_cast<size_t>(r)], Poison(bytes));
+    Upload(*copy[static_cast<size_t>(r)], Poison(bytes));
+  }
+  std::vector<Bytes> sumCopy(kRanks);
+  RunRanks(kRanks, [&](int r) {
+    std::string& err = errors[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(r);
+    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
+    RANK_EXPECT(err, ncclRecv(recv[i]->p, count, ncclInt32, static_cast<int>(nextOf(r)), w.comms[i], w.streams[i]) ==
+                         ncclSuccess);
+    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, static_cast<int>(prevOf(r)), w.comms[i], w.streams[i]) ==
+                         ncclSuccess);
+    RANK_EXPECT(err, ncclGroupEnd() == ncclInProgress);
+    RANK_EXPECT(err, WaitAsync(w.comms[i]) == ncclSuccess);
+    RANK_EXPECT(err,
+                cudaMemcpyAsync(copy[i]->p, recv[i]->p, bytes, cudaMemcpyDeviceToDevice, w.streams[i]) == cudaSuccess);
+    RANK_EXPECT(err, ncclAllReduce(send[i]->p, sum[i]->p, count, ncclInt32, ncclSum, w.comms[i], w.streams[i]) ==
+                         ncclInProgress);
+    RANK_EXPECT(err, WaitAsync(w.comms[i]) == ncclSuccess);
+    RANK_EXPECT(err, cudaMemsetAsync(send[i]->p, 0, bytes, w.streams[i]) == cudaSuccess);  // after the all-reduce read
+    RANK_EXPECT(
+        err, ncclAllReduce(send[i]->p, send[i]->p, count, ncclInt32, ncclSum, w.comms[i], w.streams[i]) == ncclSuccess);
+    RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
+  });
+  CheckNoErrors(errors);
+  Bytes expected(bytes);
+  for (size_t k = 0; k < count; ++k) {
+    uint32_t total = 0;
+    for (const Bytes& x : in) {
+      uint32_t v;
+      std::memcpy(&v, x.data() + k * 4, 4);
+      total += v;
+    }
+    std::memcpy(expected.data() + k * 4, &total, 4);
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    const size_t i = static_cast<size_t>(r);
+    CHECK(Download(*copy[i], bytes) == in[nextOf(r)]);
+    CHECK(Download(*sum[i], bytes) == expected);
+    CHECK(Download(*send[i], bytes) == zeros);
+  }
+}
+
+TEST_CASE("[fake] a call on a non-blocking communicator while it is in progress fails and leaves it failed", "[fake]") {
+  World w(2, /*blocking=*/false);
+  DeviceBuffer a(64), b(64);
+  const Bytes data = RandomBytes(64);
+  Upload(a, data);
+  Upload(b, Poison(64));
+  // One thread drives both ranks in one group: both are in progress until it is queued.
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclSend(a.p, 16, ncclInt32, 1, w.comms[0], w.streams[0]) == ncclSuccess);
+  CHECK(ncclRecv(b.p, 16, ncclInt32, 0, w.comms[1], w.streams[1]) == ncclSuccess);
+  CHECK(ncclGroupEnd() == ncclInProgress);
+  ncclResult_t async = ncclSuccess;
+  CHECK((ncclCommGetAsyncError(w.comms[0], &async) == ncclSuccess && async == ncclInProgress));
+  // NCCL's answer is ncclInvalidArgument ("Attempt to use communicator before the previous operation returned
+  // ncclSuccess"), and the failed call leaves that as the communicator's async error.
+  CHECK(ncclAllReduce(a.p, a.p, 16, ncclFloat32, ncclSum, w.comms[0], w.streams[0]) == ncclInvalidArgument);
+  const std::string last = ncclGetLastError(w.comms[0]);
+  CHECK(last.find("ncclAllReduce: rank 0") != std::string::npos);
+  CHECK(last.find("reads ncclInProgress") != std::string::npos);
+  int rank = -1;
+  CHECK(ncclCommUserRank(w.comms[1], &rank) == ncclInvalidArgument);  // not ready either, but not failed by it
+  CHECK(WaitAsync(w.comms[1]) == ncclSuccess);
+  CHECK(WaitAsync(w.comms[0]) == ncclInvalidArgument);
+  CHECK(ncclSend(a.p, 16, ncclInt32, 1, w.comms[0], w.streams[0]) == ncclInvalidArgument);  // failed for good
+  for (auto s : w.streams) CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK(Download(b, 64) == data);  // the group itself went through
+  CHECK((ncclCommUserRank(w.comms[1], &rank) == ncclSuccess && rank == 1));
+
+  // Blocking and non-blocking communicators in one group: ncclInvalidArgument, as NCCL; the non-blocking one fails.
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t blocking = nullptr;
+  REQUIRE(ncclCommInitRank(&blocking, 1, id, 0) == ncclSuccess);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclAllReduce(a.p, a.p, 16, ncclFloat32, ncclSum, blocking, w.streams[0]) == ncclSuccess);
+  CHECK(ncclRecv(b.p, 16, ncclInt32, 0, w.comms[1], w.streams[1]) == ncclSuccess);
+  CHECK(ncclGroupEnd() == ncclInvalidArgument);
+  CHECK((ncclCommGetAsyncError(w.comms[1], &async) == ncclSuccess && async == ncclInvalidArgument));
+  CHECK((ncclCommGetAsyncError(blocking, &async) == ncclSuccess && async == ncclSuccess));
+  CHECK(ncclCommDestroy(blocking) == ncclSuccess);
+  for (auto& c : w.comms) {
+    CHECK(ncclCommAbort(c) == ncclSuccess);
+    c = nullptr;
+  }
+}
+
+TEST_CASE("[fake] graphs captured on non-blocking communicators replay, connections made before or during capture",
+          "[fake]") {
+  World w(kRanks, /*blocking=*/false);
+  const size_t count = 300, bytes = count * 4;
+  std::vector<std::unique_ptr<DeviceBuffer>> send, ring, back, sum, scratch;
+  for (int r = 0; r < kRanks; ++r) {
+    for (auto* v : {&send, &ring, &back, &sum, &scratch}) {
+      v->push_back(std::make_unique<DeviceBuffer>(bytes));
+      Upload(*v->back(), Poison(bytes));
+    }
+  }
+  auto prevOf = [](int r) { return (r + kRanks - 1) % kRanks; };
+  auto nextOf = [](int r) { return (r + 1) % kRanks; };
+  std::vector<std::string> errors(kRanks);
+  // Connections to the next rank and the collectives' exist before the capture (a first group and all-reduce, waited
+  // for); those to the previous rank are made during it, which the caller waits for before it ends the capture.
+  RunRanks(kRanks, [&](int r) {
+    std::string& err = errors[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(r);
+    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
+    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, nextOf(r), w.comms[i], w.streams[i]) == ncclSuccess);
+    RANK_EXPECT(err, ncclRecv(ring[i]->p, count, ncclInt32, prevOf(r), w.comms[i], w.streams[i]) == ncclSuccess);
+    RANK_EXPECT(err, ncclGroupEnd() == ncclInProgress);
+    RANK_EXPECT(err, WaitAsync(w.comms[i]) == ncclSuccess);
+    RANK_EXPECT(err, ncclAllReduce(send[i]->p, sum[i]->p, count, ncclInt32, ncclSum, w.comms[i], w.streams[i]) ==
+                         ncclInProgress);
+    RANK_EXPECT(err, WaitAsync(w.comms[i]) == ncclSuccess);
+    RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
+  });
+  CheckNoErrors(errors);
+
+  std::vector<cudaGraph_t> graphs(kRanks, nullptr);
+  std::vector<cudaGraphExec_t> execs(kRanks, nullptr);
+  Barrier barrier(kRanks);
+  RunRanks(kRanks, [&](int r) {
+    std::string& err = errors[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(r);
+    cudaStream_t s = w.streams[i];
+    ncclComm_t c = w.comms[i];
+    barrier.Wait();
+    RANK_EXPECT(err, cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    RANK_EXPECT(err, cudaMemsetAsync(scratch[i]->p, 0x5a, bytes, s) == cudaSuccess);
+    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
+    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, nextOf(r), c, s) == ncclSuccess);
+    RANK_EXPECT(err, ncclRecv(ring[i]->p, count, ncclInt32, prevOf(r), c, s) == ncclSuccess);
+    RANK_EXPECT(err, ncclGroupEnd() == ncclSuccess);  // connected: recorded at once
+    RANK_EXPECT(err, ncclAllReduce(send[i]->p, sum[i]->p, count, ncclInt32, ncclSum, c, s) == ncclSuccess);
+    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
+    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, prevOf(r), c, s) == ncclSuccess);
+    RANK_EXPECT(err, ncclRecv(back[i]->p, count, ncclInt32, nextOf(r), c, s) == ncclSuccess);
+    RANK_EXPECT(err, ncclGroupEnd() == ncclInProgress);  // connects: recorded once the async error reads ncclSuccess
+    RANK_EXPECT(err, WaitAsync(c) == ncclSuccess);
+    RANK_EXPECT(err, cudaMemsetAsync(send[i]->p, 0, bytes, s) == cudaSuccess);  // after every read of send
+    RANK_EXPECT(err, cudaStreamEndCapture(s, &graphs[i]) == cudaSuccess && graphs[i] != nullptr);
+    barrier.Wait();
+    RANK_EXPECT(err, cudaGraphInstantiate(&execs[i], graphs[i], 0) == cudaSuccess);
+  });
+  CheckNoErrors(errors);
+
+  for (int replay = 0; replay < 2; ++replay) {
+    INFO("replay " << replay);
+    std::vector<Bytes> in;
+    for (int r = 0; r < kRanks; ++r) {
+      const size_t i = static_cast<size_t>(r);
+      Bytes x(bytes);
+      for (size_t k = 0; k < count; ++k) {
+        const int32_t v = static_cast<int32_t>(Rng()() % 2001) - 1000;
+        std::memcpy(x.data() + k * 4, &v, 4);
+      }
+      in.push_back(x);
+      Upload(*send[i], x);
+      for (auto* v : {&ring, &back, &sum, &scratch}) Upload(*(*v)[i], Poison(bytes));
+    }
+    RunRanks(kRanks, [&](int r) {
+      std::string& err = errors[static_cast<size_t>(r)];
+      const size_t i = static_cast<size_t>(r);
+      RANK_EXPECT(err, cudaGraphLaunch(execs[i], w.streams[i]) == cudaSuccess);
+      RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
+    });
+    CheckNoErrors(errors);
+    Bytes expected(bytes);
+    for (size_t k = 0; k < count; ++k) {
+      int32_t total = 0;
+      for (const Bytes& x : in) {
+        int32_t v;
+        std::memcpy(&v, x.data() + k * 4, 4);
+        total += v;
+      }
+      std::memcpy(expected.data() + k * 4, &total, 4);
+    }
+    for (int r = 0; r < kRanks; ++r) {
+      INFO("rank " << r);
+      const size_t i = static_cast<size_t>(r);
+      CHECK(Download(*scratch[i], bytes) == Bytes(bytes, 0x5a));
+      CHECK(Download(*ring[i], bytes) == in[static_cast<size_t>(prevOf(r))]);
+      CHECK(Download(*back[i], bytes) == in[static_cast<size_t>(nextOf(r))]);
+      CHECK(Download(*sum[i], bytes) == expected);
+      CHECK(Download(*send[i], bytes) == Bytes(bytes, 0));
+    }
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    CHECK(cudaGraphExecDestroy(execs[static_cast<size_t>(r)]) == cudaSuccess);
+    CHECK(cudaGraphDestroy(graphs[static_cast<size_t>(r)]) == cudaSuccess);
+  }
 }

@@ -175,6 +175,7 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
   LowRankStartQ(c, plan, call);
   const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
   gpu::LowRankBlas* blas = st->Blas();
+  CheckLaunch(blas->SetStream(st->stream(), nullptr, 0));  // the state's own, after a stream-ordered call's
 
   // Device: P and the exact parts (packed), Q then Q's sum (factors). Host, pinned: the same P and exact parts
   // (hostPacked); Q, Q's sum and the averaged exact parts (hostMeta).

@@ -28,14 +28,23 @@ ccResult_t LoadAll() {
   return LoadStreamWaitKernel();
 }
 
+std::mutex gPrepareMutex;
+std::unordered_set<int>& Prepared() {
+  static auto* loaded = new std::unordered_set<int>();  // never destroyed: calls may come from exit handlers
+  return *loaded;
+}
+
 }  // namespace
 
+bool DevicePrepared(int device) {
+  std::lock_guard<std::mutex> lock(gPrepareMutex);
+  return Prepared().count(device) != 0;
+}
+
 ccResult_t PrepareDevice(int device) {
-  static std::mutex mutex;
-  static auto* loaded = new std::unordered_set<int>();  // never destroyed: calls may come from exit handlers
   // Held while preparing: a second rank's thread on the same device waits until the kernels are there.
-  std::lock_guard<std::mutex> lock(mutex);
-  if (loaded->count(device) != 0) return ccSuccess;
+  std::lock_guard<std::mutex> lock(gPrepareMutex);
+  if (Prepared().count(device) != 0) return ccSuccess;
   DeviceScope scope(device);
   ccResult_t r = LoadAll();
   // Whether making the pools and wait words synchronizes the device is not documented: they are made here too.
@@ -44,7 +53,7 @@ ccResult_t PrepareDevice(int device) {
     const std::string why = LastError();
     return Fail(r, "CUDA device %d: %s", device, why.c_str());
   }
-  loaded->insert(device);
+  Prepared().insert(device);
   return ccSuccess;
 }
 

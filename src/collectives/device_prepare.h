@@ -14,5 +14,8 @@ namespace ccoll {
 // pools and wait words, once per device and process: after a success, later calls return at once; after a failure
 // (ccUnhandledCudaError), the next call tries again.
 ccResult_t PrepareDevice(int device);
+// Whether PrepareDevice(device) has succeeded in this process (it makes memory and loads modules: not inside a CUDA
+// graph capture).
+bool DevicePrepared(int device);
 
 }  // namespace ccoll

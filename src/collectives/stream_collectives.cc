@@ -44,7 +44,8 @@ ccResult_t StreamCollective(ccComm* comm, StreamKind kind, const CollArgs& a, cc
       CC_CHECK(StreamExactCall(comm, kind, a.send, a.recv, a.count, a.dtype, a.op, a.root, stream));
     }
   }
-  return comm->streamTransport->Queued(stream);
+  comm->streamTransport->Queued(stream);
+  return ccSuccess;
 }
 
 }  // namespace ccoll

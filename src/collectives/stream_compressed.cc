@@ -108,7 +108,6 @@ ccResult_t Float32Call(ccComm* comm, const float* input, float* work, size_t cou
                              stream));
   }
   const size_t slot = SlotBytes(*codec, count, comm->nranks);
-  st->wireOnDevice = true;
   char* wire = static_cast<char*>(st->deviceWire.Reserve(4 * slot));
   CC_CHECK(StreamRing(comm, *codec, work, count, wire, slot, stream));
   codec->Finish(work, count, average);
@@ -242,7 +241,8 @@ ccResult_t LowRankCall(ccComm* comm, const float* input, float* out, size_t coun
     m = e;
   }
   gpu::LowRankBlas* blas = st->Blas();
-  CheckLaunch(blas->SetStream(s));
+  CheckLaunch(blas->SetStream(s, st->blasWorkspace.Reserve(gpu::LowRankBlas::kWorkspaceBytes),
+                              gpu::LowRankBlas::kWorkspaceBytes));
   float* dP = st->packed.Reserve<float>(plan.pElems + plan.exactElems);
   float* dQ = st->factors.Reserve<float>(2 * plan.qElems);
   float* dQsum = dQ + plan.qElems;
@@ -336,11 +336,16 @@ CodecCall CallOf(const ccComm* comm, const ccCompressor& c) {
 // ccUnhandledCudaError, and ScratchFrozenError ccInvalidUsage.
 template <typename Work>
 ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work) {
-  CC_CHECK(PrepareDevice(comm->config.cudaDev));
   DeviceScope scope(comm->config.cudaDev);
   cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   bool capturing = false;
   CC_CHECK(Capturing(comm, s, &capturing));
+  if (capturing && !DevicePrepared(comm->config.cudaDev)) {
+    return Fail(ccInvalidUsage, "rank %d: the first compressed call on CUDA device %d is being captured into a CUDA "
+                "graph, but it prepares the device (memory pools, kernel modules), which a capture does not allow: "
+                "run the same call once before capturing it", comm->rank, comm->config.cudaDev);
+  }
+  CC_CHECK(PrepareDevice(comm->config.cudaDev));
   DeviceCodecState* st = nullptr;
   try {
     if (!c->device) c->device = DeviceCodecState::Create();
@@ -381,7 +386,8 @@ ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor
       st->factors.Reserve<float>(2 * plan.qElems);
       st->ortho.Reserve<double>(OrthoScratch(plan));
       st->deviceWire.Reserve(4 * SlotBytes(*codec, std::max(plan.pElems, plan.qElems), comm->nranks));
-      st->Blas();  // cuBLAS's handle (and its workspace) outside any capture
+      st->blasWorkspace.Reserve(gpu::LowRankBlas::kWorkspaceBytes);
+      st->Blas();  // cuBLAS's handle outside any capture
       return ccSuccess;
     }
 #endif

@@ -311,6 +311,7 @@ void DeviceCodecState::BeginCallOnStream(cudaStream_t stream, bool capturing) {
   callStream_ = stream;
   callCaptured_ = capturing;
   stream_.frozen = capturing;
+  if (stream != nullptr) wireOnDevice = true;  // a stream-ordered call's wire slots are device memory (deviceWire)
 }
 
 void DeviceCodecState::EndCallOnStream() {

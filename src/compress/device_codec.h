@@ -122,8 +122,8 @@ class DeviceCodecState {
   void Synchronize();
 
   // A stream-ordered call (transport nccl, collectives/stream_compressed.h) from now until EndCallOnStream: the codecs
-  // queue their kernels on `stream` and never wait for them (their wire slots must be device memory), and when the
-  // stream is capturing into a CUDA graph the scratch must not grow (it throws instead).
+  // queue their kernels on `stream` and never wait for them, their wire slots are device memory (wireOnDevice), and
+  // when the stream is capturing into a CUDA graph the scratch must not grow (it throws instead).
   void BeginCallOnStream(cudaStream_t stream, bool capturing);
   // Ends it: the state's own stream, where its memory is freed, waits for the call's work (unless it was captured:
   // a graph that holds it must go, or its launches end, before the compressor is destroyed).
@@ -153,6 +153,7 @@ class DeviceCodecState {
   GrowOnlyBuffer index{kDev, &stream_};    // sparsifiers: the chosen chunks' indices; a flag
   GrowOnlyBuffer choice{kDev, &stream_};   // sparsifiers, stream-ordered: the chunk choice's sort scratch
   GrowOnlyBuffer ortho{kDev, &stream_};    // powersgd, stream-ordered: Gram-Schmidt's doubles
+  GrowOnlyBuffer blasWorkspace{kDev, &stream_};  // powersgd, stream-ordered: cuBLAS's workspace
   size_t deviceQElems = 0;  // powersgd, stream-ordered: factors holds the last call's Q, of this many elements
   GrowOnlyBuffer widened{kDev, &stream_};  // 16-bit data: the float32 working copy (compress/widen.h)
   GrowOnlyBuffer hostMeta{kPinned, &stream_};  // metadata and small host copies

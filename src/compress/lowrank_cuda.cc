@@ -34,10 +34,12 @@ LowRankBlas::~LowRankBlas() {
   if (handle_ != nullptr) cublasDestroy(H(handle_));
 }
 
-ccResult_t LowRankBlas::SetStream(cudaStream_t stream) {
-  if (stream == stream_) return ccSuccess;
-  CC_CHECK(Check(cublasSetStream(H(handle_), stream), "cublasSetStream"));
+ccResult_t LowRankBlas::SetStream(cudaStream_t stream, void* workspace, size_t bytes) {
+  if (stream == stream_ && workspace == workspace_) return ccSuccess;
+  CC_CHECK(Check(cublasSetStream(H(handle_), stream), "cublasSetStream"));  // back to cuBLAS's own workspace
+  if (workspace != nullptr) CC_CHECK(Check(cublasSetWorkspace(H(handle_), workspace, bytes), "cublasSetWorkspace"));
   stream_ = stream;
+  workspace_ = workspace;
   return ccSuccess;
 }
 

@@ -30,13 +30,19 @@ class LowRankBlas {
   ccResult_t ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q);
   // out = p q^T
   ccResult_t ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out);
-  // Later products go on `stream` (a stream-ordered call's: the caller's).
-  ccResult_t SetStream(cudaStream_t stream);
+  // Later products go on `stream` (a stream-ordered call's: the caller's), with `workspace` (bytes of device memory,
+  // 256-byte aligned) as cuBLAS's workspace, or cuBLAS's own when it is null. A stream-ordered call passes its own:
+  // cublasSetStream drops a workspace set before, and cuBLAS's own may be allocated per stream, which a CUDA graph
+  // capture does not allow.
+  ccResult_t SetStream(cudaStream_t stream, void* workspace, size_t bytes);
+  // The workspace a stream-ordered call gives it (cuBLAS's recommendation for Hopper).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
  private:
   LowRankBlas() = default;
   void* handle_ = nullptr;  // cublasHandle_t
   cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;  // set by SetStream (null: cuBLAS's own)
 };
 
 // The steps between the products, for the stream-ordered path (lowrank_cuda.cu), queued on `stream`; scratch: rows * r

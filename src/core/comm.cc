@@ -316,7 +316,8 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     if (rank == 0) CC_CHECK(NcclTransport::MakeId(&mine));
     CC_CHECK(session.AllGather(mine, &all));
     std::unique_ptr<NcclTransport> nccl;
-    CC_CHECK(NcclTransport::Create(all[0], rank, n, comm->config.cudaDev, comm->config.timeoutMs, &nccl));
+    CC_CHECK(NcclTransport::Create(all[0], rank, n, comm->config.cudaDev, comm->config.timeoutMs, &comm->aborting,
+                                   &nccl));
     comm->streamTransport = std::move(nccl);
   }
 #endif

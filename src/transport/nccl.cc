@@ -102,27 +102,65 @@ struct NcclTransport::Impl {
   ccResult_t Check(ncclResult_t r, const char* what) {
     if (r == ncclSuccess) return ccSuccess;
     return Fail(ResultOf(r), "rank %d: %s failed: %s (%s)", rank, what, ncclGetErrorString(r),
-                ncclGetLastError(comm));
+                ncclGetLastError(nullptr));
   }
 
-  // Runs `calls` (which call into NCCL and return ccResult_t) unless the communicator is aborted.
+  // One call of a non-blocking communicator: ncclInProgress means NCCL is still queueing it (connecting to a peer, at
+  // the first operations with it), so the communicator is polled until the call is queued on its stream, and nothing
+  // else is issued meanwhile (CUDA work on the same stream would otherwise land before it). Past `deadline`, or on an
+  // abort, it gives up; *late says which.
+  ccResult_t Step(ncclResult_t r, const char* what, Clock::time_point deadline, bool* late) {
+    if (r != ncclInProgress) return Check(r, what);
+    for (int polls = 0;; ++polls) {
+      if (aborted.load()) return Aborted(what);
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm, &state);
+      if (state == ncclSuccess) return ccSuccess;
+      if (state != ncclInProgress) return Check(state, what);
+      if (Clock::now() > deadline) {
+        *late = true;
+        return Fail(ccTimeout, "rank %d: %s was not queued within CC_TIMEOUT_MS=%d ms: NCCL is still connecting to "
+                    "a peer that does not answer (dead, stuck, or calling collectives in another order)", rank, what,
+                    timeoutMs);
+      }
+      if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  // Runs `calls(step)` unless the communicator is aborted, where step(result, name) settles each NCCL call (Step). A
+  // call that NCCL has not queued by the timeout aborts the communicator.
   template <typename Calls>
   ccResult_t Enter(const char* what, Calls&& calls) {
-    std::shared_lock<std::shared_timed_mutex> lock(commLock);
-    if (aborted.load() || commGone.load()) return Aborted(what);
-    return calls();
+    bool late = false;
+    ccResult_t r;
+    {
+      std::shared_lock<std::shared_timed_mutex> lock(commLock);
+      if (aborted.load() || commGone.load()) return Aborted(what);
+      const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+      r = calls([&](ncclResult_t x, const char* name) { return Step(x, name, deadline, &late); });
+    }
+    if (late) {
+      RecordError(ccTimeout, LastError());
+      AbortComm(LastError());
+    }
+    return r;
   }
 
   void AbortComm(const std::string& sentence) {
     RecordError(ccRemoteError, sentence);
     aborted = true;
-    // Calls in NCCL return within microseconds; one that does not is blocked, waiting for the peer this abort gives up
-    // on, and only the abort releases it.
+    // A call polling a non-blocking communicator sees `aborted` and leaves within microseconds; the abort then has
+    // the communicator to itself (the lock is only given up on for a call that does not leave).
     std::unique_lock<std::shared_timed_mutex> lock(commLock, std::defer_lock);
     lock.try_lock_for(std::chrono::seconds(2));
     if (commGone.exchange(true)) return;
     DeviceScope scope(device);
+    // The abort synchronizes and frees memory: on a thread that is capturing a stream in global or thread-local mode
+    // (a captured call that failed) that would break the capture's rules, so this thread is relaxed meanwhile.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     ncclResult_t r = ncclCommAbort(comm);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     if (r != ncclSuccess) CC_WARN("rank %d: ncclCommAbort failed: %s", rank, ncclGetErrorString(r));
   }
 
@@ -171,6 +209,8 @@ struct NcclTransport::Impl {
   }
 
   void WatchLoop() {
+    // The communicator's device (a thread starts on device 0, and a CUDA call there would make a context on it).
+    cudaSetDevice(device);
     // Relaxed: this thread's event queries must not break a capture that another thread began in global mode (where
     // CUDA refuses such queries from any thread, and the capture with them).
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -197,7 +237,7 @@ ccResult_t NcclTransport::MakeId(std::string* id) {
 }
 
 ccResult_t NcclTransport::Create(const std::string& id, int rank, int nranks, int device, int timeoutMs,
-                                 std::unique_ptr<NcclTransport>* out) {
+                                 const std::atomic<bool>* cancel, std::unique_ptr<NcclTransport>* out) {
   ncclUniqueId uid;
   if (id.size() != sizeof(uid)) {
     return Fail(ccRemoteError, "rank %d: rank 0 sent a %zu-byte NCCL id (expected %zu: another NCCL version?)", rank,
@@ -210,10 +250,26 @@ ccResult_t NcclTransport::Create(const std::string& id, int rank, int nranks, in
   impl->device = device;
   impl->timeoutMs = timeoutMs;
   {
+    // Non-blocking (see the top of nccl.h): init and every later call return while NCCL still connects, and are
+    // polled with a deadline here, instead of blocking inside NCCL for a peer that never comes.
     DeviceScope scope(device);
-    ncclResult_t r = ncclCommInitRank(&impl->comm, nranks, uid, rank);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&impl->comm, nranks, uid, rank, &config);
+    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+    while (r == ncclInProgress) {
+      const bool cancelled = cancel != nullptr && cancel->load();
+      if (cancelled || Clock::now() > deadline) {
+        ncclCommAbort(impl->comm);
+        return Fail(cancelled ? ccRemoteError : ccTimeout, "rank %d: ncclCommInitRankConfig on CUDA device %d %s", rank,
+                    device, cancelled ? "was aborted" : "did not finish within CC_TIMEOUT_MS: a rank did not join");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      ncclCommGetAsyncError(impl->comm, &r);
+    }
     if (r != ncclSuccess) {
-      return Fail(ResultOf(r), "rank %d: ncclCommInitRank on CUDA device %d failed: %s (%s)%s", rank, device,
+      if (impl->comm != nullptr) ncclCommAbort(impl->comm);
+      return Fail(ResultOf(r), "rank %d: ncclCommInitRankConfig on CUDA device %d failed: %s (%s)%s", rank, device,
                   ncclGetErrorString(r), ncclGetLastError(nullptr),
                   r == ncclInvalidUsage ? "; ranks that share a GPU must be processes with different NCCL_HOSTID "
                                           "values"
@@ -265,7 +321,14 @@ NcclTransport::~NcclTransport() {
   {
     std::unique_lock<std::shared_timed_mutex> lock(m.commLock);
     if (!m.commGone.exchange(true)) {
-      ncclResult_t r = drained ? ncclCommDestroy(m.comm) : ncclCommAbort(m.comm);
+      // A non-blocking communicator is finalized first (it flushes what is queued, and may return ncclInProgress),
+      // then destroyed; one that does not finalize in time is aborted.
+      ncclResult_t r = drained ? ncclCommFinalize(m.comm) : ncclInternalError;
+      while (r == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        ncclCommGetAsyncError(m.comm, &r);
+      }
+      r = r == ncclSuccess ? ncclCommDestroy(m.comm) : ncclCommAbort(m.comm);
       if (r != ncclSuccess) CC_WARN("rank %d: destroying the NCCL communicator failed: %s", m.rank, ncclGetErrorString(r));
     }
   }
@@ -275,16 +338,16 @@ NcclTransport::~NcclTransport() {
 
 ccResult_t NcclTransport::Group(const StreamTransfer* transfers, size_t n, ccStream_t stream) {
   Impl& m = *impl_;
-  return m.Enter("a transfer", [&] {
-    CC_CHECK(m.Check(ncclGroupStart(), "ncclGroupStart"));
+  return m.Enter("a transfer", [&](auto&& step) {
+    CC_CHECK(step(ncclGroupStart(), "ncclGroupStart"));
     ccResult_t first = ccSuccess;
     for (size_t i = 0; i < n && first == ccSuccess; ++i) {
       const StreamTransfer& t = transfers[i];
-      first = t.send ? m.Check(ncclSend(t.buf, t.bytes, ncclUint8, t.peer, m.comm, CudaStream(stream)), "ncclSend")
-                     : m.Check(ncclRecv(t.buf, t.bytes, ncclUint8, t.peer, m.comm, CudaStream(stream)), "ncclRecv");
+      first = t.send ? step(ncclSend(t.buf, t.bytes, ncclUint8, t.peer, m.comm, CudaStream(stream)), "ncclSend")
+                     : step(ncclRecv(t.buf, t.bytes, ncclUint8, t.peer, m.comm, CudaStream(stream)), "ncclRecv");
     }
     // The group ends even after a failed call in it: NCCL's group state is per thread and must not stay open.
-    ccResult_t end = m.Check(ncclGroupEnd(), "ncclGroupEnd");
+    ccResult_t end = step(ncclGroupEnd(), "ncclGroupEnd");
     return first != ccSuccess ? first : end;
   });
 }
@@ -292,75 +355,71 @@ ccResult_t NcclTransport::Group(const StreamTransfer* transfers, size_t n, ccStr
 ccResult_t NcclTransport::AllReduce(const void* send, void* recv, size_t count, ccDataType_t dtype, ccRedOp_t op,
                                     ccStream_t stream) {
   Impl& m = *impl_;
-  return m.Enter("ncclAllReduce", [&] {
-    return m.Check(ncclAllReduce(send, recv, count, static_cast<ncclDataType_t>(dtype),
-                                 static_cast<ncclRedOp_t>(op), m.comm, CudaStream(stream)),
-                   "ncclAllReduce");
+  return m.Enter("ncclAllReduce", [&](auto&& step) {
+    return step(ncclAllReduce(send, recv, count, static_cast<ncclDataType_t>(dtype), static_cast<ncclRedOp_t>(op),
+                              m.comm, CudaStream(stream)),
+                "ncclAllReduce");
   });
 }
 
 ccResult_t NcclTransport::ReduceScatter(const void* send, void* recv, size_t recvCount, ccDataType_t dtype,
                                         ccRedOp_t op, ccStream_t stream) {
   Impl& m = *impl_;
-  return m.Enter("ncclReduceScatter", [&] {
-    return m.Check(ncclReduceScatter(send, recv, recvCount, static_cast<ncclDataType_t>(dtype),
-                                     static_cast<ncclRedOp_t>(op), m.comm, CudaStream(stream)),
-                   "ncclReduceScatter");
+  return m.Enter("ncclReduceScatter", [&](auto&& step) {
+    return step(ncclReduceScatter(send, recv, recvCount, static_cast<ncclDataType_t>(dtype),
+                                  static_cast<ncclRedOp_t>(op), m.comm, CudaStream(stream)),
+                "ncclReduceScatter");
   });
 }
 
 ccResult_t NcclTransport::AllGather(const void* send, void* recv, size_t sendCount, ccDataType_t dtype,
                                     ccStream_t stream) {
   Impl& m = *impl_;
-  return m.Enter("ncclAllGather", [&] {
-    return m.Check(
-        ncclAllGather(send, recv, sendCount, static_cast<ncclDataType_t>(dtype), m.comm, CudaStream(stream)),
-        "ncclAllGather");
+  return m.Enter("ncclAllGather", [&](auto&& step) {
+    return step(ncclAllGather(send, recv, sendCount, static_cast<ncclDataType_t>(dtype), m.comm, CudaStream(stream)),
+                "ncclAllGather");
   });
 }
 
 ccResult_t NcclTransport::Broadcast(const void* send, void* recv, size_t count, ccDataType_t dtype, int root,
                                     ccStream_t stream) {
   Impl& m = *impl_;
-  return m.Enter("ncclBroadcast", [&] {
-    return m.Check(
+  return m.Enter("ncclBroadcast", [&](auto&& step) {
+    return step(
         ncclBroadcast(send, recv, count, static_cast<ncclDataType_t>(dtype), root, m.comm, CudaStream(stream)),
         "ncclBroadcast");
   });
 }
 
-ccResult_t NcclTransport::Queued(ccStream_t stream) {
+void NcclTransport::Queued(ccStream_t stream) {
   Impl& m = *impl_;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaError_t e = cudaStreamIsCapturing(CudaStream(stream), &capture);
-  if (e != cudaSuccess) {
-    return Fail(ccUnhandledCudaError, "rank %d: cudaStreamIsCapturing failed: %s", m.rank, cudaGetErrorString(e));
-  }
   // A captured collective runs at each launch of its graph, not now: there is nothing to watch until then.
-  if (capture != cudaStreamCaptureStatusNone) return ccSuccess;
+  if (e == cudaSuccess && capture != cudaStreamCaptureStatusNone) return;
   cudaEvent_t event = nullptr;
-  {
+  if (e == cudaSuccess) {
     std::lock_guard<std::mutex> lock(m.pendingMutex);
     if (!m.spareEvents.empty()) {
       event = m.spareEvents.back();
       m.spareEvents.pop_back();
     }
   }
-  if (event == nullptr) {
+  if (e == cudaSuccess && event == nullptr) {
     DeviceScope scope(m.device);
     e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-      return Fail(ccUnhandledCudaError, "rank %d: cudaEventCreateWithFlags failed: %s", m.rank, cudaGetErrorString(e));
-    }
   }
-  e = cudaEventRecord(event, CudaStream(stream));
+  if (e == cudaSuccess) e = cudaEventRecord(event, CudaStream(stream));
   std::lock_guard<std::mutex> lock(m.pendingMutex);
   if (e != cudaSuccess) {
-    m.spareEvents.push_back(event);
-    return Fail(ccUnhandledCudaError, "rank %d: cudaEventRecord failed: %s", m.rank, cudaGetErrorString(e));
+    // The collective itself is queued (the peers have queued theirs): only the watch is lost, and NCCL's own
+    // asynchronous error still is.
+    cudaGetLastError();
+    if (event != nullptr) m.spareEvents.push_back(event);
+    CC_WARN("rank %d: a queued collective cannot be watched for its timeout: %s", m.rank, cudaGetErrorString(e));
+    return;
   }
   m.pending.push_back(Impl::Pending{event, Clock::now()});
-  return ccSuccess;
 }
 
 ccResult_t NcclTransport::AsyncError(std::string* why) {

@@ -44,8 +44,9 @@ class StreamTransport {
                                ccStream_t stream) = 0;
 
   // Called once a collective's work is queued on `stream`: the transport expects the stream to get past it within the
-  // communicator's timeout, and reports a failure (AsyncError) when it does not.
-  virtual ccResult_t Queued(ccStream_t stream) = 0;
+  // communicator's timeout, and reports a failure (AsyncError) when it does not. (A collective it cannot watch is
+  // logged, not failed: it is queued, and the peers have queued theirs.)
+  virtual void Queued(ccStream_t stream) = 0;
   // ccSuccess, or the first failure seen since the transport was made (a peer's failure reported by the transport, a
   // queued collective past the timeout, an abort), with its sentence in *why (may be NULL).
   virtual ccResult_t AsyncError(std::string* why) = 0;

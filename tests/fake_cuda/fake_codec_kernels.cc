@@ -328,8 +328,9 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>
 
 LowRankBlas::~LowRankBlas() = default;
 
-ccResult_t LowRankBlas::SetStream(cudaStream_t stream) {
+ccResult_t LowRankBlas::SetStream(cudaStream_t stream, void* workspace, size_t /*bytes*/) {
   stream_ = stream;
+  workspace_ = workspace;
   return ccSuccess;
 }
 

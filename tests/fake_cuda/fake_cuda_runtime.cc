@@ -37,10 +37,21 @@
 // capture: cudaErrorStreamCaptureUnsupported; on an event recorded outside any capture:
 // cudaErrorStreamCaptureIsolation, as in CUDA), graphs built node by node, graph updates, cudaStreamGetCaptureInfo.
 //
+// Copies: cudaMemcpy, cudaMemcpyAsync and cudaMemcpyPeerAsync check their kind against what the fake knows of the
+// pointers, at the call (device memory: cudaMalloc or a device pool; host memory: anything else, pinned or not):
+// cudaMemcpyHostToDevice needs a host source and a device destination, cudaMemcpyDeviceToHost the reverse,
+// cudaMemcpyDeviceToDevice (and every peer copy) device memory on both sides, cudaMemcpyHostToHost on neither;
+// cudaMemcpyDefault takes anything. A mismatch is undefined behaviour on a GPU, though a UVA system often copies
+// anyway: the fake prints the call, its kind, what each pointer is and the stack, and aborts. FAKE_CUDA_COPY_KIND=warn
+// prints the same and goes on (to list every mismatch of a run). A kind outside the enum:
+// cudaErrorInvalidMemcpyDirection. Copies of 0 bytes are not checked (CUDA takes them with any pointers, null
+// included).
+//
 // Not modelled otherwise: other kernels, the legacy default stream's implicit synchronization with other streams,
 // memory pools (an allocation from one is a plain allocation: no reuse, no dependency on other streams).
 // Implements the functions as declared in cuda_runtime_api.h, so the signatures are the real ones.
 #include <cuda_runtime_api.h>
+#include <execinfo.h>
 
 #include <atomic>
 #include <chrono>
@@ -467,6 +478,64 @@ cudaMemoryType TypeOf(const void* p) {
 
 thread_local int tDevice = 0;
 
+// What a copy's pointer is, as its kind sees it (see the top of the file), for the message.
+const char* MemoryName(const void* p, bool* device) {
+  const cudaMemoryType type = TypeOf(p);
+  *device = type == cudaMemoryTypeDevice;
+  switch (type) {
+    case cudaMemoryTypeDevice:
+      return "device memory";
+    case cudaMemoryTypeHost:
+      return "pinned host memory";
+    default:
+      return "host memory (not from the CUDA runtime)";
+  }
+}
+
+const char* KindName(cudaMemcpyKind kind) {
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+      return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice:
+      return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost:
+      return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice:
+      return "cudaMemcpyDeviceToDevice";
+    default:
+      return "cudaMemcpyDefault";
+  }
+}
+
+// A copy's kind against its pointers: cudaErrorInvalidMemcpyDirection for a kind outside the enum; a mismatch aborts
+// (or, with FAKE_CUDA_COPY_KIND=warn, is reported and let through).
+cudaError_t CheckCopyKind(const char* fn, void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (static_cast<unsigned>(kind) > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+  if (count == 0 || kind == cudaMemcpyDefault) return cudaSuccess;
+  bool dstDevice, srcDevice;
+  const char* dstName = MemoryName(dst, &dstDevice);
+  const char* srcName = MemoryName(src, &srcDevice);
+  const bool wantSrcDevice = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool wantDstDevice = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  if (srcDevice == wantSrcDevice && dstDevice == wantDstDevice) return cudaSuccess;
+  static const bool warn = [] {
+    const char* v = std::getenv("FAKE_CUDA_COPY_KIND");
+    return v != nullptr && std::strcmp(v, "warn") == 0;
+  }();
+  static std::mutex m;  // one message at a time, its stack with it
+  std::lock_guard<std::mutex> lock(m);
+  std::fprintf(stderr,
+               "fake CUDA runtime: %s(dst %p, src %p, %zu bytes, %s): dst is %s and src is %s, but the kind says %s "
+               "to %s. Undefined behaviour on a GPU (cudaMemcpyDefault infers the direction). The stack:\n",
+               fn, dst, src, count, KindName(kind), dstName, srcName, wantSrcDevice ? "device" : "host",
+               wantDstDevice ? "device" : "host");
+  std::fflush(stderr);
+  void* frames[32];
+  backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+  if (!warn) std::abort();
+  return cudaSuccess;
+}
+
 }  // namespace
 
 extern "C" {
@@ -831,8 +900,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind /*kind*/,
-                            cudaStream_t stream) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
+  if (cudaError_t e = CheckCopyKind("cudaMemcpyAsync", dst, src, count, kind)) return e;
   void* d = cctest::FakeHostView(dst);
   const void* from = cctest::FakeHostView(src);
   // count 0 may come with null pointers, which CUDA takes and memcpy does not.
@@ -844,10 +913,12 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
                                 cudaStream_t stream) {
   if (dstDevice != 0 || srcDevice != 0) return cudaErrorInvalidDevice;
+  if (cudaError_t e = CheckCopyKind("cudaMemcpyPeerAsync", dst, src, count, cudaMemcpyDeviceToDevice)) return e;
   return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind /*kind*/) {
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  if (cudaError_t e = CheckCopyKind("cudaMemcpy", dst, src, count, kind)) return e;
   void* d = cctest::FakeHostView(dst);
   const void* from = cctest::FakeHostView(src);
   return RunOnLegacyStream([=] {

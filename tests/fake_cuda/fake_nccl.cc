@@ -6,9 +6,37 @@
 // joined; a bad nranks or rank, nranks that differ between ranks, a rank that joins twice or an id whose communicator
 // is complete: ncclInvalidArgument. After FAKE_NCCL_TIMEOUT_S seconds (default 60) without all ranks it says so on
 // stderr and returns ncclSystemError. Inside a group (ncclGroupStart) it joins at once and waits at the outermost
-// ncclGroupEnd, so that one thread can create several ranks, as with NCCL. ncclCommInitRankConfig: the same; a
-// non-blocking config (blocking == 0) is not modelled: ncclInvalidArgument. The communicator keeps the fake device
-// that was current (cudaGetDevice).
+// ncclGroupEnd, so that one thread can create several ranks, as with NCCL. ncclCommInitRankConfig: the same, with the
+// config's blocking attribute (NCCL_CONFIG_UNDEF_INT or no config: blocking; not 0 or 1: ncclInvalidArgument); see
+// below for blocking == 0. The communicator keeps the fake device that was current (cudaGetDevice).
+//
+// Non-blocking communicators (config blocking == 0), which a caller must wait for: after every call that returns
+// ncclInProgress it polls ncclCommGetAsyncError until that reads ncclSuccess (or an error) before it calls NCCL on the
+// communicator again or queues anything else on the stream. The fake makes each part of that necessary:
+//   - Init: ncclCommInitRankConfig joins at once and returns ncclInProgress (inside a group too, and then the group's
+//     ncclGroupEnd returns ncclInProgress). A thread of the fake waits for the other ranks; the async error reads
+//     ncclInProgress until all have joined, then ncclSuccess, or ncclSystemError after FAKE_NCCL_TIMEOUT_S.
+//   - Lazy connection (NCCL connects peers at the first operations that need them): a rank's first group (or lone
+//     call) that sends to a given peer, the first that receives from it (one connection per peer and direction; not
+//     to itself), and its first collective (not on one rank) connect. The call that ends that group (ncclGroupEnd,
+//     or the lone ncclSend, ncclAllReduce, ...) returns ncclInProgress, the async error of every rank in the group
+//     reads ncclInProgress, and the group is queued on its streams only FAKE_NCCL_CONNECT_MS milliseconds later
+//     (default 5), by a thread of the fake (cctest::FakePush, so recorded if the stream captures by then); then the
+//     async error reads ncclSuccess again. Work the caller queued on the stream meanwhile runs BEFORE the NCCL
+//     operation, as on a GPU, where the kernel is launched only once the connection is set up. Later groups with the
+//     same connections are queued at once and return ncclSuccess, as with a blocking communicator.
+//   - Any call on the communicator while its async error reads ncclInProgress (ncclCommGetAsyncError, ncclCommAbort
+//     and ncclCommDestroy excepted; ncclCommCount, ncclCommUserRank, ncclCommCuDevice and ncclCommFinalize included)
+//     fails with ncclInvalidArgument, as NCCL's ncclCommEnsureReady does ("Attempt to use communicator before the
+//     previous operation returned ncclSuccess"), with a sentence saying so.
+//   - As in NCCL, a call that fails on a non-blocking rank (an argument refused, a call while in progress) and a group
+//     that fails (a failed call in it, a queuing error) leave that error as the async error of the group's
+//     non-blocking ranks: every later call returns it, and the caller must abort the communicator. (NCCL's background
+//     job may overwrite it with its own result when it ends, a race; here the first error stays.)
+//   - Blocking and non-blocking communicators in one group: ncclInvalidArgument at ncclGroupEnd, as NCCL.
+// The fake's threads hold the shared state, never a handle; ncclCommAbort ends them at once (a rank aborted before its
+// connecting group is queued has its operations dropped, and one aborted while its init waits leaves the forming
+// communicator, so the id can form anew), ncclCommDestroy waits for them (an init's wait included).
 //
 // Operations. Each is queued on its stream as one fake-CUDA operation (cctest::FakePush), recorded instead while the
 // stream captures a graph; every match happens when the operation runs on the stream's thread, not when it is queued
@@ -50,14 +78,19 @@
 // which operation of which rank waits for which rank, and aborts the process. ncclCommDestroy waits until the
 // operations queued on the communicator have run (not graph launches: an operation that runs after the destroy aborts
 // with a message, a use after free on a GPU), then frees; its peers do not see it as gone. ncclCommFinalize:
-// ncclSuccess. ncclGetLastError: the calling thread's last error sentence, or "". ncclGetVersion: 22809.
+// ncclSuccess (ncclInvalidArgument on a non-blocking communicator in progress). ncclGetLastError: the calling thread's
+// last error sentence, or "" (a failure in one of the fake's own threads is printed on stderr). ncclGetVersion: 22809.
 //
 // Thread safety: every rank's state, matching and data movement is under one mutex, so reads of a peer's buffer cannot
 // race with its abort; a CPU test moves little data.
 //
 // Not modelled: the other nccl* functions (ncclCommInitAll, ncclCommSplit, ncclAlltoAll, ncclGather, ncclScatter,
-// ncclBcast, user reduction ops, registration, windows), non-blocking communicators, several devices, NCCL's
-// environment variables and its own timeouts. Only the nccl* symbols are defined, not the pnccl* profiling aliases.
+// ncclBcast, user reduction ops, registration, windows), several devices, NCCL's environment variables
+// (NCCL_COMM_BLOCKING, NCCL_RUNTIME_CONNECT included) and its own timeouts. Of non-blocking communicators: a
+// ncclCommFinalize or ncclCommDestroy that returns ncclInProgress (here they complete in the call), a connection that
+// fails or never completes (a peer that never answers is seen when the operation runs, as for a blocking
+// communicator), and connections per channel or per algorithm. Only the nccl* symbols are defined, not the pnccl*
+// profiling aliases.
 #include <nccl.h>
 
 #include <algorithm>
@@ -96,11 +129,20 @@ int TimeoutSeconds() {
   return seconds;
 }
 
+// How long a non-blocking communicator's connecting group waits before it is queued (FAKE_NCCL_CONNECT_MS).
+int ConnectDelayMs() {
+  static const int ms = [] {
+    const char* v = std::getenv("FAKE_NCCL_CONNECT_MS");
+    return v != nullptr && std::atoi(v) >= 0 && *v != 0 ? std::atoi(v) : 5;
+  }();
+  return ms;
+}
+
 thread_local std::string tLastError;
 
 ncclResult_t Fail(ncclResult_t result, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 ncclResult_t Fail(ncclResult_t result, const char* fmt, ...) {
-  char buf[512];
+  char buf[1024];
   va_list args;
   va_start(args, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, args);
@@ -335,7 +377,14 @@ struct Clique {
   int joinedCount = 0;
   std::vector<RankState> state;
   std::vector<ncclResult_t> asyncError;
-  std::vector<int> pending;       // operations queued (not recorded into a graph) and not yet run, per rank
+  std::vector<int> pending;    // operations queued (not recorded into a graph) and not yet run, per rank
+  std::vector<char> blocking;  // per rank, from its config
+  // Per rank: the fake's background jobs that work for it (a non-blocking init waiting for the other ranks, a
+  // connecting group not yet queued). While there is one, a non-blocking rank's async error reads ncclInProgress.
+  std::vector<int> busy;
+  // Connections a non-blocking rank has set up: [rank * nranks + peer] for its sends and its receives, and per rank
+  // for its collectives.
+  std::vector<char> sendConnected, recvConnected, collConnected;
   std::vector<Channel> channels;  // [src * nranks + dst]
   std::vector<uint64_t> collNext;
   std::map<uint64_t, CollSlot> colls;
@@ -669,23 +718,10 @@ struct GroupState {
 thread_local GroupState tGroup;
 
 // Queues each stream's part of a group as one operation.
-ncclResult_t Launch(std::vector<Queued> ops) {
+ncclResult_t Queue(const std::vector<Queued>& ops) {
   std::vector<cudaStream_t> streams;
   for (const Queued& q : ops) {
     if (std::find(streams.begin(), streams.end(), q.stream) == streams.end()) streams.push_back(q.stream);
-  }
-  if (streams.size() > 1) {
-    for (size_t i = 0; i < ops.size(); ++i) {
-      for (size_t j = 0; j < i; ++j) {
-        if (ops[i].task.clique == ops[j].task.clique && ops[i].task.rank == ops[j].task.rank &&
-            ops[i].stream != ops[j].stream) {
-          return Fail(ncclInvalidUsage,
-                      "ncclGroupEnd: rank %d of one communicator has operations on two streams in the group; the "
-                      "fake NCCL does not model a group that joins several streams",
-                      ops[i].task.rank);
-        }
-      }
-    }
   }
   for (cudaStream_t stream : streams) {
     auto tasks = std::make_shared<std::vector<Task>>();
@@ -718,8 +754,124 @@ ncclResult_t Launch(std::vector<Queued> ops) {
   return ncclSuccess;
 }
 
-// A call inside a group joins it (its error fails the group); outside, it is a group of its own.
+// A failed call or group leaves its error as the async error of the non-blocking ranks involved, as NCCL's enqueue
+// and group cleanup do: the communicator is unusable from then on. Under gMutex.
+void SetAsyncErrorLocked(Clique& c, int rank, ncclResult_t r) {
+  const size_t i = static_cast<size_t>(rank);
+  if (!c.blocking[i] && c.asyncError[i] == ncclSuccess) c.asyncError[i] = r;
+}
+void SetAsyncErrorLocked(const Task& t, ncclResult_t r) {
+  if (t.clique != nullptr) SetAsyncErrorLocked(*t.clique, t.rank, r);
+}
+void SetAsyncError(const std::vector<Queued>& ops, ncclResult_t r) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  for (const Queued& q : ops) SetAsyncErrorLocked(q.task, r);
+}
+
+// Marks the connection a non-blocking rank's task needs; true if it had none yet (NCCL connects it now, at the first
+// group that needs it). A send to itself and a one-rank collective need none. Under gMutex.
+bool ConnectLocked(const Task& t) {
+  Clique& c = *t.clique;
+  const size_t rank = static_cast<size_t>(t.rank);
+  if (c.blocking[rank]) return false;  // connected inline, invisibly
+  char* flag;
+  switch (t.kind) {
+    case Kind::kSend:
+    case Kind::kRecv:
+      if (t.peer == t.rank) return false;
+      flag = &(t.kind == Kind::kSend
+                   ? c.sendConnected
+                   : c.recvConnected)[rank * static_cast<size_t>(c.nranks) + static_cast<size_t>(t.peer)];
+      break;
+    default:
+      if (c.nranks == 1) return false;
+      flag = &c.collConnected[rank];
+  }
+  const bool fresh = *flag == 0;
+  *flag = 1;
+  return fresh;
+}
+
+using RankRef = std::pair<std::shared_ptr<Clique>, int>;
+
+// The ranks that ops work for, each once.
+std::vector<RankRef> RanksOf(const std::vector<Queued>& ops) {
+  std::vector<RankRef> ranks;
+  for (const Queued& q : ops) {
+    RankRef r{q.task.clique, q.task.rank};
+    if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(std::move(r));
+  }
+  return ranks;
+}
+
+// A group that connects: queued a little later by a thread of the fake, its ranks busy (ncclInProgress) until then.
+// The thread holds the shared state, never a handle, which ncclCommAbort may delete meanwhile.
+void QueueLater(std::vector<Queued> ops) {
+  std::vector<RankRef> ranks = RanksOf(ops);
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    for (const RankRef& r : ranks) ++r.first->busy[static_cast<size_t>(r.second)];
+  }
+  std::thread([ops = std::move(ops), ranks = std::move(ranks)]() mutable {
+    auto aborted = [](const Task& t) { return t.clique->state[static_cast<size_t>(t.rank)] == RankState::kAborted; };
+    {
+      std::unique_lock<std::mutex> lock(gMutex);
+      gCv.wait_until(lock, Clock::now() + std::chrono::milliseconds(ConnectDelayMs()), [&] {
+        return std::any_of(ops.begin(), ops.end(), [&](const Queued& q) { return aborted(q.task); });
+      });
+      // An aborted rank's operations are dropped: its stream may go with it (its peers see it gone).
+      ops.erase(std::remove_if(ops.begin(), ops.end(), [&](const Queued& q) { return aborted(q.task); }), ops.end());
+    }
+    const ncclResult_t r = ops.empty() ? ncclSuccess : Queue(ops);
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (r != ncclSuccess) {
+      std::fprintf(stderr, "fake NCCL: queuing a non-blocking group after its connection setup failed: %s\n",
+                   tLastError.c_str());
+      for (const Queued& q : ops) SetAsyncErrorLocked(q.task, r);
+    }
+    for (const RankRef& rank : ranks) --rank.first->busy[static_cast<size_t>(rank.second)];
+    gCv.notify_all();
+  }).detach();
+}
+
+// Queues a group whose calls have all been checked: at once, or, for non-blocking ranks that need a new connection,
+// a little later (ncclInProgress).
+ncclResult_t Launch(std::vector<Queued> ops) {
+  if (ops.empty()) return ncclSuccess;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (ops[i].task.clique == ops[j].task.clique && ops[i].task.rank == ops[j].task.rank &&
+          ops[i].stream != ops[j].stream) {
+        const ncclResult_t r = Fail(ncclInvalidUsage,
+                                    "ncclGroupEnd: rank %d of one communicator has operations on two streams in the "
+                                    "group; the fake NCCL does not model a group that joins several streams",
+                                    ops[i].task.rank);
+        SetAsyncError(ops, r);
+        return r;
+      }
+    }
+  }
+  bool connecting = false;
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    for (const Queued& q : ops) connecting = ConnectLocked(q.task) || connecting;
+  }
+  if (connecting) {
+    QueueLater(std::move(ops));
+    return ncclInProgress;
+  }
+  const ncclResult_t r = Queue(ops);
+  if (r != ncclSuccess) SetAsyncError(ops, r);
+  return r;
+}
+
+// A call inside a group joins it (its error fails the group); outside, it is a group of its own. A failed call on a
+// non-blocking rank leaves its error as the rank's async error.
 ncclResult_t Submit(ncclResult_t checked, const Task& task, cudaStream_t stream) {
+  if (checked != ncclSuccess && task.clique != nullptr) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    SetAsyncErrorLocked(task, checked);
+  }
   if (tGroup.depth > 0) {
     if (checked != ncclSuccess) {
       if (tGroup.error == ncclSuccess) tGroup.error = checked;
@@ -745,6 +897,31 @@ struct ncclComm {
 namespace cctest {
 namespace fakenccl {
 
+// What ncclCommGetAsyncError reads. Under gMutex.
+ncclResult_t AsyncErrorLocked(const Clique& c, int rank) {
+  const size_t r = static_cast<size_t>(rank);
+  if (c.asyncError[r] != ncclSuccess) return c.asyncError[r];
+  return !c.blocking[r] && c.busy[r] > 0 ? ncclInProgress : ncclSuccess;
+}
+
+// A call on a non-blocking communicator whose async error reads ncclInProgress: NCCL's ncclCommEnsureReady. Under
+// gMutex.
+ncclResult_t CheckReadyLocked(ncclComm_t comm, const char* fn) {
+  if (AsyncErrorLocked(*comm->clique, comm->rank) != ncclInProgress) return ncclSuccess;
+  return Fail(ncclInvalidArgument,
+              "%s: rank %d: the non-blocking communicator's previous operation has not completed: "
+              "ncclCommGetAsyncError reads ncclInProgress (NCCL: \"Attempt to use communicator before the previous "
+              "operation returned ncclSuccess\"). The caller must poll ncclCommGetAsyncError until it reads "
+              "ncclSuccess before its next call on the communicator, and before it queues other work on the stream, "
+              "which would otherwise run before the NCCL operation",
+              fn, comm->rank);
+}
+
+ncclResult_t CheckReady(ncclComm_t comm, const char* fn) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  return CheckReadyLocked(comm, fn);
+}
+
 ncclResult_t CheckComm(ncclComm_t comm, const char* fn) {
   if (comm == nullptr) return Fail(ncclInvalidArgument, "%s: comm is NULL", fn);
   std::lock_guard<std::mutex> lock(gMutex);
@@ -753,7 +930,7 @@ ncclResult_t CheckComm(ncclComm_t comm, const char* fn) {
     return Fail(async, "%s: rank %d: the communicator failed earlier (%s); abort it", fn, comm->rank,
                 ncclGetErrorString(async));
   }
-  return ncclSuccess;
+  return CheckReadyLocked(comm, fn);
 }
 
 // bytes at p must be fake device memory, in one allocation.
@@ -815,11 +992,11 @@ ncclResult_t Collective(Kind kind, const void* sendbuff, void* recvbuff, size_t 
   const char* fn = KindName(kind);
   ncclResult_t r = CheckComm(comm, fn);
   Task t{kind, nullptr, 0, nullptr, nullptr, count, type, op, root};
-  if (r == ncclSuccess) {
+  if (comm != nullptr) {
     t.clique = comm->clique;
     t.rank = comm->rank;
-    r = CheckType(fn, type, comm->rank);
   }
+  if (r == ncclSuccess) r = CheckType(fn, type, comm->rank);
   const bool reduces = kind == Kind::kAllReduce || kind == Kind::kReduceScatter || kind == Kind::kReduce;
   if (r == ncclSuccess && reduces) r = CheckOp(fn, op, comm->rank);
   if (!reduces) t.op = ncclSum;  // not part of the call
@@ -853,11 +1030,11 @@ ncclResult_t PointToPoint(Kind kind, const void* buff, size_t count, ncclDataTyp
   const char* fn = KindName(kind);
   ncclResult_t r = CheckComm(comm, fn);
   Task t{kind, nullptr, 0, nullptr, nullptr, count, type, ncclSum, peer};
-  if (r == ncclSuccess) {
+  if (comm != nullptr) {
     t.clique = comm->clique;
     t.rank = comm->rank;
-    r = CheckType(fn, type, comm->rank);
   }
+  if (r == ncclSuccess) r = CheckType(fn, type, comm->rank);
   if (r == ncclSuccess) r = CheckRank(fn, "peer", peer, comm->clique->nranks, comm->rank);
   if (r == ncclSuccess) {
     r = CheckBuffer(fn, kind == Kind::kSend ? "sendbuff" : "recvbuff", buff, count * TypeSize(type), comm->rank);
@@ -870,8 +1047,9 @@ ncclResult_t PointToPoint(Kind kind, const void* buff, size_t count, ncclDataTyp
   return Submit(r, t, stream);
 }
 
-// Joins the communicator of id as rank; the handle is usable once WaitJoined succeeds.
-ncclResult_t Join(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank) {
+// Joins the communicator of id as rank; the handle is usable once WaitJoined succeeds (blocking), or once the async
+// error reads ncclSuccess (non-blocking: the rank is busy until its WaitJoinedLater is done).
+ncclResult_t Join(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank, bool blocking) {
   if (comm == nullptr) return Fail(ncclInvalidArgument, "%s: comm is NULL", fn);
   *comm = nullptr;
   if (nranks < 1 || rank < 0 || rank >= nranks) {
@@ -898,6 +1076,11 @@ ncclResult_t Join(const char* fn, ncclComm_t* comm, int nranks, const ncclUnique
     c->state.assign(n, RankState::kAlive);
     c->asyncError.assign(n, ncclSuccess);
     c->pending.assign(n, 0);
+    c->blocking.assign(n, 1);
+    c->busy.assign(n, 0);
+    c->sendConnected.assign(n * n, 0);
+    c->recvConnected.assign(n * n, 0);
+    c->collConnected.assign(n, 0);
     c->channels.resize(n * n);
     c->collNext.assign(n, 0);
     Forming()[key] = c;
@@ -909,6 +1092,8 @@ ncclResult_t Join(const char* fn, ncclComm_t* comm, int nranks, const ncclUnique
     return Fail(ncclInvalidArgument, "%s: rank %d of this unique id has already joined", fn, rank);
   }
   c->joined[static_cast<size_t>(rank)] = 1;
+  c->blocking[static_cast<size_t>(rank)] = blocking ? 1 : 0;
+  if (!blocking) ++c->busy[static_cast<size_t>(rank)];
   if (++c->joinedCount == nranks) {
     Formed().insert(key);
     Forming().erase(key);
@@ -918,34 +1103,67 @@ ncclResult_t Join(const char* fn, ncclComm_t* comm, int nranks, const ncclUnique
   return ncclSuccess;
 }
 
+// A rank leaves a communicator that is still forming (its wait timed out, or it was aborted): the others wait without
+// it. Under gMutex.
+void LeaveFormingLocked(Clique& c, int rank) {
+  if (!c.joined[static_cast<size_t>(rank)] || c.joinedCount == c.nranks) return;
+  c.joined[static_cast<size_t>(rank)] = 0;
+  if (--c.joinedCount == 0) Forming().erase(c.key);
+}
+
+// The rank's wait for the others timed out: it leaves and fails. Under gMutex.
+void JoinTimedOutLocked(const char* fn, Clique& c, int rank) {
+  std::fprintf(stderr,
+               "fake NCCL: %s: rank %d waited %d s for the other ranks to join; %d of %d did (FAKE_NCCL_TIMEOUT_S)\n",
+               fn, rank, TimeoutSeconds(), c.joinedCount, c.nranks);
+  LeaveFormingLocked(c, rank);
+  c.state[static_cast<size_t>(rank)] = RankState::kFailed;
+  c.asyncError[static_cast<size_t>(rank)] = ncclSystemError;
+}
+
 // Waits until every rank has joined. On the timeout the rank leaves again and its handle is marked failed.
 ncclResult_t WaitJoined(const char* fn, ncclComm_t comm) {
   Clique& c = *comm->clique;
   std::unique_lock<std::mutex> lock(gMutex);
   const auto deadline = Clock::now() + std::chrono::seconds(TimeoutSeconds());
   if (gCv.wait_until(lock, deadline, [&] { return c.joinedCount == c.nranks; })) return ncclSuccess;
-  std::fprintf(stderr,
-               "fake NCCL: %s: rank %d waited %d s for the other ranks to join; %d of %d did (FAKE_NCCL_TIMEOUT_S)\n",
-               fn, comm->rank, TimeoutSeconds(), c.joinedCount, c.nranks);
-  c.joined[static_cast<size_t>(comm->rank)] = 0;
-  if (--c.joinedCount == 0) Forming().erase(c.key);
-  c.state[static_cast<size_t>(comm->rank)] = RankState::kFailed;
-  c.asyncError[static_cast<size_t>(comm->rank)] = ncclSystemError;
+  JoinTimedOutLocked(fn, c, comm->rank);
   return Fail(ncclSystemError, "%s: rank %d: only %d of %d ranks joined within %d s", fn, comm->rank, c.joinedCount,
               c.nranks, TimeoutSeconds());
 }
 
-ncclResult_t InitRank(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank) {
-  ncclResult_t r = Join(fn, comm, nranks, id, rank);
+// A non-blocking init's wait for the other ranks, by a thread of the fake, which ends the rank's busy state that Join
+// began: its async error then reads ncclSuccess, or ncclSystemError after the timeout. The thread holds the shared
+// state, never the handle, which ncclCommAbort may delete meanwhile (it ends the wait at once).
+void WaitJoinedLater(std::shared_ptr<Clique> clique, int rank) {
+  std::thread([c = std::move(clique), rank] {
+    const size_t r = static_cast<size_t>(rank);
+    std::unique_lock<std::mutex> lock(gMutex);
+    const auto deadline = Clock::now() + std::chrono::seconds(TimeoutSeconds());
+    if (!gCv.wait_until(lock, deadline,
+                        [&] { return c->joinedCount == c->nranks || c->state[r] != RankState::kAlive; })) {
+      JoinTimedOutLocked("ncclCommInitRankConfig (non-blocking)", *c, rank);
+    }
+    --c->busy[r];
+    gCv.notify_all();
+  }).detach();
+}
+
+ncclResult_t InitRank(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank, bool blocking) {
+  ncclResult_t r = Join(fn, comm, nranks, id, rank, blocking);
   if (tGroup.depth > 0) {
     if (r == ncclSuccess) {
       tGroup.inits.push_back(*comm);
     } else if (tGroup.error == ncclSuccess) {
       tGroup.error = r;
     }
-    return r;
+    return r == ncclSuccess && !blocking ? ncclInProgress : r;
   }
   if (r != ncclSuccess) return r;
+  if (!blocking) {
+    WaitJoinedLater((*comm)->clique, rank);
+    return ncclInProgress;
+  }
   r = WaitJoined(fn, *comm);
   if (r != ncclSuccess) {
     delete *comm;
@@ -985,24 +1203,29 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return cctest::fakenccl::InitRank("ncclCommInitRank", comm, nranks, commId, rank);
+  return cctest::fakenccl::InitRank("ncclCommInitRank", comm, nranks, commId, rank, true);
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config) {
+  bool blocking = true;
   if (config != nullptr) {
     if (config->magic != 0xcafebeef) {
       return Fail(ncclInvalidArgument, "ncclCommInitRankConfig: config was not set up with NCCL_CONFIG_INITIALIZER");
     }
-    if (config->blocking == 0) {
-      return Fail(ncclInvalidArgument, "ncclCommInitRankConfig: non-blocking communicators are not modelled");
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
+      if (config->blocking != 0 && config->blocking != 1) {
+        return Fail(ncclInvalidArgument, "ncclCommInitRankConfig: invalid config blocking attribute value %d",
+                    config->blocking);
+      }
+      blocking = config->blocking == 1;
     }
   }
-  return cctest::fakenccl::InitRank("ncclCommInitRankConfig", comm, nranks, commId, rank);
+  return cctest::fakenccl::InitRank("ncclCommInitRankConfig", comm, nranks, commId, rank, blocking);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (comm == nullptr) return Fail(ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
-  return ncclSuccess;
+  return cctest::fakenccl::CheckReady(comm, "ncclCommFinalize");
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
@@ -1011,7 +1234,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     std::unique_lock<std::mutex> lock(gMutex);
     auto& c = *comm->clique;
     const size_t r = static_cast<size_t>(comm->rank);
-    gCv.wait(lock, [&] { return c.pending[r] == 0; });
+    gCv.wait(lock, [&] { return c.busy[r] == 0 && c.pending[r] == 0; });
     if (c.state[r] == RankState::kAlive) c.state[r] = RankState::kDestroyed;
     gCv.notify_all();
   }
@@ -1022,9 +1245,13 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   {
-    std::lock_guard<std::mutex> lock(gMutex);
-    comm->clique->state[static_cast<size_t>(comm->rank)] = RankState::kAborted;
+    std::unique_lock<std::mutex> lock(gMutex);
+    auto& c = *comm->clique;
+    const size_t r = static_cast<size_t>(comm->rank);
+    cctest::fakenccl::LeaveFormingLocked(c, comm->rank);
+    c.state[r] = RankState::kAborted;
     gCv.notify_all();
+    gCv.wait(lock, [&] { return c.busy[r] == 0; });  // the fake's threads end at once for an aborted rank
   }
   delete comm;  // what the queued operations use lives on in the shared state
   return ncclSuccess;
@@ -1035,18 +1262,20 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
     return Fail(ncclInvalidArgument, "ncclCommGetAsyncError: comm or asyncError is NULL");
   }
   std::lock_guard<std::mutex> lock(gMutex);
-  *asyncError = comm->clique->asyncError[static_cast<size_t>(comm->rank)];
+  *asyncError = cctest::fakenccl::AsyncErrorLocked(*comm->clique, comm->rank);
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   if (comm == nullptr || count == nullptr) return Fail(ncclInvalidArgument, "ncclCommCount: comm or count is NULL");
+  if (ncclResult_t r = cctest::fakenccl::CheckReady(comm, "ncclCommCount")) return r;
   *count = comm->clique->nranks;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   if (comm == nullptr || rank == nullptr) return Fail(ncclInvalidArgument, "ncclCommUserRank: comm or rank is NULL");
+  if (ncclResult_t r = cctest::fakenccl::CheckReady(comm, "ncclCommUserRank")) return r;
   *rank = comm->rank;
   return ncclSuccess;
 }
@@ -1055,6 +1284,7 @@ ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   if (comm == nullptr || device == nullptr) {
     return Fail(ncclInvalidArgument, "ncclCommCuDevice: comm or device is NULL");
   }
+  if (ncclResult_t r = cctest::fakenccl::CheckReady(comm, "ncclCommCuDevice")) return r;
   *device = comm->device;
   return ncclSuccess;
 }
@@ -1086,12 +1316,38 @@ ncclResult_t ncclGroupEnd() {
   std::vector<ncclComm_t> inits = std::move(tGroup.inits);
   ncclResult_t r = tGroup.error;
   tGroup = cctest::fakenccl::GroupState();
-  for (ncclComm_t comm : inits) {
-    const ncclResult_t w = cctest::fakenccl::WaitJoined("ncclGroupEnd (ncclCommInitRank)", comm);
-    if (r == ncclSuccess) r = w;
+  std::vector<char> initBlocking;
+  bool blocking = false, nonBlocking = false;
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    for (ncclComm_t comm : inits) initBlocking.push_back(comm->clique->blocking[static_cast<size_t>(comm->rank)]);
+    for (char b : initBlocking) (b ? blocking : nonBlocking) = true;
+    for (const auto& q : ops)
+      (q.task.clique->blocking[static_cast<size_t>(q.task.rank)] ? blocking : nonBlocking) = true;
   }
-  if (r != ncclSuccess) return r;  // the failed call said why
-  return cctest::fakenccl::Launch(std::move(ops));
+  if (blocking && nonBlocking && r == ncclSuccess) {
+    r = Fail(ncclInvalidArgument,
+             "ncclGroupEnd: the group holds blocking and non-blocking communicators (NCCL: \"Blocking and nonblocking "
+             "communicators are not allowed in the same group.\")");
+  }
+  bool nonBlockingInits = false;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    if (initBlocking[i]) {
+      const ncclResult_t w = cctest::fakenccl::WaitJoined("ncclGroupEnd (ncclCommInitRank)", inits[i]);
+      if (r == ncclSuccess) r = w;
+    } else {
+      cctest::fakenccl::WaitJoinedLater(inits[i]->clique, inits[i]->rank);
+      nonBlockingInits = true;
+    }
+  }
+  if (r != ncclSuccess) {  // the failed call said why; NCCL leaves the error to the group's non-blocking ranks
+    std::lock_guard<std::mutex> lock(gMutex);
+    for (const auto& q : ops) cctest::fakenccl::SetAsyncErrorLocked(q.task, r);
+    for (ncclComm_t comm : inits) cctest::fakenccl::SetAsyncErrorLocked(*comm->clique, comm->rank, r);
+    return r;
+  }
+  r = cctest::fakenccl::Launch(std::move(ops));
+  return r == ncclSuccess && nonBlockingInits ? ncclInProgress : r;
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
