@@ -87,6 +87,9 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   # stream threads.
   cmake --build "$TSAN_DIR" --target help | grep -q test_gpu_collectives_fakecuda &&
     thread_tests+=" test_gpu_collectives_fakecuda"
+  # The NCCL transport against the fake NCCL (built when nccl.h is there): callers, the watchdog, the fake's stream
+  # and connection threads.
+  cmake --build "$TSAN_DIR" --target help | grep -q test_nccl_fakecuda && thread_tests+=" test_nccl_fakecuda test_fake_nccl"
   cmake --build "$TSAN_DIR" -j "$(nproc)" --target $thread_tests
   t1=$(stamp)
   echo "== TSan: thread-rank tests"
