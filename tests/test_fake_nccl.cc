@@ -142,6 +142,21 @@ Bytes Download(const DeviceBuffer& d, size_t bytes, size_t offset = 0) {
 
 Bytes Poison(size_t bytes) { return Bytes(bytes, static_cast<char>(0xee)); }
 
+// The element-wise sum of int32 buffers, wrapping as two's complement (as the fake NCCL's integer sums do).
+Bytes Int32Sum(const std::vector<Bytes>& in, size_t count) {
+  Bytes sum(count * 4);
+  for (size_t k = 0; k < count; ++k) {
+    uint32_t total = 0;
+    for (const Bytes& x : in) {
+      uint32_t v;
+      std::memcpy(&v, x.data() + k * 4, 4);
+      total += v;
+    }
+    std::memcpy(sum.data() + k * 4, &total, 4);
+  }
+  return sum;
+}
+
 std::mt19937& Rng() {
   static std::mt19937 rng(std::random_device{}());
   return rng;
@@ -576,16 +591,7 @@ TEST_CASE("[fake] a captured graph of a memset, sends and receives and an all-re
       RANK_EXPECT(err, cudaStreamSynchronize(w.streams[static_cast<size_t>(r)]) == cudaSuccess);
     });
     CheckNoErrors(errors);
-    Bytes expected(bytes);
-    for (size_t k = 0; k < count; ++k) {
-      int32_t total = 0;
-      for (const Bytes& x : in) {
-        int32_t v;
-        std::memcpy(&v, x.data() + k * 4, 4);
-        total += v;
-      }
-      std::memcpy(expected.data() + k * 4, &total, 4);
-    }
+    const Bytes expected = Int32Sum(in, count);
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
       const size_t i = static_cast<size_t>(r);
@@ -1044,16 +1050,7 @@ TEST_CASE("[fake] a non-blocking rank's first group with a peer is in progress: 
     RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
   });
   CheckNoErrors(errors);
-  Bytes expected(bytes);
-  for (size_t k = 0; k < count; ++k) {
-    uint32_t total = 0;
-    for (const Bytes& x : in) {
-      uint32_t v;
-      std::memcpy(&v, x.data() + k * 4, 4);
-      total += v;
-    }
-    std::memcpy(expected.data() + k * 4, &total, 4);
-  }
+  const Bytes expected = Int32Sum(in, count);
   for (int r = 0; r < kRanks; ++r) {
     INFO("rank " << r);
     const size_t i = static_cast<size_t>(r);
@@ -1189,16 +1186,7 @@ TEST_CASE("[fake] graphs captured on non-blocking communicators replay, connecti
       RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
     });
     CheckNoErrors(errors);
-    Bytes expected(bytes);
-    for (size_t k = 0; k < count; ++k) {
-      int32_t total = 0;
-      for (const Bytes& x : in) {
-        int32_t v;
-        std::memcpy(&v, x.data() + k * 4, 4);
-        total += v;
-      }
-      std::memcpy(expected.data() + k * 4, &total, 4);
-    }
+    const Bytes expected = Int32Sum(in, count);
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
       const size_t i = static_cast<size_t>(r);
