@@ -43,15 +43,13 @@ void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>*
 
 void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* chosen) {
   // Each chunk draws a word from the shared counter-based stream; the k smallest (ties to the lower index) win: a
-  // uniform k-subset, and a selection a GPU makes with one radix sort (sparse_cuda.cu: ChooseRandomChunks).
-  std::vector<uint32_t> order(chunks);
-  std::iota(order.begin(), order.end(), 0u);
-  std::vector<uint32_t> word(chunks);
-  for (size_t i = 0; i < chunks; ++i) word[i] = RandomWord(key, static_cast<uint32_t>(i));
-  std::partial_sort(order.begin(), order.begin() + static_cast<long>(k), order.end(), [&](uint32_t a, uint32_t b) {
-    return word[a] < word[b] || (word[a] == word[b] && a < b);
-  });
-  chosen->assign(order.begin(), order.begin() + static_cast<long>(k));
+  // uniform k-subset, and a selection a GPU makes with one radix sort (sparse_cuda.cu: ChooseRandomChunks). Word and
+  // index packed in one integer order as (word, index) does.
+  std::vector<uint64_t> keyed(chunks);
+  for (size_t i = 0; i < chunks; ++i) keyed[i] = (uint64_t{RandomWord(key, static_cast<uint32_t>(i))} << 32) | i;
+  if (k < chunks) std::nth_element(keyed.begin(), keyed.begin() + static_cast<long>(k), keyed.end());
+  chosen->resize(k);
+  for (size_t i = 0; i < k; ++i) (*chosen)[i] = static_cast<uint32_t>(keyed[i]);
   std::sort(chosen->begin(), chosen->end());
 }
 
