@@ -812,9 +812,11 @@ TEST_CASE("[nccl] CUDA graph capture: captured calls replay with new inputs", "[
       ccCompressor_t comp = nullptr, twin = nullptr;
       ccCompressorCreateFromString(&comp, k.spec.c_str());
       ccCompressorCreateFromString(&twin, k.spec.c_str());
-      // A first call outside the capture sizes the compressor's scratch; the twin makes the same one.
+      // The calls once outside the capture, as a warm-up: the compressed one sizes its scratch (the twin makes the same
+      // one), and both let NCCL connect the peers they use before the capture.
       if (!me.ToDevice(x.p, in[0][r])) return out->Fail(ccUnhandledCudaError, "copy in");
-      ccResult_t rc = ccAllReduce(x.p, avg.p, count, ccFloat32, ccAvg, comp, me.comm, me.s());
+      ccResult_t rc = ccAllReduce(x.p, sum.p, count, ccFloat32, ccSum, nullptr, me.comm, me.s());
+      if (rc == ccSuccess) rc = ccAllReduce(x.p, avg.p, count, ccFloat32, ccAvg, comp, me.comm, me.s());
       if (rc == ccSuccess) rc = ccAllReduce(x.p, twinOut.p, count, ccFloat32, ccAvg, twin, me.comm, me.s());
       if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(me.comm));
       Settle(me, out);
