@@ -19,6 +19,7 @@
 #include "ccoll.h"
 #include "compress/codecs.h"
 #include "compress/compressor.h"
+#include "compress/sparse.h"
 
 namespace {
 
@@ -111,5 +112,15 @@ int main(int argc, char** argv) {
                 gb / finish, 100.0 * copy / encode, 100.0 * copy / hop);
     ccCompressorDestroy(c);
   }
+  // The sparsifiers' chunk choice on the host (sparse.h): chunks of 1024 of the buffer, 10% kept.
+  const size_t chunks = ccoll::ChunkCount(count, 1024), keep = ccoll::KeptChunks(chunks, 100000);
+  std::vector<float> norms;
+  ccoll::ChunkNorms(x.data(), count, 1024, &norms);
+  std::vector<uint32_t> chosen;
+  uint32_t key = 0;
+  const double top = Best(repeats, [&] { ccoll::TopChunks(norms, keep, &chosen); });
+  const double random = Best(repeats, [&] { ccoll::RandomChunks(chunks, keep, ++key, &chosen); });
+  std::printf("# chunk choice, %zu chunks of 1024, %zu kept: topk %.3f ms, randk %.3f ms\n", chunks, keep,
+              top * 1e3, random * 1e3);
   return 0;
 }
