@@ -160,9 +160,10 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
   return o;
 }
 
-// Where the device path may differ from the host path: PowerSGD's products run on cuBLAS on a GPU (the fake runtime
-// and staged calls use the CPU BLAS), so there it is held to the same bytes on every rank and to the host result
-// within fp32 product rounding (vNMSE <= 1e-8 between the two).
+// Where the device path may differ from the host path: PowerSGD's products run on cuBLAS on a GPU, so there it is held
+// to the same bytes on every rank and to the host result within fp32 product rounding (vNMSE <= 1e-8 between the two).
+// Staged calls use the CPU BLAS, and so does the fake cuBLAS: its column-major product is the row-major one the host
+// asks for, the same computation, so a wrong argument mapping in compress/lowrank_cuda.cc shows here as other bytes.
 bool SameBytesAsHost(const std::string& spec) {
 #ifdef CCOLL_FAKE_CUDA
   return true;
@@ -740,4 +741,53 @@ TEST_CASE("[gpu] a compressor destroyed right after its device call outlives the
   });
   REQUIRE(dev.Failure() == "");
   for (int r = 0; r < n; ++r) CHECK(FirstDifference(dev.out[r], host.out[r]) == "");
+}
+
+// cuBLAS's guide: destroying a handle synchronizes the device. With thread ranks on one GPU, a rank that destroys a
+// PowerSGD compressor (and so its cuBLAS handle) while another rank's stream waits in a call that needs this rank's
+// next call would wait for that stream forever. ccoll keeps the handles for later compressors instead (the fake
+// cuBLAS's cublasDestroy synchronizes the device, and aborts where a GPU would hang).
+TEST_CASE("[gpu] destroying a PowerSGD compressor while another rank's call waits for this rank", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  int hostPools = 0;
+  REQUIRE(cudaDeviceGetAttribute(&hostPools, cudaDevAttrHostMemoryPoolsSupported, 0) == cudaSuccess);
+  if (hostPools == 0) {
+    // A known limit (README, "Device buffers"): the compressor's pinned scratch came from cudaHostAlloc, and
+    // destroying it calls cudaFreeHost, which synchronizes the device too.
+    WARN("not run: this device has no host memory pools");
+    return;
+  }
+  const int n = 2;
+  const int64_t rows = 120, cols = 100;
+  const size_t count = static_cast<size_t>(rows * cols);
+  const char* spec = "powersgd:rank=2,rows=120,cols=100,seed=5";
+  Compressors first(spec, n), second(spec, n);
+  if (first.status != ccSuccess) return;  // a build without any BLAS refuses powersgd
+  REQUIRE(second.status == ccSuccess);
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 91);
+  std::atomic<bool> rank1Waiting{false};
+  std::vector<ccResult_t> destroyed(static_cast<size_t>(n), ccSuccess);
+  Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+    ccResult_t rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, first[r], g[r], stream);
+    if (rc != ccSuccess) return rc;
+    if (cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return ccUnhandledCudaError;
+    if (r == 1) {
+      rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, second[r], g[r], stream);  // waits on the stream for rank 0
+      rank1Waiting = true;
+      return rc;
+    }
+    while (!rank1Waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    destroyed[0] = ccCompressorDestroy(first.c[0]);
+    first.c[0] = nullptr;
+    return ccAllReduce(s, d, count, ccFloat32, ccAvg, second[r], g[r], stream);
+  });
+  REQUIRE(dev.Failure() == "");
+  CHECK(destroyed[0] == ccSuccess);
+  CHECK(FirstDifference(dev.out[1], dev.out[0]) == "");
+  std::vector<float> out(count);
+  std::memcpy(out.data(), dev.out[0].data(), count * 4);
+  for (float v : out) REQUIRE(std::isfinite(v));
 }

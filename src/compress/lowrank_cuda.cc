@@ -2,6 +2,10 @@
 
 #include <cublas_v2.h>
 
+#include <map>
+#include <mutex>
+#include <vector>
+
 #include "core/error.h"
 
 namespace ccoll {
@@ -15,13 +19,51 @@ ccResult_t Check(cublasStatus_t s, const char* what) {
 
 cublasHandle_t H(void* h) { return static_cast<cublasHandle_t>(h); }
 
+// Handles, per device, kept for the life of the process and handed from a LowRankBlas that is gone to the next one
+// (as PyTorch keeps its own). cublasDestroy synchronizes the device (the cuBLAS guide), and ranks that are threads of
+// one process on one GPU make that a deadlock: this thread would wait for another rank's stream, held by a
+// stream-wait kernel until this thread queues its part of the call. Never destroyed, not even at exit, where the
+// CUDA context may already be gone.
+class HandlePool {
+ public:
+  static HandlePool& Get() {
+    static HandlePool* pool = new HandlePool();
+    return *pool;
+  }
+  // A handle of the current device: a kept one, or a new one (cublasCreate).
+  ccResult_t Take(int device, cublasHandle_t* out) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<cublasHandle_t>& kept = kept_[device];
+      if (!kept.empty()) {
+        *out = kept.back();
+        kept.pop_back();
+        return ccSuccess;
+      }
+    }
+    return Check(cublasCreate(out), "cublasCreate");
+  }
+  void Give(int device, cublasHandle_t h) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kept_[device].push_back(h);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::vector<cublasHandle_t>> kept_;
+};
+
 }  // namespace
 
 ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out) {
   std::unique_ptr<LowRankBlas> b(new LowRankBlas());
+  if (cudaGetDevice(&b->device_) != cudaSuccess) {
+    cudaGetLastError();
+    return Fail(ccUnhandledCudaError, "cudaGetDevice failed before cublasCreate");
+  }
   cublasHandle_t h = nullptr;
-  CC_CHECK(Check(cublasCreate(&h), "cublasCreate"));
-  b->handle_ = h;
+  CC_CHECK(HandlePool::Get().Take(b->device_, &h));
+  b->handle_ = h;  // from here on the destructor gives it back
   b->stream_ = stream;
   CC_CHECK(Check(cublasSetStream(h, stream), "cublasSetStream"));
   // Plain FP32 products (no TF32 tensor cores): what the CPU path computes, to fp32 rounding.
@@ -31,7 +73,10 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>
 }
 
 LowRankBlas::~LowRankBlas() {
-  if (handle_ != nullptr) cublasDestroy(H(handle_));
+  if (handle_ == nullptr) return;
+  // Back to the legacy stream and cuBLAS's own workspace: this object's stream and workspace may be freed after it.
+  if (cublasSetStream(H(handle_), nullptr) != CUBLAS_STATUS_SUCCESS) return;  // not kept: an unknown state
+  HandlePool::Get().Give(device_, H(handle_));
 }
 
 ccResult_t LowRankBlas::SetStream(cudaStream_t stream, void* workspace, size_t bytes) {

@@ -18,7 +18,8 @@ namespace gpu {
 
 class LowRankBlas {
  public:
-  // ccUnhandledCudaError (with the last-error sentence) when cuBLAS cannot make a handle.
+  // ccUnhandledCudaError (with the last-error sentence) when cuBLAS cannot make a handle. The handle is of the current
+  // device; a handle of an object destroyed before is used again (cublasDestroy would synchronize the device).
   static ccResult_t Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out);
   ~LowRankBlas();
   LowRankBlas(const LowRankBlas&) = delete;
@@ -40,7 +41,8 @@ class LowRankBlas {
 
  private:
   LowRankBlas() = default;
-  void* handle_ = nullptr;  // cublasHandle_t
+  int device_ = 0;
+  void* handle_ = nullptr;  // cublasHandle_t, from a pool per device (lowrank_cuda.cc): never destroyed
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;  // set by SetStream (null: cuBLAS's own)
 };

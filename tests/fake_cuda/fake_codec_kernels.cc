@@ -2,14 +2,12 @@
 // the CPU driver of the same element math there, on the fake's view of the device memory (FakeHostView). The device codec's plumbing (copies, scratch, stream order, the
 // schedule around it) is then tested without a GPU; that the real kernels write the CPU drivers' bytes is
 // tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments are. The cuBLAS
-// products are the CPU BLAS's. The exact reductions (collectives/reduce_cuda.h) are the host loops, counted too.
+// products go through the fake cuBLAS (fake_cublas.cc). The exact reductions (collectives/reduce_cuda.h) are the host loops, counted too.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <set>
-#include <tuple>
 #include <vector>
 
 #include <cmath>
@@ -304,36 +302,6 @@ ccResult_t LoadReduceKernels() {
 }
 
 #ifdef CCOLL_HAVE_CUBLAS
-namespace {
-
-// cuBLAS loads the kernel of a product at its first use in the process (the context), whichever handle runs it
-// (FakeLazyLibraryCall); a thread that runs the same product meanwhile waits for that load.
-void FirstProduct(int which, int64_t rows, int64_t cols, int r) {
-  static std::mutex m;
-  static auto* loaded = new std::set<std::tuple<int, int64_t, int64_t, int>>();
-  std::lock_guard<std::mutex> lock(m);
-  if (loaded->insert(std::make_tuple(which, rows, cols, r)).second) {
-    cctest::FakeLazyLibraryCall("cuBLAS's first product of a shape (its kernels load lazily)");
-  }
-}
-
-}  // namespace
-
-ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out) {
-  std::unique_ptr<LowRankBlas> b(new LowRankBlas());
-  b->stream_ = stream;
-  *out = std::move(b);
-  return ccSuccess;
-}
-
-LowRankBlas::~LowRankBlas() = default;
-
-ccResult_t LowRankBlas::SetStream(cudaStream_t stream, void* workspace, size_t /*bytes*/) {
-  stream_ = stream;
-  workspace_ = workspace;
-  return ccSuccess;
-}
-
 // The steps between the products: the host's own (the CUDA kernels compute them in another order of sums).
 ccResult_t OrthogonalizeOnDevice(float* a, int64_t rows, int r, double eps, double* scratch, cudaStream_t stream) {
   a = HostView(a);
@@ -356,30 +324,6 @@ ccResult_t StartQOnDevice(float* q, int64_t cols, int r, uint32_t key, bool warm
 ccResult_t LoadLowRankKernels() {
   cctest::FakeKernelsLoaded(cctest::kLowRankKernels);
   return ccSuccess;
-}
-
-ccResult_t LowRankBlas::ProductMQ(const float* m, int64_t rows, int64_t cols, const float* q, int r, float* p) {
-  FirstProduct(0, rows, cols, r);
-  m = HostView(m);
-  q = HostView(q);
-  p = HostView(p);
-  return Launch(stream_, [=] { ccoll::ProductMQ(m, rows, cols, q, r, p); });
-}
-
-ccResult_t LowRankBlas::ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q) {
-  FirstProduct(1, rows, cols, r);
-  m = HostView(m);
-  p = HostView(p);
-  q = HostView(q);
-  return Launch(stream_, [=] { ccoll::ProductMtP(m, rows, cols, p, r, q); });
-}
-
-ccResult_t LowRankBlas::ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out) {
-  FirstProduct(2, rows, cols, r);
-  p = HostView(p);
-  q = HostView(q);
-  out = HostView(out);
-  return Launch(stream_, [=] { ccoll::ProductPQt(p, q, rows, cols, r, out); });
 }
 #endif
 

@@ -337,7 +337,8 @@ struct FakeGraph {
 };
 
 // FAKE_CUDA_STRICT: a comma-separated list of the calls that also synchronize the device here (see the top of the
-// file): malloc (cudaMalloc), hostalloc (cudaHostAlloc), cublas (cuBLAS's first product of a shape); 1 means all.
+// file): malloc (cudaMalloc), hostalloc (cudaHostAlloc), cublas (cuBLAS's first product of a shape), cublascreate
+// (cublasCreate, fake_cublas.cc); 1 means all.
 bool Strict(const char* what) {
   const char* v = std::getenv("FAKE_CUDA_STRICT");
   if (v == nullptr) return false;
@@ -705,6 +706,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceSynchronize() {
+  if (cudaError_t e = CheckUnsafeCall()) return e;
+  SynchronizeDevice("cudaDeviceSynchronize");
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   FakeStream* s = StreamOf(stream);
   if (cudaError_t e = CheckNotCapturing(s)) return e;
@@ -960,6 +967,12 @@ void FakeKernelsLoaded(unsigned families) { gLoaded.fetch_or(families); }
 void FakeLazyLibraryCall(const char* what) {
   if (Strict("cublas")) SynchronizeDevice(what);
 }
+
+void FakeStrictCall(const char* token, const char* what) {
+  if (Strict(token)) SynchronizeDevice(what);
+}
+
+void FakeSynchronizeDevice(const char* what) { SynchronizeDevice(what); }
 
 void* FakeHostView(const void* p) {
   if (p == nullptr) return nullptr;

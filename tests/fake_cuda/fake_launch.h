@@ -37,6 +37,10 @@ void FakeKernelsLoaded(unsigned families);
 // A library call that may load kernels lazily on its first use (cuBLAS's products): with cublas in FAKE_CUDA_STRICT
 // it synchronizes the device first.
 void FakeLazyLibraryCall(const char* what);
+// A library call that may synchronize the device (cublasCreate's allocation): with `token` in FAKE_CUDA_STRICT it does.
+void FakeStrictCall(const char* token, const char* what);
+// A library call that synchronizes the device (cublasDestroy), as cudaFree does here.
+void FakeSynchronizeDevice(const char* what);
 
 // The fake's own view of memory: device memory (cudaMalloc) is not accessible at the address the program holds, as
 // on a GPU; the fake's copies and kernels reach it here. Any other pointer is returned as it is.
