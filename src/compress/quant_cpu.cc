@@ -280,8 +280,8 @@ CC_AVX2_INLINE __m256i Quantize8(__m256 x, __m256 inv, __m256 shift, __m256 lev,
 }
 
 // RoundScaleUp(s, kBf16) of 8 scales (s >= 0, finite or +inf), stored as StoreScale does, returned as LoadScale
-// reads them back: FloatToBf16's round to nearest even (a NaN quieted, for completeness), one up when that came out
-// below s. The rounded value is a bf16, so storing it again gives the same 16 bits.
+// reads them back: FloatToBf16's round to nearest even (a NaN becomes the one quiet NaN, for completeness), one up
+// when that came out below s. The rounded value is a bf16, so storing it again gives the same 16 bits.
 CC_AVX2_INLINE __m256 RoundStoreBf16(__m256 s, uint8_t* out) {
   const __m256i u = _mm256_castps_si256(s);
   __m256i h = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
@@ -289,7 +289,7 @@ CC_AVX2_INLINE __m256 RoundStoreBf16(__m256 s, uint8_t* out) {
                                 16);
   const __m256i nan =
       _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  h = _mm256_blendv_epi8(h, _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40)), nan);
+  h = _mm256_blendv_epi8(h, _mm256_set1_epi32(0x7fc0), nan);
   const __m256 below = _mm256_cmp_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), s, _CMP_LT_OQ);
   h = _mm256_sub_epi32(h, _mm256_castps_si256(below));  // + 1 where below (the mask is -1)
   __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
