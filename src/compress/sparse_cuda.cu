@@ -193,7 +193,38 @@ ccResult_t PoisonIfMarked(float* x, size_t count, const float* mark, cudaStream_
   return Launched("poison kernel launch");
 }
 
+namespace {
+
+// CUB's sort kernels are kernels of this file too, but templates inside CUB that no LoadKernel can name: the chunk
+// choice runs here once on a small and a large input, so that every sort it launches (single-tile and multi-pass, of
+// each kind) is loaded before any stream of the device waits (collectives/device_prepare.h).
+ccResult_t LoadChoiceKernels() {
+  const size_t large = size_t{1} << 20;
+  const size_t scratchBytes = ChooseChunksScratchBytes(large);
+  cudaStream_t stream = nullptr;
+  CC_CHECK(CudaResult(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "loading the chunk choice: stream"));
+  void* mem = nullptr;
+  cudaError_t e = cudaMalloc(&mem, scratchBytes + 2 * Align(large * sizeof(uint32_t)));
+  ccResult_t r = CudaResult(e, "loading the chunk choice: cudaMalloc");
+  if (r == ccSuccess) {
+    float* norms = reinterpret_cast<float*>(static_cast<char*>(mem) + scratchBytes);
+    uint32_t* chosen = reinterpret_cast<uint32_t*>(static_cast<char*>(mem) + scratchBytes + Align(large * 4));
+    r = CudaResult(cudaMemsetAsync(norms, 0, large * sizeof(float), stream), "loading the chunk choice: memset");
+    for (size_t chunks : {size_t{16}, large}) {
+      if (r == ccSuccess) r = ChooseTopChunks(norms, chunks, chunks / 2, mem, chosen, stream);
+      if (r == ccSuccess) r = ChooseRandomChunks(chunks, chunks / 2, 1u, mem, chosen, stream);
+    }
+    if (r == ccSuccess) r = CudaResult(cudaStreamSynchronize(stream), "loading the chunk choice: synchronize");
+    cudaFree(mem);
+  }
+  cudaStreamDestroy(stream);
+  return r;
+}
+
+}  // namespace
+
 ccResult_t LoadSparseKernels() {
+  CC_CHECK(LoadChoiceKernels());
   CC_CHECK(LoadKernel(ChunkNormsKernel, "loading ChunkNormsKernel"));
   CC_CHECK(LoadKernel(TopKeysKernel, "loading TopKeysKernel"));
   CC_CHECK(LoadKernel(RandomKeysKernel, "loading RandomKeysKernel"));
