@@ -226,16 +226,28 @@ ccResult_t CompressedTree(ccComm* comm, Codec& codec, WireKind kind, float* work
   return io.WaitAll();
 }
 
+// 16-bit data (bfloat16, float16) is widened as it is read and narrowed as it is written: the bytes of the float32
+// call on a widened copy, narrowed (compress/widen.h), without the two passes over the whole bucket.
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
   const bool ef = c->Get(ccParamErrorFeedback) != 0;
+  const bool half = a.dtype != ccFloat32;
   const float* input = static_cast<const float*>(a.send);
+  if (half && !ef) {
+    c->widened.resize(count);  // grows to the bucket once, then is reused
+    Widen(a.dtype, a.send, count, c->widened.data());
+    input = c->widened.data();
+  }
   const float* x = input;
   if (ef) {
     c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
     float* e = c->errorFeedback.data();
-    for (size_t i = 0; i < count; ++i) e[i] += input[i];
+    if (half) {
+      AddWidened(a.dtype, a.send, count, e);
+    } else {
+      for (size_t i = 0; i < count; ++i) e[i] += input[i];
+    }
     x = e;
   }
   const size_t chunks = ChunkCount(count, chunk);
@@ -257,11 +269,17 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   const bool flag = c->kind == ccCompressRandk;
   staging.resize(packed + (flag ? 1 : 0));
   GatherChunks(x, count, chunk, chosen, staging.data());
-  if (flag) staging[packed] = std::isfinite(MaxAbs(input, count)) ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  if (flag) {
+    const bool finite = half && ef ? AllFinite(a.dtype, a.send, count) : std::isfinite(MaxAbs(input, count));
+    staging[packed] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
   bool poisoned = false;
   CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), packed, flag, chunks, keep, a.op, &poisoned));
   float* out = static_cast<float*>(a.recv);
-  if (poisoned) {
+  if (half) {
+    FillNarrowed(a.dtype, poisoned ? std::numeric_limits<float>::quiet_NaN() : 0.0f, count, a.recv);
+    if (!poisoned) ScatterChunksNarrowed(a.dtype, staging.data(), count, chunk, chosen, a.recv);
+  } else if (poisoned) {
     std::fill(out, out + count, std::numeric_limits<float>::quiet_NaN());
   } else {
     std::fill(out, out + count, 0.0f);
@@ -361,10 +379,13 @@ ccResult_t WidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
 
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
   // 16-bit data: the host codec ring below widens and narrows itself (quant's lazy rotation does it block by block
-  // inside the ring); everything else runs the float32 call on a widened copy.
+  // inside the ring), and so do the sparsifiers (SparseAllReduce); PowerSGD and the device codecs run the float32
+  // call on a widened copy.
   const bool half = a.dtype != ccFloat32;
-  const bool codecRing = (c->kind == ccCompressQuant || c->kind == ccCompressCast16) && comm->nranks > 1 && a.count > 0;
-  if (half && (a.onDevice || !codecRing)) return WidenedAllReduce(comm, a, c);
+  const bool sends = comm->nranks > 1 && a.count > 0;
+  const bool codecRing = (c->kind == ccCompressQuant || c->kind == ccCompressCast16) && sends;
+  const bool sparse = (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) && sends;
+  if (half && (a.onDevice || !(codecRing || sparse))) return WidenedAllReduce(comm, a, c);
   c->boundCount = a.count;  // the entry point refused any other count once bound
   CodecCall call;
   call.rank = comm->rank;

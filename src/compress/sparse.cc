@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "compress/rng.h"
+#include "compress/widen.h"
 
 namespace ccoll {
 
@@ -71,6 +72,16 @@ void ScatterChunks(const float* packed, size_t count, size_t chunk, const std::v
   for (uint32_t c : chosen) {
     size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
     std::memcpy(x + begin, packed, n * sizeof(float));
+    packed += n;
+  }
+}
+
+void ScatterChunksNarrowed(ccDataType_t dtype, const float* packed, size_t count, size_t chunk,
+                           const std::vector<uint32_t>& chosen, void* x) {
+  uint16_t* h = static_cast<uint16_t*>(x);
+  for (uint32_t c : chosen) {
+    size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
+    Narrow(dtype, packed, n, h + begin);
     packed += n;
   }
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ccoll.h"
+
 namespace ccoll {
 
 // Number of chunks of `chunk` elements covering count (the last may be short) and how many are kept at density
@@ -28,6 +30,9 @@ void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* 
 // Copies the chosen chunks of x into packed (contiguous, in order) and back.
 void GatherChunks(const float* x, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* packed);
 void ScatterChunks(const float* packed, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* x);
+// The same into 16-bit data (`dtype` ccBfloat16 or ccFloat16), each value rounded as compress/widen.h's Narrow does.
+void ScatterChunksNarrowed(ccDataType_t dtype, const float* packed, size_t count, size_t chunk,
+                           const std::vector<uint32_t>& chosen, void* x);
 // Elements the chosen chunks hold (the last chunk may be short).
 size_t PackedCount(size_t count, size_t chunk, const std::vector<uint32_t>& chosen);
 

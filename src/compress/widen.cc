@@ -1,5 +1,8 @@
 #include "compress/widen.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "compress/cpu_clones.h"  // the loops vectorize; integer and exact float operations: the same bytes
 #include "compress/float16.h"
 
@@ -23,6 +26,29 @@ CC_HOT void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out)
   } else {
     for (size_t i = 0; i < count; ++i) h[i] = FloatToHalf(in[i]).bits;
   }
+}
+
+CC_HOT void AddWidened(ccDataType_t dtype, const void* in, size_t count, float* acc) {
+  const uint16_t* h = static_cast<const uint16_t*>(in);
+  if (dtype == ccBfloat16) {
+    for (size_t i = 0; i < count; ++i) acc[i] += Bf16ToFloat(Bf16{h[i]});
+  } else {
+    for (size_t i = 0; i < count; ++i) acc[i] += HalfToFloat(Half{h[i]});
+  }
+}
+
+CC_HOT bool AllFinite(ccDataType_t dtype, const void* in, size_t count) {
+  // Infinity and NaN are the values whose exponent bits are all ones.
+  const uint16_t* h = static_cast<const uint16_t*>(in);
+  const uint16_t exponent = dtype == ccBfloat16 ? 0x7f80 : 0x7c00;
+  uint16_t any = 0;
+  for (size_t i = 0; i < count; ++i) any |= static_cast<uint16_t>((h[i] & exponent) == exponent);
+  return any == 0;
+}
+
+void FillNarrowed(ccDataType_t dtype, float value, size_t count, void* out) {
+  const uint16_t bits = dtype == ccBfloat16 ? FloatToBf16(value).bits : FloatToHalf(value).bits;
+  std::fill(static_cast<uint16_t*>(out), static_cast<uint16_t*>(out) + count, bits);
 }
 
 }  // namespace ccoll
