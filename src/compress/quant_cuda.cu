@@ -37,9 +37,12 @@ __global__ void RotateKernel(const float* in, float* out, size_t base, size_t le
     for (size_t j = threadIdx.x; j < len; j += blockDim.x) x[j] = in[off + j];
   }
   __syncthreads();
-  for (size_t h = 1; h < len; h <<= 1) {
-    for (size_t p = threadIdx.x; p < len / 2; p += blockDim.x) {
-      const size_t i = (p / h) * 2 * h + (p % h);
+  // len <= kMaxBlock and h a power of two: pair p's first element is (p / h) * 2h + p % h = p + (p & ~(h - 1)),
+  // in 32-bit arithmetic (a 64-bit division per butterfly cost more than the butterfly).
+  const unsigned n = static_cast<unsigned>(len);
+  for (unsigned h = 1; h < n; h <<= 1) {
+    for (unsigned p = threadIdx.x; p < n / 2; p += blockDim.x) {
+      const unsigned i = p + (p & ~(h - 1));
       const float a = x[i], b = x[i + h];
       x[i] = a + b;
       x[i + h] = a - b;
@@ -207,10 +210,21 @@ __global__ void HopRequantKernel(const uint8_t* in0, const uint8_t* in1, int nin
   const size_t groups = (len + group - 1) / group;
   if (g >= groups) return;
   const size_t begin = g * group, n = len - begin < group ? len - begin : group;
+  // DecodeAt's steps, with each message's scale and grid of this group found once.
+  const int sb = ScaleBytes(format);
+  const size_t codeBytes = PackedBytes(len, bits);
+  const uint8_t* in[2] = {in0, in1};
+  float s[2] = {0.0f, 0.0f}, step[2] = {0.0f, 0.0f};
+  for (int k = 0; k < nin; ++k) {
+    float inv;
+    s[k] = LoadScale(in[k] + g * sb, format);
+    GridOf(s[k], Levels(bits), &step[k], &inv);
+  }
   for (size_t i = begin; i < begin + n; ++i) {
     float x = local[i];
-    if (nin > 0) x = x + DecodeAt(in0, len, group, bits, format, i);
-    if (nin > 1) x += DecodeAt(in1, len, group, bits, format, i);
+    for (int k = 0; k < nin; ++k) {
+      x += DequantizeCode(ReadBits(in[k] + groups * sb, codeBytes, i * bits, bits), step[k], s[k]);
+    }
     vals[i] = x;
   }
   EncodeGroup(vals, len, g, index0, group, bits, format, clipK, rule, scales, codes, packed, aligned);
