@@ -13,6 +13,9 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/socket.h"
+#ifdef CCOLL_HAVE_CUDA
+#include "collectives/device_prepare.h"
+#endif
 
 using ccoll::Fail;
 using ccoll::Guarded;
@@ -23,6 +26,15 @@ void DeleteComm(ccComm* comm) {
   ccoll::UnregisterComm(comm);
   if (comm->initThread.joinable()) comm->initThread.join();
   delete comm;
+}
+
+// CommSetup, then what a new communicator's device needs (collectives/device_prepare.h).
+ccResult_t Setup(ccComm* comm, const ccUniqueId& id) {
+  CC_CHECK(ccoll::CommSetup(comm, id));
+#ifdef CCOLL_HAVE_CUDA
+  ccoll::PrepareNewComm(comm->config.cudaDev);
+#endif
+  return ccSuccess;
 }
 
 ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config,
@@ -48,14 +60,14 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
   if (!cfg.blocking) {
     comm->asyncError = ccInProgress;
     comm->initThread = std::thread([comm, id] {
-      ccResult_t r = Guarded("ccCommInitRankConfig", [&] { return ccoll::CommSetup(comm, id); });
+      ccResult_t r = Guarded("ccCommInitRankConfig", [&] { return Setup(comm, id); });
       if (r != ccSuccess) comm->RecordError(ccoll::LastError());
       comm->asyncError = r;
     });
     *out = comm;
     return ccInProgress;
   }
-  ccResult_t r = ccoll::CommSetup(comm, id);
+  ccResult_t r = Setup(comm, id);
   if (r != ccSuccess) {
     DeleteComm(comm);
     return r;

@@ -9,9 +9,11 @@
 #ifdef CCOLL_HAVE_CUBLAS
 #include "compress/lowrank_cuda.h"
 #endif
+#include "core/comm.h"
 #include "core/device_memory.h"
 #include "core/device_scope.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/stream_wait.h"
 
 namespace ccoll {
@@ -26,6 +28,20 @@ ccResult_t LoadAll() {
   CC_CHECK(gpu::LoadLowRankKernels());
 #endif
   return LoadStreamWaitKernel();
+}
+
+// PrepareNewComm's work, also done by PrepareDevice.
+void ReserveBlasForComms(int device) {
+#ifdef CCOLL_HAVE_CUBLAS
+  const int comms = LiveCommsOnDevice(device);
+  if (comms < 2) return;
+  if (gpu::ReserveBlasHandles(device, comms) != ccSuccess) {
+    CC_WARN("CUDA device %d: making cuBLAS handles for the %d communicators on it failed (%s); PowerSGD calls make "
+            "their own", device, comms, LastError().c_str());
+  }
+#else
+  (void)device;
+#endif
 }
 
 std::mutex gPrepareMutex;
@@ -53,8 +69,15 @@ ccResult_t PrepareDevice(int device) {
     const std::string why = LastError();
     return Fail(r, "CUDA device %d: %s", device, why.c_str());
   }
+  ReserveBlasForComms(device);
   Prepared().insert(device);
   return ccSuccess;
+}
+
+void PrepareNewComm(int device) {
+  if (device < 0 || !DevicePrepared(device)) return;
+  DeviceScope scope(device);
+  ReserveBlasForComms(device);
 }
 
 }  // namespace ccoll

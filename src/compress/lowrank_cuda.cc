@@ -41,16 +41,31 @@ class HandlePool {
         return ccSuccess;
       }
     }
-    return Check(cublasCreate(out), "cublasCreate");
+    CC_CHECK(Check(cublasCreate(out), "cublasCreate"));
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++made_[device];
+    return ccSuccess;
   }
   void Give(int device, cublasHandle_t h) {
     std::lock_guard<std::mutex> lock(mutex_);
     kept_[device].push_back(h);
   }
+  // Makes handles until `count` have been made for the device (kept or in use).
+  ccResult_t Reserve(int device, int count) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (made_[device] < count) {
+      cublasHandle_t h = nullptr;
+      CC_CHECK(Check(cublasCreate(&h), "cublasCreate"));
+      kept_[device].push_back(h);
+      ++made_[device];
+    }
+    return ccSuccess;
+  }
 
  private:
   std::mutex mutex_;
   std::map<int, std::vector<cublasHandle_t>> kept_;
+  std::map<int, int> made_;  // by Reserve and by Take, per device
 };
 
 }  // namespace
@@ -78,6 +93,8 @@ LowRankBlas::~LowRankBlas() {
   if (cublasSetStream(H(handle_), nullptr) != CUBLAS_STATUS_SUCCESS) return;  // not kept: an unknown state
   HandlePool::Get().Give(device_, H(handle_));
 }
+
+ccResult_t ReserveBlasHandles(int device, int count) { return HandlePool::Get().Reserve(device, count); }
 
 ccResult_t LowRankBlas::SetStream(cudaStream_t stream, void* workspace, size_t bytes) {
   if (stream == stream_ && workspace == workspace_) return ccSuccess;

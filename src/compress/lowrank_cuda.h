@@ -47,6 +47,10 @@ class LowRankBlas {
   void* workspace_ = nullptr;  // set by SetStream (null: cuBLAS's own)
 };
 
+// Makes cuBLAS handles for CUDA device `device` (the current device) until `count` have been made in all, for
+// LowRankBlas::Create to take later without cublasCreate (collectives/device_prepare.h says when).
+ccResult_t ReserveBlasHandles(int device, int count);
+
 // The steps between the products, for the stream-ordered path (lowrank_cuda.cu), queued on `stream`; scratch: rows * r
 // (cols * r) doubles of device memory. OrthogonalizeOnDevice: compress/lowrank.h's Orthogonalize. StartQOnDevice:
 // LowRankStartQ for one matrix: with `warm`, q (the previous call's Q) orthonormalized again, kept when UsableQ;

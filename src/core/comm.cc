@@ -378,6 +378,13 @@ void RegisterComm(ccComm* comm) {
   Live().insert(comm);
 }
 
+int LiveCommsOnDevice(int device) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  int n = 0;
+  for (const ccComm* c : Live()) n += c->config.cudaDev == device ? 1 : 0;
+  return n;
+}
+
 void UnregisterComm(ccComm* comm) {
   {
     std::lock_guard<std::mutex> lock(gLiveMutex);

@@ -106,6 +106,8 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id);
 
 // The live-communicator table. A call Acquire()s the comm for its duration so that destroy and abort wait for it.
 void RegisterComm(ccComm* comm);
+// Live communicators of this process bound to CUDA device `device` (config.cudaDev).
+int LiveCommsOnDevice(int device);
 void UnregisterComm(ccComm* comm);
 bool AcquireComm(ccComm* comm);
 void ReleaseComm(ccComm* comm);

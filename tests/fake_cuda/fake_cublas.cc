@@ -8,8 +8,7 @@
 //   - cublasDestroy synchronizes the device (the cuBLAS guide: destroying a handle implicitly calls
 //     cublasDeviceSynchronize);
 //   - cublasCreate allocates device memory, so with "cublascreate" in FAKE_CUDA_STRICT it synchronizes the device, as
-//     cudaMalloc does with "malloc". Not in ctest's strict run: ccoll does not cover it yet (README, "Device buffers":
-//     a rank's first PowerSGD call may create a handle while another thread rank's stream on the GPU waits);
+//     cudaMalloc does with "malloc" (collectives/device_prepare.h: PrepareNewComm);
 //   - a product's kernels load lazily at the first product of a shape in the process (FAKE_CUDA_STRICT "cublas");
 //   - cublasSetStream drops a workspace set before (the guide says so).
 // A call on a destroyed handle aborts: undefined on a GPU.
