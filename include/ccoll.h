@@ -76,6 +76,9 @@ typedef enum {
 
 /**
  * Datatypes. Values match NCCL's ncclDataType_t; the ones not listed are reserved and rejected.
+ * 16-bit floats are reduced in float32 and rounded back to nearest even; a NaN result is written as the one quiet NaN
+ * of the type (ccBfloat16 0x7fc0, ccFloat16 0x7e00), its sign and payload dropped, so that CPUs and GPUs write the
+ * same bits (a GPU's arithmetic NaN is 0x7fffffff).
  */
 typedef enum {
   ccInt32 = 2,    /**< 32-bit two's complement integer. */

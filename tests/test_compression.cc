@@ -914,6 +914,7 @@ TEST_CASE("every codec on bfloat16 and float16 data is the float32 call on the w
             // 16-bit inputs (float16 has the range for these), and their exact float32 values.
             Buffers in = CorrInput(nranks, count, 40 + call + count);
             if (call == 2 && count > 10) in[0][count / 2] = std::numeric_limits<float>::infinity();
+            if (call == 1 && count > 10) in[nranks - 1][count / 3] = std::numeric_limits<float>::quiet_NaN();
             std::vector<std::vector<uint16_t>> in16(static_cast<size_t>(nranks), std::vector<uint16_t>(count));
             for (int r = 0; r < nranks; ++r) {
               ccoll::Narrow(dtype, in[r].data(), count, in16[r].data());

@@ -226,8 +226,9 @@ ccResult_t CompressedTree(ccComm* comm, Codec& codec, WireKind kind, float* work
   return io.WaitAll();
 }
 
-// 16-bit data (bfloat16, float16) is widened as it is read and narrowed as it is written: the bytes of the float32
-// call on a widened copy, narrowed (compress/widen.h), without the two passes over the whole bucket.
+// 16-bit data (bfloat16, float16): the bytes of the float32 call on a widened copy, narrowed (compress/widen.h). With
+// error feedback the input is widened as it is added into the memory, and without a widened copy; the result is
+// written narrowed either way (without error feedback the input is still widened into a copy first).
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));

@@ -21,9 +21,12 @@ bool DevicePrepared(int device);
 // Thread ranks that share a GPU. Each PowerSGD compressor on the device takes a cuBLAS handle, and making one
 // (cublasCreate allocates device memory) may synchronize the device, which waits for any stream that another rank's
 // call holds while that call waits for this thread. So with two or more communicators of this process on a device,
-// handles for all of them are made where nothing waits: by PrepareDevice, and, once the device is prepared, by
-// PrepareNewComm(device) after each communicator's setup. Best effort (a failure is left to the first PowerSGD call);
-// with one communicator per device (one process per GPU) nothing is made ahead. Builds with cuBLAS only.
+// one handle per communicator is made ahead: by PrepareDevice, before any stream of the device waits, and, once the
+// device is prepared, by PrepareNewComm(device) after each communicator's setup, where only calls of other
+// communicators can wait (a hazard only when a thread is a rank of both and the other ranks are ahead of it). More
+// PowerSGD compressors alive at once than communicators (one per DDP bucket) make their own at their first call.
+// Best effort (a failure is left to the first PowerSGD call); with one communicator per device (one process per GPU)
+// nothing is made ahead. Builds with cuBLAS only.
 void PrepareNewComm(int device);
 
 }  // namespace ccoll

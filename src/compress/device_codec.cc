@@ -303,6 +303,9 @@ std::shared_ptr<DeviceCodecState> DeviceCodecState::Create() {
 }
 
 DeviceCodecState::~DeviceCodecState() {
+  // Products queued on the state's stream (or on a stream-ordered call's stream, which the state's stream waits for
+  // since EndCallOnStream) must be done before the cuBLAS handle goes back to the pool for another compressor.
+  if (stream_.s != nullptr) cudaStreamSynchronize(stream_.s);
   blas_.reset();
   if (callDone_ != nullptr) cudaEventDestroy(callDone_);
 }

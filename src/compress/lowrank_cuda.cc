@@ -50,14 +50,24 @@ class HandlePool {
     std::lock_guard<std::mutex> lock(mutex_);
     kept_[device].push_back(h);
   }
-  // Makes handles until `count` have been made for the device (kept or in use).
+  // Makes handles until `count` have been made for the device (kept or in use). cublasCreate runs without the lock:
+  // it may synchronize the device, and a Take or Give meanwhile must not wait for that.
   ccResult_t Reserve(int device, int count) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    while (made_[device] < count) {
+    int missing = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      missing = count - made_[device];
+      if (missing > 0) made_[device] = count;  // claimed: a concurrent Reserve makes the rest only
+    }
+    for (int i = 0; i < missing; ++i) {
       cublasHandle_t h = nullptr;
-      CC_CHECK(Check(cublasCreate(&h), "cublasCreate"));
+      const ccResult_t r = Check(cublasCreate(&h), "cublasCreate");
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (r != ccSuccess) {
+        made_[device] -= missing - i;  // not made after all
+        return r;
+      }
       kept_[device].push_back(h);
-      ++made_[device];
     }
     return ccSuccess;
   }

@@ -213,17 +213,22 @@ __global__ void HopRequantKernel(const uint8_t* in0, const uint8_t* in1, int nin
   // DecodeAt's steps, with each message's scale and grid of this group found once.
   const int sb = ScaleBytes(format);
   const size_t codeBytes = PackedBytes(len, bits);
+  // (The loops over the two messages unroll, so that the arrays stay in registers; nin is 0, 1 or 2.)
   const uint8_t* in[2] = {in0, in1};
   float s[2] = {0.0f, 0.0f}, step[2] = {0.0f, 0.0f};
-  for (int k = 0; k < nin; ++k) {
-    float inv;
-    s[k] = LoadScale(in[k] + g * sb, format);
-    GridOf(s[k], Levels(bits), &step[k], &inv);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    if (k < nin) {
+      float inv;
+      s[k] = LoadScale(in[k] + g * sb, format);
+      GridOf(s[k], Levels(bits), &step[k], &inv);
+    }
   }
   for (size_t i = begin; i < begin + n; ++i) {
     float x = local[i];
-    for (int k = 0; k < nin; ++k) {
-      x += DequantizeCode(ReadBits(in[k] + groups * sb, codeBytes, i * bits, bits), step[k], s[k]);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (k < nin) x += DequantizeCode(ReadBits(in[k] + groups * sb, codeBytes, i * bits, bits), step[k], s[k]);
     }
     vals[i] = x;
   }

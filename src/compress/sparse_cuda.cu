@@ -197,9 +197,10 @@ namespace {
 
 // CUB's sort kernels are kernels of this file too, but templates inside CUB that no LoadKernel can name: the chunk
 // choice runs here once on a small and a large input, so that every sort it launches (single-tile and multi-pass, of
-// each kind) is loaded before any stream of the device waits (collectives/device_prepare.h).
+// each kind) is loaded before any stream of the device waits (collectives/device_prepare.h). 2^17 chunks is well
+// past CUB's single-tile sizes; the scratch is about 3 MiB, freed at once.
 ccResult_t LoadChoiceKernels() {
-  const size_t large = size_t{1} << 20;
+  const size_t large = size_t{1} << 17;
   const size_t scratchBytes = ChooseChunksScratchBytes(large);
   cudaStream_t stream = nullptr;
   CC_CHECK(CudaResult(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "loading the chunk choice: stream"));

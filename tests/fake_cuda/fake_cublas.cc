@@ -11,10 +11,13 @@
 //     cudaMalloc does with "malloc" (collectives/device_prepare.h: PrepareNewComm);
 //   - a product's kernels load lazily at the first product of a shape in the process (FAKE_CUDA_STRICT "cublas");
 //   - cublasSetStream drops a workspace set before (the guide says so).
-// A call on a destroyed handle aborts: undefined on a GPU.
+// A call on a destroyed handle aborts (undefined on a GPU), and so does a product on a handle made on another device
+// than the current one. ccoll's own rule, checked here too (compress/lowrank_cuda.h): a product queued on a stream
+// that is being captured uses a workspace ccoll set (cublasSetWorkspace), never cuBLAS's own.
 #include <cblas.h>
 #include <cublas_v2.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -25,6 +28,7 @@
 
 struct cublasContext {
   bool live = true;
+  int device = 0;  // current at cublasCreate
   cudaStream_t stream = nullptr;
   void* workspace = nullptr;  // a user workspace (cublasSetWorkspace), or null: cuBLAS's own
   size_t workspaceBytes = 0;
@@ -63,7 +67,12 @@ extern "C" {
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   cctest::FakeStrictCall("cublascreate", "cublasCreate (it allocates device memory)");
-  *handle = new cublasContext();
+  auto* h = new cublasContext();
+  if (cudaGetDevice(&h->device) != cudaSuccess) {
+    delete h;
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  }
+  *handle = h;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -135,6 +144,20 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  int device = -1;
+  cudaGetDevice(&device);
+  if (device != handle->device) {
+    std::fprintf(stderr, "fake cuBLAS: cublasSgemm on device %d with a handle made on device %d\n", device,
+                 handle->device);
+    std::abort();
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (handle->stream != nullptr && cudaStreamIsCapturing(handle->stream, &capture) == cudaSuccess &&
+      capture != cudaStreamCaptureStatusNone && handle->workspace == nullptr) {
+    std::fprintf(stderr, "fake cuBLAS: cublasSgemm captured into a graph with cuBLAS's own workspace (ccoll sets its "
+                 "own for stream-ordered calls: compress/lowrank_cuda.h)\n");
+    std::abort();
+  }
   FirstProduct(transa, transb, m, n, k);
   const float a = *alpha, b = *beta;  // host pointer mode: read at the call
   const float* va = cctest::HostView(A);
