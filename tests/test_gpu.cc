@@ -37,6 +37,9 @@
 #include "compress/lowrank_cuda.h"
 #endif
 #include "gpu_skip.h"
+#ifdef CCOLL_FAKE_CUDA
+#include "fake_cuda/fake_launch.h"
+#endif
 
 namespace {
 
@@ -632,6 +635,41 @@ double MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < a.size(); ++i) most = std::max(most, std::fabs(static_cast<double>(a[i]) - b[i]));
   return most;
 }
+
+#ifdef CCOLL_FAKE_CUDA
+// The handle pool (compress/lowrank_cuda.cc), seen through the fake cuBLAS's counts (every cublasCreate in this
+// process is the pool's): a handle is never destroyed, a destroyed LowRankBlas's handle is the next one's, and
+// ReserveBlasHandles makes only what is missing.
+TEST_CASE("[gpu] cuBLAS handles are kept in a pool: reused, reserved ahead, never destroyed", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  const uint64_t destroys = cctest::FakeCublasDestroys();
+  std::unique_ptr<ccoll::gpu::LowRankBlas> a, b;
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &a) == ccSuccess);
+  a.reset();  // its handle goes back to the pool
+  uint64_t made = cctest::FakeCublasCreates();
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &a) == ccSuccess);
+  CHECK(cctest::FakeCublasCreates() == made);  // from the pool
+  a.reset();
+  // Every handle made so far is in the pool: as many objects as that take them all, one more makes a new one.
+  std::vector<std::unique_ptr<ccoll::gpu::LowRankBlas>> many(made + 1);
+  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &m) == ccSuccess);
+  CHECK(cctest::FakeCublasCreates() == made + 1);
+  many.clear();
+  made = cctest::FakeCublasCreates();
+  REQUIRE(ccoll::gpu::ReserveBlasHandles(0, static_cast<int>(made)) == ccSuccess);  // all made already
+  CHECK(cctest::FakeCublasCreates() == made);
+  REQUIRE(ccoll::gpu::ReserveBlasHandles(0, static_cast<int>(made) + 2) == ccSuccess);  // the two missing ones
+  CHECK(cctest::FakeCublasCreates() == made + 2);
+  many.resize(made + 2);
+  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &m) == ccSuccess);  // all from the pool
+  CHECK(cctest::FakeCublasCreates() == made + 2);
+  many.clear();
+  CHECK(cctest::FakeCublasDestroys() == destroys);
+  cudaStreamDestroy(stream);
+}
+#endif
 
 TEST_CASE("[gpu] PowerSGD's Gram-Schmidt and start of Q on the device match the host's to rounding", "[gpu]") {
   SKIP_WITHOUT_DEVICE();

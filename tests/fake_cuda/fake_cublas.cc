@@ -17,6 +17,7 @@
 #include <cblas.h>
 #include <cublas_v2.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +37,8 @@ struct cublasContext {
 };
 
 namespace {
+
+std::atomic<uint64_t> gCreates{0}, gDestroys{0};
 
 cublasContext* Live(cublasHandle_t h, const char* fn) {
   if (h != nullptr && !h->live) {
@@ -73,6 +76,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
     return CUBLAS_STATUS_NOT_INITIALIZED;
   }
   *handle = h;
+  gCreates.fetch_add(1);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -81,6 +85,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
   Live(handle, "cublasDestroy");
   cctest::FakeSynchronizeDevice("cublasDestroy (cuBLAS synchronizes the device when it frees a handle)");
   handle->live = false;  // kept, so that a later use of it is caught
+  gDestroys.fetch_add(1);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -170,3 +175,10 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
 }
 
 }  // extern "C"
+
+namespace cctest {
+
+uint64_t FakeCublasCreates() { return gCreates.load(); }
+uint64_t FakeCublasDestroys() { return gDestroys.load(); }
+
+}  // namespace cctest

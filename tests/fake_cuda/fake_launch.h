@@ -54,4 +54,8 @@ T* HostView(T* p) {
 // call ran on the device rather than staging through host memory.
 uint64_t FakeCodecKernelLaunches();
 
+// Handles the fake cuBLAS has made (cublasCreate) and destroyed so far, all threads.
+uint64_t FakeCublasCreates();
+uint64_t FakeCublasDestroys();
+
 }  // namespace cctest
