@@ -168,6 +168,16 @@ Bytes RandomBytes(size_t n) {
   return b;
 }
 
+// count int32 values, each drawn uniformly from [-bound, bound].
+Bytes RandomInt32s(size_t count, int32_t bound) {
+  Bytes x(count * 4);
+  for (size_t k = 0; k < count; ++k) {
+    const int32_t v = static_cast<int32_t>(Rng()() % (2 * static_cast<uint32_t>(bound) + 1)) - bound;
+    std::memcpy(x.data() + k * 4, &v, 4);
+  }
+  return x;
+}
+
 // ---- Element types of the collective sweep, with their exact values for the references.
 
 size_t ElemSize(ncclDataType_t t) { return t == ncclFloat32 || t == ncclInt32 ? 4 : 2; }
@@ -389,17 +399,8 @@ TEST_CASE("[fake] one thread creates and drives every rank through groups", "[fa
   const size_t count = 777, bytes = count * 4;
   std::vector<Bytes> in;
   std::vector<std::unique_ptr<DeviceBuffer>> send, sum, ring;
-  Bytes expected(bytes, 0);
   for (int r = 0; r < kRanks; ++r) {
-    Bytes x(bytes);
-    for (size_t k = 0; k < count; ++k) {
-      const int32_t v = static_cast<int32_t>(Rng()() % 20001) - 10000;
-      std::memcpy(x.data() + k * 4, &v, 4);
-      int32_t t;
-      std::memcpy(&t, expected.data() + k * 4, 4);
-      t += v;
-      std::memcpy(expected.data() + k * 4, &t, 4);
-    }
+    const Bytes x = RandomInt32s(count, 10000);
     in.push_back(x);
     send.push_back(std::make_unique<DeviceBuffer>(bytes));
     sum.push_back(std::make_unique<DeviceBuffer>(bytes));
@@ -414,6 +415,7 @@ TEST_CASE("[fake] one thread creates and drives every rank through groups", "[fa
     CHECK(ncclSend(send[i]->p, count, ncclInt32, (r + 1) % kRanks, comms[i], streams[i]) == ncclSuccess);
   }
   REQUIRE(ncclGroupEnd() == ncclSuccess);
+  const Bytes expected = Int32Sum(in, count);
   for (int r = 0; r < kRanks; ++r) {
     INFO("rank " << r);
     const size_t i = static_cast<size_t>(r);
@@ -528,6 +530,37 @@ TEST_CASE("[fake] collectives match references and agree byte for byte across ra
   }
 }
 
+// Queues on rank r's stream s (c its communicator) what the graph tests capture: scratch set to 0x5a, a ring step
+// (send to the next rank, receive from the previous one into ring) and the all-reduce of send into sum, each call
+// expected to succeed at once. Problems go to err.
+void QueueRingAndSum(std::string& err, int r, ncclComm_t c, cudaStream_t s, size_t count, void* scratch,
+                     const void* send, void* ring, void* sum) {
+  RANK_EXPECT(err, cudaMemsetAsync(scratch, 0x5a, count * 4, s) == cudaSuccess);
+  RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
+  RANK_EXPECT(err, ncclSend(send, count, ncclInt32, (r + 1) % kRanks, c, s) == ncclSuccess);
+  RANK_EXPECT(err, ncclRecv(ring, count, ncclInt32, (r + kRanks - 1) % kRanks, c, s) == ncclSuccess);
+  RANK_EXPECT(err, ncclGroupEnd() == ncclSuccess);
+  RANK_EXPECT(err, ncclAllReduce(send, sum, count, ncclInt32, ncclSum, c, s) == ncclSuccess);
+}
+
+// Every rank launches its graph on its stream and waits for it.
+void LaunchGraphs(const World& w, const std::vector<cudaGraphExec_t>& execs, std::vector<std::string>* errors) {
+  RunRanks(kRanks, [&](int r) {
+    std::string& err = (*errors)[static_cast<size_t>(r)];
+    const size_t i = static_cast<size_t>(r);
+    RANK_EXPECT(err, cudaGraphLaunch(execs[i], w.streams[i]) == cudaSuccess);
+    RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
+  });
+  CheckNoErrors(*errors);
+}
+
+void DestroyGraphs(const std::vector<cudaGraph_t>& graphs, const std::vector<cudaGraphExec_t>& execs) {
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    CHECK(cudaGraphExecDestroy(execs[i]) == cudaSuccess);
+    CHECK(cudaGraphDestroy(graphs[i]) == cudaSuccess);
+  }
+}
+
 TEST_CASE("[fake] a captured graph of a memset, sends and receives and an all-reduce replays with new inputs",
           "[fake]") {
   World w(kRanks);
@@ -553,12 +586,7 @@ TEST_CASE("[fake] a captured graph of a memset, sends and receives and an all-re
     ncclComm_t c = w.comms[i];
     barrier.Wait();
     RANK_EXPECT(err, cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
-    RANK_EXPECT(err, cudaMemsetAsync(scratch[i]->p, 0x5a, bytes, s) == cudaSuccess);
-    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
-    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, (r + 1) % kRanks, c, s) == ncclSuccess);
-    RANK_EXPECT(err, ncclRecv(ring[i]->p, count, ncclInt32, (r + kRanks - 1) % kRanks, c, s) == ncclSuccess);
-    RANK_EXPECT(err, ncclGroupEnd() == ncclSuccess);
-    RANK_EXPECT(err, ncclAllReduce(send[i]->p, sum[i]->p, count, ncclInt32, ncclSum, c, s) == ncclSuccess);
+    QueueRingAndSum(err, r, c, s, count, scratch[i]->p, send[i]->p, ring[i]->p, sum[i]->p);
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     RANK_EXPECT(err, cudaStreamIsCapturing(s, &status) == cudaSuccess && status == cudaStreamCaptureStatusActive);
     RANK_EXPECT(err, cudaStreamEndCapture(s, &graphs[i]) == cudaSuccess && graphs[i] != nullptr);
@@ -575,22 +603,11 @@ TEST_CASE("[fake] a captured graph of a memset, sends and receives and an all-re
     INFO("replay " << replay);
     std::vector<Bytes> in;
     for (int r = 0; r < kRanks; ++r) {
-      Bytes x(bytes);
-      for (size_t k = 0; k < count; ++k) {
-        const int32_t v = static_cast<int32_t>(Rng()() % 2000001) - 1000000;
-        std::memcpy(x.data() + k * 4, &v, 4);
-      }
-      in.push_back(x);
-      Upload(*send[static_cast<size_t>(r)], x);
+      in.push_back(RandomInt32s(count, 1000000));
+      Upload(*send[static_cast<size_t>(r)], in.back());
       for (auto* out : {&ring, &sum, &scratch}) Upload(*(*out)[static_cast<size_t>(r)], Poison(bytes));
     }
-    RunRanks(kRanks, [&](int r) {
-      std::string& err = errors[static_cast<size_t>(r)];
-      RANK_EXPECT(err,
-                  cudaGraphLaunch(execs[static_cast<size_t>(r)], w.streams[static_cast<size_t>(r)]) == cudaSuccess);
-      RANK_EXPECT(err, cudaStreamSynchronize(w.streams[static_cast<size_t>(r)]) == cudaSuccess);
-    });
-    CheckNoErrors(errors);
+    LaunchGraphs(w, execs, &errors);
     const Bytes expected = Int32Sum(in, count);
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
@@ -600,10 +617,7 @@ TEST_CASE("[fake] a captured graph of a memset, sends and receives and an all-re
       CHECK(Download(*sum[i], bytes) == expected);
     }
   }
-  for (int r = 0; r < kRanks; ++r) {
-    CHECK(cudaGraphExecDestroy(execs[static_cast<size_t>(r)]) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graphs[static_cast<size_t>(r)]) == cudaSuccess);
-  }
+  DestroyGraphs(graphs, execs);
 }
 
 TEST_CASE("[fake] a synchronizing call during capture invalidates it", "[fake]") {
@@ -1147,12 +1161,8 @@ TEST_CASE("[fake] graphs captured on non-blocking communicators replay, connecti
     ncclComm_t c = w.comms[i];
     barrier.Wait();
     RANK_EXPECT(err, cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
-    RANK_EXPECT(err, cudaMemsetAsync(scratch[i]->p, 0x5a, bytes, s) == cudaSuccess);
-    RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
-    RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, nextOf(r), c, s) == ncclSuccess);
-    RANK_EXPECT(err, ncclRecv(ring[i]->p, count, ncclInt32, prevOf(r), c, s) == ncclSuccess);
-    RANK_EXPECT(err, ncclGroupEnd() == ncclSuccess);  // connected: recorded at once
-    RANK_EXPECT(err, ncclAllReduce(send[i]->p, sum[i]->p, count, ncclInt32, ncclSum, c, s) == ncclSuccess);
+    // Connected already: the ring step and the all-reduce are recorded at once.
+    QueueRingAndSum(err, r, c, s, count, scratch[i]->p, send[i]->p, ring[i]->p, sum[i]->p);
     RANK_EXPECT(err, ncclGroupStart() == ncclSuccess);
     RANK_EXPECT(err, ncclSend(send[i]->p, count, ncclInt32, prevOf(r), c, s) == ncclSuccess);
     RANK_EXPECT(err, ncclRecv(back[i]->p, count, ncclInt32, nextOf(r), c, s) == ncclSuccess);
@@ -1170,22 +1180,11 @@ TEST_CASE("[fake] graphs captured on non-blocking communicators replay, connecti
     std::vector<Bytes> in;
     for (int r = 0; r < kRanks; ++r) {
       const size_t i = static_cast<size_t>(r);
-      Bytes x(bytes);
-      for (size_t k = 0; k < count; ++k) {
-        const int32_t v = static_cast<int32_t>(Rng()() % 2001) - 1000;
-        std::memcpy(x.data() + k * 4, &v, 4);
-      }
-      in.push_back(x);
-      Upload(*send[i], x);
+      in.push_back(RandomInt32s(count, 1000));
+      Upload(*send[i], in.back());
       for (auto* v : {&ring, &back, &sum, &scratch}) Upload(*(*v)[i], Poison(bytes));
     }
-    RunRanks(kRanks, [&](int r) {
-      std::string& err = errors[static_cast<size_t>(r)];
-      const size_t i = static_cast<size_t>(r);
-      RANK_EXPECT(err, cudaGraphLaunch(execs[i], w.streams[i]) == cudaSuccess);
-      RANK_EXPECT(err, cudaStreamSynchronize(w.streams[i]) == cudaSuccess);
-    });
-    CheckNoErrors(errors);
+    LaunchGraphs(w, execs, &errors);
     const Bytes expected = Int32Sum(in, count);
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
@@ -1197,8 +1196,5 @@ TEST_CASE("[fake] graphs captured on non-blocking communicators replay, connecti
       CHECK(Download(*send[i], bytes) == Bytes(bytes, 0));
     }
   }
-  for (int r = 0; r < kRanks; ++r) {
-    CHECK(cudaGraphExecDestroy(execs[static_cast<size_t>(r)]) == cudaSuccess);
-    CHECK(cudaGraphDestroy(graphs[static_cast<size_t>(r)]) == cudaSuccess);
-  }
+  DestroyGraphs(graphs, execs);
 }
