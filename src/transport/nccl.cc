@@ -46,6 +46,21 @@ ccResult_t ResultOf(ncclResult_t r) {
 
 cudaStream_t CudaStream(ccStream_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
+// A non-blocking communicator's call that returned `r`: while that (then the communicator's async error) reads
+// ncclInProgress, polls it again, until it reads something else, which is returned. ncclInProgress is returned when
+// *stop (may be null) becomes true or `deadline` passes first.
+ncclResult_t WhileInProgress(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline,
+                             const std::atomic<bool>* stop) {
+  for (int polls = 0; r == ncclInProgress; ++polls) {
+    if (stop != nullptr && stop->load()) return ncclInProgress;
+    ncclCommGetAsyncError(comm, &r);
+    if (r != ncclInProgress) break;
+    if (Clock::now() > deadline) return ncclInProgress;
+    if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return r;
+}
+
 }  // namespace
 
 struct NcclTransport::Impl {
@@ -110,21 +125,13 @@ struct NcclTransport::Impl {
   // else is issued meanwhile (CUDA work on the same stream would otherwise land before it). Past `deadline`, or on an
   // abort, it gives up; *late says which.
   ccResult_t Step(ncclResult_t r, const char* what, Clock::time_point deadline, bool* late) {
+    r = WhileInProgress(comm, r, deadline, &aborted);
     if (r != ncclInProgress) return Check(r, what);
-    for (int polls = 0;; ++polls) {
-      if (aborted.load()) return Aborted(what);
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm, &state);
-      if (state == ncclSuccess) return ccSuccess;
-      if (state != ncclInProgress) return Check(state, what);
-      if (Clock::now() > deadline) {
-        *late = true;
-        return Fail(ccTimeout, "rank %d: %s was not queued within CC_TIMEOUT_MS=%d ms: NCCL is still connecting to "
-                    "a peer that does not answer (dead, stuck, or calling collectives in another order)", rank, what,
-                    timeoutMs);
-      }
-      if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    if (aborted.load()) return Aborted(what);
+    *late = true;
+    return Fail(ccTimeout, "rank %d: %s was not queued within CC_TIMEOUT_MS=%d ms: NCCL is still connecting to a "
+                "peer that does not answer (dead, stuck, or calling collectives in another order)", rank, what,
+                timeoutMs);
   }
 
   // Runs `calls(step)` unless the communicator is aborted, where step(result, name) settles each NCCL call (Step). A
@@ -256,16 +263,12 @@ ccResult_t NcclTransport::Create(const std::string& id, int rank, int nranks, in
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&impl->comm, nranks, uid, rank, &config);
-    const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
-    while (r == ncclInProgress) {
+    r = WhileInProgress(impl->comm, r, Clock::now() + std::chrono::milliseconds(timeoutMs), cancel);
+    if (r == ncclInProgress) {
       const bool cancelled = cancel != nullptr && cancel->load();
-      if (cancelled || Clock::now() > deadline) {
-        ncclCommAbort(impl->comm);
-        return Fail(cancelled ? ccRemoteError : ccTimeout, "rank %d: ncclCommInitRankConfig on CUDA device %d %s", rank,
-                    device, cancelled ? "was aborted" : "did not finish within CC_TIMEOUT_MS: a rank did not join");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      ncclCommGetAsyncError(impl->comm, &r);
+      ncclCommAbort(impl->comm);
+      return Fail(cancelled ? ccRemoteError : ccTimeout, "rank %d: ncclCommInitRankConfig on CUDA device %d %s", rank,
+                  device, cancelled ? "was aborted" : "did not finish within CC_TIMEOUT_MS: a rank did not join");
     }
     if (r != ncclSuccess) {
       if (impl->comm != nullptr) ncclCommAbort(impl->comm);
@@ -323,11 +326,8 @@ NcclTransport::~NcclTransport() {
     if (!m.commGone.exchange(true)) {
       // A non-blocking communicator is finalized first (it flushes what is queued, and may return ncclInProgress),
       // then destroyed; one that does not finalize in time is aborted.
-      ncclResult_t r = drained ? ncclCommFinalize(m.comm) : ncclInternalError;
-      while (r == ncclInProgress && Clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-        ncclCommGetAsyncError(m.comm, &r);
-      }
+      ncclResult_t r = ncclInternalError;
+      if (drained) r = WhileInProgress(m.comm, ncclCommFinalize(m.comm), deadline, nullptr);
       r = r == ncclSuccess ? ncclCommDestroy(m.comm) : ncclCommAbort(m.comm);
       if (r != ncclSuccess) CC_WARN("rank %d: destroying the NCCL communicator failed: %s", m.rank, ncclGetErrorString(r));
     }
