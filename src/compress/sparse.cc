@@ -54,36 +54,46 @@ void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* 
   std::sort(chosen->begin(), chosen->end());
 }
 
+namespace {
+
+// Calls f(begin, n, packedOffset) for each chosen chunk, in order: its first element, its length (the last chunk may
+// be short) and where it starts in the packed values.
+template <typename F>
+void ForEachChosen(size_t count, size_t chunk, const std::vector<uint32_t>& chosen, F&& f) {
+  size_t packed = 0;
+  for (uint32_t c : chosen) {
+    const size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
+    f(begin, n, packed);
+    packed += n;
+  }
+}
+
+}  // namespace
+
 size_t PackedCount(size_t count, size_t chunk, const std::vector<uint32_t>& chosen) {
-  size_t n = 0;
-  for (uint32_t c : chosen) n += std::min(count, (c + size_t{1}) * chunk) - c * chunk;
-  return n;
+  size_t total = 0;
+  ForEachChosen(count, chunk, chosen, [&](size_t, size_t n, size_t) { total += n; });
+  return total;
 }
 
 void GatherChunks(const float* x, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* packed) {
-  for (uint32_t c : chosen) {
-    size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
-    std::memcpy(packed, x + begin, n * sizeof(float));
-    packed += n;
-  }
+  ForEachChosen(count, chunk, chosen, [&](size_t begin, size_t n, size_t at) {
+    std::memcpy(packed + at, x + begin, n * sizeof(float));
+  });
 }
 
 void ScatterChunks(const float* packed, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* x) {
-  for (uint32_t c : chosen) {
-    size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
-    std::memcpy(x + begin, packed, n * sizeof(float));
-    packed += n;
-  }
+  ForEachChosen(count, chunk, chosen, [&](size_t begin, size_t n, size_t at) {
+    std::memcpy(x + begin, packed + at, n * sizeof(float));
+  });
 }
 
 void ScatterChunksNarrowed(ccDataType_t dtype, const float* packed, size_t count, size_t chunk,
                            const std::vector<uint32_t>& chosen, void* x) {
   uint16_t* h = static_cast<uint16_t*>(x);
-  for (uint32_t c : chosen) {
-    size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
-    Narrow(dtype, packed, n, h + begin);
-    packed += n;
-  }
+  ForEachChosen(count, chunk, chosen, [&](size_t begin, size_t n, size_t at) {
+    Narrow(dtype, packed + at, n, h + begin);
+  });
 }
 
 }  // namespace ccoll
