@@ -595,7 +595,7 @@ TEST_CASE("[gpu] PowerSGD's cuBLAS products match a double-precision reference",
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   std::unique_ptr<ccoll::gpu::LowRankBlas> blas;
-  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &blas) == ccSuccess);
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &blas) == ccSuccess);
   struct Shape {
     size_t rows, cols;
     int r;
@@ -646,15 +646,15 @@ TEST_CASE("[gpu] cuBLAS handles are kept in a pool: reused, reserved ahead, neve
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   const uint64_t destroys = cctest::FakeCublasDestroys();
   std::unique_ptr<ccoll::gpu::LowRankBlas> a, b;
-  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &a) == ccSuccess);
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &a) == ccSuccess);
   a.reset();  // its handle goes back to the pool
   uint64_t made = cctest::FakeCublasCreates();
-  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &a) == ccSuccess);
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &a) == ccSuccess);
   CHECK(cctest::FakeCublasCreates() == made);  // from the pool
   a.reset();
   // Every handle made so far is in the pool: as many objects as that take them all, one more makes a new one.
   std::vector<std::unique_ptr<ccoll::gpu::LowRankBlas>> many(made + 1);
-  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &m) == ccSuccess);
+  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &m) == ccSuccess);
   CHECK(cctest::FakeCublasCreates() == made + 1);
   many.clear();
   made = cctest::FakeCublasCreates();
@@ -663,7 +663,8 @@ TEST_CASE("[gpu] cuBLAS handles are kept in a pool: reused, reserved ahead, neve
   REQUIRE(ccoll::gpu::ReserveBlasHandles(0, static_cast<int>(made) + 2) == ccSuccess);  // the two missing ones
   CHECK(cctest::FakeCublasCreates() == made + 2);
   many.resize(made + 2);
-  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, &m) == ccSuccess);  // all from the pool
+  // All from the pool:
+  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &m) == ccSuccess);
   CHECK(cctest::FakeCublasCreates() == made + 2);
   many.clear();
   CHECK(cctest::FakeCublasDestroys() == destroys);

@@ -747,6 +747,54 @@ TEST_CASE("[gpu] a compressor destroyed right after its device call outlives the
 // PowerSGD compressor (and so its cuBLAS handle) while another rank's stream waits in a call that needs this rank's
 // next call would wait for that stream forever. ccoll keeps the handles for later compressors instead (the fake
 // cuBLAS's cublasDestroy synchronizes the device, and aborts where a GPU would hang).
+// One PowerSGD compressor per DDP bucket: more compressors alive than communicators. Rank 1 queues its first call of
+// a new compressor (its stream waits for rank 0) before rank 0 makes its own first call of it: rank 0's handle must
+// come from the pool, since making one may synchronize the device (FAKE_CUDA_STRICT=cublascreate in ctest's strict
+// run aborts if it is made then).
+TEST_CASE("[gpu] a PowerSGD compressor's first call while another rank's call waits for this rank", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2, buckets = 3;
+  const int64_t rows = 96, cols = 80;
+  const size_t count = static_cast<size_t>(rows * cols);
+  const char* spec = "powersgd:rank=2,rows=96,cols=80,seed=9";
+  std::vector<std::unique_ptr<Compressors>> bucket;
+  for (int b = 0; b < buckets; ++b) {
+    bucket.push_back(std::make_unique<Compressors>(spec, n));
+    if (bucket.back()->status != ccSuccess) {
+      WARN("not run: this build refuses powersgd (no BLAS): " << bucket.back()->error);
+      return;
+    }
+  }
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 57);
+  std::atomic<int> rank1Queued{-1};
+  Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+    // Bucket 0 first, on both ranks: its compressors hold what their first call made.
+    ccResult_t rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, (*bucket[0])[r], g[r], stream);
+    if (rc != ccSuccess) return rc;
+    if (cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return ccUnhandledCudaError;
+    for (int b = 1; b < buckets; ++b) {
+      if (r == 1) {
+        rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, (*bucket[static_cast<size_t>(b)])[r], g[r], stream);
+        rank1Queued = b;  // its stream now waits for rank 0's call of bucket b
+      } else {
+        while (rank1Queued.load() != b) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, (*bucket[static_cast<size_t>(b)])[r], g[r], stream);
+      }
+      if (rc != ccSuccess) return rc;
+      if (cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return ccUnhandledCudaError;
+    }
+    return ccSuccess;
+  });
+  REQUIRE(dev.Failure() == "");
+  CHECK(FirstDifference(dev.out[1], dev.out[0]) == "");
+  std::vector<float> out(count);
+  std::memcpy(out.data(), dev.out[0].data(), count * 4);
+  for (float v : out) REQUIRE(std::isfinite(v));
+}
+
 TEST_CASE("[gpu] destroying a PowerSGD compressor while another rank's call waits for this rank", "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
   int hostPools = 0;

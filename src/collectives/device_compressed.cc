@@ -14,6 +14,7 @@
 #include "collectives/algo.h"
 #include "collectives/compressed.h"
 #include "collectives/device_buffers.h"
+#include "collectives/device_prepare.h"
 #include "compress/codec_cuda.h"
 #include "compress/compressor.h"
 #include "compress/device_codec.h"
@@ -174,8 +175,7 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
   const bool ef = e != nullptr;
   LowRankStartQ(c, plan, call);
   const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
-  gpu::LowRankBlas* blas = st->Blas();
-  CheckLaunch(blas->SetStream(st->stream(), nullptr, 0));  // the state's own, after a stream-ordered call's
+  const std::unique_ptr<gpu::LowRankBlas> blas = st->LendBlas(st->stream());
 
   // Device: P and the exact parts (packed), Q then Q's sum (factors). Host, pinned: the same P and exact parts
   // (hostPacked); Q, Q's sum and the averaged exact parts (hostMeta).
@@ -266,9 +266,10 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
   void* temp = nullptr;
   try {
     DeviceScope scope(comm->config.cudaDev);
+    ReserveBlasForCalls(comm->config.cudaDev);  // the handles the proxy will borrow
     if (!c->device) c->device = DeviceCodecState::Create();
     DeviceCodecState* st = c->device.get();
-    gpu::LowRankBlas* blas = st->Blas();
+    const std::unique_ptr<gpu::LowRankBlas> blas = st->LendBlas(st->stream());
     const size_t pAll = plan.pElems + plan.exactElems;
     float* p = st->packed.Reserve<float>(pAll);
     float* q = st->factors.Reserve<float>(2 * plan.qElems);

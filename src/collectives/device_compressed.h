@@ -22,9 +22,10 @@ namespace ccoll {
 ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, const CodecCall& call);
 
 // Before the first device call of a PowerSGD compressor, on the caller's thread and before the call's stream waits
-// for the proxy (core/device_proxy.h): makes the compressor's device state, its cuBLAS handle and the call's scratch,
-// and runs each of the call's products once on zeros, so that cuBLAS has made its allocations and loaded its kernels
-// (which CUDA loads lazily, and a load may synchronize the context) before a stream waits for a proxy that runs them.
+// for the proxy (core/device_proxy.h): makes the cuBLAS handles the proxy will borrow (ReserveBlasForCalls), the
+// compressor's device state, its cuBLAS workspace and the call's scratch, and runs each of the call's products once on
+// zeros, so that cuBLAS has made its allocations and loaded its kernels (which CUDA loads lazily, and a load may
+// synchronize the context) before a stream waits for a proxy that runs them.
 // Does nothing for other compressors, once the state is primed, while a call of the compressor is queued, and for
 // calls that run no product (one rank, no data). Best effort: a CUDA failure is logged, and the call goes ahead (and
 // fails on the proxy thread, where a failure aborts the communicator and releases every waiting stream).

@@ -1,5 +1,6 @@
 #include "collectives/device_prepare.h"
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -30,17 +31,19 @@ ccResult_t LoadAll() {
   return LoadStreamWaitKernel();
 }
 
-// PrepareNewComm's work, also done by PrepareDevice.
-void ReserveBlasForComms(int device) {
+// ReserveBlasForCalls's work, when `always` or when two or more communicators share the device.
+void ReserveBlas(int device, bool always) {
 #ifdef CCOLL_HAVE_CUBLAS
   const int comms = LiveCommsOnDevice(device);
-  if (comms < 2) return;
-  if (gpu::ReserveBlasHandles(device, comms) != ccSuccess) {
-    CC_WARN("CUDA device %d: making cuBLAS handles for the %d communicators on it failed (%s); PowerSGD calls make "
-            "their own", device, comms, LastError().c_str());
+  if (comms < 2 && !always) return;
+  const int handles = 2 * std::max(comms, 1);
+  if (gpu::ReserveBlasHandles(device, handles) != ccSuccess) {
+    CC_WARN("CUDA device %d: making %d cuBLAS handles for the %d communicators on it failed (%s); PowerSGD calls make "
+            "their own", device, handles, comms, LastError().c_str());
   }
 #else
   (void)device;
+  (void)always;
 #endif
 }
 
@@ -69,7 +72,7 @@ ccResult_t PrepareDevice(int device) {
     const std::string why = LastError();
     return Fail(r, "CUDA device %d: %s", device, why.c_str());
   }
-  ReserveBlasForComms(device);
+  ReserveBlas(device, false);
   Prepared().insert(device);
   return ccSuccess;
 }
@@ -77,7 +80,9 @@ ccResult_t PrepareDevice(int device) {
 void PrepareNewComm(int device) {
   if (device < 0 || !DevicePrepared(device)) return;
   DeviceScope scope(device);
-  ReserveBlasForComms(device);
+  ReserveBlas(device, false);
 }
+
+void ReserveBlasForCalls(int device) { ReserveBlas(device, true); }
 
 }  // namespace ccoll

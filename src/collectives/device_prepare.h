@@ -18,15 +18,21 @@ ccResult_t PrepareDevice(int device);
 // graph capture).
 bool DevicePrepared(int device);
 
-// Thread ranks that share a GPU. Each PowerSGD compressor on the device takes a cuBLAS handle, and making one
-// (cublasCreate allocates device memory) may synchronize the device, which waits for any stream that another rank's
-// call holds while that call waits for this thread. So with two or more communicators of this process on a device,
-// one handle per communicator is made ahead: by PrepareDevice, before any stream of the device waits, and, once the
-// device is prepared, by PrepareNewComm(device) after each communicator's setup, where only calls of other
-// communicators can wait (a hazard only when a thread is a rank of both and the other ranks are ahead of it). More
-// PowerSGD compressors alive at once than communicators (one per DDP bucket) make their own at their first call.
-// Best effort (a failure is left to the first PowerSGD call); with one communicator per device (one process per GPU)
-// nothing is made ahead. Builds with cuBLAS only.
+// cuBLAS handles for PowerSGD. A call borrows one from a pool per device for its products (compress/lowrank_cuda.h):
+// the thread that queues a call's device work (the caller's on the nccl transport, else the communicator's proxy),
+// and the caller's thread while it primes a compressor's first call (collectives/device_compressed.h). So a
+// communicator's calls hold at most two at once, however many compressors are alive. Making one (cublasCreate
+// allocates device memory) may synchronize the device, which waits for every stream held by a call in flight: on the
+// proxy thread that is a deadlock (its own caller's stream waits for it), and with thread ranks sharing a GPU any
+// thread can wait for another rank's stream, held until this thread queues its part. So the pool gets two handles per
+// communicator of this process on the device ahead:
+//   - with two or more communicators on it: by PrepareDevice, before any stream of the device waits, and, once the
+//     device is prepared, by PrepareNewComm(device) after each communicator's setup, where only calls of other
+//     communicators can wait (a hazard only when a thread is a rank of both and the other ranks are ahead of it);
+//   - always, by ReserveBlasForCalls(device) on the caller's thread before a PowerSGD compressor's first device call
+//     (with one communicator only its own calls can wait there, and those go on without this thread).
+// Best effort: a failure is left to the calls, which then make their own. Builds with cuBLAS only (else no-ops).
 void PrepareNewComm(int device);
+void ReserveBlasForCalls(int device);
 
 }  // namespace ccoll

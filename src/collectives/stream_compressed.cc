@@ -241,9 +241,7 @@ ccResult_t LowRankCall(ccComm* comm, const float* input, float* out, size_t coun
     CheckLaunch(gpu::AddInto(e, input, count, s));
     m = e;
   }
-  gpu::LowRankBlas* blas = st->Blas();
-  CheckLaunch(blas->SetStream(s, st->blasWorkspace.Reserve(gpu::LowRankBlas::kWorkspaceBytes),
-                              gpu::LowRankBlas::kWorkspaceBytes));
+  const std::unique_ptr<gpu::LowRankBlas> blas = st->LendBlas(s);
   float* dP = st->packed.Reserve<float>(plan.pElems + plan.exactElems);
   float* dQ = st->factors.Reserve<float>(2 * plan.qElems);
   float* dQsum = dQ + plan.qElems;
@@ -388,7 +386,7 @@ ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor
       st->ortho.Reserve<double>(OrthoScratch(plan));
       st->deviceWire.Reserve(4 * SlotBytes(*codec, std::max(plan.pElems, plan.qElems), comm->nranks));
       st->blasWorkspace.Reserve(gpu::LowRankBlas::kWorkspaceBytes);
-      st->Blas();  // cuBLAS's handle outside any capture
+      ReserveBlasForCalls(comm->config.cudaDev);  // cuBLAS's handles outside any capture
       return ccSuccess;
     }
 #endif

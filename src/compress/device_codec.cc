@@ -303,10 +303,6 @@ std::shared_ptr<DeviceCodecState> DeviceCodecState::Create() {
 }
 
 DeviceCodecState::~DeviceCodecState() {
-  // Products queued on the state's stream (or on a stream-ordered call's stream, which the state's stream waits for
-  // since EndCallOnStream) must be done before the cuBLAS handle goes back to the pool for another compressor.
-  if (stream_.s != nullptr) cudaStreamSynchronize(stream_.s);
-  blas_.reset();
   if (callDone_ != nullptr) cudaEventDestroy(callDone_);
 }
 
@@ -350,15 +346,14 @@ float* DeviceCodecState::ErrorFeedback(size_t count) {
   return static_cast<float*>(errorFeedback_.data());
 }
 
-gpu::LowRankBlas* DeviceCodecState::Blas() {
+std::unique_ptr<gpu::LowRankBlas> DeviceCodecState::LendBlas(cudaStream_t s) {
 #ifdef CCOLL_HAVE_CUBLAS
-  if (!blas_) {
-    std::unique_ptr<gpu::LowRankBlas> made;
-    CheckLaunch(gpu::LowRankBlas::Create(stream_.s, &made));
-    blas_ = std::move(made);
-  }
-  return blas_.get();
+  void* workspace = blasWorkspace.Reserve(gpu::LowRankBlas::kWorkspaceBytes);
+  std::unique_ptr<gpu::LowRankBlas> lent;
+  CheckLaunch(gpu::LowRankBlas::Create(s, workspace, gpu::LowRankBlas::kWorkspaceBytes, &lent));
+  return lent;
 #else
+  (void)s;
   throw DeviceCodecError("this build of ccoll has no cuBLAS");
 #endif
 }

@@ -103,7 +103,7 @@ class GrowOnlyBuffer {
 
 // What a compressor keeps for its device calls, on the device current when it is made: a stream, device scratch,
 // pinned host memory for the schedule's wire slots and for what the host reduces (metadata, PowerSGD's factors), the
-// error-feedback memory in device memory, and a cuBLAS handle for PowerSGD. It lives until the compressor is
+// error-feedback memory in device memory, and PowerSGD's cuBLAS workspace. It lives until the compressor is
 // destroyed or reset.
 class DeviceCodecState {
   // First, so that it is destroyed last: the buffers below free their device memory onto it.
@@ -131,8 +131,9 @@ class DeviceCodecState {
   bool streamOrdered() const { return callStream_ != nullptr; }
   // The error-feedback memory of `count` floats, zero when first made (the bucket's count never changes).
   float* ErrorFeedback(size_t count);
-  // The cuBLAS handle on this state's stream, made at first use (CCOLL_HAVE_CUBLAS builds).
-  gpu::LowRankBlas* Blas();
+  // A cuBLAS handle lent for one call's products on `s`, with blasWorkspace as its workspace (CCOLL_HAVE_CUBLAS
+  // builds; compress/lowrank_cuda.h). Destroy it once they are queued.
+  std::unique_ptr<gpu::LowRankBlas> LendBlas(cudaStream_t s);
 
   // Scratch, reserved by each user for what it needs (contents are per call):
   static constexpr GrowOnlyBuffer::Kind kDev = GrowOnlyBuffer::kDevice, kPinned = GrowOnlyBuffer::kPinnedHost;
@@ -141,7 +142,7 @@ class DeviceCodecState {
   // read arriving messages and write leaving ones in place, with no copy to or from the host.
   GrowOnlyBuffer deviceWire{kDev, &stream_};
   bool wireOnDevice = false;  // this call's wire slots are deviceWire (set by the driver before the schedule)
-  bool primed = false;        // PowerSGD's cuBLAS handle and products have run once (PrimeDeviceCodec)
+  bool primed = false;        // PowerSGD's workspace and products have run once (PrimeDeviceCodec)
   GrowOnlyBuffer in0{kDev, &stream_}, in1{kDev, &stream_};  // arriving messages, copied in
   GrowOnlyBuffer out{kDev, &stream_};    // the message leaving
   GrowOnlyBuffer vals{kDev, &stream_};   // a slice of values being re-encoded
@@ -153,7 +154,7 @@ class DeviceCodecState {
   GrowOnlyBuffer index{kDev, &stream_};    // sparsifiers: the chosen chunks' indices; a flag
   GrowOnlyBuffer choice{kDev, &stream_};   // sparsifiers, stream-ordered: the chunk choice's sort scratch
   GrowOnlyBuffer ortho{kDev, &stream_};    // powersgd, stream-ordered: Gram-Schmidt's doubles
-  GrowOnlyBuffer blasWorkspace{kDev, &stream_};  // powersgd, stream-ordered: cuBLAS's workspace
+  GrowOnlyBuffer blasWorkspace{kDev, &stream_};  // powersgd: cuBLAS's workspace
   size_t deviceQElems = 0;  // powersgd, stream-ordered: factors holds the last call's Q, of this many elements
   GrowOnlyBuffer widened{kDev, &stream_};  // 16-bit data: the float32 working copy (compress/widen.h)
   GrowOnlyBuffer hostMeta{kPinned, &stream_};  // metadata and small host copies
@@ -166,7 +167,6 @@ class DeviceCodecState {
   cudaStream_t callStream_ = nullptr;
   bool callCaptured_ = false;
   cudaEvent_t callDone_ = nullptr;  // recorded at the end of a stream-ordered call, waited for by stream_
-  std::shared_ptr<gpu::LowRankBlas> blas_;  // (shared_ptr: the type is incomplete here)
 };
 
 // A device codec: the Codec contract on device pointers (see the top of this file).

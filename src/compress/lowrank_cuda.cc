@@ -19,11 +19,10 @@ ccResult_t Check(cublasStatus_t s, const char* what) {
 
 cublasHandle_t H(void* h) { return static_cast<cublasHandle_t>(h); }
 
-// Handles, per device, kept for the life of the process and handed from a LowRankBlas that is gone to the next one
-// (as PyTorch keeps its own). cublasDestroy synchronizes the device (the cuBLAS guide), and ranks that are threads of
-// one process on one GPU make that a deadlock: this thread would wait for another rank's stream, held by a
-// stream-wait kernel until this thread queues its part of the call. Never destroyed, not even at exit, where the
-// CUDA context may already be gone.
+// Handles, per device, kept for the life of the process and lent to one LowRankBlas at a time (as PyTorch keeps its
+// own). cublasDestroy synchronizes the device (the cuBLAS guide), and ranks that are threads of one process on one
+// GPU make that a deadlock: this thread would wait for another rank's stream, held by a stream-wait kernel until this
+// thread queues its part of the call. Never destroyed, not even at exit, where the CUDA context may already be gone.
 class HandlePool {
  public:
   static HandlePool& Get() {
@@ -80,7 +79,8 @@ class HandlePool {
 
 }  // namespace
 
-ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out) {
+ccResult_t LowRankBlas::Create(cudaStream_t stream, void* workspace, size_t bytes,
+                               std::unique_ptr<LowRankBlas>* out) {
   std::unique_ptr<LowRankBlas> b(new LowRankBlas());
   if (cudaGetDevice(&b->device_) != cudaSuccess) {
     cudaGetLastError();
@@ -89,8 +89,8 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>
   cublasHandle_t h = nullptr;
   CC_CHECK(HandlePool::Get().Take(b->device_, &h));
   b->handle_ = h;  // from here on the destructor gives it back
-  b->stream_ = stream;
-  CC_CHECK(Check(cublasSetStream(h, stream), "cublasSetStream"));
+  CC_CHECK(Check(cublasSetStream(h, stream), "cublasSetStream"));  // also back to cuBLAS's own workspace
+  if (workspace != nullptr) CC_CHECK(Check(cublasSetWorkspace(h, workspace, bytes), "cublasSetWorkspace"));
   // Plain FP32 products (no TF32 tensor cores): what the CPU path computes, to fp32 rounding.
   CC_CHECK(Check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
   *out = std::move(b);
@@ -99,21 +99,12 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>
 
 LowRankBlas::~LowRankBlas() {
   if (handle_ == nullptr) return;
-  // Back to the legacy stream and cuBLAS's own workspace: this object's stream and workspace may be freed after it.
+  // Back to the legacy stream and cuBLAS's own workspace: the borrower's stream and workspace may be freed after it.
   if (cublasSetStream(H(handle_), nullptr) != CUBLAS_STATUS_SUCCESS) return;  // not kept: an unknown state
   HandlePool::Get().Give(device_, H(handle_));
 }
 
 ccResult_t ReserveBlasHandles(int device, int count) { return HandlePool::Get().Reserve(device, count); }
-
-ccResult_t LowRankBlas::SetStream(cudaStream_t stream, void* workspace, size_t bytes) {
-  if (stream == stream_ && workspace == workspace_) return ccSuccess;
-  CC_CHECK(Check(cublasSetStream(H(handle_), stream), "cublasSetStream"));  // back to cuBLAS's own workspace
-  if (workspace != nullptr) CC_CHECK(Check(cublasSetWorkspace(H(handle_), workspace, bytes), "cublasSetWorkspace"));
-  stream_ = stream;
-  workspace_ = workspace;
-  return ccSuccess;
-}
 
 // cuBLAS is column-major: a row-major a x b matrix is the column-major b x a matrix (its transpose) with leading
 // dimension b. So each row-major product C = A B is computed as C^T = B^T A^T.

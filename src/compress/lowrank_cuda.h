@@ -16,11 +16,18 @@
 namespace ccoll {
 namespace gpu {
 
+// A cuBLAS handle of the current device, lent for the products of one call. Handles come from a pool per device
+// (lowrank_cuda.cc) and go back to it when the object is destroyed, right after the products are queued, not when they
+// are done: the next borrower points the handle at its own stream and workspace, and nothing of the handle's is read
+// by products in flight (the scalars are read at the call), as PyTorch shares its handles between streams.
 class LowRankBlas {
  public:
-  // ccUnhandledCudaError (with the last-error sentence) when cuBLAS cannot make a handle. The handle is of the current
-  // device; a handle of an object destroyed before is used again (cublasDestroy would synchronize the device).
-  static ccResult_t Create(cudaStream_t stream, std::unique_ptr<LowRankBlas>* out);
+  // Products go on `stream`, with `workspace` (bytes of device memory, 256-byte aligned) as cuBLAS's workspace, or
+  // cuBLAS's own when it is null (only for a handle no other stream uses meanwhile: tests). A caller passes one
+  // workspace of its own, because a lent handle moves between streams and cuBLAS's own would be shared by products
+  // in flight on two of them, and a CUDA graph capture does not allow cuBLAS to allocate one per stream.
+  // ccUnhandledCudaError (with the last-error sentence) when cuBLAS cannot make a handle.
+  static ccResult_t Create(cudaStream_t stream, void* workspace, size_t bytes, std::unique_ptr<LowRankBlas>* out);
   ~LowRankBlas();
   LowRankBlas(const LowRankBlas&) = delete;
   LowRankBlas& operator=(const LowRankBlas&) = delete;
@@ -31,24 +38,17 @@ class LowRankBlas {
   ccResult_t ProductMtP(const float* m, int64_t rows, int64_t cols, const float* p, int r, float* q);
   // out = p q^T
   ccResult_t ProductPQt(const float* p, const float* q, int64_t rows, int64_t cols, int r, float* out);
-  // Later products go on `stream` (a stream-ordered call's: the caller's), with `workspace` (bytes of device memory,
-  // 256-byte aligned) as cuBLAS's workspace, or cuBLAS's own when it is null. A stream-ordered call passes its own:
-  // cublasSetStream drops a workspace set before, and cuBLAS's own may be allocated per stream, which a CUDA graph
-  // capture does not allow.
-  ccResult_t SetStream(cudaStream_t stream, void* workspace, size_t bytes);
-  // The workspace a stream-ordered call gives it (cuBLAS's recommendation for Hopper).
+  // The workspace a call gives it (cuBLAS's recommendation for Hopper).
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
  private:
   LowRankBlas() = default;
   int device_ = 0;
-  void* handle_ = nullptr;  // cublasHandle_t, from a pool per device (lowrank_cuda.cc): never destroyed
-  cudaStream_t stream_ = nullptr;
-  void* workspace_ = nullptr;  // set by SetStream (null: cuBLAS's own)
+  void* handle_ = nullptr;  // cublasHandle_t, from the pool: never destroyed
 };
 
 // Makes cuBLAS handles for CUDA device `device` (the current device) until `count` have been made in all, for
-// LowRankBlas::Create to take later without cublasCreate (collectives/device_prepare.h says when).
+// LowRankBlas::Create to take later without cublasCreate (collectives/device_prepare.h says when and how many).
 ccResult_t ReserveBlasHandles(int device, int count);
 
 // The steps between the products, for the stream-ordered path (lowrank_cuda.cu), queued on `stream`; scratch: rows * r
