@@ -380,13 +380,14 @@ ccResult_t WidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
 
 ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
   // 16-bit data: the host codec ring below widens and narrows itself (quant's lazy rotation does it block by block
-  // inside the ring), and so do the sparsifiers (SparseAllReduce); PowerSGD and the device codecs run the float32
-  // call on a widened copy.
+  // inside the ring), and so do the sparsifiers (SparseAllReduce) and PowerSGD (LowRankAllReduce); the device codecs
+  // run the float32 call on a widened copy.
   const bool half = a.dtype != ccFloat32;
   const bool sends = comm->nranks > 1 && a.count > 0;
   const bool codecRing = (c->kind == ccCompressQuant || c->kind == ccCompressCast16) && sends;
   const bool sparse = (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) && sends;
-  if (half && (a.onDevice || !(codecRing || sparse))) return WidenedAllReduce(comm, a, c);
+  const bool lowRank = c->kind == ccCompressPowerSGD && sends;
+  if (half && (a.onDevice || !(codecRing || sparse || lowRank))) return WidenedAllReduce(comm, a, c);
   c->boundCount = a.count;  // the entry point refused any other count once bound
   CodecCall call;
   call.rank = comm->rank;

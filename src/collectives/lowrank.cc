@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "compress/compressor.h"
 #include "compress/lowrank.h"
 #include "compress/rng.h"
+#include "compress/widen.h"
 #include "core/comm.h"
 #include "core/error.h"
 
@@ -44,6 +46,8 @@ bool LowRankShapesFit(const ccCompressor& c, size_t count, std::string* why) {
 
 // M = G + E; Q orthonormalized; P = M Q; all-reduce P (sum); orthogonalize P; Q = M^T P; all-reduce Q; Q /= n;
 // G^ = P Q^T (the average; n times that for sum); E = M - G^. Vectors and small matrices ride along with P, exactly.
+// 16-bit data: the bytes of the float32 call on the widened values, narrowed (compress/widen.h), without a widened
+// copy of the input when there is error feedback (it is added into the memory as it is widened).
 ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
 #ifndef CCOLL_HAVE_BLAS
   return Fail(ccInvalidUsage, "rank %d: powersgd on host buffers needs a CPU BLAS, and this build of ccoll has none",
@@ -53,19 +57,42 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   LowRankPlan plan;
   std::string why;
   if (!PlanLowRank(*c, count, &plan, &why)) return Fail(ccInvalidUsage, "powersgd: %s", why.c_str());
-  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) return AllReduce(comm, a);  // not started yet
+  const bool half = a.dtype != ccFloat32;
+  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) {  // not started yet: exact
+    if (!half) return AllReduce(comm, a);
+    c->widened.resize(count);
+    Widen(a.dtype, a.send, count, c->widened.data());
+    CollArgs w = a;
+    w.send = w.recv = c->widened.data();
+    w.dtype = ccFloat32;
+    w.eltSize = sizeof(float);
+    CC_CHECK(AllReduce(comm, w));
+    Narrow(a.dtype, c->widened.data(), count, a.recv);
+    return ccSuccess;
+  }
 
   const float n = static_cast<float>(comm->nranks);
   const bool ef = c->Get(ccParamErrorFeedback) != 0;
-  const float* input = static_cast<const float*>(a.send);
-  float* out = static_cast<float*>(a.recv);
-  const float* m = input;
+  // M: the input, the memory (E + G), or (16-bit data without error feedback) the input widened.
+  const float* m = static_cast<const float*>(a.send);
+  if (half) c->widened.resize(count);
   if (ef) {
     c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
     float* e = c->errorFeedback.data();
-    for (size_t i = 0; i < count; ++i) e[i] += input[i];
+    if (half) {
+      AddWidened(a.dtype, a.send, count, e);
+    } else {
+      for (size_t i = 0; i < count; ++i) e[i] += m[i];
+    }
     m = e;
+  } else if (half) {
+    Widen(a.dtype, a.send, count, c->widened.data());
+    m = c->widened.data();
   }
+  // The float32 result: the output, or (16-bit data) the widened copy, narrowed into the output block by block at
+  // the end. M is not read after Q = M^T P except by the error feedback (which then keeps M in its memory), so the
+  // result may overwrite the input or the copy that holds M.
+  float* out = half ? c->widened.data() : static_cast<float*>(a.recv);
 
   // Q: the previous call's (warm start), orthonormalized again, when it is usable; else a fresh random one. The
   // same on every rank.
@@ -104,43 +131,40 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   CC_CHECK(LowRankSum(comm, c, call, qBuf.data(), qBuf.size(), wire));
   for (size_t i = 0; i < plan.qElems; ++i) c->lowRankQ[i] = qBuf[i] / n;  // the average; kept for the warm start
 
-  // The result. M (the input or the memory) is not read after this point except by the error feedback, so the
-  // output may be the input (in place).
+  // The result.
   for (const LowRankMatrix& mt : plan.matrices) {
     ProductPQt(pBuf.data() + mt.pOffset, c->lowRankQ.data() + mt.qOffset, mt.rows, mt.cols, mt.rank,
                out + mt.offset);
   }
+  // Each matrix block by block, while the block is in cache: what the average did not carry stays for the next call
+  // (E = M - G^; non-finite leftovers are dropped so one bad gradient cannot poison every later call), then G^ times
+  // n for a sum, then (16-bit data) narrowed into the output.
+  constexpr size_t kBlock = 4096;
+  for (const LowRankMatrix& mt : plan.matrices) {
+    const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
+    for (size_t b = mt.offset; b < mt.offset + elems; b += kBlock) {
+      const size_t len = std::min(kBlock, mt.offset + elems - b);
+      float* g = out + b;
+      if (ef) {
+        float* em = c->errorFeedback.data() + b;
+        for (size_t i = 0; i < len; ++i) {
+          const float left = em[i] - g[i];
+          em[i] = std::isfinite(left) ? left : 0.0f;
+        }
+      }
+      if (a.op == ccSum) {
+        for (size_t i = 0; i < len; ++i) g[i] *= n;
+      }
+      if (half) Narrow(a.dtype, g, len, static_cast<uint16_t*>(a.recv) + b);
+    }
+  }
+  // The exact parts lost nothing: their memory is zero, their result the sum (or average) of the ranks' values.
   exactPart = pBuf.data() + plan.pElems;
   for (const auto& [offset, length] : plan.exact) {
-    for (size_t i = 0; i < length; ++i) out[offset + i] = exactPart[i] / n;
+    if (ef) std::fill(c->errorFeedback.data() + offset, c->errorFeedback.data() + offset + length, 0.0f);
+    for (size_t i = 0; i < length; ++i) out[offset + i] = a.op == ccSum ? exactPart[i] : exactPart[i] / n;
+    if (half) Narrow(a.dtype, out + offset, length, static_cast<uint16_t*>(a.recv) + offset);
     exactPart += length;
-  }
-  if (ef) {
-    // What the average did not carry stays for the next call: E = M - G^ on the compressed matrices; the exact
-    // parts lost nothing. Non-finite leftovers are dropped so one bad gradient cannot poison every later call.
-    float* e = c->errorFeedback.data();
-    for (const LowRankMatrix& mt : plan.matrices) {
-      float* em = e + mt.offset;
-      const float* g = out + mt.offset;
-      const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
-      for (size_t i = 0; i < elems; ++i) {
-        const float left = em[i] - g[i];
-        em[i] = std::isfinite(left) ? left : 0.0f;
-      }
-    }
-    for (const auto& [offset, length] : plan.exact) std::fill(e + offset, e + offset + length, 0.0f);
-  }
-  if (a.op == ccSum) {
-    for (const LowRankMatrix& mt : plan.matrices) {
-      float* g = out + mt.offset;
-      const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
-      for (size_t i = 0; i < elems; ++i) g[i] *= n;
-    }
-    exactPart = pBuf.data() + plan.pElems;
-    for (const auto& [offset, length] : plan.exact) {
-      std::memcpy(out + offset, exactPart, length * sizeof(float));
-      exactPart += length;
-    }
   }
   return ccSuccess;
 #endif
