@@ -1066,6 +1066,38 @@ TEST_CASE("a NaN or an Inf on one rank gives the same non-finite result on every
   }
 }
 
+// The error-feedback memory keeps only finite values: what a NaN input left, or a sum that overflowed (3e38 + 3e38 in
+// float32), is dropped, so later calls with ordinary inputs are finite again. The sparsifiers drop them in a pass
+// that only runs when the memory's add saw a non-finite sum.
+TEST_CASE("error feedback drops non-finite leftovers: a NaN input or an overflowing memory does not stay",
+          "[numerics][ef]") {
+  const int nranks = 2;
+  const size_t count = 4099;
+  Group g = MakeGroup(nranks, ccAlgoRing);
+  REQUIRE(g.status == ccSuccess);
+  std::vector<std::string> specs = {"topk:density=0.2", "randk:density=0.4", "topk:density=0.2,dtype=bf16"};
+#ifdef CCOLL_HAVE_BLAS
+  specs.push_back("powersgd:rank=2");
+#endif
+  for (const std::string& spec : specs) {
+    Compressors comps(spec, nranks, 3);
+    REQUIRE(comps.status == ccSuccess);
+    Buffers huge(static_cast<size_t>(nranks), std::vector<float>(count, 3e38f));
+    for (int call = 0; call < 8; ++call) {
+      INFO(spec << ", call " << call);
+      // 0: a NaN on rank 1; 2, 3: every value 3e38 on every rank (the second one overflows the memory); the others
+      // ordinary values, whose results must be finite again.
+      Buffers in = CorrInput(nranks, count, 70 + static_cast<uint64_t>(call));
+      if (call == 0) in[1][count / 2] = std::numeric_limits<float>::quiet_NaN();
+      if (call == 2 || call == 3) in = huge;
+      const CallResult res = AllReduce(g, comps, in, ccAvg);
+      REQUIRE(res.Failure() == "");
+      CHECK(FirstDifferentRank(res.out) == -1);
+      if (call == 1 || call >= 4) CHECK(AllFinite(res.out[0]));
+    }
+  }
+}
+
 TEST_CASE("all-zero input gives exact zeros for every codec", "[numerics]") {
   for (int algo : {ccAlgoRing, ccAlgoTree}) {
     for (int nranks : {2, 5}) {

@@ -241,15 +241,11 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
     input = c->widened.data();
   }
   const float* x = input;
+  AddReport added;  // with error feedback: whether the input and the memory after the add are finite
   if (ef) {
     c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
-    float* e = c->errorFeedback.data();
-    if (half) {
-      AddWidened(a.dtype, a.send, count, e);
-    } else {
-      for (size_t i = 0; i < count; ++i) e[i] += input[i];
-    }
-    x = e;
+    added = AddChecked(a.dtype, a.send, count, c->errorFeedback.data());
+    x = c->errorFeedback.data();
   }
   const size_t chunks = ChunkCount(count, chunk);
   const size_t keep = KeptChunks(chunks, c->Get(ccParamDensityPpm));
@@ -271,7 +267,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   staging.resize(packed + (flag ? 1 : 0));
   GatherChunks(x, count, chunk, chosen, staging.data());
   if (flag) {
-    const bool finite = half && ef ? AllFinite(a.dtype, a.send, count) : std::isfinite(MaxAbs(input, count));
+    const bool finite = ef ? added.inputFinite : std::isfinite(MaxAbs(input, count));
     staging[packed] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }
   bool poisoned = false;
@@ -288,14 +284,16 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   }
   if (ef) {
     // What was sent leaves the memory; what was not stays for the next call. Non-finite leftovers are dropped so
-    // one bad gradient cannot poison every later call.
+    // one bad gradient cannot poison every later call (with every sum finite there are none: no pass for them).
     float* e = c->errorFeedback.data();
     for (uint32_t ch : chosen) {
       size_t begin = ch * chunk, end = std::min(count, begin + chunk);
       std::fill(e + begin, e + end, 0.0f);
     }
-    for (size_t i = 0; i < count; ++i) {
-      if (!std::isfinite(e[i])) e[i] = 0.0f;
+    if (!added.sumsFinite) {
+      for (size_t i = 0; i < count; ++i) {
+        if (!std::isfinite(e[i])) e[i] = 0.0f;
+      }
     }
   }
   return ccSuccess;

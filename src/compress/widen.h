@@ -18,11 +18,16 @@ void Widen(ccDataType_t dtype, const void* in, size_t count, float* out);
 // out[i] = in[i] rounded to `dtype` (nearest, ties to even; NaN stays NaN, overflow becomes infinity).
 void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out);
 
-// Fused forms for the codecs that read and write 16-bit data themselves (the sparsifiers), the same bytes as a widened
-// copy would give: acc[i] += in[i] as float; whether every value of `in` is finite; and out[0..count) = value rounded
-// to `dtype`, as Narrow would round it.
+// Fused forms for the codecs that read and write 16-bit data themselves (the sparsifiers, PowerSGD), the same bytes
+// as a widened copy would give: acc[i] += in[i] as float; the same with float32 or 16-bit input, reporting whether
+// every input value was finite and whether every sum is (what a sparsifier would otherwise make passes of its own
+// for); and out[0..count) = value rounded to `dtype`, as Narrow would round it.
 void AddWidened(ccDataType_t dtype, const void* in, size_t count, float* acc);
-bool AllFinite(ccDataType_t dtype, const void* in, size_t count);
+struct AddReport {
+  bool inputFinite = true;
+  bool sumsFinite = true;
+};
+AddReport AddChecked(ccDataType_t dtype, const void* in, size_t count, float* acc);
 void FillNarrowed(ccDataType_t dtype, float value, size_t count, void* out);
 
 }  // namespace ccoll
