@@ -32,6 +32,8 @@
 #include "compress/float16.h"
 #include "compress/quant_cpu.h"
 #include "compress/rng.h"
+#include "compress/sparse.h"
+#include "compress/sparse_math.h"
 #include "compress/widen.h"
 #include "rank_harness.h"
 
@@ -1179,6 +1181,51 @@ TEST_CASE("denormal inputs and a huge outlier give finite results, identical on 
 
 // The CPU driver's rotation (vectorized, runtime-dispatched) against the host/device reference definition in
 // compress/hadamard.h, byte for byte: the CUDA kernels will be held to the same reference.
+// topk's chunk norms (compress/sparse_math.h): the documented order exactly (the GPU kernel runs the same function,
+// and test_gpu holds it to these bytes), accurate against a long double sum, and +inf for a chunk that is not finite.
+TEST_CASE("chunk norms: eight partial sums added pairwise, accurate, +inf when not finite", "[sparse]") {
+  std::mt19937_64 gen(77);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{15}, size_t{1024}, size_t{4099}}) {
+    for (double scale : {1.0, 1e-20, 1e18}) {
+      INFO("n " << n << ", scale " << scale);
+      std::vector<float> x(n);
+      for (float& v : x) v = static_cast<float>(scale * normal(gen));
+      // The order as documented, written out plainly.
+      double part[8] = {};
+      for (size_t i = 0; i < n; ++i) part[i % 8] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+      const double documented = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      const double got = ccoll::ChunkSquaredNorm(x.data(), n);
+      CHECK(ccoll::FloatBits(static_cast<float>(got)) == ccoll::FloatBits(static_cast<float>(documented)));
+      CHECK(std::memcmp(&got, &documented, sizeof(double)) == 0);
+      long double exact = 0.0L;
+      for (float v : x) exact += static_cast<long double>(v) * v;
+      CHECK(std::fabs(static_cast<double>(got - exact)) <= 1e-13 * static_cast<double>(exact));
+      std::vector<float> norms;
+      ccoll::ChunkNorms(x.data(), n, n == 0 ? 1 : n, &norms);
+      if (n > 0) {
+        REQUIRE(norms.size() == 1);
+        CHECK(norms[0] == static_cast<float>(got));
+      }
+    }
+  }
+  // A non-finite value anywhere in a chunk makes its norm +inf; the other chunks keep theirs.
+  std::vector<float> x(3000, 0.5f);
+  for (size_t at : {size_t{0}, size_t{1003}, size_t{2999}}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+      std::vector<float> y = x;
+      y[at] = bad;
+      std::vector<float> norms;
+      ccoll::ChunkNorms(y.data(), y.size(), 1000, &norms);
+      REQUIRE(norms.size() == 3);
+      for (size_t c = 0; c < 3; ++c) {
+        INFO("non-finite at " << at << ", chunk " << c);
+        CHECK(norms[c] == (c == at / 1000 ? std::numeric_limits<float>::infinity() : 250.0f));
+      }
+    }
+  }
+}
+
 TEST_CASE("the CPU rotation equals the host/device reference rotation byte for byte", "[rotation]") {
   for (size_t count : {size_t{1}, size_t{33}, size_t{1000}, size_t{4096}, size_t{7919}}) {
     for (size_t block : {size_t{64}, size_t{1024}}) {

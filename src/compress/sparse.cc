@@ -6,7 +6,9 @@
 #include <limits>
 #include <numeric>
 
+#include "compress/cpu_clones.h"  // the norms vectorize: exact squares, sums in a fixed order
 #include "compress/rng.h"
+#include "compress/sparse_math.h"
 #include "compress/widen.h"
 
 namespace ccoll {
@@ -19,13 +21,12 @@ size_t KeptChunks(size_t chunks, int64_t densityPpm) {
   return std::min(chunks, std::max<size_t>(1, k));
 }
 
-void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* norms) {
+CC_HOT void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* norms) {
   size_t chunks = ChunkCount(count, chunk);
   norms->assign(chunks, 0.0f);
   for (size_t c = 0; c < chunks; ++c) {
     size_t begin = c * chunk, end = std::min(count, begin + chunk);
-    double sq = 0.0;
-    for (size_t i = begin; i < end; ++i) sq += static_cast<double>(x[i]) * x[i];
+    const double sq = ChunkSquaredNorm(x + begin, end - begin);
     (*norms)[c] = std::isfinite(sq) ? static_cast<float>(sq) : std::numeric_limits<float>::infinity();
   }
 }

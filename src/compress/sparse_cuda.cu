@@ -9,6 +9,7 @@
 
 #include "compress/codec_cuda.h"
 #include "compress/rng.h"
+#include "compress/sparse_math.h"
 #include "core/cuda_result.h"
 
 namespace ccoll {
@@ -19,14 +20,13 @@ constexpr int kThreads = 256;
 
 unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
-// One thread per chunk: the squared norm summed in double in index order, as ChunkNorms does; +inf when not finite.
+// One thread per chunk: the squared norm as ChunkNorms computes it (compress/sparse_math.h); +inf when not finite.
 __global__ void ChunkNormsKernel(const float* x, size_t count, size_t chunk, float* norms) {
   const size_t c = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t begin = c * chunk;
   if (begin >= count) return;
   const size_t end = count - begin < chunk ? count : begin + chunk;
-  double sq = 0.0;
-  for (size_t i = begin; i < end; ++i) sq += static_cast<double>(x[i]) * x[i];
+  const double sq = ChunkSquaredNorm(x + begin, end - begin);
   norms[c] = isfinite(sq) ? static_cast<float>(sq) : INFINITY;
 }
 

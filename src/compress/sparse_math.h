@@ -1,0 +1,34 @@
+// Element math of the sparsifiers shared by the CPU driver (sparse.cc) and the CUDA kernels (sparse_cuda.cu): a
+// chunk's squared norm, which topk's choice ranks after the norms are summed over ranks. Ranks with host buffers and
+// ranks with device buffers may share one call, so both must compute the same bytes.
+#pragma once
+
+#include <cstddef>
+
+#include "compress/host_device.h"
+
+namespace ccoll {
+
+// The squared L2 norm of x[0..n) in double, in an order that a CPU's vector units and one GPU thread both run fast:
+// eight partial sums, sum j adding the squares of x[j], x[j + 8], x[j + 16], ... in index order, then added pairwise,
+// ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)). Each square is exact in double; only the sums round. Not finite
+// when x holds a non-finite value.
+CC_HD double ChunkSquaredNorm(const float* x, size_t n) {
+  double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+    for (int j = 0; j < 8; ++j) s[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+  }
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 8; ++j) {
+    if (i + static_cast<size_t>(j) < n) s[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+  }
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+}  // namespace ccoll
