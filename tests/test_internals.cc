@@ -923,14 +923,26 @@ TEST_CASE("LocalTransport with CC_CHECKSUM: a payload changed in flight is an er
 }
 #endif
 
-#if defined(CCOLL_HAVE_UCX) && defined(CCOLL_HAVE_ISAL)
-TEST_CASE("UcxTransport with CC_CHECKSUM: header, payload and CRC travel as one message; corruption is caught",
-          "[internals][transport][wire][ucx]") {
-  std::unique_ptr<ccoll::UcxTransport> t[2];
+#ifdef CCOLL_HAVE_UCX
+namespace {
+
+// Two UCX transports of this process, ranks 0 and 1, connected to each other.
+void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2]) {
   for (int i = 0; i < 2; ++i) REQUIRE(ccoll::UcxTransport::Create(i, 2, ccoll::UcxOptions{}, &t[i]) == ccSuccess);
   std::vector<std::string> addr = {t[0]->Address(), t[1]->Address()};
   REQUIRE(t[0]->Connect({1}, addr, {false}) == ccSuccess);
   REQUIRE(t[1]->Connect({0}, addr, {false}) == ccSuccess);
+}
+
+}  // namespace
+
+#endif
+
+#if defined(CCOLL_HAVE_UCX) && defined(CCOLL_HAVE_ISAL)
+TEST_CASE("UcxTransport with CC_CHECKSUM: header, payload and CRC travel as one message; corruption is caught",
+          "[internals][transport][wire][ucx]") {
+  std::unique_ptr<ccoll::UcxTransport> t[2];
+  ConnectUcxPair(t);
   for (auto& x : t) x->SetChecksum(true);
   // Small (eager) and large (rendezvous: the receiver reads the sender's memory when it matches) messages, intact;
   // then a large one changed after Isend; then a kind mismatch.
@@ -969,5 +981,81 @@ TEST_CASE("UcxTransport with CC_CHECKSUM: header, payload and CRC travel as one 
   CHECK(t[1]->Wait(r, 10000) == ccInvalidUsage);
   CHECK(ccoll::LastError().find("cast16 payload") != std::string::npos);
   CHECK(t[0]->Wait(s, 10000) == ccSuccess);
+}
+#endif
+
+namespace {
+
+// Idle work that counts its pieces: `pieces` of them (or without end when 0), each about `us` microseconds long.
+class CountingWork : public ccoll::IdleWork {
+ public:
+  CountingWork(int pieces, int us) : pieces_(pieces), us_(us) {}
+  bool RunPiece() override {
+    ++ran;
+    std::this_thread::sleep_for(std::chrono::microseconds(us_));
+    return pieces_ == 0 || ran < pieces_;
+  }
+  int ran = 0;
+
+ private:
+  const int pieces_, us_;
+};
+
+}  // namespace
+
+TEST_CASE("LocalTransport: Wait leaves idle work alone (its transfers are the CPU's own copies)",
+          "[internals][transport]") {
+  Pair p = MakePair("test-local-idle");
+  std::vector<float> data(1000, 2.5f), got(1000, 0.0f);
+  ccoll::Request *s, *r;
+  REQUIRE(p.t[1]->Irecv(0, got.data(), 4000, 1, ccoll::kWireData, &r) == ccSuccess);
+  CountingWork idle(3, 10);
+  ccResult_t sendRc = ccInternalError;
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (p.t[0]->Isend(1, data.data(), 4000, 1, ccoll::kWireData, &s) == ccSuccess) sendRc = p.t[0]->Wait(s, 10000);
+  });
+  CHECK(p.t[1]->Wait(r, 10000, &idle) == ccSuccess);
+  sender.join();
+  CHECK(sendRc == ccSuccess);
+  CHECK(idle.ran == 0);
+  CHECK(got == data);
+}
+
+#ifdef CCOLL_HAVE_UCX
+// The sparsifiers hand UCX's waits the passes over what they do not send (collectives/sparse.cc): Wait runs them
+// while the network is busy, stops when they are done, and returns once the message is there even when they never are.
+TEST_CASE("UcxTransport: Wait runs idle work while a transfer is pending, and returns when it completes",
+          "[internals][transport][ucx]") {
+  std::unique_ptr<ccoll::UcxTransport> t[2];
+  ConnectUcxPair(t);
+  for (int endless = 0; endless < 2; ++endless) {
+    INFO((endless ? "idle work without end" : "five pieces of idle work"));
+    std::vector<float> data(1 << 16), got(1 << 16, 0.0f);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 777) - 300.0f;
+    ccoll::Request *s, *r;
+    const uint64_t tag = 40 + static_cast<uint64_t>(endless);
+    REQUIRE(t[1]->Irecv(0, got.data(), data.size() * 4, tag, ccoll::kWireData, &r) == ccSuccess);
+    CountingWork idle(endless ? 0 : 5, 1000);
+    ccResult_t sendRc = ccInternalError;
+    std::thread sender([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (t[0]->Isend(1, data.data(), data.size() * 4, tag, ccoll::kWireData, &s) == ccSuccess) {
+        sendRc = t[0]->Wait(s, 10000);
+      }
+    });
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(t[1]->Wait(r, 10000, &idle) == ccSuccess);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    sender.join();
+    CHECK(sendRc == ccSuccess);
+    CHECK(got == data);
+    if (endless) {
+      CHECK(idle.ran >= 5);   // it ran while nothing arrived (100 ms, pieces of 1 ms)
+      CHECK(ms < 5000.0);     // and Wait still returned with the message
+    } else {
+      CHECK(idle.ran == 5);  // every piece, none after the last
+    }
+  }
 }
 #endif

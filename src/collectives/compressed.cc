@@ -12,6 +12,7 @@
 #include "collectives/lowrank.h"
 #endif
 #include "collectives/ring.h"
+#include "collectives/sparse.h"
 #include "compress/codecs.h"
 #ifdef CCOLL_HAVE_CUDA
 #include "collectives/device_compressed.h"
@@ -226,96 +227,7 @@ ccResult_t CompressedTree(ccComm* comm, Codec& codec, WireKind kind, float* work
   return io.WaitAll();
 }
 
-// 16-bit data (bfloat16, float16): the bytes of the float32 call on a widened copy, narrowed (compress/widen.h). With
-// error feedback the input is widened as it is added into the memory, and without a widened copy; the result is
-// written narrowed either way (without error feedback the input is still widened into a copy first).
-ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
-  const size_t count = a.count;
-  const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
-  const bool ef = c->Get(ccParamErrorFeedback) != 0;
-  const bool half = a.dtype != ccFloat32;
-  const float* input = static_cast<const float*>(a.send);
-  if (half && !ef) {
-    c->widened.resize(count);  // grows to the bucket once, then is reused
-    Widen(a.dtype, a.send, count, c->widened.data());
-    input = c->widened.data();
-  }
-  const float* x = input;
-  AddReport added;  // with error feedback: whether the input and the memory after the add are finite
-  if (ef) {
-    c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
-    added = AddChecked(a.dtype, a.send, count, c->errorFeedback.data());
-    x = c->errorFeedback.data();
-  }
-  const size_t chunks = ChunkCount(count, chunk);
-  const size_t keep = KeptChunks(chunks, c->Get(ccParamDensityPpm));
-  std::vector<uint32_t> chosen;
-  if (c->kind == ccCompressTopkChunk) {
-    std::vector<float> norms;
-    ChunkNorms(x, count, chunk, &norms);
-    CC_CHECK(AgreeMeta(comm, &norms, ccSum));
-    TopChunks(norms, keep, &chosen);
-  } else {
-    RandomChunks(chunks, keep, StreamKey(call.seed, call.call, ~0u, kPurposeChunks), &chosen);
-  }
-  const size_t packed = PackedCount(count, chunk, chosen);
-  std::vector<float>& staging = c->staging;  // grows to the packed size once, then is reused
-  // randk may not pick the chunk holding a rank's NaN or Inf. One extra element carries "this rank saw a non-finite
-  // value" through the same all-reduce, so every rank learns it and poisons the whole result alike. (topk needs no
-  // flag: a non-finite chunk has an infinite norm and is always picked.)
-  const bool flag = c->kind == ccCompressRandk;
-  staging.resize(packed + (flag ? 1 : 0));
-  GatherChunks(x, count, chunk, chosen, staging.data());
-  if (flag) {
-    const bool finite = ef ? added.inputFinite : std::isfinite(MaxAbs(input, count));
-    staging[packed] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-  }
-  bool poisoned = false;
-  CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), packed, flag, chunks, keep, a.op, &poisoned));
-  float* out = static_cast<float*>(a.recv);
-  if (half) {
-    FillNarrowed(a.dtype, poisoned ? std::numeric_limits<float>::quiet_NaN() : 0.0f, count, a.recv);
-    if (!poisoned) ScatterChunksNarrowed(a.dtype, staging.data(), count, chunk, chosen, a.recv);
-  } else if (poisoned) {
-    std::fill(out, out + count, std::numeric_limits<float>::quiet_NaN());
-  } else {
-    std::fill(out, out + count, 0.0f);
-    ScatterChunks(staging.data(), count, chunk, chosen, out);
-  }
-  if (ef) {
-    // What was sent leaves the memory; what was not stays for the next call. Non-finite leftovers are dropped so
-    // one bad gradient cannot poison every later call (with every sum finite there are none: no pass for them).
-    float* e = c->errorFeedback.data();
-    for (uint32_t ch : chosen) {
-      size_t begin = ch * chunk, end = std::min(count, begin + chunk);
-      std::fill(e + begin, e + end, 0.0f);
-    }
-    if (!added.sumsFinite) {
-      for (size_t i = 0; i < count; ++i) {
-        if (!std::isfinite(e[i])) e[i] = 0.0f;
-      }
-    }
-  }
-  return ccSuccess;
-}
-
 }  // namespace
-
-ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
-                           bool flag, size_t chunks, size_t keep, ccRedOp_t op, bool* poisoned) {
-  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
-  CC_CHECK(RunCodec(comm, c, *codec, values, packed + (flag ? 1 : 0)));
-  *poisoned = flag && !std::isfinite(values[packed]);
-  float scale = 1.0f;
-  if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
-    scale = static_cast<float>(static_cast<double>(chunks) / static_cast<double>(keep));
-  }
-  if (op == ccAvg) scale /= static_cast<float>(comm->nranks);
-  if (scale != 1.0f) {
-    for (size_t i = 0; i < packed; ++i) values[i] *= scale;
-  }
-  return ccSuccess;
-}
 
 ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op) {
   if (meta->empty()) return ccSuccess;

@@ -15,6 +15,7 @@
 #include "collectives/compressed.h"
 #include "collectives/device_buffers.h"
 #include "collectives/device_prepare.h"
+#include "collectives/sparse.h"
 #include "compress/codec_cuda.h"
 #include "compress/compressor.h"
 #include "compress/device_codec.h"
@@ -117,8 +118,8 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
     RandomChunks(chunks, keep, StreamKey(call.seed, call.call, ~0u, kPurposeChunks), &chosen);
   }
   const size_t packed = PackedCount(count, chunk, chosen);
-  // The chosen indices go to the device, followed by one word: randk's "this rank saw a non-finite value" flag (see
-  // SparseAllReduce).
+  // The chosen indices go to the device, followed by one word: randk's "this rank saw a non-finite value" flag
+  // (collectives/sparse.h's AgreeNonFinite).
   const bool flag = c->kind == ccCompressRandk;
   uint32_t* hostIndex = st->hostMeta.Reserve<uint32_t>(chosen.size() + 1);
   std::copy(chosen.begin(), chosen.end(), hostIndex);
@@ -127,7 +128,7 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
   Copy(devIndex, hostIndex, (chosen.size() + 1) * sizeof(uint32_t), cudaMemcpyHostToDevice, st,
        "cudaMemcpyAsync (chosen chunks)");
   float* devPacked = st->packed.Reserve<float>(packed);
-  float* hostPacked = st->hostPacked.Reserve<float>(packed + 1);
+  float* hostPacked = st->hostPacked.Reserve<float>(packed);
   CheckLaunch(gpu::GatherChunks(x, count, chunk, devIndex, packed, devPacked, st->stream()));
   Copy(hostPacked, devPacked, packed * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (chunks out)");
   if (flag) {
@@ -137,9 +138,9 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
          "cudaMemcpyAsync (non-finite flag)");
   }
   st->Synchronize();
-  if (flag) hostPacked[packed] = hostIndex[chosen.size()] == 0 ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  CC_CHECK(SumChosenChunks(comm, c, call, hostPacked, packed, chunks, keep, a.op));
   bool poisoned = false;
-  CC_CHECK(SumChosenChunks(comm, c, call, hostPacked, packed, flag, chunks, keep, a.op, &poisoned));
+  if (flag) CC_CHECK(AgreeNonFinite(comm, hostIndex[chosen.size()] != 0, &poisoned));
   float* out = static_cast<float*>(a.recv);
   if (poisoned) {
     CheckLaunch(gpu::Fill(out, count, std::numeric_limits<float>::quiet_NaN(), st->stream()));

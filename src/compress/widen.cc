@@ -79,6 +79,20 @@ CC_HOT AddReport AddChecked(ccDataType_t dtype, const void* in, size_t count, fl
   return r;
 }
 
+CC_HOT bool AllFinite(ccDataType_t dtype, const void* in, size_t count) {
+  // Infinity and NaN are the values whose exponent bits are all ones.
+  uint32_t bad = 0;
+  if (dtype == ccFloat32) {
+    const float* f = static_cast<const float*>(in);
+    for (size_t i = 0; i < count; ++i) bad |= NonFinite(f[i]);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(in);
+    const uint16_t exponent = dtype == ccBfloat16 ? 0x7f80 : 0x7c00;
+    for (size_t i = 0; i < count; ++i) bad |= static_cast<uint32_t>((h[i] & exponent) == exponent);
+  }
+  return bad == 0;
+}
+
 void FillNarrowed(ccDataType_t dtype, float value, size_t count, void* out) {
   const uint16_t bits = dtype == ccBfloat16 ? FloatToBf16(value).bits : FloatToHalf(value).bits;
   std::fill(static_cast<uint16_t*>(out), static_cast<uint16_t*>(out) + count, bits);

@@ -28,6 +28,8 @@ struct AddReport {
   bool sumsFinite = true;
 };
 AddReport AddChecked(ccDataType_t dtype, const void* in, size_t count, float* acc);
+// Whether every one of the count values of `dtype` (float32, bfloat16 or float16) at `in` is finite.
+bool AllFinite(ccDataType_t dtype, const void* in, size_t count);
 void FillNarrowed(ccDataType_t dtype, float value, size_t count, void* out);
 
 }  // namespace ccoll

@@ -362,7 +362,7 @@ ccResult_t Inflight::Wait(Request** req) {
   if (r == nullptr) return ccSuccess;
   *req = nullptr;
   open_.erase(r);
-  return r->owner->Wait(r, comm_->config.timeoutMs);
+  return r->owner->Wait(r, comm_->config.timeoutMs, comm_->idleWork);
 }
 
 ccResult_t Inflight::WaitAll() {

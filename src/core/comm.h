@@ -63,6 +63,9 @@ struct ccComm {
   char* ScratchSlot(int i) { return scratch.data() + static_cast<size_t>(i) * config.sliceBytes; }
 
   uint64_t seq = 0;  // collectives started on this rank; the high bits of every tag
+  // Work of the running call that its schedule's waits run piece by piece (Inflight::Wait), set by IdleScope; only
+  // the thread running the call touches it.
+  ccoll::IdleWork* idleWork = nullptr;
 
   std::atomic<int> asyncError{ccSuccess};
   std::atomic<bool> aborting{false};  // set by ccCommAbort: a running non-blocking init gives up
@@ -125,7 +128,7 @@ class Inflight {
 
   ccResult_t Send(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req);
   ccResult_t Recv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req);
-  // Waits for req (nullptr: nothing to wait for) and sets it to nullptr.
+  // Waits for req (nullptr: nothing to wait for) and sets it to nullptr, running the call's idle work meanwhile.
   ccResult_t Wait(Request** req);
   // Waits for every open transfer.
   ccResult_t WaitAll();
@@ -134,6 +137,18 @@ class Inflight {
   ccComm* comm_;
   WireKind kind_;
   std::unordered_set<Request*> open_;  // O(1) removal: schedules may hold many sends open at once
+};
+
+// Gives the schedules the caller runs in its scope `work` to do while they wait for the network, then takes it back.
+class IdleScope {
+ public:
+  IdleScope(ccComm* comm, IdleWork* work) : comm_(comm) { comm_->idleWork = work; }
+  ~IdleScope() { comm_->idleWork = nullptr; }
+  IdleScope(const IdleScope&) = delete;
+  IdleScope& operator=(const IdleScope&) = delete;
+
+ private:
+  ccComm* comm_;
 };
 
 class CommUse {

@@ -231,7 +231,10 @@ ccResult_t LocalTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag
   return Post(false, peer, buf, bytes, tag, kind, req);
 }
 
-ccResult_t LocalTransport::Wait(Request* request, int timeoutMs) {
+// No idle work here: a transfer between thread ranks is a copy by one of them, not time on a network, so there is
+// nothing to hide it behind, and on a machine with fewer cores than ranks the work would only keep a peer's copy from
+// running.
+ccResult_t LocalTransport::Wait(Request* request, int timeoutMs, IdleWork* /*idle*/) {
   auto* r = static_cast<LocalRequest*>(request);
   std::unique_ptr<LocalRequest> owned(r);
   Mailbox* box = group_->boxes[r->isSend ? r->peer : r->self].get();

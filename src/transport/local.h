@@ -25,7 +25,7 @@ class LocalTransport : public Transport {
   const char* Name() const override { return "local"; }
   ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
   ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
-  ccResult_t Wait(Request* req, int timeoutMs) override;
+  ccResult_t Wait(Request* req, int timeoutMs, IdleWork* idle = nullptr) override;
   void Abort(const char* reason) override;
   bool CarriesDeviceMemory() const override { return true; }
   void SetDeviceCopier(DeviceCopier* copier) override { copier_ = copier; }

@@ -49,6 +49,14 @@ struct Request {
   }
 };
 
+// Work a rank can do while it waits for the network, run piece by piece inside Wait: RunPiece does one piece, short
+// enough (tens of microseconds) not to hold up the transfers, and returns false once nothing is left.
+class IdleWork {
+ public:
+  virtual ~IdleWork() = default;
+  virtual bool RunPiece() = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -59,7 +67,10 @@ class Transport {
   // both sides (it means the ranks called with different counts or datatypes); so is a message of another kind.
   virtual ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) = 0;
   // Blocks until `req` completes, fails, the transport is aborted, or `timeoutMs` passes. Frees req in all cases.
-  virtual ccResult_t Wait(Request* req, int timeoutMs) = 0;
+  // Meanwhile, while the request is not done, runs pieces of `idle` (when given) until it has none left, when
+  // RunsIdleWork(); a transport that moves the data with the CPU itself (local) ignores it.
+  virtual ccResult_t Wait(Request* req, int timeoutMs, IdleWork* idle = nullptr) = 0;
+  virtual bool RunsIdleWork() const { return false; }
   // Makes every pending and future Wait on this transport, and on the peers waiting for this rank, fail.
   virtual void Abort(const char* reason) = 0;
 

@@ -335,12 +335,12 @@ ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, 
   return ccSuccess;
 }
 
-ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
+ccResult_t UcxTransport::Wait(Request* request, int timeoutMs, IdleWork* idle) {
   Impl& m = *impl_;
   std::unique_ptr<UcxRequest> r(static_cast<UcxRequest*>(request));
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeoutMs);
-  int idle = 0;
+  int quiet = 0;  // progress calls in a row that moved nothing
   Clock::time_point idleSince = start;
   while (r->handle != nullptr) {
     ucp_tag_recv_info_t info{};
@@ -373,10 +373,12 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs) {
                   static_cast<unsigned long long>(r->tag));
     }
     if (ucp_worker_progress(m.worker) != 0) {
-      idle = 0;
-    } else if (++idle == 1) {
+      quiet = 0;
+    } else if (idle != nullptr) {
+      if (!idle->RunPiece()) idle = nullptr;  // nothing moved: a piece of the caller's work, then progress again
+    } else if (++quiet == 1) {
       idleSince = Clock::now();
-    } else if (idle > 64) {
+    } else if (quiet > 64) {
       // Nothing moved for a while: yield (a peer on this core may be the one we wait for), and after 50 us of that
       // sleep until UCX has an event, so a descheduled peer gets the core at once instead of after our timeslice.
       // The sleep ends at least every millisecond to check abort, peer failure and the deadline.

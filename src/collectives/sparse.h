@@ -1,0 +1,28 @@
+// The sparsifiers' all-reduce (topk, randk): every rank picks the same chunks (compress/sparse.h), only those travel,
+// dense, through the compressor's cast ring, and the rest of the result is zero; error feedback keeps what was not
+// sent. The host driver is here; the device driver (collectives/device_compressed.cc) shares the middle steps.
+#pragma once
+
+#include "collectives/coll_args.h"
+#include "compress/codecs.h"
+
+struct ccComm;
+struct ccCompressor;
+
+namespace ccoll {
+
+// On host buffers, float32 or 16-bit data (the bytes of the float32 call on the widened values, narrowed).
+ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, const CodecCall& call);
+
+// The middle steps, host and device drivers alike, on host memory, in this order on every rank:
+//   SumChosenChunks: sums the `packed` chosen values over the ranks with the compressor's value type, then scales them
+//   to the result (randk unbiased: chunks / keep; avg: / nranks). Every rank ends with the same bytes.
+//   AgreeNonFinite (randk only): whether any rank saw a non-finite value in its input. randk may not pick the chunk
+//   that holds it, so every rank learns it this way and poisons its whole result alike. (topk needs nothing: a
+//   non-finite chunk has an infinite norm and is always picked.) One float, all-reduced after the values, so that a
+//   rank can finish looking at its input while the values travel.
+ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
+                           size_t chunks, size_t keep, ccRedOp_t op);
+ccResult_t AgreeNonFinite(ccComm* comm, bool sawNonFinite, bool* anyRank);
+
+}  // namespace ccoll
