@@ -1247,7 +1247,8 @@ TEST_CASE("chunk norms: eight partial sums added pairwise, accurate, +inf when n
       // The order as documented, written out plainly.
       double part[8] = {};
       for (size_t i = 0; i < n; ++i) part[i % 8] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-      const double documented = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      const double documented =
+          ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
       const double got = ccoll::ChunkSquaredNorm(x.data(), n);
       CHECK(ccoll::FloatBits(static_cast<float>(got)) == ccoll::FloatBits(static_cast<float>(documented)));
       CHECK(std::memcmp(&got, &documented, sizeof(double)) == 0);

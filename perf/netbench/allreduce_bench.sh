@@ -11,7 +11,7 @@
 #   ROUNDS=1: run every row this many times, in a rotated order each round; the report takes the median time (the
 #             machine is shared: its load changes during a run)
 #   CODECS="f32 bf16 cast16 q2r q4r q8r q2h q4h q8h topk randk powersgd mpi mpiring"  (a subset: only those rows;
-#            also q4r_b16 q8r_b16 randk_b16 topk_b16: those codecs on bfloat16 gradients)
+#            also q4r_b16 q8r_b16 randk_b16 topk_b16 powersgd_b16: those codecs on bfloat16 gradients)
 #   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks;
 #            OPENBLAS_NUM_THREADS=1 is added unless it names it)
 #   CPU_ONLY=1: afterwards run every ccoll row again as NP threads of one process (local transport, no network,
@@ -70,6 +70,7 @@ label[q4r_b16]="quant 4b requant, bf16 data"; spec[q4r_b16]="-d bfloat16 -z quan
 label[q8r_b16]="quant 8b requant, bf16 data"; spec[q8r_b16]="-d bfloat16 -z quant:bits=8,mode=requant"
 label[randk_b16]="randk, bf16 data";          spec[randk_b16]="-d bfloat16 -z randk"
 label[topk_b16]="topk, bf16 data";            spec[topk_b16]="-d bfloat16 -z topk"
+label[powersgd_b16]="powersgd rank 4, bf16 data"; spec[powersgd_b16]="-d bfloat16 -z powersgd:rank=4"
 # OpenMPI rows: spec holds mpirun arguments. mpi = OpenMPI as it comes (the issue's reference: 64 MiB in ~2.3 s).
 # mpiring = tuned for this machine: its ring all-reduce (algorithm 4), and yield_when_idle, because each namespace
 # looks like its own node to OpenMPI, so it busy-polls with 4 ranks on 2 cores (1 MiB: ~150 ms -> ~14 ms).

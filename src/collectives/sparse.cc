@@ -85,8 +85,8 @@ bool WaitsRunIdleWork(const ccComm& comm) {
 
 }  // namespace
 
-// 16-bit data: the bytes of the float32 call on the widened values, narrowed (compress/widen.h); with error feedback the
-// input is widened as it is added into the memory.
+// 16-bit data: the bytes of the float32 call on the widened values, narrowed (compress/widen.h); with error feedback
+// the input is widened as it is added into the memory.
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
