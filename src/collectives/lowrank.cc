@@ -17,6 +17,15 @@
 
 namespace ccoll {
 
+namespace {
+
+// Rows of a matrix that the fused steps of LowRankAllReduce take at a time: about 256 KiB of float32, so that what one
+// step writes is still in cache for the next. The same on every rank (the BLAS may round a product of another shape
+// differently).
+int64_t BlockRows(int64_t cols) { return std::max<int64_t>(1, (int64_t{1} << 16) / cols); }
+
+}  // namespace
+
 ccResult_t LowRankSum(ccComm* comm, ccCompressor* c, const CodecCall& call, float* data, size_t count,
                       ccDataType_t wire) {
   if (count == 0) return ccSuccess;
@@ -73,25 +82,27 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
 
   const float n = static_cast<float>(comm->nranks);
   const bool ef = c->Get(ccParamErrorFeedback) != 0;
-  // M: the input, the memory (E + G), or (16-bit data without error feedback) the input widened.
-  const float* m = static_cast<const float*>(a.send);
+  if (ef) c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
   if (half) c->widened.resize(count);
-  if (ef) {
-    c->errorFeedback.resize(count, 0.0f);  // the bucket's memory: zero at the first call
-    float* e = c->errorFeedback.data();
-    if (half) {
-      AddWidened(a.dtype, a.send, count, e);
-    } else {
-      for (size_t i = 0; i < count; ++i) e[i] += m[i];
+  float* e = ef ? c->errorFeedback.data() : nullptr;
+  // M: the memory (E + G), the input, or (16-bit data without error feedback) the input widened. makeM makes it over
+  // [begin, begin + len), a block just before the block's product reads it (float32 input without error feedback is
+  // M already).
+  const float* m = ef ? e : half ? c->widened.data() : static_cast<const float*>(a.send);
+  auto makeM = [&](size_t begin, size_t len) {
+    const char* in = static_cast<const char*>(a.send) + begin * a.eltSize;
+    if (ef && half) {
+      AddWidened(a.dtype, in, len, e + begin);
+    } else if (ef) {
+      const float* g = reinterpret_cast<const float*>(in);
+      for (size_t i = 0; i < len; ++i) e[begin + i] += g[i];
+    } else if (half) {
+      Widen(a.dtype, in, len, c->widened.data() + begin);
     }
-    m = e;
-  } else if (half) {
-    Widen(a.dtype, a.send, count, c->widened.data());
-    m = c->widened.data();
-  }
-  // The float32 result: the output, or (16-bit data) the widened copy, narrowed into the output block by block at
-  // the end. M is not read after Q = M^T P except by the error feedback (which then keeps M in its memory), so the
-  // result may overwrite the input or the copy that holds M.
+  };
+  // The float32 result: the output, or (16-bit data) the widened copy, narrowed into the output block by block. M is
+  // not read after Q = M^T P except by the error feedback (which then keeps M in its memory), so the result may
+  // overwrite the input or the copy that holds M.
   float* out = half ? c->widened.data() : static_cast<float*>(a.recv);
 
   // Q: the previous call's (warm start), orthonormalized again, when it is usable; else a fresh random one. The
@@ -99,14 +110,22 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   LowRankStartQ(c, plan, call);
   const double eps = static_cast<double>(c->Get(ccParamOrthoEpsilon)) * 1e-12;
 
-  // Round 1: every P, then the exact parts.
+  // Round 1: every P, a block of rows at a time right after the block of M is made, then the exact parts.
   std::vector<float>& pBuf = c->staging;
   pBuf.resize(plan.pElems + plan.exactElems);
   for (const LowRankMatrix& mt : plan.matrices) {
-    ProductMQ(m + mt.offset, mt.rows, mt.cols, c->lowRankQ.data() + mt.qOffset, mt.rank, pBuf.data() + mt.pOffset);
+    const int64_t step = BlockRows(mt.cols);
+    for (int64_t r0 = 0; r0 < mt.rows; r0 += step) {
+      const int64_t rows = std::min(step, mt.rows - r0);
+      const size_t begin = mt.offset + static_cast<size_t>(r0 * mt.cols);
+      makeM(begin, static_cast<size_t>(rows * mt.cols));
+      ProductMQ(m + begin, rows, mt.cols, c->lowRankQ.data() + mt.qOffset, mt.rank,
+                pBuf.data() + mt.pOffset + static_cast<size_t>(r0) * static_cast<size_t>(mt.rank));
+    }
   }
   float* exactPart = pBuf.data() + plan.pElems;
   for (const auto& [offset, length] : plan.exact) {
+    makeM(offset, length);
     std::memcpy(exactPart, m + offset, length * sizeof(float));
     exactPart += length;
   }
@@ -131,22 +150,19 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   CC_CHECK(LowRankSum(comm, c, call, qBuf.data(), qBuf.size(), wire));
   for (size_t i = 0; i < plan.qElems; ++i) c->lowRankQ[i] = qBuf[i] / n;  // the average; kept for the warm start
 
-  // The result.
+  // The result, a block of rows at a time, each finished while it is in cache: what the average did not carry stays
+  // for the next call (E = M - G^; non-finite leftovers are dropped so one bad gradient cannot poison every later
+  // call), then G^ times n for a sum, then (16-bit data) narrowed into the output.
   for (const LowRankMatrix& mt : plan.matrices) {
-    ProductPQt(pBuf.data() + mt.pOffset, c->lowRankQ.data() + mt.qOffset, mt.rows, mt.cols, mt.rank,
-               out + mt.offset);
-  }
-  // Each matrix block by block, while the block is in cache: what the average did not carry stays for the next call
-  // (E = M - G^; non-finite leftovers are dropped so one bad gradient cannot poison every later call), then G^ times
-  // n for a sum, then (16-bit data) narrowed into the output.
-  constexpr size_t kBlock = 4096;
-  for (const LowRankMatrix& mt : plan.matrices) {
-    const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
-    for (size_t b = mt.offset; b < mt.offset + elems; b += kBlock) {
-      const size_t len = std::min(kBlock, mt.offset + elems - b);
-      float* g = out + b;
+    const int64_t step = BlockRows(mt.cols);
+    for (int64_t r0 = 0; r0 < mt.rows; r0 += step) {
+      const int64_t rows = std::min(step, mt.rows - r0);
+      const size_t begin = mt.offset + static_cast<size_t>(r0 * mt.cols), len = static_cast<size_t>(rows * mt.cols);
+      float* g = out + begin;
+      ProductPQt(pBuf.data() + mt.pOffset + static_cast<size_t>(r0) * static_cast<size_t>(mt.rank),
+                 c->lowRankQ.data() + mt.qOffset, rows, mt.cols, mt.rank, g);
       if (ef) {
-        float* em = c->errorFeedback.data() + b;
+        float* em = e + begin;
         for (size_t i = 0; i < len; ++i) {
           const float left = em[i] - g[i];
           em[i] = std::isfinite(left) ? left : 0.0f;
@@ -155,13 +171,13 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
       if (a.op == ccSum) {
         for (size_t i = 0; i < len; ++i) g[i] *= n;
       }
-      if (half) Narrow(a.dtype, g, len, static_cast<uint16_t*>(a.recv) + b);
+      if (half) Narrow(a.dtype, g, len, static_cast<uint16_t*>(a.recv) + begin);
     }
   }
   // The exact parts lost nothing: their memory is zero, their result the sum (or average) of the ranks' values.
   exactPart = pBuf.data() + plan.pElems;
   for (const auto& [offset, length] : plan.exact) {
-    if (ef) std::fill(c->errorFeedback.data() + offset, c->errorFeedback.data() + offset + length, 0.0f);
+    if (ef) std::fill(e + offset, e + offset + length, 0.0f);
     for (size_t i = 0; i < length; ++i) out[offset + i] = a.op == ccSum ? exactPart[i] : exactPart[i] / n;
     if (half) Narrow(a.dtype, out + offset, length, static_cast<uint16_t*>(a.recv) + offset);
     exactPart += length;
