@@ -70,6 +70,12 @@ wait_idle() {
   done
 }
 
+# train_ddp.py's data and model: Debian's python3-sklearn (not installed by scripts/setup.sh) and python3-torch.
+if ! "$PY" -c 'import sklearn, torch' 2>/dev/null; then
+  echo "run.sh: $PY cannot import sklearn and torch: apt-get install python3-sklearn python3-torch" >&2
+  exit 2
+fi
+
 wait_idle
 export NB_PREFIX=cctta NB_NET=10.78.0
 # shellcheck source=../netbench/cluster.sh
