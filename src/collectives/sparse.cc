@@ -25,11 +25,10 @@ constexpr size_t kPiece = size_t{1} << 14;
 std::vector<std::pair<size_t, size_t>> UnchosenRanges(size_t count, size_t chunk, const std::vector<uint32_t>& chosen) {
   std::vector<std::pair<size_t, size_t>> ranges;
   size_t at = 0;
-  for (uint32_t ch : chosen) {
-    const size_t begin = static_cast<size_t>(ch) * chunk;
+  ForEachChosen(count, chunk, chosen, [&](size_t begin, size_t n, size_t) {
     if (begin > at) ranges.emplace_back(at, begin);
-    at = std::min(count, begin + chunk);
-  }
+    at = begin + n;
+  });
   if (at < count) ranges.emplace_back(at, count);
   return ranges;
 }
@@ -134,9 +133,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   if (!deferRest) {
     GatherChunks(x, count, chunk, chosen, staging.data());
   } else {
-    size_t k = 0;
-    for (uint32_t ch : chosen) {
-      const size_t begin = static_cast<size_t>(ch) * chunk, len = std::min(count, begin + chunk) - begin;
+    ForEachChosen(count, chunk, chosen, [&](size_t begin, size_t len, size_t k) {
       const char* in = static_cast<const char*>(a.send) + begin * a.eltSize;
       if (ef) {
         seen.inputFinite = AddChecked(a.dtype, in, len, e + begin).inputFinite && seen.inputFinite;
@@ -149,15 +146,12 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
         }
         seen.inputFinite = seen.inputFinite && AllFinite(ccFloat32, staging.data() + k, len);
       }
-      k += len;
-    }
+    });
   }
   if (ef) {
     // What is sent leaves the memory; what is not stays for the next call.
-    for (uint32_t ch : chosen) {
-      const size_t begin = static_cast<size_t>(ch) * chunk;
-      std::fill(e + begin, e + std::min(count, begin + chunk), 0.0f);
-    }
+    ForEachChosen(count, chunk, chosen,
+                  [&](size_t begin, size_t n, size_t) { std::fill(e + begin, e + begin + n, 0.0f); });
   }
   if (deferRest) {
     UnsentChunks rest(a, UnchosenRanges(count, chunk, chosen), e);

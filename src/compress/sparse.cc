@@ -55,22 +55,6 @@ void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* 
   std::sort(chosen->begin(), chosen->end());
 }
 
-namespace {
-
-// Calls f(begin, n, packedOffset) for each chosen chunk, in order: its first element, its length (the last chunk may
-// be short) and where it starts in the packed values.
-template <typename F>
-void ForEachChosen(size_t count, size_t chunk, const std::vector<uint32_t>& chosen, F&& f) {
-  size_t packed = 0;
-  for (uint32_t c : chosen) {
-    const size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
-    f(begin, n, packed);
-    packed += n;
-  }
-}
-
-}  // namespace
-
 size_t PackedCount(size_t count, size_t chunk, const std::vector<uint32_t>& chosen) {
   size_t total = 0;
   ForEachChosen(count, chunk, chosen, [&](size_t, size_t n, size_t) { total += n; });

@@ -3,6 +3,7 @@
 // metadata all-reduce); randk draws them from the shared seed of the call, with no metadata round.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -26,6 +27,18 @@ void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>*
 // k distinct chunks of `chunks` drawn from the stream `key` (the same on every rank), increasing index order: the k
 // chunks whose words RandomWord(key, index) are smallest, ties to the lower index.
 void RandomChunks(size_t chunks, size_t k, uint32_t key, std::vector<uint32_t>* chosen);
+
+// Calls f(begin, n, packedOffset) for each chosen chunk, in order: its first element, its length (the last chunk may
+// be short) and where it starts in the packed values.
+template <typename F>
+void ForEachChosen(size_t count, size_t chunk, const std::vector<uint32_t>& chosen, F&& f) {
+  size_t packed = 0;
+  for (uint32_t c : chosen) {
+    const size_t begin = c * chunk, n = std::min(count, begin + chunk) - begin;
+    f(begin, n, packed);
+    packed += n;
+  }
+}
 
 // Copies the chosen chunks of x into packed (contiguous, in order) and back.
 void GatherChunks(const float* x, size_t count, size_t chunk, const std::vector<uint32_t>& chosen, float* packed);
