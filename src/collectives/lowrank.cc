@@ -91,11 +91,8 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
   const float* m = ef ? e : half ? c->widened.data() : static_cast<const float*>(a.send);
   auto makeM = [&](size_t begin, size_t len) {
     const char* in = static_cast<const char*>(a.send) + begin * a.eltSize;
-    if (ef && half) {
-      AddWidened(a.dtype, in, len, e + begin);
-    } else if (ef) {
-      const float* g = reinterpret_cast<const float*>(in);
-      for (size_t i = 0; i < len; ++i) e[begin + i] += g[i];
+    if (ef) {
+      AddChecked(a.dtype, in, len, e + begin);  // (the update below drops non-finite leftovers itself)
     } else if (half) {
       Widen(a.dtype, in, len, c->widened.data() + begin);
     }

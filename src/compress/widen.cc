@@ -28,55 +28,35 @@ CC_HOT void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out)
   }
 }
 
-CC_HOT void AddWidened(ccDataType_t dtype, const void* in, size_t count, float* acc) {
-  const uint16_t* h = static_cast<const uint16_t*>(in);
-  if (dtype == ccBfloat16) {
-    for (size_t i = 0; i < count; ++i) acc[i] += Bf16ToFloat(Bf16{h[i]});
-  } else {
-    for (size_t i = 0; i < count; ++i) acc[i] += HalfToFloat(Half{h[i]});
-  }
-}
-
 namespace {
 
 // Nonzero when the float32 bits are those of an infinity or a NaN (all exponent bits set).
 inline uint32_t NonFinite(float f) { return static_cast<uint32_t>((FloatBits(f) & 0x7f800000u) == 0x7f800000u); }
 
-}  // namespace
-
-CC_HOT AddReport AddChecked(ccDataType_t dtype, const void* in, size_t count, float* acc) {
+// AddChecked's loop over values of type T, each widened to float by `widen` (exact).
+template <typename T, typename W>
+inline AddReport AddLoop(const T* in, size_t count, float* acc, W widen) {
   uint32_t badIn = 0, badSum = 0;
-  if (dtype == ccFloat32) {
-    const float* f = static_cast<const float*>(in);
-    for (size_t i = 0; i < count; ++i) {
-      const float s = acc[i] + f[i];
-      acc[i] = s;
-      badIn |= NonFinite(f[i]);
-      badSum |= NonFinite(s);
-    }
-  } else if (dtype == ccBfloat16) {  // widening is exact: non-finite exactly when the 16-bit value is
-    const uint16_t* h = static_cast<const uint16_t*>(in);
-    for (size_t i = 0; i < count; ++i) {
-      const float v = Bf16ToFloat(Bf16{h[i]});
-      const float s = acc[i] + v;
-      acc[i] = s;
-      badIn |= NonFinite(v);
-      badSum |= NonFinite(s);
-    }
-  } else {
-    const uint16_t* h = static_cast<const uint16_t*>(in);
-    for (size_t i = 0; i < count; ++i) {
-      const float v = HalfToFloat(Half{h[i]});
-      const float s = acc[i] + v;
-      acc[i] = s;
-      badIn |= NonFinite(v);
-      badSum |= NonFinite(s);
-    }
+  for (size_t i = 0; i < count; ++i) {
+    const float v = widen(in[i]);
+    const float s = acc[i] + v;
+    acc[i] = s;
+    badIn |= NonFinite(v);  // widening is exact: non-finite exactly when the input value is
+    badSum |= NonFinite(s);
   }
   AddReport r;
   r.inputFinite = badIn == 0;
   r.sumsFinite = badSum == 0;
   return r;
+}
+
+}  // namespace
+
+CC_HOT AddReport AddChecked(ccDataType_t dtype, const void* in, size_t count, float* acc) {
+  if (dtype == ccFloat32) return AddLoop(static_cast<const float*>(in), count, acc, [](float v) { return v; });
+  const uint16_t* h = static_cast<const uint16_t*>(in);
+  if (dtype == ccBfloat16) return AddLoop(h, count, acc, [](uint16_t b) { return Bf16ToFloat(Bf16{b}); });
+  return AddLoop(h, count, acc, [](uint16_t b) { return HalfToFloat(Half{b}); });
 }
 
 CC_HOT bool AllFinite(ccDataType_t dtype, const void* in, size_t count) {

@@ -19,10 +19,9 @@ void Widen(ccDataType_t dtype, const void* in, size_t count, float* out);
 void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out);
 
 // Fused forms for the codecs that read and write 16-bit data themselves (the sparsifiers, PowerSGD), the same bytes
-// as a widened copy would give: acc[i] += in[i] as float; the same with float32 or 16-bit input, reporting whether
-// every input value was finite and whether every sum is (what a sparsifier would otherwise make passes of its own
-// for); and out[0..count) = value rounded to `dtype`, as Narrow would round it.
-void AddWidened(ccDataType_t dtype, const void* in, size_t count, float* acc);
+// as a widened copy would give: acc[i] += in[i] as float (float32 or 16-bit input), reporting whether every input
+// value was finite and whether every sum is (what a sparsifier would otherwise make passes of its own for); and
+// out[0..count) = value rounded to `dtype`, as Narrow would round it.
 struct AddReport {
   bool inputFinite = true;
   bool sumsFinite = true;
