@@ -393,6 +393,8 @@ ccResult_t NcclTransport::Broadcast(const void* send, void* recv, size_t count, 
 
 void NcclTransport::Queued(ccStream_t stream) {
   Impl& m = *impl_;
+  // The communicator's device: the legacy stream (stream 0) and a new event are the current device's.
+  DeviceScope scope(m.device);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaError_t e = cudaStreamIsCapturing(CudaStream(stream), &capture);
   // A captured collective runs at each launch of its graph, not now: there is nothing to watch until then.
@@ -405,10 +407,7 @@ void NcclTransport::Queued(ccStream_t stream) {
       m.spareEvents.pop_back();
     }
   }
-  if (e == cudaSuccess && event == nullptr) {
-    DeviceScope scope(m.device);
-    e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  }
+  if (e == cudaSuccess && event == nullptr) e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventRecord(event, CudaStream(stream));
   std::lock_guard<std::mutex> lock(m.pendingMutex);
   if (e != cudaSuccess) {
