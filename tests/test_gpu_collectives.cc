@@ -654,6 +654,79 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
   }
 }
 
+// While another thread of the application captures a graph in global mode (PyTorch's default), CUDA refuses
+// potentially unsafe calls (event queries, stream synchronization) from every thread whose mode is global, and the
+// refusal invalidates that capture. The communicator's proxy thread makes such calls for each device call: it runs in
+// relaxed mode, so a device call of threads that are relaxed themselves leaves the capture intact.
+TEST_CASE("[gpu] device calls leave another thread's global-mode capture intact", "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const size_t count = 1 << 16;
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 9);
+  for (const char* spec : {static_cast<const char*>(nullptr), "quant:bits=4,mode=requant"}) {
+    INFO((spec ? spec : "exact"));
+    std::unique_ptr<Compressors> cs, cd;  // one set for the host calls, one for the device calls
+    if (spec != nullptr) {
+      cs = std::make_unique<Compressors>(spec, n);
+      cd = std::make_unique<Compressors>(spec, n);
+      REQUIRE(cs->status == ccSuccess);
+      REQUIRE(cd->status == ccSuccess);
+    }
+    Outcome host = OnHost(g, in, count * 4, [&](int r, const void* snd, void* rcv, ccStream_t) {
+      return ccAllReduce(snd, rcv, count, ccFloat32, ccSum, cs ? (*cs)[r] : nullptr, g[r], nullptr);
+    });
+    REQUIRE(host.Failure() == "");
+    std::vector<float*> send(n), recv(n);
+    std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;  // (Pinned says why)
+    for (int r = 0; r < n; ++r) {  // every allocation before the capture begins
+      REQUIRE(cudaMalloc(reinterpret_cast<void**>(&send[r]), count * 4) == cudaSuccess);
+      REQUIRE(cudaMalloc(reinterpret_cast<void**>(&recv[r]), count * 4) == cudaSuccess);
+      pinIn.push_back(std::make_unique<Pinned>(count * 4));
+      pinOut.push_back(std::make_unique<Pinned>(count * 4));
+      std::memcpy(pinIn.back()->p, in[r].data(), count * 4);
+    }
+    void* scratch = nullptr;
+    REQUIRE(cudaMalloc(&scratch, 256) == cudaSuccess);
+    cudaStream_t cap = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    REQUIRE(cudaMemsetAsync(scratch, 0, 256, cap) == cudaSuccess);
+    std::vector<RankResult> rc(n);
+    RunRanks(n, [&](int r) {
+      cudaSetDevice(0);
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;  // this thread's own calls are the test's
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
+      cudaMemcpyAsync(send[r], pinIn[r]->p, count * 4, cudaMemcpyHostToDevice, s);
+      rc[r] = Record(ccAllReduce(send[r], recv[r], count, ccFloat32, ccSum, cd ? (*cd)[r] : nullptr, g[r], st[r]),
+                     g[r]);
+      cudaMemcpyAsync(pinOut[r]->p, recv[r], count * 4, cudaMemcpyDeviceToHost, s);
+      cudaStreamSynchronize(s);
+    });
+    cudaGraph_t graph = nullptr;
+    CHECK(cudaStreamEndCapture(cap, &graph) == cudaSuccess);
+    CHECK(graph != nullptr);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(rc[r].rc == ccSuccess);
+      ccResult_t async = ccSuccess;
+      CHECK(ccCommGetAsyncError(g[r], &async) == ccSuccess);
+      CHECK(async == ccSuccess);
+      Bytes out(count * 4);
+      std::memcpy(out.data(), pinOut[r]->p, count * 4);
+      CHECK(FirstDifference(out, host.out[r]) == "");
+      cudaFree(send[r]);
+      cudaFree(recv[r]);
+    }
+    cudaFree(scratch);
+    cudaStreamDestroy(cap);
+  }
+}
+
 TEST_CASE("[gpu] device buffers: bad calls are refused before anything moves", "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
   Group g = DeviceGroup(1);

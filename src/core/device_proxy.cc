@@ -111,6 +111,10 @@ struct DeviceProxy::Impl {
 
   void Loop() {
     cudaSetDevice(device);
+    // Relaxed: this thread's event queries, copies and pool allocations must not break a capture that another thread
+    // of the application began in global mode (PyTorch's default), where CUDA refuses them from every thread.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     for (;;) {
       Op op;
       {
