@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   const int64_t prow = static_cast<int64_t>(std::sqrt(static_cast<double>(n))), pcol = static_cast<int64_t>(n) / prow;
   const int rank = 4;
   std::unique_ptr<ccoll::gpu::LowRankBlas> blas;
-  if (ccoll::gpu::LowRankBlas::Create(nullptr, nullptr, 0, &blas) != ccSuccess) {
+  if (ccoll::gpu::LowRankBlas::Create(nullptr, nullptr, 0, false, &blas) != ccSuccess) {
     std::fprintf(stderr, "cuBLAS handle: failed\n");
     return 1;
   }

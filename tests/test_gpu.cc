@@ -595,7 +595,7 @@ TEST_CASE("[gpu] PowerSGD's cuBLAS products match a double-precision reference",
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   std::unique_ptr<ccoll::gpu::LowRankBlas> blas;
-  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &blas) == ccSuccess);
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, false, &blas) == ccSuccess);
   struct Shape {
     size_t rows, cols;
     int r;
@@ -639,22 +639,22 @@ double MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
 #ifdef CCOLL_FAKE_CUDA
 // The handle pool (compress/lowrank_cuda.cc), seen through the fake cuBLAS's counts (every cublasCreate in this
 // process is the pool's): a handle is never destroyed, a destroyed LowRankBlas's handle is the next one's, and
-// ReserveBlasHandles makes only what is missing.
+// ReserveBlasHandles makes only what is missing, and a call being captured takes a kept handle or none.
 TEST_CASE("[gpu] cuBLAS handles are kept in a pool: reused, reserved ahead, never destroyed", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   const uint64_t destroys = cctest::FakeCublasDestroys();
   std::unique_ptr<ccoll::gpu::LowRankBlas> a, b;
-  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &a) == ccSuccess);
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, false, &a) == ccSuccess);
   a.reset();  // its handle goes back to the pool
   uint64_t made = cctest::FakeCublasCreates();
-  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &a) == ccSuccess);
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, false, &a) == ccSuccess);
   CHECK(cctest::FakeCublasCreates() == made);  // from the pool
   a.reset();
   // Every handle made so far is in the pool: as many objects as that take them all, one more makes a new one.
   std::vector<std::unique_ptr<ccoll::gpu::LowRankBlas>> many(made + 1);
-  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &m) == ccSuccess);
+  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, false, &m) == ccSuccess);
   CHECK(cctest::FakeCublasCreates() == made + 1);
   many.clear();
   made = cctest::FakeCublasCreates();
@@ -664,8 +664,18 @@ TEST_CASE("[gpu] cuBLAS handles are kept in a pool: reused, reserved ahead, neve
   CHECK(cctest::FakeCublasCreates() == made + 2);
   many.resize(made + 2);
   // All from the pool:
-  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, &m) == ccSuccess);
+  for (auto& m : many) REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, false, &m) == ccSuccess);
   CHECK(cctest::FakeCublasCreates() == made + 2);
+  // During a capture only a kept handle will do: with none left, a usage error and no cublasCreate.
+  std::unique_ptr<ccoll::gpu::LowRankBlas> captured;
+  CHECK(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, true, &captured) == ccInvalidUsage);
+  CHECK(captured == nullptr);
+  CHECK(std::string(ccGetLastError(nullptr)).find("captured") != std::string::npos);
+  CHECK(cctest::FakeCublasCreates() == made + 2);
+  many.back().reset();
+  CHECK(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, true, &captured) == ccSuccess);
+  CHECK(cctest::FakeCublasCreates() == made + 2);
+  captured.reset();
   many.clear();
   CHECK(cctest::FakeCublasDestroys() == destroys);
   cudaStreamDestroy(stream);

@@ -386,7 +386,8 @@ ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor
       st->ortho.Reserve<double>(OrthoScratch(plan));
       st->deviceWire.Reserve(4 * SlotBytes(*codec, std::max(plan.pElems, plan.qElems), comm->nranks));
       st->blasWorkspace.Reserve(gpu::LowRankBlas::kWorkspaceBytes);
-      ReserveBlasForCalls(comm->config.cudaDev);  // cuBLAS's handles outside any capture
+      // cuBLAS's handles, outside any capture (cublasCreate allocates); a captured call takes a kept one (LendBlas).
+      if (!st->capturing()) ReserveBlasForCalls(comm->config.cudaDev);
       return ccSuccess;
     }
 #endif

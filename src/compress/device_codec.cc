@@ -350,7 +350,9 @@ std::unique_ptr<gpu::LowRankBlas> DeviceCodecState::LendBlas(cudaStream_t s) {
 #ifdef CCOLL_HAVE_CUBLAS
   void* workspace = blasWorkspace.Reserve(gpu::LowRankBlas::kWorkspaceBytes);
   std::unique_ptr<gpu::LowRankBlas> lent;
-  CheckLaunch(gpu::LowRankBlas::Create(s, workspace, gpu::LowRankBlas::kWorkspaceBytes, &lent));
+  const ccResult_t r = gpu::LowRankBlas::Create(s, workspace, gpu::LowRankBlas::kWorkspaceBytes, stream_.frozen, &lent);
+  if (r == ccInvalidUsage) throw ScratchFrozenError(LastError());  // no handle to lend during a capture: a usage error
+  CheckLaunch(r);
   return lent;
 #else
   (void)s;

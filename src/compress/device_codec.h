@@ -129,6 +129,7 @@ class DeviceCodecState {
   // a graph that holds it must go, or its launches end, before the compressor is destroyed).
   void EndCallOnStream();
   bool streamOrdered() const { return callStream_ != nullptr; }
+  bool capturing() const { return callCaptured_; }
   // The error-feedback memory of `count` floats, zero when first made (the bucket's count never changes).
   float* ErrorFeedback(size_t count);
   // A cuBLAS handle lent for one call's products on `s`, with blasWorkspace as its workspace (CCOLL_HAVE_CUBLAS

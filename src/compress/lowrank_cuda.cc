@@ -29,8 +29,9 @@ class HandlePool {
     static HandlePool* pool = new HandlePool();
     return *pool;
   }
-  // A handle of the current device: a kept one, or a new one (cublasCreate).
-  ccResult_t Take(int device, cublasHandle_t* out) {
+  // A handle of the current device: a kept one, or a new one (cublasCreate) unless `capturing` (cublasCreate
+  // allocates device memory, which a CUDA graph capture does not allow: ccInvalidUsage then).
+  ccResult_t Take(int device, bool capturing, cublasHandle_t* out) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       std::vector<cublasHandle_t>& kept = kept_[device];
@@ -39,6 +40,11 @@ class HandlePool {
         kept.pop_back();
         return ccSuccess;
       }
+    }
+    if (capturing) {
+      return Fail(ccInvalidUsage, "no spare cuBLAS handle on CUDA device %d for a PowerSGD call that is being captured "
+                  "into a CUDA graph (making one is not allowed during a capture): run the call once before capturing "
+                  "it, after the last communicator on the device was made", device);
     }
     CC_CHECK(Check(cublasCreate(out), "cublasCreate"));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -79,7 +85,7 @@ class HandlePool {
 
 }  // namespace
 
-ccResult_t LowRankBlas::Create(cudaStream_t stream, void* workspace, size_t bytes,
+ccResult_t LowRankBlas::Create(cudaStream_t stream, void* workspace, size_t bytes, bool capturing,
                                std::unique_ptr<LowRankBlas>* out) {
   std::unique_ptr<LowRankBlas> b(new LowRankBlas());
   if (cudaGetDevice(&b->device_) != cudaSuccess) {
@@ -87,7 +93,7 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, void* workspace, size_t byte
     return Fail(ccUnhandledCudaError, "cudaGetDevice failed before cublasCreate");
   }
   cublasHandle_t h = nullptr;
-  CC_CHECK(HandlePool::Get().Take(b->device_, &h));
+  CC_CHECK(HandlePool::Get().Take(b->device_, capturing, &h));
   b->handle_ = h;  // from here on the destructor gives it back
   CC_CHECK(Check(cublasSetStream(h, stream), "cublasSetStream"));  // also back to cuBLAS's own workspace
   if (workspace != nullptr) CC_CHECK(Check(cublasSetWorkspace(h, workspace, bytes), "cublasSetWorkspace"));
@@ -98,10 +104,10 @@ ccResult_t LowRankBlas::Create(cudaStream_t stream, void* workspace, size_t byte
 }
 
 LowRankBlas::~LowRankBlas() {
-  if (handle_ == nullptr) return;
-  // Back to the legacy stream and cuBLAS's own workspace: the borrower's stream and workspace may be freed after it.
-  if (cublasSetStream(H(handle_), nullptr) != CUBLAS_STATUS_SUCCESS) return;  // not kept: an unknown state
-  HandlePool::Get().Give(device_, H(handle_));
+  // Given back as it is, still naming the borrower's stream and workspace, which may be freed after this: the next
+  // borrower sets its own (Create) before anything else. Not reset to the legacy stream here: the borrower's stream
+  // may still be capturing, and cuBLAS's own workspace for the legacy stream is not to be made during a capture.
+  if (handle_ != nullptr) HandlePool::Get().Give(device_, H(handle_));
 }
 
 ccResult_t ReserveBlasHandles(int device, int count) { return HandlePool::Get().Reserve(device, count); }

@@ -26,8 +26,10 @@ class LowRankBlas {
   // cuBLAS's own when it is null (only for a handle no other stream uses meanwhile: tests). A caller passes one
   // workspace of its own, because a lent handle moves between streams and cuBLAS's own would be shared by products
   // in flight on two of them, and a CUDA graph capture does not allow cuBLAS to allocate one per stream.
-  // ccUnhandledCudaError (with the last-error sentence) when cuBLAS cannot make a handle.
-  static ccResult_t Create(cudaStream_t stream, void* workspace, size_t bytes, std::unique_ptr<LowRankBlas>* out);
+  // `capturing`: the stream is being captured into a CUDA graph, so only a kept handle will do (ccInvalidUsage when
+  // the pool has none). ccUnhandledCudaError (with the last-error sentence) when cuBLAS cannot make a handle.
+  static ccResult_t Create(cudaStream_t stream, void* workspace, size_t bytes, bool capturing,
+                           std::unique_ptr<LowRankBlas>* out);
   ~LowRankBlas();
   LowRankBlas(const LowRankBlas&) = delete;
   LowRankBlas& operator=(const LowRankBlas&) = delete;
