@@ -312,10 +312,20 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
 #endif
 }
 
+// Waits for the state's stream when the call leaves, also by an error or an exception: the proxy releases the
+// caller's stream after this, and the buffers the call's kernels read and write may be reused or freed then.
+namespace {
+struct SynchronizedOnExit {
+  DeviceCodecState* st;
+  ~SynchronizedOnExit() { st->SynchronizeQuietly(); }
+};
+}  // namespace
+
 ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
   try {
     if (!c->device) c->device = DeviceCodecState::Create();
     DeviceCodecState* st = c->device.get();
+    SynchronizedOnExit done{st};
     float* w = st->widened.Reserve<float>(a.count);
     CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, st->stream()));  // widen: exact
     CollArgs f = a;
@@ -339,6 +349,7 @@ ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
   try {
     if (!c->device) c->device = DeviceCodecState::Create();
     DeviceCodecState* st = c->device.get();
+    SynchronizedOnExit done{st};
     ccResult_t r = ccSuccess;
     if (comm->nranks == 1 || a.count == 0) {
       // Nothing to communicate: the exact result (sum or average of one rank is its input).

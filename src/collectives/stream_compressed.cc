@@ -331,6 +331,18 @@ CodecCall CallOf(const ccComm* comm, const ccCompressor& c) {
   return call;
 }
 
+// Ends a call that threw part way: what it queued on the caller's stream may still run, so the state's own stream,
+// where its scratch is freed, still waits for it (EndCallOnStream); if even that fails, the state is back on its own
+// stream.
+void EndAfterFailure(DeviceCodecState* st) {
+  if (st == nullptr) return;
+  try {
+    st->EndCallOnStream();
+  } catch (const DeviceCodecError&) {
+    // EndCallOnStream has left the call before it failed
+  }
+}
+
 // Runs `work` on the compressor's device state in a stream-ordered call on `stream`: DeviceCodecError becomes
 // ccUnhandledCudaError, and ScratchFrozenError ccInvalidUsage.
 template <typename Work>
@@ -354,10 +366,10 @@ ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work
     st->EndCallOnStream();
     return r;
   } catch (const ScratchFrozenError& err) {
-    if (st != nullptr) st->BeginCallOnStream(nullptr, false);  // back to the state's own stream
+    EndAfterFailure(st);
     return Fail(ccInvalidUsage, "rank %d: %s", comm->rank, err.what());
   } catch (const DeviceCodecError& err) {
-    if (st != nullptr) st->BeginCallOnStream(nullptr, false);
+    EndAfterFailure(st);
     return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, err.what());
   }
 }

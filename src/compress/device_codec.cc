@@ -337,6 +337,10 @@ ScratchStream::~ScratchStream() {
 
 void DeviceCodecState::Synchronize() { CheckCuda(cudaStreamSynchronize(stream_.s), "cudaStreamSynchronize"); }
 
+void DeviceCodecState::SynchronizeQuietly() noexcept {
+  if (cudaStreamSynchronize(stream_.s) != cudaSuccess) cudaGetLastError();
+}
+
 float* DeviceCodecState::ErrorFeedback(size_t count) {
   if (errorFeedbackCount_ != count || errorFeedback_.data() == nullptr) {
     float* e = errorFeedback_.Reserve<float>(count);

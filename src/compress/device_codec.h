@@ -120,6 +120,8 @@ class DeviceCodecState {
   cudaStream_t stream() const { return callStream_ != nullptr ? callStream_ : stream_.s; }
   // Waits for everything queued on the state's own stream (not in a stream-ordered call).
   void Synchronize();
+  // The same without throwing, for exits after an error (the call reports the first error, not this one).
+  void SynchronizeQuietly() noexcept;
 
   // A stream-ordered call (transport nccl, collectives/stream_compressed.h) from now until EndCallOnStream: the codecs
   // queue their kernels on `stream` and never wait for them, their wire slots are device memory (wireOnDevice), and
