@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -13,6 +14,7 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/log.h"
 
 #ifdef CCOLL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -39,6 +41,23 @@ ccResult_t CudaFail(cudaError_t e, const char* what, int rank) {
       return CudaFail(cc_cuda_err_, what, comm_->rank); \
     }                                                   \
   } while (0)
+
+// The proxy's streams wait on the caller's stream, which waits for the proxy: with few hardware queues, a queue
+// shared by the two holds the proxy's work behind the commands that follow the wait (README, "Device buffers"). Said
+// once per process when the user set fewer than CUDA's default 8.
+void WarnFewHardwareQueues() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+    if (n <= 0 || n >= 8) return;
+    CC_WARN("CUDA_DEVICE_MAX_CONNECTIONS=%ld: device calls through ccoll's proxy thread make the caller's stream wait "
+            "for work that ccoll queues on its own streams; with %ld hardware queue(s) that work can be queued behind "
+            "the wait and never run (a hang). Use the NCCL transport (CC_TRANSPORT=nccl), or CC_DEVICE_KERNELS=0 "
+            "with one rank per GPU, or leave the variable at CUDA's default",
+            n, n);
+  });
+}
 
 }  // namespace
 
@@ -77,6 +96,7 @@ struct DeviceProxy::Impl {
   bool Failed() const { return comm_->aborting.load() || comm_->asyncError.load() != ccSuccess; }
 
   ccResult_t Init() {
+    WarnFewHardwareQueues();
     DeviceScope scope(device);
     // From the device's slab and pools, made before its first stream wait: no allocation here that may synchronize
     // the device while another communicator's stream on it waits.
