@@ -114,22 +114,26 @@ struct Pinned {
 // result copied back on it after; one synchronize at the end. inPlace: recv is the send buffer. Every buffer is
 // allocated before any rank calls and freed after every rank is done: cudaFree (and maybe cudaMalloc) can wait for
 // the whole device, including the other ranks' streams that wait for their collectives. Ranks below hostRanks call
-// with their host buffers instead, as OnHost does, in the same group call.
+// with their host buffers instead, as OnHost does, in the same group call. shift: rank r's buffers start r * shift
+// bytes into their allocations (ranks whose buffers are aligned differently).
 Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in, size_t outBytes, const Issue& issue,
-                 bool inPlace = false, int hostRanks = 0) {
+                 bool inPlace = false, int hostRanks = 0, size_t shift = 0) {
   const int n = g.size();
   Outcome o;
   o.out.assign(static_cast<size_t>(n), Bytes(outBytes, '\x5a'));
   o.rc.resize(static_cast<size_t>(n));
   std::vector<void*> send(static_cast<size_t>(n), nullptr), recv(static_cast<size_t>(n), nullptr);
+  std::vector<void*> sendBase(static_cast<size_t>(n), nullptr), recvBase(static_cast<size_t>(n), nullptr);
   std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;
   for (int r = 0; r < n; ++r) {
-    const size_t inBytes = in[r].size();
-    REQUIRE(cudaMalloc(&send[r], std::max<size_t>(inBytes, inPlace ? outBytes : 1)) == cudaSuccess);
+    const size_t inBytes = in[r].size(), at = static_cast<size_t>(r) * shift;
+    REQUIRE(cudaMalloc(&sendBase[r], at + std::max<size_t>(inBytes, inPlace ? outBytes : 1)) == cudaSuccess);
+    send[r] = static_cast<char*>(sendBase[r]) + at;
     if (inPlace) {
       recv[r] = send[r];
     } else {
-      REQUIRE(cudaMalloc(&recv[r], std::max<size_t>(outBytes, 1)) == cudaSuccess);
+      REQUIRE(cudaMalloc(&recvBase[r], at + std::max<size_t>(outBytes, 1)) == cudaSuccess);
+      recv[r] = static_cast<char*>(recvBase[r]) + at;
     }
     pinIn.push_back(std::make_unique<Pinned>(inBytes));
     pinOut.push_back(std::make_unique<Pinned>(outBytes));
@@ -154,8 +158,8 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
   });
   for (int r = 0; r < n; ++r) {
     if (outBytes > 0 && r >= hostRanks) std::memcpy(o.out[r].data(), pinOut[r]->p, outBytes);
-    cudaFree(send[r]);
-    if (!inPlace) cudaFree(recv[r]);
+    cudaFree(sendBase[r]);
+    if (!inPlace) cudaFree(recvBase[r]);
   }
   return o;
 }
@@ -579,14 +583,22 @@ TEST_CASE("[gpu] powersgd on device buffers recovers a rank-2 average, the same 
         }
         in[r].assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
       }
-      Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
-        return ccAllReduce(s, d, count, ccFloat32, ccAvg, comps[r], g[r], stream);
-      });
-      if (NoCpuBlas(dev)) return;  // staged (no cuBLAS here, or CC_DEVICE_KERNELS=0) and no CPU BLAS either
-      REQUIRE(dev.Failure() == "");
-      for (int r = 1; r < n; ++r) CHECK(dev.out[r] == dev.out[0]);
-      // fp32 products: ~1e-13; the bf16 wire of P and Q rounds each factor to 2^-9: ~1e-5.
-      CHECK(Vnmse(dev.out[0], mean) < (std::string(spec).find("bf16") != std::string::npos ? 1e-4 : 1e-9));
+      // Twice: the second call starts from the first's Q and error feedback. The second time rank r's buffers are
+      // r floats into their allocations: cuBLAS may choose its kernels by alignment, and the ranks must still agree.
+      for (size_t shift : {size_t{0}, sizeof(float)}) {
+        INFO("buffers " << shift << " bytes apart in alignment");
+        Outcome dev = OnDevice(
+            g, st, in, count * 4,
+            [&](int r, const void* s, void* d, ccStream_t stream) {
+              return ccAllReduce(s, d, count, ccFloat32, ccAvg, comps[r], g[r], stream);
+            },
+            false, 0, shift);
+        if (NoCpuBlas(dev)) return;  // staged (no cuBLAS here, or CC_DEVICE_KERNELS=0) and no CPU BLAS either
+        REQUIRE(dev.Failure() == "");
+        for (int r = 1; r < n; ++r) CHECK(dev.out[r] == dev.out[0]);
+        // fp32 products: ~1e-13; the bf16 wire of P and Q rounds each factor to 2^-9: ~1e-5.
+        CHECK(Vnmse(dev.out[0], mean) < (std::string(spec).find("bf16") != std::string::npos ? 1e-4 : 1e-9));
+      }
     }
   }
 }
