@@ -803,6 +803,90 @@ TEST_CASE("[gpu] a peer that aborts releases the waiting stream with an async er
   cudaFree(dev);
 }
 
+#ifdef CCOLL_FAKE_CUDA
+// Kernels that do not finish (the fake holds them): the proxy's waits for its own streams end at the communicator's
+// timeout, the call fails with ccTimeout, and the caller's stream is released instead of hanging. Exact (the
+// reduction kernels on the communicator's stream) and 4-bit requant (the codec's kernels on its own stream).
+TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TIMEOUT_MS, the stream released",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  for (const char* spec : {static_cast<const char*>(nullptr), "quant:bits=4,mode=requant"}) {
+    INFO((spec ? spec : "exact"));
+    const int n = 2;
+    ccUniqueId id;
+    REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+    std::vector<ccComm_t> comms(n, nullptr);
+    std::vector<RankResult> init(n);
+    RunRanks(n, [&](int r) {
+      ccConfig_t config = CC_CONFIG_INITIALIZER;
+      config.timeoutMs = 400;
+      config.cudaDev = 0;
+      init[r] = Record(ccCommInitRankConfig(&comms[r], n, id, r, &config), nullptr);
+    });
+    for (int r = 0; r < n; ++r) REQUIRE(init[r].rc == ccSuccess);
+    std::unique_ptr<Compressors> cs;
+    if (spec != nullptr) {
+      cs = std::make_unique<Compressors>(spec, n);
+      REQUIRE(cs->status == ccSuccess);
+    }
+    // The communicator's last error, read on a fresh thread (the calling thread's own last error comes first).
+    auto commError = [](ccComm_t comm) {
+      std::string e;
+      std::thread([&] { e = ccGetLastError(comm); }).join();
+      return e;
+    };
+    Streams st(n);
+    const size_t count = 1 << 16;
+    std::vector<float*> dev(n);
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev[r]), count * 4) == cudaSuccess);
+      REQUIRE(cudaMemset(dev[r], 0, count * 4) == cudaSuccess);
+    }
+    // One call first, so that the device is prepared (kernels loaded) and the scratch made, then the held one.
+    for (bool hold : {false, true}) {
+      cctest::FakeHoldKernels(hold);
+      std::vector<RankResult> rc(n);
+      const auto start = std::chrono::steady_clock::now();
+      RunRanks(n, [&](int r) {
+        cudaSetDevice(0);
+        rc[r] = Record(ccAllReduce(dev[r], dev[r], count, ccFloat32, ccSum, cs ? (*cs)[r] : nullptr, comms[r], st[r]),
+                       comms[r]);
+        // Released by the proxy after its timeout: this returns although the held kernels have not run.
+        CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(st[r])) == cudaSuccess);
+      });
+      const double seconds = cctest::SecondsSince(start);
+      cctest::FakeHoldKernels(false);
+      INFO((hold ? "held" : "not held") << ", released after " << seconds << " s");
+      for (int r = 0; r < n; ++r) {
+        CHECK(rc[r].rc == ccSuccess);  // queued
+        ccResult_t async = ccSuccess;
+        CHECK(ccCommGetAsyncError(comms[r], &async) == ccSuccess);
+        if (!hold) {
+          CHECK(async == ccSuccess);
+          continue;
+        }
+        CHECK(seconds < 5.0);
+        // The rank whose wait timed out has ccTimeout; its peer may fail first on the exchange that follows.
+        const std::string err = commError(comms[r]);
+        INFO("rank " << r << ": " << err);
+        CHECK(async != ccSuccess);
+        if (async == ccTimeout && err.find("did not finish within") != std::string::npos) {
+          CHECK(err.find("CC_TIMEOUT_MS") != std::string::npos);
+        }
+      }
+    }
+    bool someTimedOut = false;
+    for (int r = 0; r < n; ++r) {
+      someTimedOut = someTimedOut || commError(comms[r]).find("did not finish within 400 ms") != std::string::npos;
+    }
+    CHECK(someTimedOut);
+    for (int r = 0; r < n; ++r) cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(st[r]));
+    for (int r = 0; r < n; ++r) ccCommAbort(comms[r]);
+    for (int r = 0; r < n; ++r) cudaFree(dev[r]);
+  }
+}
+#endif
+
 TEST_CASE("[gpu] a compressor destroyed right after its device call outlives the call", "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
   const int n = 2;

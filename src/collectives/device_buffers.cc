@@ -12,6 +12,7 @@
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/stream_sync.h"
 
 namespace ccoll {
 namespace {
@@ -20,7 +21,8 @@ std::atomic<uint64_t> gMessages{0};
 
 class DeviceBuffers : public BufferOps, public DeviceCopier {
  public:
-  DeviceBuffers(int rank, int device, size_t sliceBytes) : rank_(rank), device_(device), sliceBytes_(sliceBytes) {}
+  DeviceBuffers(int rank, int device, size_t sliceBytes, int timeoutMs)
+      : rank_(rank), device_(device), timeoutMs_(timeoutMs), sliceBytes_(sliceBytes) {}
   ~DeviceBuffers() override {
     // The communicator is being destroyed: its calls are done, and so are its streams' copies (each was synchronized).
     DeviceScope scope(device_);
@@ -38,23 +40,23 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     // Made on the proxy thread while the caller's stream waits for it: from ccoll's stream-ordered pool, which waits
     // for no other stream (core/device_memory.h).
     CC_CHECK(AllocateScratch(device_, false, scratchBytes, stream_, &scratch_));
-    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (scratch slots)");
+    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the allocation of the scratch slots");
   }
 
   ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) override {
     CC_CHECK(gpu::Reduce(dst, a, b, count, dtype, op, stream_));
-    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (reduction)");
+    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the reduction");
   }
 
   ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks) override {
     CC_CHECK(gpu::FinishAvg(buf, count, dtype, nranks, stream_));
-    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (average)");
+    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the average");
   }
 
   ccResult_t Copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return ccSuccess;
     CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync (copy)"));
-    return Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (copy)");
+    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the copy");
   }
 
   char* Scratch(int i) override { return static_cast<char*>(scratch_) + static_cast<size_t>(i) * sliceBytes_; }
@@ -68,20 +70,25 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     const int to = PointerDevice(dst), from = PointerDevice(src);
     if (to >= 0 && from >= 0 && to != from) {
       CC_CHECK(Cuda(cudaMemcpyPeerAsync(dst, to, src, from, bytes, copyStream_), "cudaMemcpyPeerAsync (message)"));
-      return Cuda(cudaStreamSynchronize(copyStream_), "cudaStreamSynchronize (message)");
+      return Cuda(SynchronizeWithin(copyStream_, timeoutMs_), "the message copy");
     }
     CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream_), "cudaMemcpyAsync (message)"));
-    return Cuda(cudaStreamSynchronize(copyStream_), "cudaStreamSynchronize (message)");
+    return Cuda(SynchronizeWithin(copyStream_, timeoutMs_), "the message copy");
   }
 
  private:
   ccResult_t Cuda(cudaError_t e, const char* what) const {
     if (e == cudaSuccess) return ccSuccess;
+    if (e == cudaErrorTimeout) {  // SynchronizeWithin's
+      return Fail(ccTimeout, "rank %d: %s on CUDA device %d did not finish within %d ms (CC_TIMEOUT_MS); if the GPU "
+                  "is not busy with other work, ccoll's streams may share a hardware queue with a stream that waits "
+                  "for them (see CUDA_DEVICE_MAX_CONNECTIONS in the README)", rank_, what, device_, timeoutMs_);
+    }
     return Fail(ccUnhandledCudaError, "rank %d: %s on CUDA device %d failed: %s", rank_, what, device_,
                 cudaGetErrorString(e));
   }
 
-  const int rank_, device_;
+  const int rank_, device_, timeoutMs_;
   const size_t sliceBytes_;
   cudaStream_t stream_ = nullptr;      // the schedule's kernels and copies (the proxy thread)
   cudaStream_t copyStream_ = nullptr;  // the transport's message copies (any rank's thread)
@@ -102,7 +109,8 @@ bool MessagesStayOnDevice(const ccComm* comm) {
 
 ccResult_t EnsureDeviceBuffers(ccComm* comm) {
   if (comm->deviceBuffers) return ccSuccess;
-  auto ops = std::make_unique<DeviceBuffers>(comm->rank, comm->config.cudaDev, comm->config.sliceBytes);
+  auto ops = std::make_unique<DeviceBuffers>(comm->rank, comm->config.cudaDev, comm->config.sliceBytes,
+                                             comm->config.timeoutMs);
   CC_CHECK(ops->Init(comm->config.sliceBytes * ccComm::kScratchSlots));
   for (auto& t : comm->transports) t->SetDeviceCopier(ops.get());
   comm->deviceBuffers = std::move(ops);

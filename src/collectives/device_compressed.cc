@@ -270,6 +270,7 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
     ReserveBlasForCalls(comm->config.cudaDev);  // the handles the proxy will borrow
     if (!c->device) c->device = DeviceCodecState::Create();
     DeviceCodecState* st = c->device.get();
+    st->SetTimeout(comm->config.timeoutMs);
     const std::unique_ptr<gpu::LowRankBlas> blas = st->LendBlas(st->stream());
     const size_t pAll = plan.pElems + plan.exactElems;
     float* p = st->packed.Reserve<float>(pAll);
@@ -325,6 +326,7 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
   try {
     if (!c->device) c->device = DeviceCodecState::Create();
     DeviceCodecState* st = c->device.get();
+    st->SetTimeout(comm->config.timeoutMs);
     SynchronizedOnExit done{st};
     float* w = st->widened.Reserve<float>(a.count);
     CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, st->stream()));  // widen: exact
@@ -336,6 +338,8 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
     CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, st->stream()));  // narrow: nearest-even
     st->Synchronize();
     return ccSuccess;
+  } catch (const DeviceTimeoutError& e) {
+    return Fail(ccTimeout, "rank %d: %s", comm->rank, e.what());
   } catch (const DeviceCodecError& e) {
     return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, e.what());
   }
@@ -349,6 +353,7 @@ ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
   try {
     if (!c->device) c->device = DeviceCodecState::Create();
     DeviceCodecState* st = c->device.get();
+    st->SetTimeout(comm->config.timeoutMs);
     SynchronizedOnExit done{st};
     ccResult_t r = ccSuccess;
     if (comm->nranks == 1 || a.count == 0) {
@@ -366,6 +371,8 @@ ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
     }
     st->Synchronize();  // the result is in recv, and nothing queued still reads the pinned scratch
     return r;
+  } catch (const DeviceTimeoutError& e) {
+    return Fail(ccTimeout, "rank %d: %s", comm->rank, e.what());
   } catch (const DeviceCodecError& e) {
     return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, e.what());
   }

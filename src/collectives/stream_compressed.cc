@@ -362,12 +362,16 @@ ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work
     if (!c->device) c->device = DeviceCodecState::Create();
     st = c->device.get();
     st->BeginCallOnStream(s, capturing);
+    st->SetTimeout(comm->config.timeoutMs);
     const ccResult_t r = work(st, s);
     st->EndCallOnStream();
     return r;
   } catch (const ScratchFrozenError& err) {
     EndAfterFailure(st);
     return Fail(ccInvalidUsage, "rank %d: %s", comm->rank, err.what());
+  } catch (const DeviceTimeoutError& err) {
+    EndAfterFailure(st);
+    return Fail(ccTimeout, "rank %d: %s", comm->rank, err.what());
   } catch (const DeviceCodecError& err) {
     EndAfterFailure(st);
     return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, err.what());

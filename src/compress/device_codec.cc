@@ -13,6 +13,7 @@
 #include "compress/quant.h"
 #include "core/device_memory.h"
 #include "core/error.h"
+#include "core/stream_sync.h"
 
 namespace ccoll {
 namespace {
@@ -247,6 +248,22 @@ void CheckLaunch(ccResult_t r) {
   if (r != ccSuccess) throw DeviceCodecError(LastError());
 }
 
+namespace {
+
+// Waits for what is queued on s.s within s.timeoutMs: DeviceTimeoutError after that, DeviceCodecError on CUDA's error.
+void WaitFor(const ScratchStream& s, const char* what) {
+  const cudaError_t e = SynchronizeWithin(s.s, s.timeoutMs);
+  if (e == cudaErrorTimeout) {
+    throw DeviceTimeoutError(std::string(what) + " did not finish within " + std::to_string(s.timeoutMs) +
+                             " ms (CC_TIMEOUT_MS); if the GPU is not busy with other work, ccoll's streams may share "
+                             "a hardware queue with a stream that waits for them (see CUDA_DEVICE_MAX_CONNECTIONS in "
+                             "the README)");
+  }
+  CheckCuda(e, what);
+}
+
+}  // namespace
+
 bool DeviceCodecCovers(const ccCompressor& c) {
   switch (c.kind) {
     case ccCompressCast16: {
@@ -289,7 +306,7 @@ void* GrowOnlyBuffer::Reserve(size_t bytes) {
   CheckLaunch(AllocateScratch(device_, kind_ == kPinnedHost, grown, stream_->s, &fresh));
   // Other streams (the transport's copies) and the host may use it next: the allocation must have happened (growth is
   // rare).
-  CheckCuda(cudaStreamSynchronize(stream_->s), "cudaStreamSynchronize (device codec scratch)");
+  WaitFor(*stream_, "the device codec's scratch allocation");
   if (p_ != nullptr) retired_.push_back(p_);  // queued work may still use it; freed with the object
   p_ = fresh;
   bytes_ = grown;
@@ -335,10 +352,10 @@ ScratchStream::~ScratchStream() {
   cudaGetLastError();
 }
 
-void DeviceCodecState::Synchronize() { CheckCuda(cudaStreamSynchronize(stream_.s), "cudaStreamSynchronize"); }
+void DeviceCodecState::Synchronize() { WaitFor(stream_, "the device codec's kernels"); }
 
 void DeviceCodecState::SynchronizeQuietly() noexcept {
-  if (cudaStreamSynchronize(stream_.s) != cudaSuccess) cudaGetLastError();
+  if (SynchronizeWithin(stream_.s, stream_.timeoutMs) != cudaSuccess) cudaGetLastError();
 }
 
 float* DeviceCodecState::ErrorFeedback(size_t count) {

@@ -47,6 +47,12 @@ class DeviceCodecError : public std::runtime_error {
   explicit DeviceCodecError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// The state's own stream did not finish within ScratchStream::timeoutMs (core/stream_sync.h): ccTimeout.
+class DeviceTimeoutError : public DeviceCodecError {
+ public:
+  using DeviceCodecError::DeviceCodecError;
+};
+
 // Scratch would have to grow while the stream is captured into a CUDA graph (ScratchStream::frozen): a usage error.
 class ScratchFrozenError : public DeviceCodecError {
  public:
@@ -68,6 +74,7 @@ bool DeviceCodecCovers(const ccCompressor& c);
 struct ScratchStream {
   cudaStream_t s = nullptr;
   bool frozen = false;
+  int timeoutMs = 0;  // how long a wait for s may take (the communicator's CC_TIMEOUT_MS; 0: no limit)
   ~ScratchStream();  // waits for the stream, then destroys it
 };
 
@@ -118,8 +125,11 @@ class DeviceCodecState {
 
   // The stream the codecs queue their work on: the caller's during a stream-ordered call, else the state's own.
   cudaStream_t stream() const { return callStream_ != nullptr ? callStream_ : stream_.s; }
-  // Waits for everything queued on the state's own stream (not in a stream-ordered call).
+  // Waits for everything queued on the state's own stream (not in a stream-ordered call), at most the time set by
+  // SetTimeout: DeviceTimeoutError after that.
   void Synchronize();
+  // The communicator's timeout (CC_TIMEOUT_MS), for the waits of the calls that follow.
+  void SetTimeout(int timeoutMs) { stream_.timeoutMs = timeoutMs; }
   // The same without throwing, for exits after an error (the call reports the first error, not this one).
   void SynchronizeQuietly() noexcept;
 

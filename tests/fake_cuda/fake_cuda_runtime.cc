@@ -955,10 +955,17 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 
 namespace cctest {
 
+std::atomic<bool> gHoldKernels{false};
+
 void FakeLaunch(cudaStream_t stream, std::function<void()> op) {
   BeforeLaunch();
-  Enqueue(stream, std::move(op));
+  Enqueue(stream, [op = std::move(op)] {
+    while (gHoldKernels.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    op();
+  });
 }
+
+void FakeHoldKernels(bool hold) { gHoldKernels.store(hold); }
 
 cudaError_t FakePush(cudaStream_t stream, std::function<void()> op) { return Enqueue(stream, std::move(op)); }
 

@@ -11,6 +11,10 @@ namespace cctest {
 
 void FakeLaunch(cudaStream_t stream, std::function<void()> op);
 
+// While held, every kernel FakeLaunch queued waits when its turn comes, before it runs, until released: a GPU whose
+// kernels do not finish, to test the waits' time limits. (The stream-wait kernel and copies are not held.)
+void FakeHoldKernels(bool hold);
+
 // Queues op on a fake stream as device work that is not one of ccoll's kernels (the fake NCCL's communication): in
 // order with the stream's other work, without FakeLaunch's lazy-loading synchronization. While the stream captures,
 // op is recorded into the graph instead, and runs at every launch of it. cudaErrorStreamCaptureInvalidated: the

@@ -1,0 +1,27 @@
+#include "core/stream_sync.h"
+
+#include <chrono>
+#include <thread>
+
+namespace ccoll {
+
+cudaError_t SynchronizeWithin(cudaStream_t stream, int timeoutMs) {
+  if (timeoutMs <= 0) return cudaStreamSynchronize(stream);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + std::chrono::milliseconds(timeoutMs);
+  for (int polls = 0;; ++polls) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e != cudaErrorNotReady) return e;
+    // Yield for the first ~100 microseconds (a kernel or a copy of a slice), then sleep in 20-microsecond steps.
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return cudaErrorTimeout;
+    if (now - start < std::chrono::microseconds(100)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
+
+}  // namespace ccoll

@@ -1,0 +1,16 @@
+// Waiting for a stream with a time limit, for ccoll's threads (the device proxy): cudaStreamSynchronize waits without
+// one, and a stream that never finishes (a GPU fault that hangs, or ccoll's work held in a hardware queue behind a
+// waiting stream: README, "Device buffers") would hang the communicator. With a limit the call fails instead, the
+// proxy releases the caller's stream, and the communicator reports the error (CC_TIMEOUT_MS).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace ccoll {
+
+// Waits until everything queued on `stream` has run: cudaSuccess, CUDA's error, or cudaErrorTimeout once timeoutMs
+// has passed (timeoutMs <= 0: no limit). Polls, yielding the core at first and then sleeping in short steps, so a
+// short wait costs microseconds and a long one little CPU.
+cudaError_t SynchronizeWithin(cudaStream_t stream, int timeoutMs);
+
+}  // namespace ccoll
