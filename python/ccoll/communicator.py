@@ -37,11 +37,24 @@ def _unique_id(value):
     return uid
 
 
-def _config(timeout_ms, algorithm, transport):
+def _device_index(device):
+    """A CUDA device number from an int or a torch.device ("cuda:1"); None stays None (the current device at init)."""
+    if device is None or isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)
+    if getattr(device, "type", None) == "cuda" and isinstance(index, int):
+        return index
+    raise InvalidArgumentError("cuda_device %r is neither a device number nor a CUDA device with an index" % (device,))
+
+
+def _config(timeout_ms, algorithm, transport, cuda_device=None):
     """A ccConfig_t with only the given fields set, or None when none is (then the environment and defaults apply)."""
-    if timeout_ms is None and algorithm is None and transport is None:
+    cuda_device = _device_index(cuda_device)
+    if timeout_ms is None and algorithm is None and transport is None and cuda_device is None:
         return None
     config = new_config()
+    if cuda_device is not None:
+        config.cudaDev = cuda_device
     if timeout_ms is not None:
         config.timeoutMs = int(timeout_ms)
     if algorithm is not None:
@@ -61,11 +74,14 @@ class Communicator:
 
     Use it from one thread at a time. Free it with destroy() (or a `with` block); a `with` block that exits by an
     exception aborts it instead, so that peers blocked in a collective fail instead of waiting for this rank.
+
+    cuda_device (a device number or a torch.device "cuda:N"): the GPU whose buffers the communicator takes (a library
+    built with CUDA); by default the device current on the calling thread at init (torch.cuda.set_device).
     """
 
-    def __init__(self, nranks, unique_id, rank, timeout_ms=None, algorithm=None, transport=None):
+    def __init__(self, nranks, unique_id, rank, timeout_ms=None, algorithm=None, transport=None, cuda_device=None):
         uid = _unique_id(unique_id)
-        config = _config(timeout_ms, algorithm, transport)
+        config = _config(timeout_ms, algorithm, transport, cuda_device)
         handle = ctypes.c_void_p()
         if config is None:
             check(lib.ccCommInitRank(ctypes.byref(handle), int(nranks), uid, int(rank)))
@@ -74,9 +90,9 @@ class Communicator:
         self._adopt(handle)
 
     @classmethod
-    def from_env(cls, timeout_ms=None, algorithm=None, transport=None):
+    def from_env(cls, timeout_ms=None, algorithm=None, transport=None, cuda_device=None):
         """ccCommInitFromEnv: rank, size and root address from CC_RANK, CC_NRANKS, CC_ROOT (and CC_SECRET)."""
-        config = _config(timeout_ms, algorithm, transport)
+        config = _config(timeout_ms, algorithm, transport, cuda_device)
         handle = ctypes.c_void_p()
         check(lib.ccCommInitFromEnv(ctypes.byref(handle), ctypes.byref(config) if config is not None else None))
         self = cls.__new__(cls)

@@ -9,8 +9,12 @@ The hook averages each bucket over the ranks (op avg) in place. By default it re
 backward pass waits for every bucket's all-reduce. With CcollHookState(..., async_op=True) the all-reduces run in
 order on one background thread (a CommWorker) and the hook returns at once, so a bucket's all-reduce overlaps the
 backward computation of the buckets after it, as DDP's own NCCL and gloo all-reduces do; DDP waits for the futures
-at the end of the backward pass. CUDA buckets (a library built with CUDA) are queued on torch's current stream
-and return at once, with or without async_op. float32, bfloat16 and float16 buckets go
+at the end of the backward pass. CUDA buckets (a library built with CUDA) are queued, with or without async_op, on a
+side stream of the state's per device, after the work already queued on torch's current stream (which wrote the
+bucket), so the backward kernels queued after the hook do not wait for the all-reduce; the hook returns a CUDA-aware
+future (torch.futures.Future(devices=...)), whose wait() makes DDP's stream wait for the side stream. The
+communicator must be bound to the bucket's GPU: call torch.cuda.set_device(local_rank) before making it, or pass
+cuda_device=local_rank. float32, bfloat16 and float16 buckets go
 through the bucket's own compressor (it keeps that bucket's error feedback, in float32); other dtypes, and every
 bucket when spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
 bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself.
@@ -93,6 +97,7 @@ class CcollHookState:
         self.spec = spec
         self.worker = CommWorker() if async_op else None
         self._compressors = {}  # bucket index -> ((element count, shapes), Compressor)
+        self._side_streams = {}  # CUDA device -> the stream CUDA buckets are all-reduced on
         # PowerSGD needs the bucket's matrix shapes; unless the spec gives a shape, they come from the bucket.
         self.wants_shapes = False
         if spec is not None:
@@ -118,10 +123,20 @@ class CcollHookState:
         self._compressors[index] = (layout, comp)
         return comp
 
+    def side_stream(self, device):
+        """The stream this state's all-reduces of CUDA buckets on `device` are queued on (made at first use)."""
+        stream = self._side_streams.get(device)
+        if stream is None:
+            stream = torch.cuda.Stream(device=device)
+            self._side_streams[device] = stream
+        return stream
+
     def close(self):
         """Waits for pending all-reduces and frees the compressors (not the communicator, which the caller owns)."""
         if self.worker is not None:
             self.worker.close()
+        for stream in self._side_streams.values():
+            stream.synchronize()  # the compressors' queued calls are done before they are freed
         for _, comp in self._compressors.values():
             comp.destroy()
         self._compressors.clear()
@@ -136,10 +151,25 @@ def allreduce_hook(state, bucket):
         shapes = [tuple(g.shape) for g in bucket.gradients()] if state.wants_shapes else None
         comp = state.compressor(bucket.index(), tensor.numel(), shapes)
 
+    if tensor.is_cuda:
+        return _cuda_allreduce(state, tensor, comp)
+
     def reduce():
         state.comm.all_reduce(tensor, op="avg", compressor=comp)
         return tensor
 
-    # A CUDA bucket's all-reduce is already asynchronous: queued on torch's current stream, which DDP's later work
-    # on the bucket follows. It is queued here, on the caller's thread, whose current stream that is.
-    return future_of(None if tensor.is_cuda else state.worker, reduce)
+    return future_of(state.worker, reduce)
+
+
+def _cuda_allreduce(state, tensor, comp):
+    """A CUDA bucket's all-reduce, queued (on this thread) on the state's side stream after what torch's current
+    stream holds; the future's wait() orders the waiter's current stream after it."""
+    device = tensor.device
+    side = state.side_stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))  # the bucket was written there
+    with torch.cuda.stream(side):
+        state.comm.all_reduce(tensor, op="avg", compressor=comp)  # the binding takes the current stream: side
+        tensor.record_stream(side)  # the caching allocator must not reuse the bucket before side is done with it
+        fut = torch.futures.Future(devices=[device])
+        fut.set_result(tensor)  # records an event on side, the current stream here
+    return fut

@@ -133,6 +133,25 @@ class TestErrors(unittest.TestCase):
             with self.assertRaisesSentence(ccoll.InvalidArgumentError, "root 1 is out of range for 1 ranks"):
                 comm.broadcast(np.ones(3, np.int32), root=1)
 
+    def test_cuda_device_reaches_the_config(self):
+        from ccoll import communicator
+        self.assertIsNone(communicator._config(None, None, None))
+        self.assertEqual(communicator._config(None, None, None, 3).cudaDev, 3)
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            self.assertEqual(communicator._config(None, None, None, torch.device("cuda:2")).cudaDev, 2)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "cuda_device device(type='cpu')"):
+                communicator._config(None, None, None, torch.device("cpu"))
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "cuda_device 'cuda'"):
+            communicator._config(None, None, None, "cuda")
+        with single_rank(cuda_device=0) as comm:  # host buffers take no device
+            x = np.arange(5, dtype=np.float32)
+            comm.all_reduce(x)
+            np.testing.assert_array_equal(x, np.arange(5))
+
     def test_init_errors(self):
         with self.assertRaisesSentence(ccoll.InvalidArgumentError, "nranks 0 is out of range"):
             ccoll.Communicator(0, ccoll.get_unique_id(), 0)
