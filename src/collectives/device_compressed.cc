@@ -313,13 +313,15 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
 #endif
 }
 
+namespace {
+
 // Waits for the state's stream when the call leaves, also by an error or an exception: the proxy releases the
 // caller's stream after this, and the buffers the call's kernels read and write may be reused or freed then.
-namespace {
 struct SynchronizedOnExit {
   DeviceCodecState* st;
   ~SynchronizedOnExit() { st->SynchronizeQuietly(); }
 };
+
 }  // namespace
 
 ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {

@@ -10,7 +10,7 @@ cudaError_t SynchronizeWithin(cudaStream_t stream, int timeoutMs) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + std::chrono::milliseconds(timeoutMs);
-  for (int polls = 0;; ++polls) {
+  for (;;) {
     const cudaError_t e = cudaStreamQuery(stream);
     if (e != cudaErrorNotReady) return e;
     // Yield for the first ~100 microseconds (a kernel or a copy of a slice), then sleep in 20-microsecond steps.
