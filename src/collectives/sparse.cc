@@ -107,9 +107,23 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   // thread ranks there is no network time to hide a pass behind.
   const bool deferRest = randk && WaitsRunIdleWork(*comm);
   const float* x = nullptr;
+  std::vector<float> norms;  // topk's
   if (!deferRest) {
     x = static_cast<const float*>(a.send);
-    if (ef) {
+    if (ef && !randk) {
+      // topk: each block of chunks' norms right after its sums, while the block is in cache (one pass, not two).
+      norms.assign(chunks, 0.0f);
+      const size_t block = std::max<size_t>(1, (size_t{16} << 10) / chunk);  // chunks of at least 16K elements
+      for (size_t c0 = 0; c0 < chunks; c0 += block) {
+        const size_t c1 = std::min(chunks, c0 + block), begin = c0 * chunk, end = std::min(count, c1 * chunk);
+        const AddReport r =
+            AddChecked(a.dtype, static_cast<const char*>(a.send) + begin * a.eltSize, end - begin, e + begin);
+        seen.inputFinite = seen.inputFinite && r.inputFinite;
+        seen.sumsFinite = seen.sumsFinite && r.sumsFinite;
+        ChunkNormsOf(e, count, chunk, c0, c1, norms.data());
+      }
+      x = e;
+    } else if (ef) {
       seen = AddChecked(a.dtype, a.send, count, e);
       x = e;
     } else {
@@ -124,8 +138,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   if (randk) {
     RandomChunks(chunks, keep, StreamKey(call.seed, call.call, ~0u, kPurposeChunks), &chosen);
   } else {
-    std::vector<float> norms;
-    ChunkNorms(x, count, chunk, &norms);
+    if (!ef) ChunkNorms(x, count, chunk, &norms);  // (with error feedback: made with the sums above)
     CC_CHECK(AgreeMeta(comm, &norms, ccSum));
     TopChunks(norms, keep, &chosen);
   }

@@ -21,14 +21,18 @@ size_t KeptChunks(size_t chunks, int64_t densityPpm) {
   return std::min(chunks, std::max<size_t>(1, k));
 }
 
-CC_HOT void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* norms) {
-  size_t chunks = ChunkCount(count, chunk);
-  norms->assign(chunks, 0.0f);
-  for (size_t c = 0; c < chunks; ++c) {
+CC_HOT void ChunkNormsOf(const float* x, size_t count, size_t chunk, size_t first, size_t last, float* norms) {
+  for (size_t c = first; c < last; ++c) {
     size_t begin = c * chunk, end = std::min(count, begin + chunk);
     const double sq = ChunkSquaredNorm(x + begin, end - begin);
-    (*norms)[c] = std::isfinite(sq) ? static_cast<float>(sq) : std::numeric_limits<float>::infinity();
+    norms[c] = std::isfinite(sq) ? static_cast<float>(sq) : std::numeric_limits<float>::infinity();
   }
+}
+
+void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* norms) {
+  const size_t chunks = ChunkCount(count, chunk);
+  norms->assign(chunks, 0.0f);
+  ChunkNormsOf(x, count, chunk, 0, chunks, norms->data());
 }
 
 void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>* chosen) {

@@ -20,6 +20,8 @@ size_t KeptChunks(size_t chunks, int64_t densityPpm);
 // Squared L2 norm of every chunk of x (compress/sparse_math.h's order), rounded to float. A chunk holding a non-finite
 // value reports +inf, so it is always sent and every rank sees the non-finite result.
 void ChunkNorms(const float* x, size_t count, size_t chunk, std::vector<float>* norms);
+// The same for chunks [first, last) only: norms[c] for each (norms holds every chunk's slot).
+void ChunkNormsOf(const float* x, size_t count, size_t chunk, size_t first, size_t last, float* norms);
 
 // The k chunks of largest summed norm, ties to the lower index, returned in increasing index order.
 void TopChunks(const std::vector<float>& norms, size_t k, std::vector<uint32_t>* chosen);
