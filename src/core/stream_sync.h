@@ -9,8 +9,8 @@
 namespace ccoll {
 
 // Waits until everything queued on `stream` has run: cudaSuccess, CUDA's error, or cudaErrorTimeout once timeoutMs
-// has passed (timeoutMs <= 0: no limit). Polls, yielding the core at first and then sleeping in short steps, so a
-// short wait costs microseconds and a long one little CPU.
+// has passed (timeoutMs <= 0: no limit). Polls, yielding the core for the first millisecond and then sleeping in short
+// steps, so a short wait adds no sleep's latency and a long one costs little CPU.
 cudaError_t SynchronizeWithin(cudaStream_t stream, int timeoutMs);
 
 }  // namespace ccoll
