@@ -103,8 +103,8 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   std::vector<float>& staging = c->staging;  // the chosen values, packed; grows to the packed size once
   AddReport seen;  // over what this rank has read so far: whether its input was finite, and the memory's sums
   // randk over a network: only the chunks it sends before they travel, the rest while they do. Otherwise M (the memory
-  // plus the input, or the input) over the whole bucket first, in one pass: topk needs it for its norms, and between
-  // thread ranks there is no network time to hide a pass behind.
+  // plus the input, or the input) over the whole bucket first, in one pass (topk's with its chunk norms, block by
+  // block): topk needs M for its norms, and between thread ranks there is no network time to hide a pass behind.
   const bool deferRest = randk && WaitsRunIdleWork(*comm);
   const float* x = nullptr;
   std::vector<float> norms;  // topk's
