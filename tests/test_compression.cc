@@ -35,6 +35,8 @@
 #include "compress/sparse.h"
 #include "compress/sparse_math.h"
 #include "compress/widen.h"
+#include "fake_cuda/tile_emulator.h"
+#include "inputs.h"
 #include "rank_harness.h"
 
 using cctest::Compressors;
@@ -1511,4 +1513,119 @@ TEST_CASE("requant encode, decode and hop equal the element-by-element reference
       }
     }
   }
+}
+
+TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU codec's bytes", "[requant][tile]") {
+  std::mt19937_64 gen(29);
+  std::normal_distribution<float> normal;
+  cctest::TileEmulator gpu(5);
+  const ccoll::ScaleFormat formats[] = {ccoll::ScaleFormat::kFp32, ccoll::ScaleFormat::kBf16,
+                                        ccoll::ScaleFormat::kFp16};
+  const size_t groups[] = {1, 3, 8, 24, 32, 33, 64, 100, 256, 1024};
+  const int bitsOf[] = {1, 2, 3, 4, 5, 6, 7, 8};  // the bits parameter's range
+  const size_t blocks[] = {1, 2, 32, 256, 1024};
+  int checked = 0;
+  for (int config = 0; config < 160; ++config) {
+    const size_t group = groups[config % 10];
+    const int bits = bitsOf[(config / 10) % 8];
+    const auto format = formats[config % 3];
+    const size_t block = blocks[config % 5];
+    const bool rotate = config % 4 != 3;
+    const int nin = config % 3;
+    const float clipK = config % 7 == 0 ? 2.5f : 0.0f;
+    // A buffer with a tail of smaller rotation blocks most of the time, and a slice of it that starts and ends
+    // anywhere (some slices span many tiles).
+    const size_t count = 1 + gen() % (config % 8 == 0 ? 70000 : 9000);
+    const size_t off = gen() % count;
+    const size_t len = 1 + gen() % (count - off);
+    ccoll::DitherRule rule;
+    rule.rounding = config % 3 == 2 ? 2 : (config % 5 == 0 ? 0 : 1);
+    rule.key = 0x51u + static_cast<uint32_t>(config);
+    rule.sharedKey = 0x99u;
+    rule.rank = config % 4;
+    rule.nranks = 4;
+    const uint32_t signKey = 0xabcu + static_cast<uint32_t>(config);
+    INFO("config " << config << ": group " << group << " bits " << bits << " format " << static_cast<int>(format)
+                   << " block " << block << " rotate " << rotate << " nin " << nin << " clip " << clipK << " count "
+                   << count << " off " << off << " len " << len);
+    std::vector<float> input(count);
+    for (auto& x : input) x = normal(gen);
+    if (config % 11 == 0) input[off + len / 2] = std::numeric_limits<float>::infinity();
+    const size_t bytes = (len + group - 1) / group * static_cast<size_t>(ccoll::ScaleBytes(format)) +
+                         ccoll::PackedBytes(len, bits);
+    std::vector<uint16_t> codes(std::max(count, len));
+    std::vector<float> vals(count);
+    std::vector<std::vector<uint8_t>> in(2, std::vector<uint8_t>(bytes));
+    for (int k = 0; k < nin; ++k) {
+      std::vector<float> other(len);
+      for (auto& x : other) x = 2.0f * normal(gen);
+      ccoll::EncodeRequantSlice(other.data(), len, off, group, bits, format, 0.0f, rule, codes.data(), in[k].data());
+    }
+    const void* wires[2] = {in[0].data(), in[1].data()};
+    // The CPU: the whole buffer rotated, then the slice's hop.
+    std::vector<float> local = input;
+    if (rotate) ccoll::RotateForward(input.data(), local.data(), count, block, signKey);
+    std::vector<uint8_t> want(bytes), got(bytes, 0xee);
+    if (nin == 0) {
+      ccoll::EncodeRequantSlice(local.data() + off, len, off, group, bits, format, clipK, rule, codes.data(),
+                                want.data());
+    } else {
+      ccoll::HopRequantSlice(wires, nin, local.data() + off, len, off, group, bits, format, clipK, rule, vals.data(),
+                             codes.data(), want.data());
+    }
+    ccoll::tile::HopArgs a;
+    a.values = rotate ? input.data() : local.data() + off;
+    a.in[0] = in[0].data();
+    a.in[1] = in[1].data();
+    a.nin = nin;
+    a.off = off;
+    a.len = len;
+    a.group = group;
+    a.bits = bits;
+    a.format = format;
+    a.clipK = clipK;
+    a.rule = rule;
+    a.out = got.data();
+    a.rotate = rotate;
+    a.count = count;
+    a.block = block;
+    a.signKey = signKey;
+    gpu.Hop(a);
+    CHECK(cctest::FirstDifference(cctest::Bytes(want.begin(), want.end()), cctest::Bytes(got.begin(), got.end())) ==
+          "");
+    // The decode of that message: without rotation, the values; with it, the slice's inner blocks rotated back and
+    // marked, the rest as decoded, so that the finish gives the CPU's inverse rotation of the whole buffer.
+    std::vector<float> dec(count);
+    for (auto& x : dec) x = normal(gen);
+    std::vector<float> wantOut = dec;
+    ccoll::DecodeRequantSlice(want.data(), len, group, bits, format, codes.data(), wantOut.data() + off);
+    std::vector<float> gotOut = dec;
+    std::vector<uint8_t> done(count / block + 1, 0);
+    ccoll::tile::DecodeArgs d;
+    d.wire = want.data();
+    d.off = off;
+    d.len = len;
+    d.group = group;
+    d.bits = bits;
+    d.format = format;
+    d.out = gotOut.data() + off;
+    d.rotate = rotate;
+    d.count = count;
+    d.block = block;
+    d.signKey = signKey;
+    d.scale = 0.25f;
+    d.done = rotate ? done.data() : nullptr;
+    gpu.Decode(d);
+    if (rotate) {
+      ccoll::RotateInverse(wantOut.data(), count, block, signKey, 0.25f);
+      cctest::RotateInverseUnmarked(gotOut.data(), count, block, signKey, 0.25f, done.data());
+      // Something was fused whenever the slice holds a whole block (and the finish did not redo it).
+      size_t inner = 0;
+      for (size_t b = 0; b + block <= count / block * block; b += block) inner += b >= off && b + block <= off + len;
+      CHECK(static_cast<size_t>(std::count(done.begin(), done.end(), 1)) == inner);
+    }
+    CHECK(std::memcmp(gotOut.data(), wantOut.data(), count * sizeof(float)) == 0);
+    ++checked;
+  }
+  CHECK(checked == 160);
 }

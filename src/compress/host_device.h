@@ -4,6 +4,8 @@
 
 #if defined(__CUDACC__)
 #define CC_HD __host__ __device__ __forceinline__
+#define CC_UNROLL _Pragma("unroll")  // a loop of constant trip count, so that its arrays stay in registers
 #else
 #define CC_HD inline
+#define CC_UNROLL
 #endif

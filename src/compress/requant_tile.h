@@ -1,0 +1,398 @@
+// The requant codec's tiled GPU kernels, written as phases of one thread block (a "tile"): each phase is a
+// host/device function of (thread, tile) over the block's shared memory, and the kernels in quant_cuda.cu run the
+// phases with a barrier between them. The CPU runs the same phases thread by thread (tests/tile_emulator.h), so the
+// indexing, packing and rotation fused here are checked byte for byte against the CPU codec on every machine.
+//
+// Why tiles: a tile loads its values with coalesced accesses into shared memory, one thread per group encodes there
+// (the group's element order, hence its bytes, stay those of quant_cpu.cc), and the packed codes leave coalesced.
+// The hop writes no values to device memory, and can fuse the forward rotation: it rotates the whole rotation
+// blocks that cover its values from the unrotated input in shared memory. The decode can fuse the inverse rotation
+// of the blocks that lie inside its slice; the others are finished after the ring (RotateInverse with `done` flags).
+//
+// Shared memory holds 32-bit words at padded positions (one spare word per 32), values as float bit patterns and,
+// after the encode, codes in the same words.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "compress/bitpack.h"
+#include "compress/host_device.h"
+#include "compress/quant_cpu.h"
+#include "compress/quant_math.h"
+#include "compress/rng.h"
+
+namespace ccoll {
+namespace tile {
+
+constexpr unsigned kThreads = 256;          // threads per tile
+constexpr size_t kTarget = 8192;            // values a tile aims at (whole groups, a multiple of 8 groups)
+constexpr size_t kMaxGroup = 1024;          // larger groups take the one-thread-per-group kernels
+constexpr size_t kMaxFusedBlock = 1024;     // larger rotation blocks are rotated in passes of their own
+constexpr size_t kDecodeSpan = 8192;        // a fused decode tile: this many values, aligned to rotation blocks
+
+CC_HD uint32_t Pad(uint32_t i) { return i + (i >> 5); }
+
+// Shared words a hop or decode tile needs (fused rotation: the covering blocks around a tile).
+CC_HD size_t SharedWords() { return Pad(static_cast<uint32_t>(kTarget + 2 * kMaxFusedBlock)) + 1; }
+
+// Groups per tile: a multiple of 8, so every tile's codes start on a byte.
+CC_HD size_t TileGroups(size_t group) {
+  size_t g = (kTarget / group) & ~size_t{7};
+  return g < 8 ? 8 : g;
+}
+
+CC_HD bool Covers(size_t group) { return group >= 1 && group <= kMaxGroup; }
+CC_HD bool CoversRotation(size_t block) { return block >= 1 && block <= kMaxFusedBlock && (block & (block - 1)) == 0; }
+
+// The rotation block (hadamard.h's ForEachRotationBlock) that holds element i < count: full blocks, then the tail
+// of count in decreasing powers of two.
+CC_HD void RotationBlockOf(size_t count, size_t block, size_t i, size_t* start, size_t* len) {
+  const size_t fullEnd = count & ~(block - 1);
+  if (i < fullEnd) {
+    *start = i & ~(block - 1);
+    *len = block;
+    return;
+  }
+  size_t s = fullEnd, l = block >> 1;
+  for (; l > 0; l >>= 1) {
+    if (((count - fullEnd) & l) == 0) continue;
+    if (i < s + l) break;
+    s += l;
+  }
+  *start = s;
+  *len = l;
+}
+
+// The dithers of consecutive elements (rng.h's Dither under the rule's rounding), one hash per pair of elements:
+// element i takes the low half of word i/2 when i is even, the high half when odd.
+struct DitherStream {
+  const DitherRule& rule;
+  uint32_t word = 0;
+  CC_HD explicit DitherStream(const DitherRule& r) : rule(r) {}
+  // Element gi; `fresh`: the word of gi / 2 is not known yet (the first element, or gi even).
+  CC_HD float At(uint32_t gi, bool fresh) {
+    if (rule.rounding == 0) return 0.5f;
+    if (fresh || (gi & 1u) == 0) word = RandomWord(rule.rounding == 2 ? rule.sharedKey : rule.key, gi >> 1);
+    const float u = DitherFromBits((gi & 1u) ? (word >> 16) : (word & 0xffffu));
+    return rule.rounding == 2 ? StratifiedDither(u, StratumShift(rule.rank, rule.nranks)) : u;
+  }
+};
+
+// Stages 2^a .. 2^(a+S-1) of the Walsh-Hadamard transform (hadamard.h's Fwht, stage by stage; a butterfly's result
+// does not depend on which thread computes it) on `total` values at x[Pad(base + i)], blocks of at least 2^(a+S)
+// values: each thread takes sets of 2^S values that these stages mix only among themselves, in registers.
+template <int S>
+CC_HD void WhtStagesOf(uint32_t* x, uint32_t base, uint32_t total, int a, unsigned tid, unsigned threads) {
+  const uint32_t sets = total >> S;
+  const uint32_t low = (1u << a) - 1u;
+  for (uint32_t q = tid; q < sets; q += threads) {
+    const uint32_t first = base + (((q & ~low) << S) | (q & low));
+    float v[1 << S];
+CC_UNROLL
+    for (int k = 0; k < (1 << S); ++k) v[k] = BitsFloat(x[Pad(first + (static_cast<uint32_t>(k) << a))]);
+CC_UNROLL
+    for (int j = 0; j < S; ++j) {
+CC_UNROLL
+      for (int k = 0; k < (1 << S); ++k) {
+        if ((k & (1 << j)) != 0) continue;
+        const float p = v[k], r = v[k | (1 << j)];
+        v[k] = p + r;
+        v[k | (1 << j)] = p - r;
+      }
+    }
+CC_UNROLL
+    for (int k = 0; k < (1 << S); ++k) x[Pad(first + (static_cast<uint32_t>(k) << a))] = FloatBits(v[k]);
+  }
+}
+
+// Phases of the transform of blocks of 2^m values: phase p covers stages [3p, min(3p + 3, m)).
+CC_HD int WhtPhases(int m) { return (m + 2) / 3; }
+CC_HD void WhtPhase(uint32_t* x, uint32_t base, uint32_t total, int m, int phase, unsigned tid, unsigned threads) {
+  const int a = 3 * phase, s = m - a < 3 ? m - a : 3;
+  if (s == 3) {
+    WhtStagesOf<3>(x, base, total, a, tid, threads);
+  } else if (s == 2) {
+    WhtStagesOf<2>(x, base, total, a, tid, threads);
+  } else if (s == 1) {
+    WhtStagesOf<1>(x, base, total, a, tid, threads);
+  }
+}
+
+CC_HD int Log2(size_t p) {
+  int m = 0;
+  while ((size_t{1} << m) < p) ++m;
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The hop (and the encode: nin = 0): vals = local + decode(in0) (+ decode(in1)), encoded with fresh scales.
+
+struct HopArgs {
+  // Without rotation: values[i] is element off + i. With it (rotate): values[i] is element i of the unrotated buffer
+  // of `count` elements, rotated here by blocks of `block` (a power of two <= kMaxFusedBlock) with signKey.
+  const float* values = nullptr;
+  const uint8_t* in[2] = {nullptr, nullptr};
+  int nin = 0;
+  size_t off = 0, len = 0;
+  size_t group = 32;
+  int bits = 4;
+  ScaleFormat format = ScaleFormat::kFp32;
+  float clipK = 0.0f;
+  DitherRule rule;
+  uint8_t* out = nullptr;
+  bool rotate = false;
+  size_t count = 0, block = 1;
+  uint32_t signKey = 0;
+};
+
+CC_HD size_t HopTiles(const HopArgs& a) {
+  const size_t per = TileGroups(a.group) * a.group;
+  return (a.len + per - 1) / per;
+}
+
+// What tile t covers: slice values [t0, t0 + tl); with rotation, the covering blocks [r0, r1) of the buffer are in
+// shared memory and slice value i sits at word Pad(shift + i - t0).
+struct HopTile {
+  size_t t0 = 0, tl = 0;
+  size_t r0 = 0, r1 = 0;
+  uint32_t shift = 0;
+  bool fullBlocks = true;  // [r0, r1) holds full blocks only (else the tail's smaller blocks too)
+};
+
+CC_HD HopTile HopTileOf(const HopArgs& a, size_t t) {
+  HopTile h;
+  const size_t per = TileGroups(a.group) * a.group;
+  h.t0 = t * per;
+  h.tl = a.len - h.t0 < per ? a.len - h.t0 : per;
+  if (a.rotate) {
+    size_t s, l;
+    RotationBlockOf(a.count, a.block, a.off + h.t0, &s, &l);
+    h.r0 = s;
+    RotationBlockOf(a.count, a.block, a.off + h.t0 + h.tl - 1, &s, &l);
+    h.r1 = s + l;
+    h.shift = static_cast<uint32_t>(a.off + h.t0 - h.r0);
+    h.fullBlocks = h.r1 <= (a.count & ~(a.block - 1));
+  }
+  return h;
+}
+
+// Phase 1: the tile's values into shared memory (with rotation: the covering blocks, sign-flipped and scaled).
+CC_HD void HopLoad(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
+  if (!a.rotate) {
+    const float* v = a.values + h.t0;
+    for (uint32_t i = tid; i < h.tl; i += threads) x[Pad(i)] = FloatBits(v[i]);
+    return;
+  }
+  const float fFull = 1.0f / sqrtf(static_cast<float>(a.block));
+  const uint32_t n = static_cast<uint32_t>(h.r1 - h.r0);
+  for (uint32_t i = tid; i < n; i += threads) {
+    const size_t gi = h.r0 + i;
+    float f = fFull;
+    if (!h.fullBlocks) {
+      size_t s, l;
+      RotationBlockOf(a.count, a.block, gi, &s, &l);
+      f = 1.0f / sqrtf(static_cast<float>(l));
+    }
+    x[Pad(i)] = FloatBits(a.values[gi] * (SignBit(a.signKey, gi) ? -f : f));
+  }
+}
+
+// Phases 2..: the transform, with a barrier after each. Full blocks: WhtPhases(log2 block) phases in registers;
+// with the tail's smaller blocks: one phase per stage, butterfly by butterfly (the buffer's last tile only).
+CC_HD int HopRotatePhases(const HopArgs& a, const HopTile& h) {
+  if (!a.rotate) return 0;
+  const int m = Log2(a.block);
+  return h.fullBlocks ? WhtPhases(m) : m;
+}
+
+CC_HD void HopRotate(const HopArgs& a, const HopTile& h, uint32_t* x, int phase, unsigned tid, unsigned threads) {
+  const uint32_t n = static_cast<uint32_t>(h.r1 - h.r0);
+  if (h.fullBlocks) {
+    WhtPhase(x, 0, n, Log2(a.block), phase, tid, threads);
+    return;
+  }
+  const size_t stride = size_t{1} << phase;
+  for (uint32_t i = tid; i < n; i += threads) {
+    size_t s, l;
+    RotationBlockOf(a.count, a.block, h.r0 + i, &s, &l);
+    if (stride >= l || ((h.r0 + i - s) & stride) != 0) continue;
+    const uint32_t j = i + static_cast<uint32_t>(stride);
+    const float p = BitsFloat(x[Pad(i)]), r = BitsFloat(x[Pad(j)]);
+    x[Pad(i)] = FloatBits(p + r);
+    x[Pad(j)] = FloatBits(p - r);
+  }
+}
+
+// Next: one thread per group adds the arriving messages' values (in order, in fp32), finds the scale (as
+// GroupScaleOf: max |v|, clip point from the squares summed in order), stores it, and leaves the codes in place.
+CC_HD void HopEncodeGroups(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
+  const size_t groups = (a.len + a.group - 1) / a.group;
+  const int sb = ScaleBytes(a.format);
+  const uint32_t levels = Levels(a.bits);
+  const uint32_t tileGroups = static_cast<uint32_t>((h.tl + a.group - 1) / a.group);
+  for (uint32_t gl = tid; gl < tileGroups; gl += threads) {
+    const size_t g = h.t0 / a.group + gl;
+    const uint32_t n = static_cast<uint32_t>(a.len - g * a.group < a.group ? a.len - g * a.group : a.group);
+    const uint32_t base = h.shift + gl * static_cast<uint32_t>(a.group);
+    float s[2] = {0.0f, 0.0f}, step[2] = {0.0f, 0.0f};
+    BitReader r[2] = {BitReader(nullptr), BitReader(nullptr)};
+CC_UNROLL
+    for (int k = 0; k < 2; ++k) {
+      if (k >= a.nin) continue;
+      float inv;
+      s[k] = LoadScale(a.in[k] + g * sb, a.format);
+      GridOf(s[k], levels, &step[k], &inv);
+      const size_t bit = g * a.group * static_cast<size_t>(a.bits);
+      r[k] = BitReader(a.in[k] + groups * sb + bit / 8);
+      if (bit % 8 != 0) r[k].Get(static_cast<int>(bit % 8));
+    }
+    uint32_t m = 0;
+    float sq = 0.0f;
+    for (uint32_t j = 0; j < n; ++j) {
+      float v = BitsFloat(x[Pad(base + j)]);
+CC_UNROLL
+      for (int k = 0; k < 2; ++k) {
+        if (k < a.nin) v += DequantizeCode(r[k].Get(a.bits), step[k], s[k]);
+      }
+      if (a.nin > 0) x[Pad(base + j)] = FloatBits(v);
+      const uint32_t u = FloatBits(v) & 0x7fffffffu;
+      m = u > m ? u : m;
+      if (a.clipK > 0.0f) sq += v * v;
+    }
+    float sc = m >= 0x7f800000u ? INFINITY : BitsFloat(m);
+    if (a.clipK > 0.0f) sc = GroupScale(sc, n ? sqrtf(sq / static_cast<float>(n)) : 0.0f, a.clipK);
+    sc = RoundScaleUp(FlushTinyScale(sc), a.format);
+    StoreScale(a.out + g * sb, sc, a.format);
+    sc = LoadScale(a.out + g * sb, a.format);
+    float st, inv;
+    GridOf(sc, levels, &st, &inv);
+    const float shift = sc * inv;
+    const uint32_t gi0 = static_cast<uint32_t>(a.off + g * a.group);
+    DitherStream dither(a.rule);
+    for (uint32_t j = 0; j < n; ++j) {
+      x[Pad(base + j)] = QuantizeCode(BitsFloat(x[Pad(base + j)]), inv, shift, levels, dither.At(gi0 + j, j == 0));
+    }
+  }
+}
+
+// Last: the tile's packed codes (it starts on a byte), one thread per byte, as the little-endian stream of the CPU.
+CC_HD void HopPack(const HopArgs& a, const HopTile& h, const uint32_t* x, unsigned tid, unsigned threads) {
+  const size_t groups = (a.len + a.group - 1) / a.group;
+  uint8_t* packed = a.out + groups * ScaleBytes(a.format) + h.t0 * static_cast<size_t>(a.bits) / 8;
+  const uint32_t bits = static_cast<uint32_t>(a.bits);
+  const uint32_t bytes = static_cast<uint32_t>((h.tl * bits + 7) / 8);
+  for (uint32_t b = tid; b < bytes; b += threads) {
+    const uint32_t bit0 = 8 * b;
+    uint32_t acc = 0;
+    for (uint32_t e = bit0 / bits; e < h.tl && e * bits < bit0 + 8; ++e) {
+      const uint32_t c = x[Pad(h.shift + e)];
+      acc |= e * bits >= bit0 ? c << (e * bits - bit0) : c >> (bit0 - e * bits);
+    }
+    packed[b] = static_cast<uint8_t>(acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The decode. Without rotation: tiles of whole groups, decoded by group into shared memory, written coalesced. With
+// the inverse rotation fused (rotate): tiles of kDecodeSpan buffer elements aligned to rotation blocks; the full
+// blocks that lie inside the slice are rotated back (and scaled) and marked in done[block index]; the rest of the
+// slice is written decoded, for RotateInverse's pass over the unmarked blocks after the ring.
+
+struct DecodeArgs {
+  const uint8_t* wire = nullptr;
+  size_t off = 0, len = 0;
+  size_t group = 32;
+  int bits = 4;
+  ScaleFormat format = ScaleFormat::kFp32;
+  float* out = nullptr;  // out[i] is element off + i
+  bool rotate = false;
+  size_t count = 0, block = 1;
+  uint32_t signKey = 0;
+  float scale = 1.0f;
+  uint8_t* done = nullptr;
+};
+
+// Tile t: buffer elements [lo, hi) of the slice, staged at word Pad(i - base); blocks [f0, f1) are rotated back.
+struct DecodeTile {
+  size_t lo = 0, hi = 0, base = 0, f0 = 0, f1 = 0;
+};
+
+CC_HD size_t DecodeTiles(const DecodeArgs& a) {
+  if (!a.rotate) {
+    const size_t per = TileGroups(a.group) * a.group;
+    return (a.len + per - 1) / per;
+  }
+  const size_t first = a.off & ~(kDecodeSpan - 1);
+  return (a.off + a.len - first + kDecodeSpan - 1) / kDecodeSpan;
+}
+
+CC_HD DecodeTile DecodeTileOf(const DecodeArgs& a, size_t t) {
+  DecodeTile d;
+  if (!a.rotate) {
+    const size_t per = TileGroups(a.group) * a.group;
+    d.base = a.off + t * per;
+    d.lo = d.base;
+    d.hi = a.len - t * per < per ? a.off + a.len : d.base + per;
+    return d;
+  }
+  d.base = (a.off & ~(kDecodeSpan - 1)) + t * kDecodeSpan;
+  d.lo = a.off > d.base ? a.off : d.base;
+  d.hi = a.off + a.len < d.base + kDecodeSpan ? a.off + a.len : d.base + kDecodeSpan;
+  const size_t fullEnd = a.count & ~(a.block - 1);
+  d.f0 = (d.lo + a.block - 1) & ~(a.block - 1);
+  const size_t end = d.hi < fullEnd ? d.hi : fullEnd;
+  d.f1 = end & ~(a.block - 1);
+  if (d.f1 < d.f0) d.f1 = d.f0;
+  return d;
+}
+
+// Phase 1: one thread per group (or the part of a group inside the tile) decodes into shared memory.
+CC_HD void DecodeGroups(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, unsigned tid, unsigned threads) {
+  const size_t groups = (a.len + a.group - 1) / a.group;
+  const int sb = ScaleBytes(a.format);
+  const uint32_t levels = Levels(a.bits);
+  const uint8_t* codes = a.wire + groups * sb;
+  const size_t g0 = (d.lo - a.off) / a.group, g1 = (d.hi - a.off + a.group - 1) / a.group;
+  for (size_t g = g0 + tid; g < g1; g += threads) {
+    size_t e0 = g * a.group, e1 = e0 + a.group;
+    if (e0 < d.lo - a.off) e0 = d.lo - a.off;
+    if (e1 > d.hi - a.off) e1 = d.hi - a.off;
+    const float s = LoadScale(a.wire + g * sb, a.format);
+    float step, inv;
+    GridOf(s, levels, &step, &inv);
+    const size_t bit = e0 * static_cast<size_t>(a.bits);
+    BitReader r(codes + bit / 8);
+    if (bit % 8 != 0) r.Get(static_cast<int>(bit % 8));
+    for (size_t e = e0; e < e1; ++e) {
+      x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = FloatBits(DequantizeCode(r.Get(a.bits), step, s));
+    }
+  }
+}
+
+CC_HD int DecodeRotatePhases(const DecodeArgs& a, const DecodeTile& d) {
+  return a.rotate && d.f1 > d.f0 ? WhtPhases(Log2(a.block)) : 0;
+}
+
+CC_HD void DecodeRotate(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, int phase, unsigned tid,
+                        unsigned threads) {
+  WhtPhase(x, static_cast<uint32_t>(d.f0 - d.base), static_cast<uint32_t>(d.f1 - d.f0), Log2(a.block), phase, tid,
+           threads);
+}
+
+// Last: the tile's values out, coalesced; the rotated-back ones with their signs and scale (UnrotateBlock's order).
+CC_HD void DecodeStore(const DecodeArgs& a, const DecodeTile& d, const uint32_t* x, unsigned tid, unsigned threads) {
+  const float f = a.rotate ? a.scale / sqrtf(static_cast<float>(a.block)) : 1.0f;
+  for (size_t i = d.lo + tid; i < d.hi; i += threads) {
+    float v = BitsFloat(x[Pad(static_cast<uint32_t>(i - d.base))]);
+    if (i >= d.f0 && i < d.f1) v = v * (SignBit(a.signKey, i) ? -f : f);
+    a.out[i - a.off] = v;
+  }
+  if (a.done != nullptr) {
+    for (size_t b = d.f0 + tid * a.block; b < d.f1; b += threads * a.block) a.done[b / a.block] = 1;
+  }
+}
+
+}  // namespace tile
+}  // namespace ccoll
