@@ -9,7 +9,9 @@ src=${1:-$(dirname "$0")/..}/src
 missing=0
 count=0
 while IFS= read -r file; do
-  kernels=$(grep -oE '__global__[[:space:]]+void[[:space:]]+[A-Za-z_][A-Za-z0-9_]*' "$file" | awk '{print $3}')
+  # (A kernel may carry __launch_bounds__(...) between void and its name.)
+  kernels=$(grep -oE '__global__[[:space:]]+void[[:space:]]+(__launch_bounds__\([^)]*\)[[:space:]]+)?[A-Za-z_][A-Za-z0-9_]*' \
+    "$file" | awk '{print $NF}')
   for kernel in $kernels; do
     count=$((count + 1))
     if ! grep -qE "LoadKernel\\(${kernel}[<,]" "$file"; then

@@ -1,8 +1,9 @@
 // [gpu] The CUDA codec kernels against the CPU drivers, byte for byte: the rotation (forward and inverse, counts
 // with tails, every block size), the requant encode (bits 1..8, aligned and unaligned groups, every scale format and
-// rounding rule, clipping), its decode, the fused hop with one and two arriving messages, and the 16-bit cast hop
-// and decode, on inputs with outliers, zeros, denormals, NaN and Inf. Without a CUDA device the binary exits 77 and
-// ctest reports the cases as skipped (this machine and CI have none; perf/gpu_check.sh runs them on one).
+// rounding rule, clipping), its decode, the fused hop with one and two arriving messages, the hop and decode with
+// the rotation fused (slices that start and end inside rotation blocks), and the 16-bit cast hop and decode, on
+// inputs with outliers, zeros, denormals, NaN and Inf. Without a CUDA device the binary exits 77 and ctest reports
+// the cases as skipped (this machine and CI have none; perf/gpu_check.sh runs them on one).
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -202,7 +203,7 @@ TEST_CASE("[gpu] rotation: the kernels equal the CPU driver byte for byte", "[gp
       std::vector<float> gpu = dout.Get();
       CHECK(SameBytes(cpu.data(), gpu.data(), count * sizeof(float)));
       ccoll::RotateInverse(cpu.data(), count, block, 0x1234u, 0.25f);
-      REQUIRE(ccoll::gpu::RotateInverse(dout.p, count, block, 0x1234u, 0.25f, nullptr) == ccSuccess);
+      REQUIRE(ccoll::gpu::RotateInverse(dout.p, count, block, 0x1234u, 0.25f, nullptr, nullptr) == ccSuccess);
       gpu = dout.Get();
       CHECK(SameBytes(cpu.data(), gpu.data(), count * sizeof(float)));
     }
@@ -213,7 +214,8 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
   SKIP_WITHOUT_DEVICE();
   using ccoll::ScaleFormat;
   for (size_t len : {size_t{1}, size_t{33}, size_t{1000}, size_t{65536 + 7}}) {
-    for (size_t group : {size_t{32}, size_t{7}, size_t{1024}}) {
+    // Groups up to tile::kMaxGroup take the tile kernels, 2048 the one-thread-per-group ones.
+    for (size_t group : {size_t{32}, size_t{7}, size_t{1024}, size_t{2048}}) {
       for (int bits : {1, 2, 3, 4, 6, 8}) {
         for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kBf16, ScaleFormat::kFp16}) {
           for (int rounding : {0, 1, 2}) {
@@ -278,6 +280,77 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
               CHECK(SameBytes(cpuHop.data(), gpuHop.data(), bytes));
             }
           }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("[gpu] requant hop and decode with the rotation fused equal the CPU's passes byte for byte", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937_64 gen(41);
+  int configs = 0;
+  for (size_t block : {size_t{1}, size_t{32}, size_t{256}, size_t{1024}}) {
+    for (size_t group : {size_t{32}, size_t{33}, size_t{256}}) {
+      for (size_t count : {size_t{1000}, size_t{65536}, size_t{3 * 65536 + 777}}) {
+        const int bits = 1 + configs % 8, nin = configs % 3;
+        const auto format = static_cast<ccoll::ScaleFormat>(configs % 3);
+        const float clipK = configs % 5 == 0 ? 2.5f : 0.0f;
+        ++configs;
+        // A slice that starts and ends inside rotation blocks, and the whole buffer.
+        for (int whole = 0; whole < 2; ++whole) {
+          const size_t off = whole ? 0 : gen() % (count / 2), len = whole ? count : 1 + gen() % (count - off);
+          INFO("block " << block << " group " << group << " count " << count << " off " << off << " len " << len
+                        << " bits " << bits << " nin " << nin << " clip " << clipK);
+          ccoll::DitherRule rule;
+          rule.rounding = 1 + configs % 2;
+          rule.key = 5;
+          rule.sharedKey = 6;
+          rule.rank = 2;
+          rule.nranks = 4;
+          const std::vector<float> input = Inputs(count, count + off, false);
+          const size_t bytes = ccoll::gpu::RequantBytes(len, group, bits, format);
+          std::vector<uint16_t> codes(count);
+          std::vector<float> rotated(count), vals(count);
+          ccoll::RotateForward(input.data(), rotated.data(), count, block, 0x77u);
+          std::vector<std::vector<uint8_t>> msgs(2, std::vector<uint8_t>(bytes));
+          Dev<uint8_t> dIn0(bytes), dIn1(bytes), dOut(bytes);
+          for (int k = 0; k < nin; ++k) {
+            const std::vector<float> other = Inputs(len, 3 * len + k, false);
+            ccoll::EncodeRequantSlice(other.data(), len, off, group, bits, format, 0.0f, rule, codes.data(),
+                                      msgs[k].data());
+          }
+          dIn0.Put(msgs[0]);
+          dIn1.Put(msgs[1]);
+          std::vector<uint8_t> want(bytes);
+          const void* wires[2] = {msgs[0].data(), msgs[1].data()};
+          if (nin == 0) {
+            ccoll::EncodeRequantSlice(rotated.data() + off, len, off, group, bits, format, clipK, rule, codes.data(),
+                                      want.data());
+          } else {
+            ccoll::HopRequantSlice(wires, nin, rotated.data() + off, len, off, group, bits, format, clipK, rule,
+                                   vals.data(), codes.data(), want.data());
+          }
+          Dev<float> dInput(count), dWork(count);
+          dInput.Put(input);
+          const void* devIn[2] = {dIn0.p, dIn1.p};
+          REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, off, len, group, bits,
+                                                format, clipK, rule, dOut.p, nullptr) == ccSuccess);
+          CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
+          // Its decode into a buffer that holds other values around the slice, then the finish of the blocks left.
+          const std::vector<float> around = Inputs(count, 99, false);
+          std::vector<float> cpu = around;
+          ccoll::DecodeRequantSlice(want.data(), len, group, bits, format, codes.data(), cpu.data() + off);
+          ccoll::RotateInverse(cpu.data(), count, block, 0x77u, 0.25f);
+          dWork.Put(around);
+          dOut.Put(want);
+          Dev<uint8_t> dDone(count / block + 1);
+          REQUIRE(cudaMemset(dDone.p, 0, count / block + 1) == cudaSuccess);
+          REQUIRE(ccoll::gpu::DecodeRequantRotated(dOut.p, off, len, group, bits, format, count, block, 0x77u, 0.25f,
+                                                   dDone.p, dWork.p + off, nullptr) == ccSuccess);
+          REQUIRE(ccoll::gpu::RotateInverse(dWork.p, count, block, 0x77u, 0.25f, dDone.p, nullptr) == ccSuccess);
+          const std::vector<float> gpu = dWork.Get();
+          CHECK(SameFloats(cpu.data(), gpu.data(), count));
         }
       }
     }

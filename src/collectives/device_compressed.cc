@@ -78,6 +78,7 @@ ccResult_t CodecAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, cons
   std::unique_ptr<Codec> codec = MakeDeviceCodec(*c, call, st);
   float* work = static_cast<float*>(a.recv);  // as on the host: the output doubles as the working copy
   std::vector<float> meta;
+  codec->PipelinePrepareAndFinish(a.op == ccAvg);  // the ring and the tree keep its pointer rules
   codec->Prepare(static_cast<const float*>(a.send), work, a.count, &meta);
   CC_CHECK(AgreeMeta(comm, &meta, codec->MetaOp()));
   codec->SetMeta(meta);

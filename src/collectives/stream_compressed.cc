@@ -101,6 +101,7 @@ ccResult_t Float32Call(ccComm* comm, const float* input, float* work, size_t cou
                        const CodecCall& call, DeviceCodecState* st, ccStream_t stream) {
   std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, call, st);
   std::vector<float> unused;
+  codec->PipelinePrepareAndFinish(average);  // StreamRing keeps its pointer rules
   codec->Prepare(input, work, count, &unused);
   size_t metaCount = 0;
   float* meta = codec->DeviceMeta(&metaCount);

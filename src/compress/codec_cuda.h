@@ -20,14 +20,19 @@ namespace gpu {
 // in shared memory; block <= 16384).
 ccResult_t RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey,
                          cudaStream_t stream);
-ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, cudaStream_t stream);
+// done (may be null): one flag per full block; the blocks marked there are left as they are (DecodeRequantRotated
+// rotated them back already).
+ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, const uint8_t* done,
+                         cudaStream_t stream);
 
 // Bytes of a requant message of len values.
 size_t RequantBytes(size_t len, size_t group, int bits, ScaleFormat format);
 
-// EncodeRequantSlice: per group a scale, then the packed codes. One thread per group; when a group's codes end on a
-// byte boundary (group * bits % 8 == 0) it packs them itself, otherwise `codes` (len values of scratch) holds them
-// for a packing pass. The message has RequantBytes(len, group, bits, format) bytes.
+// EncodeRequantSlice: per group a scale, then the packed codes. Groups of up to tile::kMaxGroup values
+// (compress/requant_tile.h) are encoded by tiles: values staged in shared memory, one thread per group, codes packed
+// coalesced. Larger groups take one thread per group reading device memory; when a group's codes end on a byte
+// boundary (group * bits % 8 == 0) it packs them itself, otherwise `codes` (len values of scratch) holds them for a
+// packing pass. The message has RequantBytes(len, group, bits, format) bytes.
 ccResult_t EncodeRequant(const float* v, size_t len, uint64_t index0, size_t group, int bits, ScaleFormat format,
                          float clipK, const DitherRule& rule, uint16_t* codes, void* wireOut, cudaStream_t stream);
 ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, float* out,
@@ -37,6 +42,19 @@ ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, S
 ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, size_t len, uint64_t index0,
                       size_t group, int bits, ScaleFormat format, float clipK, const DitherRule& rule, float* vals,
                       uint16_t* codes, void* wireOut, cudaStream_t stream);
+
+// The same with the rotation fused (requant_tile.h; group <= tile::kMaxGroup, block a power of two <=
+// tile::kMaxFusedBlock): the slice [off, off + len) of the values is rotated in the tiles from `input`, the whole
+// unrotated buffer of `count` values, which is only read. DecodeRequantRotated decodes a requant message of that
+// slice into out (element off at out[0]); the full rotation blocks inside the slice are rotated back there too (as
+// RotateInverse with `scale`) and marked in done[block index]; the rest is left for RotateInverse(..., done) once
+// every slice is decoded. Both equal the passes they replace byte for byte.
+ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* input, size_t count, size_t block,
+                             uint32_t signKey, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
+                             float clipK, const DitherRule& rule, void* wireOut, cudaStream_t stream);
+ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
+                                size_t count, size_t block, uint32_t signKey, float scale, uint8_t* done, float* out,
+                                cudaStream_t stream);
 
 // Homomorphic lanes (quant_cpu.h's EncodeLanesSlice / DecodeLanesSlice and bitpack.h's AddPackedStreams):
 // GroupScales writes GroupScaleOf of every group of `group` values of v[0..count) (one per group; the metadata the

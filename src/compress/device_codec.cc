@@ -11,6 +11,7 @@
 #endif
 #include "compress/bitpack.h"
 #include "compress/quant.h"
+#include "compress/requant_tile.h"
 #include "core/device_memory.h"
 #include "core/error.h"
 #include "core/stream_sync.h"
@@ -135,8 +136,26 @@ class DeviceQuantCodec : public KernelCodec {
   size_t HopBytes(size_t, size_t len) const override { return plan_.HopBytes(len); }
   size_t GatherBytes(size_t, size_t len) const override { return plan_.GatherBytes(len); }
 
+  // Requant with rotation, under the schedule's pointer rules: the rotation moves into the hop and decode kernels
+  // (gpu::HopRequantRotated, gpu::DecodeRequantRotated), which saves the two passes over the buffer. The hops then
+  // read the unrotated input, so an in-place call (input == work, which the decodes overwrite) keeps the forward pass.
+  void PipelinePrepareAndFinish(bool average) override {
+    fuseDecode_ = !plan_.homomorphic && plan_.rotate && tile::Covers(plan_.group) && tile::CoversRotation(plan_.block);
+    finishScale_ = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
+  }
+
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
+    count_ = count;
+    if (fuseDecode_) {
+      const size_t blocks = count / plan_.block;
+      done_ = st_->done.Reserve<uint8_t>(blocks);
+      if (blocks > 0) CheckCuda(cudaMemsetAsync(done_, 0, blocks, st_->stream()), "cudaMemsetAsync (rotation flags)");
+      if (input != work) {
+        input_ = input;
+        return;
+      }
+    }
     if (plan_.rotate) {
       CheckLaunch(gpu::RotateForward(input, work, count, plan_.block, plan_.signKey, st_->stream()));
     } else {
@@ -163,6 +182,9 @@ class DeviceQuantCodec : public KernelCodec {
   }
 
   void ReserveScratch(size_t count, size_t maxLen) override {
+    if (!plan_.homomorphic && plan_.rotate && tile::CoversRotation(plan_.block)) {
+      st_->done.Reserve<uint8_t>(count / plan_.block);
+    }
     if (plan_.homomorphic) {
       st_->scales.Reserve<float>((count + plan_.group - 1) / plan_.group);
       st_->sums.Reserve(PackedBytes(maxLen, plan_.laneBits));
@@ -201,7 +223,9 @@ class DeviceQuantCodec : public KernelCodec {
   void Finish(float* work, size_t count, bool average) override {
     const float scale = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
     if (plan_.rotate) {
-      CheckLaunch(gpu::RotateInverse(work, count, plan_.block, plan_.signKey, scale, st_->stream()));
+      // After fused decodes: only the blocks no decode held whole (marked in done_) are left.
+      CheckLaunch(gpu::RotateInverse(work, count, plan_.block, plan_.signKey, scale, fuseDecode_ ? done_ : nullptr,
+                                     st_->stream()));
     } else if (average) {
       CheckLaunch(gpu::Scale(work, count, scale, false, st_->stream()));
     }
@@ -218,11 +242,21 @@ class DeviceQuantCodec : public KernelCodec {
       }
       return;
     }
+    if (input_ != nullptr) {
+      CheckLaunch(gpu::HopRequantRotated(devIn, nin, input_, count_, plan_.block, plan_.signKey, off, len, plan_.group,
+                                         plan_.bits, plan_.format, plan_.clipK, plan_.rule, devOut, st_->stream()));
+      return;
+    }
     CheckLaunch(gpu::HopRequant(devIn, nin, local, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK,
                                 plan_.rule, st_->vals.Reserve<float>(len), st_->codes.Reserve<uint16_t>(len), devOut,
                                 st_->stream()));
   }
   void DecodeKernel(const void* devWire, size_t off, size_t len, float* out) override {
+    if (fuseDecode_) {
+      CheckLaunch(gpu::DecodeRequantRotated(devWire, off, len, plan_.group, plan_.bits, plan_.format, count_,
+                                            plan_.block, plan_.signKey, finishScale_, done_, out, st_->stream()));
+      return;
+    }
     if (plan_.homomorphic && plan_.gatherExact) {
       CheckLaunch(gpu::DecodeLanes(devWire, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits,
                                    plan_.nranks, out, st_->stream()));
@@ -236,6 +270,13 @@ class DeviceQuantCodec : public KernelCodec {
 
   const QuantPlan plan_;
   size_t metaCount_ = 0;  // scales left on the device by a stream-ordered Prepare
+  // The fused rotation (PipelinePrepareAndFinish): decodes rotate back the blocks they hold whole, marking them in
+  // done_ (one flag per full block) for Finish; with input_ set, hops rotate their values from it.
+  bool fuseDecode_ = false;
+  float finishScale_ = 1.0f;
+  size_t count_ = 0;
+  uint8_t* done_ = nullptr;
+  const float* input_ = nullptr;
 };
 
 }  // namespace

@@ -167,6 +167,7 @@ class DeviceCodecState {
   GrowOnlyBuffer index{kDev, &stream_};    // sparsifiers: the chosen chunks' indices; a flag
   GrowOnlyBuffer choice{kDev, &stream_};   // sparsifiers, stream-ordered: the chunk choice's sort scratch
   GrowOnlyBuffer ortho{kDev, &stream_};    // powersgd, stream-ordered: Gram-Schmidt's doubles
+  GrowOnlyBuffer done{kDev, &stream_};     // quant, rotation fused into the decodes: a flag per rotation block
   GrowOnlyBuffer blasWorkspace{kDev, &stream_};  // powersgd: cuBLAS's workspace
   size_t deviceQElems = 0;  // powersgd, stream-ordered: factors holds the last call's Q, of this many elements
   GrowOnlyBuffer widened{kDev, &stream_};  // 16-bit data: the float32 working copy (compress/widen.h)

@@ -13,6 +13,7 @@
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
 #include "compress/hadamard.h"
+#include "compress/requant_tile.h"
 #include "compress/rng.h"
 #include "core/cuda_result.h"
 
@@ -26,9 +27,11 @@ unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads -
 
 // One thread block per rotation block of `len` elements starting at base + blockIdx.x * len: signs (forward) or
 // signs and scale (inverse) around the Walsh-Hadamard butterflies, stage by stage as Fwht does them.
+// done (full blocks only; may be null): one flag per block of the launch, and a marked block is left as it is.
 __global__ void RotateKernel(const float* in, float* out, size_t base, size_t len, uint32_t key, bool inverse,
-                             float scale) {
+                             float scale, const uint8_t* done) {
   extern __shared__ float x[];
+  if (done != nullptr && done[blockIdx.x] != 0) return;
   const size_t off = base + static_cast<size_t>(blockIdx.x) * len;
   if (!inverse) {
     const float f = 1.0f / sqrtf(static_cast<float>(len));
@@ -76,7 +79,7 @@ ccResult_t AllowRotateSharedMemory() {
 }
 
 ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint32_t key, bool inverse, float scale,
-                  cudaStream_t stream) {
+                  const uint8_t* done, cudaStream_t stream) {
   if (block > kMaxBlock) return Fail(ccInvalidArgument, "gpu rotation: block %zu is over %zu", block, kMaxBlock);
   CC_CHECK(AllowRotateSharedMemory());
   // Full blocks in one launch, then the tail in decreasing powers of two (ForEachRotationBlock's order).
@@ -86,8 +89,8 @@ ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint3
     while (len > count - off) len >>= 1;
     const size_t n = len == block ? (count - off) / block : 1;
     const unsigned threads = static_cast<unsigned>(len / 2 < 512 ? (len / 2 > 0 ? len / 2 : 1) : 512);
-    RotateKernel<<<static_cast<unsigned>(n), threads, len * sizeof(float), stream>>>(in, out, off, len, key, inverse,
-                                                                                     scale);
+    RotateKernel<<<static_cast<unsigned>(n), threads, len * sizeof(float), stream>>>(
+        in, out, off, len, key, inverse, scale, len == block ? done : nullptr);
     CC_CHECK(Launched("rotation kernel launch"));
     off += n * len;
   }
@@ -289,6 +292,65 @@ __global__ void AddLanesKernel(uint8_t* dst, const uint8_t* a, const uint8_t* b,
   }
 }
 
+// The tiled requant kernels (compress/requant_tile.h): one thread block per tile, the phases with a barrier between
+// them. Every branch around a barrier depends on the tile only, so all threads of a block take it alike.
+__global__ void __launch_bounds__(tile::kThreads) HopTileKernel(tile::HopArgs a) {
+  extern __shared__ uint32_t words[];
+  const tile::HopTile h = tile::HopTileOf(a, blockIdx.x);
+  tile::HopLoad(a, h, words, threadIdx.x, blockDim.x);
+  __syncthreads();
+  const int phases = tile::HopRotatePhases(a, h);
+  for (int p = 0; p < phases; ++p) {
+    tile::HopRotate(a, h, words, p, threadIdx.x, blockDim.x);
+    __syncthreads();
+  }
+  tile::HopEncodeGroups(a, h, words, threadIdx.x, blockDim.x);
+  __syncthreads();
+  tile::HopPack(a, h, words, threadIdx.x, blockDim.x);
+}
+
+__global__ void __launch_bounds__(tile::kThreads) DecodeTileKernel(tile::DecodeArgs a) {
+  extern __shared__ uint32_t words[];
+  const tile::DecodeTile d = tile::DecodeTileOf(a, blockIdx.x);
+  tile::DecodeGroups(a, d, words, threadIdx.x, blockDim.x);
+  __syncthreads();
+  const int phases = tile::DecodeRotatePhases(a, d);
+  for (int p = 0; p < phases; ++p) {
+    tile::DecodeRotate(a, d, words, p, threadIdx.x, blockDim.x);
+    __syncthreads();
+  }
+  tile::DecodeStore(a, d, words, threadIdx.x, blockDim.x);
+}
+
+ccResult_t LaunchHopTiles(const tile::HopArgs& a, cudaStream_t stream) {
+  if (a.len == 0) return ccSuccess;
+  HopTileKernel<<<static_cast<unsigned>(tile::HopTiles(a)), tile::kThreads, tile::SharedWords() * 4, stream>>>(a);
+  return Launched("requant tile hop kernel launch");
+}
+
+ccResult_t LaunchDecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream) {
+  if (a.len == 0) return ccSuccess;
+  DecodeTileKernel<<<static_cast<unsigned>(tile::DecodeTiles(a)), tile::kThreads, tile::SharedWords() * 4, stream>>>(
+      a);
+  return Launched("requant tile decode kernel launch");
+}
+
+tile::HopArgs HopArgsOf(const void* const* wiresIn, int nin, size_t off, size_t len, size_t group, int bits,
+                        ScaleFormat format, float clipK, const DitherRule& rule, void* wireOut) {
+  tile::HopArgs a;
+  for (int k = 0; k < nin; ++k) a.in[k] = static_cast<const uint8_t*>(wiresIn[k]);
+  a.nin = nin;
+  a.off = off;
+  a.len = len;
+  a.group = group;
+  a.bits = bits;
+  a.format = format;
+  a.clipK = clipK;
+  a.rule = rule;
+  a.out = static_cast<uint8_t*>(wireOut);
+  return a;
+}
+
 }  // namespace
 
 ccResult_t LoadQuantKernels() {
@@ -297,6 +359,8 @@ ccResult_t LoadQuantKernels() {
   CC_CHECK(LoadKernel(EncodeRequantKernel, "loading EncodeRequantKernel"));
   CC_CHECK(LoadKernel(PackKernel, "loading PackKernel"));
   CC_CHECK(LoadKernel(DecodeRequantKernel, "loading DecodeRequantKernel"));
+  CC_CHECK(LoadKernel(HopTileKernel, "loading HopTileKernel"));
+  CC_CHECK(LoadKernel(DecodeTileKernel, "loading DecodeTileKernel"));
   CC_CHECK(LoadKernel(HopRequantKernel, "loading HopRequantKernel"));
   CC_CHECK(LoadKernel(GroupScalesKernel, "loading GroupScalesKernel"));
   CC_CHECK(LoadKernel(EncodeLanesKernel, "loading EncodeLanesKernel"));
@@ -337,11 +401,12 @@ ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int lan
 
 ccResult_t RotateForward(const float* in, float* out, size_t count, size_t block, uint32_t signKey,
                          cudaStream_t stream) {
-  return Rotate(in, out, count, block, signKey, false, 1.0f, stream);
+  return Rotate(in, out, count, block, signKey, false, 1.0f, nullptr, stream);
 }
 
-ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, cudaStream_t stream) {
-  return Rotate(x, x, count, block, signKey, true, scale, stream);
+ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, const uint8_t* done,
+                         cudaStream_t stream) {
+  return Rotate(x, x, count, block, signKey, true, scale, done, stream);
 }
 
 size_t RequantBytes(size_t len, size_t group, int bits, ScaleFormat format) {
@@ -356,6 +421,16 @@ ccResult_t EncodeRequant(const float* v, size_t len, uint64_t index0, size_t gro
 ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, float* out,
                          cudaStream_t stream) {
   if (len == 0) return ccSuccess;
+  if (tile::Covers(group)) {
+    tile::DecodeArgs a;
+    a.wire = static_cast<const uint8_t*>(wire);
+    a.len = len;
+    a.group = group;
+    a.bits = bits;
+    a.format = format;
+    a.out = out;
+    return LaunchDecodeTiles(a, stream);
+  }
   DecodeRequantKernel<<<Blocks(len), kThreads, 0, stream>>>(static_cast<const uint8_t*>(wire), len, group, bits,
                                                             format, out);
   return Launched("requant decode kernel launch");
@@ -366,6 +441,11 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
                       uint16_t* codes, void* wireOut, cudaStream_t stream) {
   if (len == 0) return ccSuccess;
   if (nin < 0 || nin > 2) return Fail(ccInternalError, "gpu requant hop: %d inputs (0..2)", nin);
+  if (tile::Covers(group)) {
+    tile::HopArgs a = HopArgsOf(wiresIn, nin, index0, len, group, bits, format, clipK, rule, wireOut);
+    a.values = local;
+    return LaunchHopTiles(a, stream);
+  }
   const size_t groups = (len + group - 1) / group;
   uint8_t* scales = static_cast<uint8_t*>(wireOut);
   uint8_t* packed = scales + groups * ScaleBytes(format);
@@ -385,6 +465,45 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
     CC_CHECK(Launched("pack kernel launch"));
   }
   return ccSuccess;
+}
+
+ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* input, size_t count, size_t block,
+                             uint32_t signKey, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
+                             float clipK, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+  if (nin < 0 || nin > 2) return Fail(ccInternalError, "gpu requant hop: %d inputs (0..2)", nin);
+  if (!tile::Covers(group) || !tile::CoversRotation(block)) {
+    return Fail(ccInternalError, "gpu requant hop with rotation: group %zu or block %zu not covered", group, block);
+  }
+  tile::HopArgs a = HopArgsOf(wiresIn, nin, off, len, group, bits, format, clipK, rule, wireOut);
+  a.values = input;
+  a.rotate = true;
+  a.count = count;
+  a.block = block;
+  a.signKey = signKey;
+  return LaunchHopTiles(a, stream);
+}
+
+ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
+                                size_t count, size_t block, uint32_t signKey, float scale, uint8_t* done, float* out,
+                                cudaStream_t stream) {
+  if (!tile::Covers(group) || !tile::CoversRotation(block)) {
+    return Fail(ccInternalError, "gpu requant decode with rotation: group %zu or block %zu not covered", group, block);
+  }
+  tile::DecodeArgs a;
+  a.wire = static_cast<const uint8_t*>(wire);
+  a.off = off;
+  a.len = len;
+  a.group = group;
+  a.bits = bits;
+  a.format = format;
+  a.out = out;
+  a.rotate = true;
+  a.count = count;
+  a.block = block;
+  a.signKey = signKey;
+  a.scale = scale;
+  a.done = done;
+  return LaunchDecodeTiles(a, stream);
 }
 
 }  // namespace gpu

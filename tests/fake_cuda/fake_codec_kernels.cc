@@ -26,6 +26,7 @@
 #include "compress/lowrank_cuda.h"
 #endif
 #include "fake_launch.h"
+#include "tile_emulator.h"
 
 namespace cctest {
 namespace {
@@ -57,9 +58,11 @@ ccResult_t RotateForward(const float* in, float* out, size_t count, size_t block
   return Launch(stream, [=] { ccoll::RotateForward(in, out, count, block, signKey); });
 }
 
-ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, cudaStream_t stream) {
+ccResult_t RotateInverse(float* x, size_t count, size_t block, uint32_t signKey, float scale, const uint8_t* done,
+                         cudaStream_t stream) {
   x = HostView(x);
-  return Launch(stream, [=] { ccoll::RotateInverse(x, count, block, signKey, scale); });
+  done = done != nullptr ? HostView(done) : nullptr;
+  return Launch(stream, [=] { cctest::RotateInverseUnmarked(x, count, block, signKey, scale, done); });
 }
 
 size_t RequantBytes(size_t len, size_t group, int bits, ScaleFormat format) {
@@ -75,6 +78,22 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
   vals = HostView(vals);
   codes = HostView(codes);
   wireOut = HostView(wireOut);
+  if (tile::Covers(group)) {  // as the real HopRequant: the tile kernel
+    tile::HopArgs a;
+    a.values = local;
+    a.in[0] = static_cast<const uint8_t*>(in0);
+    a.in[1] = static_cast<const uint8_t*>(in1);
+    a.nin = nin;
+    a.off = index0;
+    a.len = len;
+    a.group = group;
+    a.bits = bits;
+    a.format = format;
+    a.clipK = clipK;
+    a.rule = rule;
+    a.out = static_cast<uint8_t*>(wireOut);
+    return Launch(stream, [=] { cctest::TileEmulator().Hop(a); });
+  }
   return Launch(stream, [=] {
     if (nin == 0) {
       EncodeRequantSlice(local, len, index0, group, bits, format, clipK, rule, codes, wireOut);
@@ -97,10 +116,66 @@ ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, S
                          cudaStream_t stream) {
   wire = HostView(wire);
   out = HostView(out);
+  if (tile::Covers(group)) {
+    tile::DecodeArgs a;
+    a.wire = static_cast<const uint8_t*>(wire);
+    a.len = len;
+    a.group = group;
+    a.bits = bits;
+    a.format = format;
+    a.out = out;
+    return Launch(stream, [=] { cctest::TileEmulator().Decode(a); });
+  }
   return Launch(stream, [=] {
     std::vector<uint16_t> codes(len);
     DecodeRequantSlice(wire, len, group, bits, format, codes.data(), out);
   });
+}
+
+ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* input, size_t count, size_t block,
+                             uint32_t signKey, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
+                             float clipK, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+  if (!tile::Covers(group) || !tile::CoversRotation(block)) return ccInternalError;
+  tile::HopArgs a;
+  a.values = HostView(input);
+  for (int k = 0; k < nin; ++k) a.in[k] = static_cast<const uint8_t*>(HostView(wiresIn[k]));
+  a.nin = nin;
+  a.off = off;
+  a.len = len;
+  a.group = group;
+  a.bits = bits;
+  a.format = format;
+  a.clipK = clipK;
+  a.rule = rule;
+  a.out = static_cast<uint8_t*>(HostView(wireOut));
+  a.rotate = true;
+  a.count = count;
+  a.block = block;
+  a.signKey = signKey;
+  if (len == 0) return ccSuccess;
+  return Launch(stream, [=] { cctest::TileEmulator().Hop(a); });
+}
+
+ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
+                                size_t count, size_t block, uint32_t signKey, float scale, uint8_t* done, float* out,
+                                cudaStream_t stream) {
+  if (!tile::Covers(group) || !tile::CoversRotation(block)) return ccInternalError;
+  tile::DecodeArgs a;
+  a.wire = static_cast<const uint8_t*>(HostView(wire));
+  a.off = off;
+  a.len = len;
+  a.group = group;
+  a.bits = bits;
+  a.format = format;
+  a.out = HostView(out);
+  a.rotate = true;
+  a.count = count;
+  a.block = block;
+  a.signKey = signKey;
+  a.scale = scale;
+  a.done = done != nullptr ? HostView(done) : nullptr;
+  if (len == 0) return ccSuccess;
+  return Launch(stream, [=] { cctest::TileEmulator().Decode(a); });
 }
 
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
