@@ -1593,6 +1593,24 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
     gpu.Hop(a);
     CHECK(cctest::FirstDifference(cctest::Bytes(want.begin(), want.end()), cctest::Bytes(got.begin(), got.end())) ==
           "");
+    if (rotate) {
+      // As in an in-place call: the blocks at the slice's ends that reach past it are rotated in the buffer first,
+      // and the rest of the buffer is garbage but for the slice's own inner blocks.
+      std::vector<float> inPlace(count, std::numeric_limits<float>::quiet_NaN());
+      std::copy(input.begin() + off, input.begin() + off + len, inPlace.begin() + off);
+      for (size_t i : {off, off + len - 1}) {
+        size_t bs, bl;
+        ccoll::tile::RotationBlockOf(count, block, i, &bs, &bl);
+        if (bs >= off && bs + bl <= off + len) continue;
+        std::copy(local.begin() + bs, local.begin() + bs + bl, inPlace.begin() + bs);  // the block rotated
+      }
+      a.values = inPlace.data();
+      a.edgesRotated = true;
+      std::fill(got.begin(), got.end(), 0xee);
+      gpu.Hop(a);
+      CHECK(got == want);
+      a.edgesRotated = false;
+    }
     // The decode of that message: without rotation, the values; with it, the slice's inner blocks rotated back and
     // marked, the rest as decoded, so that the finish gives the CPU's inverse rotation of the whole buffer.
     std::vector<float> dec(count);

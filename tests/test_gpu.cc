@@ -30,6 +30,7 @@
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
 #include "compress/quant_cpu.h"
+#include "compress/requant_tile.h"
 #include "compress/sparse.h"
 #include "core/device_memory.h"
 #include "core/stream_wait.h"
@@ -334,8 +335,19 @@ TEST_CASE("[gpu] requant hop and decode with the rotation fused equal the CPU's 
           Dev<float> dInput(count), dWork(count);
           dInput.Put(input);
           const void* devIn[2] = {dIn0.p, dIn1.p};
-          REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, off, len, group, bits,
-                                                format, clipK, rule, dOut.p, nullptr) == ccSuccess);
+          REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, false, off, len, group,
+                                                bits, format, clipK, rule, dOut.p, nullptr) == ccSuccess);
+          CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
+          // In place: the blocks at the slice's ends that reach past it rotated in the buffer first.
+          for (size_t i : {off, off + len - 1}) {
+            size_t bs, bl;
+            ccoll::tile::RotationBlockOf(count, block, i, &bs, &bl);
+            if (bs >= off && bs + bl <= off + len) continue;
+            if (i == off + len - 1 && bs < off) continue;  // the slice lies inside one block, rotated once
+            REQUIRE(ccoll::gpu::RotateBlockForward(dInput.p, bs, bl, 0x77u, nullptr) == ccSuccess);
+          }
+          REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, true, off, len, group,
+                                                bits, format, clipK, rule, dOut.p, nullptr) == ccSuccess);
           CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
           // Its decode into a buffer that holds other values around the slice, then the finish of the blocks left.
           const std::vector<float> around = Inputs(count, 99, false);

@@ -45,13 +45,18 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
 
 // The same with the rotation fused (requant_tile.h; group <= tile::kMaxGroup, block a power of two <=
 // tile::kMaxFusedBlock): the slice [off, off + len) of the values is rotated in the tiles from `input`, the whole
-// unrotated buffer of `count` values, which is only read. DecodeRequantRotated decodes a requant message of that
-// slice into out (element off at out[0]); the full rotation blocks inside the slice are rotated back there too (as
-// RotateInverse with `scale`) and marked in done[block index]; the rest is left for RotateInverse(..., done) once
-// every slice is decoded. Both equal the passes they replace byte for byte.
+// unrotated buffer of `count` values, which is only read. edgesRotated (in-place calls): the rotation blocks that
+// hold the slice's first and last value and reach past the slice hold rotated values already (RotateBlockForward).
+// DecodeRequantRotated decodes a requant message of that slice into out (element off at out[0]); the full rotation
+// blocks inside the slice are rotated back there too (as RotateInverse with `scale`) and marked in done[block
+// index]; the rest is left for RotateInverse(..., done) once every slice is decoded. Both equal the passes they
+// replace byte for byte.
 ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* input, size_t count, size_t block,
-                             uint32_t signKey, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
-                             float clipK, const DitherRule& rule, void* wireOut, cudaStream_t stream);
+                             uint32_t signKey, bool edgesRotated, size_t off, size_t len, size_t group, int bits,
+                             ScaleFormat format, float clipK, const DitherRule& rule, void* wireOut,
+                             cudaStream_t stream);
+// One rotation block of x, [base, base + len) (len a power of two), rotated forward in place.
+ccResult_t RotateBlockForward(float* x, size_t base, size_t len, uint32_t signKey, cudaStream_t stream);
 ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
                                 size_t count, size_t block, uint32_t signKey, float scale, uint8_t* done, float* out,
                                 cudaStream_t stream);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 
 #include "compress/codec_cuda.h"
 #ifdef CCOLL_HAVE_CUBLAS
@@ -137,24 +138,25 @@ class DeviceQuantCodec : public KernelCodec {
   size_t GatherBytes(size_t, size_t len) const override { return plan_.GatherBytes(len); }
 
   // Requant with rotation, under the schedule's pointer rules: the rotation moves into the hop and decode kernels
-  // (gpu::HopRequantRotated, gpu::DecodeRequantRotated), which saves the two passes over the buffer. The hops then
-  // read the unrotated input, so an in-place call (input == work, which the decodes overwrite) keeps the forward pass.
+  // (gpu::HopRequantRotated, gpu::DecodeRequantRotated), which saves the two passes over the buffer. The hops read
+  // the unrotated input. In an in-place call the decodes overwrite it as they go, while a hop still needs the whole
+  // rotation blocks around its slice's ends; so a block that reaches past a slice is rotated in place by the first
+  // hop that meets it, and later hops read it rotated (EdgesRotatedFor).
   void PipelinePrepareAndFinish(bool average) override {
-    fuseDecode_ = !plan_.homomorphic && plan_.rotate && tile::Covers(plan_.group) && tile::CoversRotation(plan_.block);
+    fused_ = !plan_.homomorphic && plan_.rotate && tile::Covers(plan_.group) && tile::CoversRotation(plan_.block);
     finishScale_ = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
   }
 
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
     count_ = count;
-    if (fuseDecode_) {
+    if (fused_) {
       const size_t blocks = count / plan_.block;
       done_ = st_->done.Reserve<uint8_t>(blocks);
       if (blocks > 0) CheckCuda(cudaMemsetAsync(done_, 0, blocks, st_->stream()), "cudaMemsetAsync (rotation flags)");
-      if (input != work) {
-        input_ = input;
-        return;
-      }
+      input_ = input;
+      inPlace_ = input == work;
+      return;
     }
     if (plan_.rotate) {
       CheckLaunch(gpu::RotateForward(input, work, count, plan_.block, plan_.signKey, st_->stream()));
@@ -224,7 +226,7 @@ class DeviceQuantCodec : public KernelCodec {
     const float scale = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
     if (plan_.rotate) {
       // After fused decodes: only the blocks no decode held whole (marked in done_) are left.
-      CheckLaunch(gpu::RotateInverse(work, count, plan_.block, plan_.signKey, scale, fuseDecode_ ? done_ : nullptr,
+      CheckLaunch(gpu::RotateInverse(work, count, plan_.block, plan_.signKey, scale, fused_ ? done_ : nullptr,
                                      st_->stream()));
     } else if (average) {
       CheckLaunch(gpu::Scale(work, count, scale, false, st_->stream()));
@@ -242,9 +244,11 @@ class DeviceQuantCodec : public KernelCodec {
       }
       return;
     }
-    if (input_ != nullptr) {
-      CheckLaunch(gpu::HopRequantRotated(devIn, nin, input_, count_, plan_.block, plan_.signKey, off, len, plan_.group,
-                                         plan_.bits, plan_.format, plan_.clipK, plan_.rule, devOut, st_->stream()));
+    if (fused_) {
+      if (inPlace_) RotateEdgesInPlace(off, len);
+      CheckLaunch(gpu::HopRequantRotated(devIn, nin, input_, count_, plan_.block, plan_.signKey, inPlace_, off, len,
+                                         plan_.group, plan_.bits, plan_.format, plan_.clipK, plan_.rule, devOut,
+                                         st_->stream()));
       return;
     }
     CheckLaunch(gpu::HopRequant(devIn, nin, local, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK,
@@ -252,7 +256,7 @@ class DeviceQuantCodec : public KernelCodec {
                                 st_->stream()));
   }
   void DecodeKernel(const void* devWire, size_t off, size_t len, float* out) override {
-    if (fuseDecode_) {
+    if (fused_) {
       CheckLaunch(gpu::DecodeRequantRotated(devWire, off, len, plan_.group, plan_.bits, plan_.format, count_,
                                             plan_.block, plan_.signKey, finishScale_, done_, out, st_->stream()));
       return;
@@ -268,15 +272,30 @@ class DeviceQuantCodec : public KernelCodec {
  private:
   const float* Scales() const { return static_cast<const float*>(st_->scales.data()); }
 
+  // In place, before a hop: queues the forward rotation of the blocks at the ends of [off, off + len) that reach
+  // past it and that no earlier hop rotated. Their values in other slices are still the input: a slice is decoded
+  // only after this rank's hop on it, which would have rotated the block.
+  void RotateEdgesInPlace(size_t off, size_t len) {
+    if (len == 0) return;
+    for (size_t i : {off, off + len - 1}) {
+      size_t s, l;
+      tile::RotationBlockOf(count_, plan_.block, i, &s, &l);
+      if ((s >= off && s + l <= off + len) || !rotatedEdges_.insert(s).second) continue;
+      CheckLaunch(gpu::RotateBlockForward(const_cast<float*>(input_), s, l, plan_.signKey, st_->stream()));
+    }
+  }
+
   const QuantPlan plan_;
   size_t metaCount_ = 0;  // scales left on the device by a stream-ordered Prepare
-  // The fused rotation (PipelinePrepareAndFinish): decodes rotate back the blocks they hold whole, marking them in
-  // done_ (one flag per full block) for Finish; with input_ set, hops rotate their values from it.
-  bool fuseDecode_ = false;
+  // The fused rotation (PipelinePrepareAndFinish): hops rotate their values from input_; decodes rotate back the
+  // blocks they hold whole, marking them in done_ (one flag per full block) for Finish.
+  bool fused_ = false;
   float finishScale_ = 1.0f;
   size_t count_ = 0;
   uint8_t* done_ = nullptr;
   const float* input_ = nullptr;
+  bool inPlace_ = false;
+  std::unordered_set<size_t> rotatedEdges_;  // in place: starts of the edge blocks rotated so far
 };
 
 }  // namespace

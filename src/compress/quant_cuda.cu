@@ -468,8 +468,9 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
 }
 
 ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* input, size_t count, size_t block,
-                             uint32_t signKey, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
-                             float clipK, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+                             uint32_t signKey, bool edgesRotated, size_t off, size_t len, size_t group, int bits,
+                             ScaleFormat format, float clipK, const DitherRule& rule, void* wireOut,
+                             cudaStream_t stream) {
   if (nin < 0 || nin > 2) return Fail(ccInternalError, "gpu requant hop: %d inputs (0..2)", nin);
   if (!tile::Covers(group) || !tile::CoversRotation(block)) {
     return Fail(ccInternalError, "gpu requant hop with rotation: group %zu or block %zu not covered", group, block);
@@ -480,7 +481,16 @@ ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* i
   a.count = count;
   a.block = block;
   a.signKey = signKey;
+  a.edgesRotated = edgesRotated;
   return LaunchHopTiles(a, stream);
+}
+
+ccResult_t RotateBlockForward(float* x, size_t base, size_t len, uint32_t signKey, cudaStream_t stream) {
+  if (len > kMaxBlock || (len & (len - 1)) != 0) return Fail(ccInternalError, "gpu rotation: block of %zu", len);
+  CC_CHECK(AllowRotateSharedMemory());
+  const unsigned threads = static_cast<unsigned>(len / 2 < 512 ? (len / 2 > 0 ? len / 2 : 1) : 512);
+  RotateKernel<<<1, threads, len * sizeof(float), stream>>>(x, x, base, len, signKey, false, 1.0f, nullptr);
+  return Launched("rotation kernel launch (one block)");
 }
 
 ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t group, int bits, ScaleFormat format,

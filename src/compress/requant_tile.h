@@ -145,6 +145,10 @@ struct HopArgs {
   bool rotate = false;
   size_t count = 0, block = 1;
   uint32_t signKey = 0;
+  // With rotation, in an in-place call: the blocks that hold the slice's first and last element, when they reach
+  // past the slice, were rotated in place before this hop (values holds their rotated values), so that no hop reads
+  // the input of another slice, which that slice's decode may have overwritten already.
+  bool edgesRotated = false;
 };
 
 CC_HD size_t HopTiles(const HopArgs& a) {
@@ -153,13 +157,29 @@ CC_HD size_t HopTiles(const HopArgs& a) {
 }
 
 // What tile t covers: slice values [t0, t0 + tl); with rotation, the covering blocks [r0, r1) of the buffer are in
-// shared memory and slice value i sits at word Pad(shift + i - t0).
+// shared memory and slice value i sits at word Pad(shift + i - t0). Words [x0, x1) are rotated here; the rest of
+// the region (an edge block rotated already, edgesRotated) is loaded as it is.
 struct HopTile {
   size_t t0 = 0, tl = 0;
   size_t r0 = 0, r1 = 0;
   uint32_t shift = 0;
   bool fullBlocks = true;  // [r0, r1) holds full blocks only (else the tail's smaller blocks too)
+  size_t head0 = 0, head1 = 0, tail0 = 0, tail1 = 0;  // the rotated edge blocks (empty when none)
+  uint32_t x0 = 0, x1 = 0;
 };
+
+// The block that holds element i, when it reaches past [off, off + len): [*b0, *b1), else empty.
+CC_HD void EdgeBlockOf(const HopArgs& a, size_t i, size_t* b0, size_t* b1) {
+  size_t s, l;
+  RotationBlockOf(a.count, a.block, i, &s, &l);
+  const bool edge = s < a.off || s + l > a.off + a.len;
+  *b0 = edge ? s : 0;
+  *b1 = edge ? s + l : 0;
+}
+
+CC_HD bool InEdge(const HopTile& h, size_t gi) {
+  return (gi >= h.head0 && gi < h.head1) || (gi >= h.tail0 && gi < h.tail1);
+}
 
 CC_HD HopTile HopTileOf(const HopArgs& a, size_t t) {
   HopTile h;
@@ -174,6 +194,15 @@ CC_HD HopTile HopTileOf(const HopArgs& a, size_t t) {
     h.r1 = s + l;
     h.shift = static_cast<uint32_t>(a.off + h.t0 - h.r0);
     h.fullBlocks = h.r1 <= (a.count & ~(a.block - 1));
+    h.x1 = static_cast<uint32_t>(h.r1 - h.r0);
+    if (a.edgesRotated) {
+      EdgeBlockOf(a, a.off, &h.head0, &h.head1);
+      EdgeBlockOf(a, a.off + a.len - 1, &h.tail0, &h.tail1);
+      // An edge block can only be the first or the last block of a region.
+      if (h.head1 > h.head0 && h.r0 == h.head0) h.x0 = static_cast<uint32_t>(h.head1 - h.r0);
+      if (h.tail1 > h.tail0 && h.r1 == h.tail1) h.x1 = static_cast<uint32_t>(h.tail0 - h.r0);
+      if (h.x1 < h.x0) h.x1 = h.x0;
+    }
   }
   return h;
 }
@@ -195,7 +224,8 @@ CC_HD void HopLoad(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid
       RotationBlockOf(a.count, a.block, gi, &s, &l);
       f = 1.0f / sqrtf(static_cast<float>(l));
     }
-    x[Pad(i)] = FloatBits(a.values[gi] * (SignBit(a.signKey, gi) ? -f : f));
+    const float v = a.values[gi];
+    x[Pad(i)] = FloatBits(InEdge(h, gi) ? v : v * (SignBit(a.signKey, gi) ? -f : f));
   }
 }
 
@@ -208,13 +238,12 @@ CC_HD int HopRotatePhases(const HopArgs& a, const HopTile& h) {
 }
 
 CC_HD void HopRotate(const HopArgs& a, const HopTile& h, uint32_t* x, int phase, unsigned tid, unsigned threads) {
-  const uint32_t n = static_cast<uint32_t>(h.r1 - h.r0);
   if (h.fullBlocks) {
-    WhtPhase(x, 0, n, Log2(a.block), phase, tid, threads);
+    WhtPhase(x, h.x0, h.x1 - h.x0, Log2(a.block), phase, tid, threads);
     return;
   }
   const size_t stride = size_t{1} << phase;
-  for (uint32_t i = tid; i < n; i += threads) {
+  for (uint32_t i = h.x0 + tid; i < h.x1; i += threads) {
     size_t s, l;
     RotationBlockOf(a.count, a.block, h.r0 + i, &s, &l);
     if (stride >= l || ((h.r0 + i - s) & stride) != 0) continue;

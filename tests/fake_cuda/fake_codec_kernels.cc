@@ -133,8 +133,9 @@ ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, S
 }
 
 ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* input, size_t count, size_t block,
-                             uint32_t signKey, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
-                             float clipK, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+                             uint32_t signKey, bool edgesRotated, size_t off, size_t len, size_t group, int bits,
+                             ScaleFormat format, float clipK, const DitherRule& rule, void* wireOut,
+                             cudaStream_t stream) {
   if (!tile::Covers(group) || !tile::CoversRotation(block)) return ccInternalError;
   tile::HopArgs a;
   a.values = HostView(input);
@@ -152,8 +153,14 @@ ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* i
   a.count = count;
   a.block = block;
   a.signKey = signKey;
+  a.edgesRotated = edgesRotated;
   if (len == 0) return ccSuccess;
   return Launch(stream, [=] { cctest::TileEmulator().Hop(a); });
+}
+
+ccResult_t RotateBlockForward(float* x, size_t base, size_t len, uint32_t signKey, cudaStream_t stream) {
+  x = HostView(x);
+  return Launch(stream, [=] { ccoll::RotateBlockForward(x + base, x + base, len, base, signKey); });
 }
 
 ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
