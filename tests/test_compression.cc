@@ -1573,23 +1573,9 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
       ccoll::HopRequantSlice(wires, nin, local.data() + off, len, off, group, bits, format, clipK, rule, vals.data(),
                              codes.data(), want.data());
     }
-    ccoll::tile::HopArgs a;
-    a.values = rotate ? input.data() : local.data() + off;
-    a.in[0] = in[0].data();
-    a.in[1] = in[1].data();
-    a.nin = nin;
-    a.off = off;
-    a.len = len;
-    a.group = group;
-    a.bits = bits;
-    a.format = format;
-    a.clipK = clipK;
-    a.rule = rule;
-    a.out = got.data();
-    a.rotate = rotate;
-    a.count = count;
-    a.block = block;
-    a.signKey = signKey;
+    ccoll::tile::HopArgs a = ccoll::tile::HopArgsOf(local.data() + off, wires, nin, off, len, group, bits, format,
+                                                    clipK, rule, got.data());
+    if (rotate) a = ccoll::tile::RotatedFrom(a, input.data(), count, block, signKey, false);
     gpu.Hop(a);
     CHECK(cctest::FirstDifference(cctest::Bytes(want.begin(), want.end()), cctest::Bytes(got.begin(), got.end())) ==
           "");
@@ -1609,7 +1595,6 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
       std::fill(got.begin(), got.end(), 0xee);
       gpu.Hop(a);
       CHECK(got == want);
-      a.edgesRotated = false;
     }
     // The decode of that message: without rotation, the values; with it, the slice's inner blocks rotated back and
     // marked, the rest as decoded, so that the finish gives the CPU's inverse rotation of the whole buffer.
@@ -1619,20 +1604,9 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
     ccoll::DecodeRequantSlice(want.data(), len, group, bits, format, codes.data(), wantOut.data() + off);
     std::vector<float> gotOut = dec;
     std::vector<uint8_t> done(count / block + 1, 0);
-    ccoll::tile::DecodeArgs d;
-    d.wire = want.data();
-    d.off = off;
-    d.len = len;
-    d.group = group;
-    d.bits = bits;
-    d.format = format;
-    d.out = gotOut.data() + off;
-    d.rotate = rotate;
-    d.count = count;
-    d.block = block;
-    d.signKey = signKey;
-    d.scale = 0.25f;
-    d.done = rotate ? done.data() : nullptr;
+    ccoll::tile::DecodeArgs d =
+        ccoll::tile::DecodeArgsOf(want.data(), off, len, group, bits, format, gotOut.data() + off);
+    if (rotate) d = ccoll::tile::RotatedBack(d, count, block, signKey, 0.25f, done.data());
     gpu.Decode(d);
     if (rotate) {
       ccoll::RotateInverse(wantOut.data(), count, block, signKey, 0.25f);

@@ -1,5 +1,6 @@
-// CUDA kernels of the quantization codec: the randomized Hadamard rotation, the requant encode, decode and hop, and
-// the homomorphic lanes (group scales, encode, packed add, decode).
+// CUDA kernels of the quantization codec: the randomized Hadamard rotation, the requant encode, decode and hop (by
+// tiles, compress/requant_tile.h, with the rotation fused where it applies; one thread per group for groups over
+// 1024), and the homomorphic lanes (group scales, encode, packed add, decode).
 // They call the same host/device element math as the CPU drivers (hadamard.h, quant_math.h, rng.h, bitpack.h) in
 // the same order of operations, and this file is compiled with --fmad=false, so that the bytes match the CPU path;
 // tests/test_gpu.cc checks that on a device (not yet run on one: see perf/gpu_check.sh).
@@ -335,22 +336,6 @@ ccResult_t LaunchDecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream) {
   return Launched("requant tile decode kernel launch");
 }
 
-tile::HopArgs HopArgsOf(const void* const* wiresIn, int nin, size_t off, size_t len, size_t group, int bits,
-                        ScaleFormat format, float clipK, const DitherRule& rule, void* wireOut) {
-  tile::HopArgs a;
-  for (int k = 0; k < nin; ++k) a.in[k] = static_cast<const uint8_t*>(wiresIn[k]);
-  a.nin = nin;
-  a.off = off;
-  a.len = len;
-  a.group = group;
-  a.bits = bits;
-  a.format = format;
-  a.clipK = clipK;
-  a.rule = rule;
-  a.out = static_cast<uint8_t*>(wireOut);
-  return a;
-}
-
 }  // namespace
 
 ccResult_t LoadQuantKernels() {
@@ -421,16 +406,7 @@ ccResult_t EncodeRequant(const float* v, size_t len, uint64_t index0, size_t gro
 ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, ScaleFormat format, float* out,
                          cudaStream_t stream) {
   if (len == 0) return ccSuccess;
-  if (tile::Covers(group)) {
-    tile::DecodeArgs a;
-    a.wire = static_cast<const uint8_t*>(wire);
-    a.len = len;
-    a.group = group;
-    a.bits = bits;
-    a.format = format;
-    a.out = out;
-    return LaunchDecodeTiles(a, stream);
-  }
+  if (tile::Covers(group)) return LaunchDecodeTiles(tile::DecodeArgsOf(wire, 0, len, group, bits, format, out), stream);
   DecodeRequantKernel<<<Blocks(len), kThreads, 0, stream>>>(static_cast<const uint8_t*>(wire), len, group, bits,
                                                             format, out);
   return Launched("requant decode kernel launch");
@@ -442,9 +418,8 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
   if (len == 0) return ccSuccess;
   if (nin < 0 || nin > 2) return Fail(ccInternalError, "gpu requant hop: %d inputs (0..2)", nin);
   if (tile::Covers(group)) {
-    tile::HopArgs a = HopArgsOf(wiresIn, nin, index0, len, group, bits, format, clipK, rule, wireOut);
-    a.values = local;
-    return LaunchHopTiles(a, stream);
+    return LaunchHopTiles(tile::HopArgsOf(local, wiresIn, nin, index0, len, group, bits, format, clipK, rule, wireOut),
+                          stream);
   }
   const size_t groups = (len + group - 1) / group;
   uint8_t* scales = static_cast<uint8_t*>(wireOut);
@@ -475,14 +450,8 @@ ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* i
   if (!tile::Covers(group) || !tile::CoversRotation(block)) {
     return Fail(ccInternalError, "gpu requant hop with rotation: group %zu or block %zu not covered", group, block);
   }
-  tile::HopArgs a = HopArgsOf(wiresIn, nin, off, len, group, bits, format, clipK, rule, wireOut);
-  a.values = input;
-  a.rotate = true;
-  a.count = count;
-  a.block = block;
-  a.signKey = signKey;
-  a.edgesRotated = edgesRotated;
-  return LaunchHopTiles(a, stream);
+  const tile::HopArgs a = tile::HopArgsOf(nullptr, wiresIn, nin, off, len, group, bits, format, clipK, rule, wireOut);
+  return LaunchHopTiles(tile::RotatedFrom(a, input, count, block, signKey, edgesRotated), stream);
 }
 
 ccResult_t RotateBlockForward(float* x, size_t base, size_t len, uint32_t signKey, cudaStream_t stream) {
@@ -499,21 +468,8 @@ ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t
   if (!tile::Covers(group) || !tile::CoversRotation(block)) {
     return Fail(ccInternalError, "gpu requant decode with rotation: group %zu or block %zu not covered", group, block);
   }
-  tile::DecodeArgs a;
-  a.wire = static_cast<const uint8_t*>(wire);
-  a.off = off;
-  a.len = len;
-  a.group = group;
-  a.bits = bits;
-  a.format = format;
-  a.out = out;
-  a.rotate = true;
-  a.count = count;
-  a.block = block;
-  a.signKey = signKey;
-  a.scale = scale;
-  a.done = done;
-  return LaunchDecodeTiles(a, stream);
+  const tile::DecodeArgs a = tile::DecodeArgsOf(wire, off, len, group, bits, format, out);
+  return LaunchDecodeTiles(tile::RotatedBack(a, count, block, signKey, scale, done), stream);
 }
 
 }  // namespace gpu

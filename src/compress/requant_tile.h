@@ -1,13 +1,14 @@
 // The requant codec's tiled GPU kernels, written as phases of one thread block (a "tile"): each phase is a
 // host/device function of (thread, tile) over the block's shared memory, and the kernels in quant_cuda.cu run the
-// phases with a barrier between them. The CPU runs the same phases thread by thread (tests/tile_emulator.h), so the
-// indexing, packing and rotation fused here are checked byte for byte against the CPU codec on every machine.
+// phases with a barrier between them. The CPU runs the same phases thread by thread (tests/fake_cuda/tile_emulator.h),
+// so the indexing, packing and rotation fused here are checked byte for byte against the CPU codec on every machine.
 //
 // Why tiles: a tile loads its values with coalesced accesses into shared memory, one thread per group encodes there
 // (the group's element order, hence its bytes, stay those of quant_cpu.cc), and the packed codes leave coalesced.
 // The hop writes no values to device memory, and can fuse the forward rotation: it rotates the whole rotation
-// blocks that cover its values from the unrotated input in shared memory. The decode can fuse the inverse rotation
-// of the blocks that lie inside its slice; the others are finished after the ring (RotateInverse with `done` flags).
+// blocks that cover its values from the unrotated input in shared memory (in place, the blocks it shares with other
+// slices come rotated already: HopArgs::edgesRotated). The decode can fuse the inverse rotation of the blocks that
+// lie inside its slice; the others are finished after the ring (RotateInverse with `done` flags).
 //
 // Shared memory holds 32-bit words at padded positions (one spare word per 32), values as float bit patterns and,
 // after the encode, codes in the same words.
@@ -150,6 +151,36 @@ struct HopArgs {
   // the input of another slice, which that slice's decode may have overwritten already.
   bool edgesRotated = false;
 };
+
+// The arguments of a hop of [off, off + len): values[i] is element off + i; RotatedFrom switches to the rotation.
+CC_HD HopArgs HopArgsOf(const float* values, const void* const* wiresIn, int nin, size_t off, size_t len, size_t group,
+                        int bits, ScaleFormat format, float clipK, const DitherRule& rule, void* out) {
+  HopArgs a;
+  a.values = values;
+  for (int k = 0; k < nin && k < 2; ++k) a.in[k] = static_cast<const uint8_t*>(wiresIn[k]);
+  a.nin = nin;
+  a.off = off;
+  a.len = len;
+  a.group = group;
+  a.bits = bits;
+  a.format = format;
+  a.clipK = clipK;
+  a.rule = rule;
+  a.out = static_cast<uint8_t*>(out);
+  return a;
+}
+
+// The same hop with its values rotated from `input`, the whole unrotated buffer of `count` values.
+CC_HD HopArgs RotatedFrom(HopArgs a, const float* input, size_t count, size_t block, uint32_t signKey,
+                          bool edgesRotated) {
+  a.values = input;
+  a.rotate = true;
+  a.count = count;
+  a.block = block;
+  a.signKey = signKey;
+  a.edgesRotated = edgesRotated;
+  return a;
+}
 
 CC_HD size_t HopTiles(const HopArgs& a) {
   const size_t per = TileGroups(a.group) * a.group;
@@ -342,6 +373,32 @@ struct DecodeArgs {
   float scale = 1.0f;
   uint8_t* done = nullptr;
 };
+
+// The arguments of a decode of [off, off + len) into out (element off at out[0]), and the same with the blocks
+// inside the slice rotated back (scale folded in) and marked in done.
+CC_HD DecodeArgs DecodeArgsOf(const void* wire, size_t off, size_t len, size_t group, int bits, ScaleFormat format,
+                              float* out) {
+  DecodeArgs a;
+  a.wire = static_cast<const uint8_t*>(wire);
+  a.off = off;
+  a.len = len;
+  a.group = group;
+  a.bits = bits;
+  a.format = format;
+  a.out = out;
+  return a;
+}
+
+CC_HD DecodeArgs RotatedBack(DecodeArgs a, size_t count, size_t block, uint32_t signKey, float scale,
+                             uint8_t* done) {
+  a.rotate = true;
+  a.count = count;
+  a.block = block;
+  a.signKey = signKey;
+  a.scale = scale;
+  a.done = done;
+  return a;
+}
 
 // Tile t: buffer elements [lo, hi) of the slice, staged at word Pad(i - base); blocks [f0, f1) are rotated back.
 struct DecodeTile {

@@ -1,8 +1,10 @@
 // The codec "kernels" of compress/codec_cuda.h for the fake CUDA runtime: each one is queued on its stream and runs
-// the CPU driver of the same element math there, on the fake's view of the device memory (FakeHostView). The device codec's plumbing (copies, scratch, stream order, the
-// schedule around it) is then tested without a GPU; that the real kernels write the CPU drivers' bytes is
-// tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments are. The cuBLAS
-// products go through the fake cuBLAS (fake_cublas.cc). The exact reductions (collectives/reduce_cuda.h) are the host loops, counted too.
+// the CPU driver of the same element math there, on the fake's view of the device memory (FakeHostView); the requant
+// tile kernels run their own phases through tile_emulator.h, as the GPU would. The device codec's plumbing (copies,
+// scratch, stream order, the schedule around it) is then tested without a GPU; that the real kernels write the CPU
+// drivers' bytes is tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments
+// are. The cuBLAS products go through the fake cuBLAS (fake_cublas.cc). The exact reductions
+// (collectives/reduce_cuda.h) are the host loops, counted too.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -79,19 +81,8 @@ ccResult_t HopRequant(const void* const* wiresIn, int nin, const float* local, s
   codes = HostView(codes);
   wireOut = HostView(wireOut);
   if (tile::Covers(group)) {  // as the real HopRequant: the tile kernel
-    tile::HopArgs a;
-    a.values = local;
-    a.in[0] = static_cast<const uint8_t*>(in0);
-    a.in[1] = static_cast<const uint8_t*>(in1);
-    a.nin = nin;
-    a.off = index0;
-    a.len = len;
-    a.group = group;
-    a.bits = bits;
-    a.format = format;
-    a.clipK = clipK;
-    a.rule = rule;
-    a.out = static_cast<uint8_t*>(wireOut);
+    const void* in[2] = {in0, in1};
+    const tile::HopArgs a = tile::HopArgsOf(local, in, nin, index0, len, group, bits, format, clipK, rule, wireOut);
     return Launch(stream, [=] { cctest::TileEmulator().Hop(a); });
   }
   return Launch(stream, [=] {
@@ -117,13 +108,7 @@ ccResult_t DecodeRequant(const void* wire, size_t len, size_t group, int bits, S
   wire = HostView(wire);
   out = HostView(out);
   if (tile::Covers(group)) {
-    tile::DecodeArgs a;
-    a.wire = static_cast<const uint8_t*>(wire);
-    a.len = len;
-    a.group = group;
-    a.bits = bits;
-    a.format = format;
-    a.out = out;
+    const tile::DecodeArgs a = tile::DecodeArgsOf(wire, 0, len, group, bits, format, out);
     return Launch(stream, [=] { cctest::TileEmulator().Decode(a); });
   }
   return Launch(stream, [=] {
@@ -137,23 +122,10 @@ ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* i
                              ScaleFormat format, float clipK, const DitherRule& rule, void* wireOut,
                              cudaStream_t stream) {
   if (!tile::Covers(group) || !tile::CoversRotation(block)) return ccInternalError;
-  tile::HopArgs a;
-  a.values = HostView(input);
-  for (int k = 0; k < nin; ++k) a.in[k] = static_cast<const uint8_t*>(HostView(wiresIn[k]));
-  a.nin = nin;
-  a.off = off;
-  a.len = len;
-  a.group = group;
-  a.bits = bits;
-  a.format = format;
-  a.clipK = clipK;
-  a.rule = rule;
-  a.out = static_cast<uint8_t*>(HostView(wireOut));
-  a.rotate = true;
-  a.count = count;
-  a.block = block;
-  a.signKey = signKey;
-  a.edgesRotated = edgesRotated;
+  const void* in[2] = {nin > 0 ? HostView(wiresIn[0]) : nullptr, nin > 1 ? HostView(wiresIn[1]) : nullptr};
+  const tile::HopArgs a = tile::RotatedFrom(
+      tile::HopArgsOf(nullptr, in, nin, off, len, group, bits, format, clipK, rule, HostView(wireOut)),
+      HostView(input), count, block, signKey, edgesRotated);
   if (len == 0) return ccSuccess;
   return Launch(stream, [=] { cctest::TileEmulator().Hop(a); });
 }
@@ -167,20 +139,9 @@ ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t
                                 size_t count, size_t block, uint32_t signKey, float scale, uint8_t* done, float* out,
                                 cudaStream_t stream) {
   if (!tile::Covers(group) || !tile::CoversRotation(block)) return ccInternalError;
-  tile::DecodeArgs a;
-  a.wire = static_cast<const uint8_t*>(HostView(wire));
-  a.off = off;
-  a.len = len;
-  a.group = group;
-  a.bits = bits;
-  a.format = format;
-  a.out = HostView(out);
-  a.rotate = true;
-  a.count = count;
-  a.block = block;
-  a.signKey = signKey;
-  a.scale = scale;
-  a.done = done != nullptr ? HostView(done) : nullptr;
+  const tile::DecodeArgs a =
+      tile::RotatedBack(tile::DecodeArgsOf(HostView(wire), off, len, group, bits, format, HostView(out)), count, block,
+                        signKey, scale, done != nullptr ? HostView(done) : nullptr);
   if (len == 0) return ccSuccess;
   return Launch(stream, [=] { cctest::TileEmulator().Decode(a); });
 }
