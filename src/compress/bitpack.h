@@ -11,6 +11,19 @@ namespace ccoll {
 
 CC_HD size_t PackedBytes(size_t values, int bits) { return (values * static_cast<size_t>(bits) + 7) / 8; }
 
+// Byte b of the little-endian stream of n codes of `bits` bits (BitWriter's bytes), code e being code(e): for
+// kernels that write each byte of the stream from its own thread.
+template <typename Code>
+CC_HD uint8_t PackedByteAt(Code code, size_t n, int bits, size_t b) {
+  const size_t bit0 = 8 * b, bb = static_cast<size_t>(bits);
+  uint32_t acc = 0;
+  for (size_t e = bit0 / bb; e < n && e * bb < bit0 + 8; ++e) {
+    const uint32_t c = code(e);
+    acc |= e * bb >= bit0 ? c << (e * bb - bit0) : c >> (bit0 - e * bb);
+  }
+  return static_cast<uint8_t>(acc);
+}
+
 struct BitWriter {
   uint8_t* out;
   uint64_t acc = 0;

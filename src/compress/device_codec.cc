@@ -143,7 +143,7 @@ class DeviceQuantCodec : public KernelCodec {
   // rotation blocks around its slice's ends; so a block that reaches past a slice is rotated in place by the first
   // hop that meets it, and later hops read it rotated (EdgesRotatedFor).
   void PipelinePrepareAndFinish(bool average) override {
-    fused_ = !plan_.homomorphic && plan_.rotate && tile::Covers(plan_.group) && tile::CoversRotation(plan_.block);
+    fused_ = Fusable();
     finishScale_ = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
   }
 
@@ -184,9 +184,7 @@ class DeviceQuantCodec : public KernelCodec {
   }
 
   void ReserveScratch(size_t count, size_t maxLen) override {
-    if (!plan_.homomorphic && plan_.rotate && tile::CoversRotation(plan_.block)) {
-      st_->done.Reserve<uint8_t>(count / plan_.block);
-    }
+    if (Fusable()) st_->done.Reserve<uint8_t>(count / plan_.block);
     if (plan_.homomorphic) {
       st_->scales.Reserve<float>((count + plan_.group - 1) / plan_.group);
       st_->sums.Reserve(PackedBytes(maxLen, plan_.laneBits));
@@ -271,6 +269,11 @@ class DeviceQuantCodec : public KernelCodec {
 
  private:
   const float* Scales() const { return static_cast<const float*>(st_->scales.data()); }
+
+  // Requant with a rotation the tile kernels can fuse (under the schedule's pointer rules).
+  bool Fusable() const {
+    return !plan_.homomorphic && plan_.rotate && tile::Covers(plan_.group) && tile::CoversRotation(plan_.block);
+  }
 
   // In place, before a hop: queues the forward rotation of the blocks at the ends of [off, off + len) that reach
   // past it and that no earlier hop rotated. Their values in other slices are still the input: a slice is decoded

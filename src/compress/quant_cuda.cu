@@ -79,6 +79,9 @@ ccResult_t AllowRotateSharedMemory() {
   return ccSuccess;
 }
 
+// Threads of a rotation block of len values: one per butterfly, at most 512.
+unsigned RotateThreads(size_t len) { return static_cast<unsigned>(len / 2 < 512 ? (len / 2 > 0 ? len / 2 : 1) : 512); }
+
 ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint32_t key, bool inverse, float scale,
                   const uint8_t* done, cudaStream_t stream) {
   if (block > kMaxBlock) return Fail(ccInvalidArgument, "gpu rotation: block %zu is over %zu", block, kMaxBlock);
@@ -89,8 +92,7 @@ ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint3
     size_t len = block;
     while (len > count - off) len >>= 1;
     const size_t n = len == block ? (count - off) / block : 1;
-    const unsigned threads = static_cast<unsigned>(len / 2 < 512 ? (len / 2 > 0 ? len / 2 : 1) : 512);
-    RotateKernel<<<static_cast<unsigned>(n), threads, len * sizeof(float), stream>>>(
+    RotateKernel<<<static_cast<unsigned>(n), RotateThreads(len), len * sizeof(float), stream>>>(
         in, out, off, len, key, inverse, scale, len == block ? done : nullptr);
     CC_CHECK(Launched("rotation kernel launch"));
     off += n * len;
@@ -109,12 +111,6 @@ __device__ uint32_t ReadBits(const uint8_t* p, size_t bytes, size_t bit, int bit
   return (acc >> shift) & ((1u << bits) - 1u);
 }
 
-__device__ float DitherAt(const DitherRule& rule, uint32_t gi) {
-  if (rule.rounding == 0) return 0.5f;
-  if (rule.rounding == 2) return StratifiedDither(Dither(rule.sharedKey, gi), StratumShift(rule.rank, rule.nranks));
-  return Dither(rule.key, gi);
-}
-
 // The scale of a group as GroupScaleOf computes it: max |v| (the unsigned max of the sign-cleared bit patterns), or
 // the clip point clipK * rms when smaller (the squares summed in order), flushed to zero when tiny.
 __device__ float GroupScaleAt(const float* v, size_t n, float clipK) {
@@ -123,13 +119,11 @@ __device__ float GroupScaleAt(const float* v, size_t n, float clipK) {
     const uint32_t u = FloatBits(v[i]) & 0x7fffffffu;
     m = u > m ? u : m;
   }
-  float s = m >= 0x7f800000u ? INFINITY : BitsFloat(m);
+  float sq = 0.0f;
   if (clipK > 0.0f) {
-    float sq = 0.0f;
     for (size_t i = 0; i < n; ++i) sq += v[i] * v[i];
-    s = GroupScale(s, n ? sqrtf(sq / static_cast<float>(n)) : 0.0f, clipK);
   }
-  return FlushTinyScale(s);
+  return GroupScaleFromStats(m, sq, n, clipK);
 }
 
 // The scale of a group as GroupScaleOf computes it, rounded up to the format, stored, and read back.
@@ -151,9 +145,10 @@ __device__ void EncodeGroup(const float* v, size_t len, size_t g, uint64_t index
   GridOf(s, levels, &step, &inv);
   const float shift = s * inv;
   BitWriter w(packed + begin * bits / 8);
+  tile::DitherStream dither(rule);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t gi = static_cast<uint32_t>(index0 + begin + i);
-    const uint32_t code = QuantizeCode(v[begin + i], inv, shift, levels, DitherAt(rule, gi));
+    const uint32_t code = QuantizeCode(v[begin + i], inv, shift, levels, dither.At(gi, i == 0));
     if (aligned) {
       w.Put(code, bits);
     } else {
@@ -176,15 +171,7 @@ __global__ void EncodeRequantKernel(const float* v, size_t len, uint64_t index0,
 __global__ void PackKernel(const uint16_t* codes, size_t n, int bits, uint8_t* out) {
   const size_t b = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= PackedBytes(n, bits)) return;
-  const size_t bit0 = 8 * b;
-  size_t e = bit0 / static_cast<size_t>(bits);
-  uint32_t acc = 0;
-  for (; e < n && e * bits < bit0 + 8; ++e) {
-    const long long shift = static_cast<long long>(e * bits) - static_cast<long long>(bit0);
-    const uint32_t c = codes[e];
-    acc |= shift >= 0 ? (c << shift) : (c >> -shift);
-  }
-  out[b] = static_cast<uint8_t>(acc);
+  out[b] = PackedByteAt([codes](size_t e) { return static_cast<uint32_t>(codes[e]); }, n, bits, b);
 }
 
 // Element j of a requant message of len values.
@@ -257,11 +244,13 @@ __global__ void EncodeLanesKernel(const float* v, size_t len, uint64_t index0, s
   const size_t end = len - begin < 8 ? len : begin + 8;
   const uint32_t levels = Levels(bits);
   BitWriter w(out + t * static_cast<size_t>(laneBits));
+  tile::DitherStream dither(rule);
   for (size_t e = begin; e < end; ++e) {
     const float s = scales[(index0 + e) / group];
     float step, inv;
     GridOf(s, levels, &step, &inv);
-    w.Put(QuantizeCode(v[e], inv, s * inv, levels, DitherAt(rule, static_cast<uint32_t>(index0 + e))), laneBits);
+    const float u = dither.At(static_cast<uint32_t>(index0 + e), e == begin);
+    w.Put(QuantizeCode(v[e], inv, s * inv, levels, u), laneBits);
   }
   w.Flush();
 }
@@ -457,8 +446,7 @@ ccResult_t HopRequantRotated(const void* const* wiresIn, int nin, const float* i
 ccResult_t RotateBlockForward(float* x, size_t base, size_t len, uint32_t signKey, cudaStream_t stream) {
   if (len > kMaxBlock || (len & (len - 1)) != 0) return Fail(ccInternalError, "gpu rotation: block of %zu", len);
   CC_CHECK(AllowRotateSharedMemory());
-  const unsigned threads = static_cast<unsigned>(len / 2 < 512 ? (len / 2 > 0 ? len / 2 : 1) : 512);
-  RotateKernel<<<1, threads, len * sizeof(float), stream>>>(x, x, base, len, signKey, false, 1.0f, nullptr);
+  RotateKernel<<<1, RotateThreads(len), len * sizeof(float), stream>>>(x, x, base, len, signKey, false, 1.0f, nullptr);
   return Launched("rotation kernel launch (one block)");
 }
 

@@ -105,4 +105,18 @@ CC_HD float GroupScale(float maxAbs, float rms, float clipK) {
   return maxAbs;
 }
 
+// The scale of a group of n values from what one pass over them gathers: the unsigned max of their sign-cleared bit
+// patterns (0x7f800000 and up: not finite) and, for clipping, their squares summed in index order; as GroupScaleOf
+// computes it (before rounding to the scale format). The GPU kernels gather the two in whatever pass they make.
+CC_HD float GroupScaleFromStats(uint32_t maxAbsBits, float sumSquares, size_t n, float clipK) {
+  float s;
+  if (maxAbsBits >= 0x7f800000u) {
+    s = INFINITY;
+  } else {
+    __builtin_memcpy(&s, &maxAbsBits, 4);
+  }
+  if (clipK > 0.0f) s = GroupScale(s, n ? std::sqrt(sumSquares / static_cast<float>(n)) : 0.0f, clipK);
+  return FlushTinyScale(s);
+}
+
 }  // namespace ccoll

@@ -321,9 +321,7 @@ CC_UNROLL
       m = u > m ? u : m;
       if (a.clipK > 0.0f) sq += v * v;
     }
-    float sc = m >= 0x7f800000u ? INFINITY : BitsFloat(m);
-    if (a.clipK > 0.0f) sc = GroupScale(sc, n ? sqrtf(sq / static_cast<float>(n)) : 0.0f, a.clipK);
-    sc = RoundScaleUp(FlushTinyScale(sc), a.format);
+    float sc = RoundScaleUp(GroupScaleFromStats(m, sq, n, a.clipK), a.format);
     StoreScale(a.out + g * sb, sc, a.format);
     sc = LoadScale(a.out + g * sb, a.format);
     float st, inv;
@@ -341,17 +339,9 @@ CC_UNROLL
 CC_HD void HopPack(const HopArgs& a, const HopTile& h, const uint32_t* x, unsigned tid, unsigned threads) {
   const size_t groups = (a.len + a.group - 1) / a.group;
   uint8_t* packed = a.out + groups * ScaleBytes(a.format) + h.t0 * static_cast<size_t>(a.bits) / 8;
-  const uint32_t bits = static_cast<uint32_t>(a.bits);
-  const uint32_t bytes = static_cast<uint32_t>((h.tl * bits + 7) / 8);
-  for (uint32_t b = tid; b < bytes; b += threads) {
-    const uint32_t bit0 = 8 * b;
-    uint32_t acc = 0;
-    for (uint32_t e = bit0 / bits; e < h.tl && e * bits < bit0 + 8; ++e) {
-      const uint32_t c = x[Pad(h.shift + e)];
-      acc |= e * bits >= bit0 ? c << (e * bits - bit0) : c >> (bit0 - e * bits);
-    }
-    packed[b] = static_cast<uint8_t>(acc);
-  }
+  auto code = [&](size_t e) { return x[Pad(h.shift + static_cast<uint32_t>(e))]; };
+  const size_t bytes = PackedBytes(h.tl, a.bits);
+  for (size_t b = tid; b < bytes; b += threads) packed[b] = PackedByteAt(code, h.tl, a.bits, b);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
