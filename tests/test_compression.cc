@@ -1515,6 +1515,23 @@ TEST_CASE("requant encode, decode and hop equal the element-by-element reference
   }
 }
 
+// What a hop of [off, off + len) reads in an in-place call with the rotation fused: the blocks at the slice's ends
+// that reach past it rotated in the buffer first (from `rotated`), the slice's own inner blocks unrotated (`input`),
+// and the rest of the buffer garbage (other slices' decodes may have overwritten it).
+std::vector<float> InPlaceHopBuffer(const std::vector<float>& input, const std::vector<float>& rotated, size_t block,
+                                    size_t off, size_t len) {
+  const size_t count = input.size();
+  std::vector<float> buf(count, std::numeric_limits<float>::quiet_NaN());
+  std::copy(input.begin() + off, input.begin() + off + len, buf.begin() + off);
+  for (size_t i : {off, off + len - 1}) {
+    size_t bs, bl;
+    ccoll::tile::RotationBlockOf(count, block, i, &bs, &bl);
+    if (bs >= off && bs + bl <= off + len) continue;
+    std::copy(rotated.begin() + bs, rotated.begin() + bs + bl, buf.begin() + bs);
+  }
+  return buf;
+}
+
 TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU codec's bytes", "[requant][tile]") {
   std::mt19937_64 gen(29);
   std::normal_distribution<float> normal;
@@ -1580,16 +1597,7 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
     CHECK(cctest::FirstDifference(cctest::Bytes(want.begin(), want.end()), cctest::Bytes(got.begin(), got.end())) ==
           "");
     if (rotate) {
-      // As in an in-place call: the blocks at the slice's ends that reach past it are rotated in the buffer first,
-      // and the rest of the buffer is garbage but for the slice's own inner blocks.
-      std::vector<float> inPlace(count, std::numeric_limits<float>::quiet_NaN());
-      std::copy(input.begin() + off, input.begin() + off + len, inPlace.begin() + off);
-      for (size_t i : {off, off + len - 1}) {
-        size_t bs, bl;
-        ccoll::tile::RotationBlockOf(count, block, i, &bs, &bl);
-        if (bs >= off && bs + bl <= off + len) continue;
-        std::copy(local.begin() + bs, local.begin() + bs + bl, inPlace.begin() + bs);  // the block rotated
-      }
+      const std::vector<float> inPlace = InPlaceHopBuffer(input, local, block, off, len);
       a.values = inPlace.data();
       a.edgesRotated = true;
       std::fill(got.begin(), got.end(), 0xee);
@@ -1620,4 +1628,125 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
     ++checked;
   }
   CHECK(checked == 160);
+}
+
+TEST_CASE("homomorphic lane tile kernels, run on the CPU thread by thread, give the CPU codec's bytes",
+          "[homomorphic][tile]") {
+  std::mt19937_64 gen(31);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> widen(1.0f, 1.5f);
+  cctest::TileEmulator gpu(7);
+  const ccoll::ScaleFormat formats[] = {ccoll::ScaleFormat::kFp32, ccoll::ScaleFormat::kBf16,
+                                        ccoll::ScaleFormat::kFp16};
+  const size_t groups[] = {1, 3, 8, 24, 32, 33, 64, 100, 256, 1024};
+  const size_t blocks[] = {1, 2, 32, 256, 1024};
+  const int extraBits[] = {1, 2, 3, 5, 8};  // lanes of bits + extra bits hold the sum of 2^extra ranks
+  int checked = 0;
+  for (int config = 0; config < 120; ++config) {
+    const size_t group = groups[config % 10];
+    const int bits = 1 + (config / 10) % 8;
+    const int extra = extraBits[(config / 3) % 5];
+    const int laneBits = bits + extra, nranks = 1 << extra;
+    const auto format = formats[config % 3];
+    const size_t block = blocks[config % 5];
+    const bool rotate = config % 4 != 3;
+    const int nin = (config / 2) % 3 < nranks ? (config / 2) % 3 : nranks - 1;
+    const float clipK = config % 7 == 0 ? 2.5f : 0.0f;
+    const size_t count = 1 + gen() % (config % 8 == 0 ? 70000 : 9000);
+    const size_t off = gen() % count;
+    const size_t len = 1 + gen() % (count - off);
+    ccoll::DitherRule rule;
+    rule.rounding = config % 3 == 2 ? 2 : (config % 5 == 0 ? 0 : 1);
+    rule.key = 0x61u + static_cast<uint32_t>(config);
+    rule.sharedKey = 0x98u;
+    rule.rank = config % nranks;
+    rule.nranks = nranks;
+    const uint32_t signKey = 0xbcdu + static_cast<uint32_t>(config);
+    INFO("config " << config << ": group " << group << " bits " << bits << " laneBits " << laneBits << " format "
+                   << static_cast<int>(format) << " block " << block << " rotate " << rotate << " nin " << nin
+                   << " clip " << clipK << " count " << count << " off " << off << " len " << len);
+    std::vector<float> input(count);
+    for (auto& x : input) x = normal(gen);
+    if (config % 11 == 0) input[off + len / 2] = std::numeric_limits<float>::infinity();
+    std::vector<float> local = input;
+    if (rotate) ccoll::RotateForward(input.data(), local.data(), count, block, signKey);
+    const size_t ngroups = (count + group - 1) / group;
+
+    // The group scales, from the unrotated input when rotating.
+    std::vector<float> scales(ngroups), gotScales(ngroups, -1.0f);
+    for (size_t g = 0; g < ngroups; ++g) {
+      scales[g] = ccoll::GroupScaleOf(local.data() + g * group, std::min(group, count - g * group), clipK);
+    }
+    ccoll::tile::LanesArgs sa = ccoll::tile::ScalesArgsOf(local.data(), count, group, clipK, gotScales.data());
+    if (rotate) sa.hop = ccoll::tile::RotatedFrom(sa.hop, input.data(), count, block, signKey, false);
+    gpu.Lanes(sa);
+    CHECK(std::memcmp(scales.data(), gotScales.data(), ngroups * sizeof(float)) == 0);
+
+    // The agreed scales: the max over ranks, so at least this rank's.
+    std::vector<float> agreed = scales;
+    for (auto& s : agreed) s = (gen() % 3 == 0) ? s : s * widen(gen);
+    const size_t bytes = ccoll::PackedBytes(len, laneBits);
+    std::vector<uint16_t> codes(std::max(count, len));
+    std::vector<std::vector<uint8_t>> in(2, std::vector<uint8_t>(bytes));
+    for (int k = 0; k < nin; ++k) {
+      std::vector<float> other(len);
+      for (auto& x : other) x = normal(gen);
+      ccoll::EncodeLanesSlice(other.data(), len, off, group, agreed.data(), bits, laneBits, rule, codes.data(),
+                              in[k].data());
+    }
+    const void* wires[2] = {in[0].data(), in[1].data()};
+
+    // The hop: this rank's lanes plus the arriving streams.
+    std::vector<uint8_t> want(bytes), got(bytes, 0xee);
+    ccoll::EncodeLanesSlice(local.data() + off, len, off, group, agreed.data(), bits, laneBits, rule, codes.data(),
+                            want.data());
+    for (int k = 0; k < nin; ++k) ccoll::AddPackedStreams(want.data(), want.data(), in[k].data(), bytes);
+    ccoll::tile::HopArgs hop = ccoll::tile::HopArgsOf(local.data() + off, wires, nin, off, len, group, bits, format,
+                                                      clipK, rule, got.data());
+    if (rotate) hop = ccoll::tile::RotatedFrom(hop, input.data(), count, block, signKey, false);
+    gpu.Lanes(ccoll::tile::LanesArgsOf(hop, agreed.data(), laneBits, nranks, false));
+    CHECK(cctest::FirstDifference(cctest::Bytes(want.begin(), want.end()), cctest::Bytes(got.begin(), got.end())) ==
+          "");
+    if (rotate) {
+      const std::vector<float> inPlace = InPlaceHopBuffer(input, local, block, off, len);
+      ccoll::tile::HopArgs edges = hop;
+      edges.values = inPlace.data();
+      edges.edgesRotated = true;
+      std::fill(got.begin(), got.end(), 0xee);
+      gpu.Lanes(ccoll::tile::LanesArgsOf(edges, agreed.data(), laneBits, nranks, false));
+      CHECK(got == want);
+    }
+
+    // The last reduce hop of a requantized all-gather: the sums decoded and encoded as a requant message.
+    std::vector<float> sums(len);
+    ccoll::DecodeLanesSlice(want.data(), len, off, group, agreed.data(), bits, laneBits, nranks, codes.data(),
+                            sums.data());
+    const size_t reqBytes = (len + group - 1) / group * static_cast<size_t>(ccoll::ScaleBytes(format)) +
+                            ccoll::PackedBytes(len, bits);
+    std::vector<uint8_t> wantReq(reqBytes), gotReq(reqBytes, 0xee);
+    ccoll::EncodeRequantSlice(sums.data(), len, off, group, bits, format, clipK, rule, codes.data(), wantReq.data());
+    ccoll::tile::HopArgs req = hop;
+    req.out = gotReq.data();
+    gpu.Lanes(ccoll::tile::LanesArgsOf(req, agreed.data(), laneBits, nranks, true));
+    CHECK(cctest::FirstDifference(cctest::Bytes(wantReq.begin(), wantReq.end()),
+                                  cctest::Bytes(gotReq.begin(), gotReq.end())) == "");
+
+    // The decode of the lane sums, with the inverse rotation fused for the blocks inside the slice.
+    std::vector<float> dec(count);
+    for (auto& x : dec) x = normal(gen);
+    std::vector<float> wantOut = dec, gotOut = dec;
+    std::copy(sums.begin(), sums.end(), wantOut.begin() + off);
+    std::vector<uint8_t> done(count / block + 1, 0);
+    ccoll::tile::DecodeArgs d =
+        ccoll::tile::DecodeArgsOf(want.data(), off, len, group, bits, format, gotOut.data() + off);
+    if (rotate) d = ccoll::tile::RotatedBack(d, count, block, signKey, 0.25f, done.data());
+    gpu.Decode(ccoll::tile::LanesFrom(d, agreed.data(), laneBits, nranks));
+    if (rotate) {
+      ccoll::RotateInverse(wantOut.data(), count, block, signKey, 0.25f);
+      cctest::RotateInverseUnmarked(gotOut.data(), count, block, signKey, 0.25f, done.data());
+    }
+    CHECK(std::memcmp(gotOut.data(), wantOut.data(), count * sizeof(float)) == 0);
+    ++checked;
+  }
+  CHECK(checked == 120);
 }

@@ -62,6 +62,50 @@ struct BitReader {
   }
 };
 
+// Up to 128 bits of a little-endian stream in two words: eight lanes of up to 16 bits, which fill exactly laneBits
+// bytes. Lanes are put and got at bit offsets; two such words are added as 128-bit integers.
+struct Bits128 {
+  uint64_t lo = 0, hi = 0;
+};
+
+CC_HD void PutBits(Bits128* w, uint32_t v, int bit) {
+  if (bit >= 64) {
+    w->hi |= static_cast<uint64_t>(v) << (bit - 64);
+    return;
+  }
+  w->lo |= static_cast<uint64_t>(v) << bit;
+  if (bit > 32) w->hi |= static_cast<uint64_t>(v) >> (64 - bit);  // v has at most 32 bits
+}
+
+CC_HD uint32_t GetBits(const Bits128& w, int bit, int bits) {
+  uint64_t v = bit >= 64 ? w.hi >> (bit - 64) : w.lo >> bit;
+  if (bit > 0 && bit < 64) v |= w.hi << (64 - bit);
+  return static_cast<uint32_t>(v & ((uint64_t{1} << bits) - 1));
+}
+
+CC_HD Bits128 LoadBits(const uint8_t* p, size_t bytes) {
+  Bits128 w;
+  for (size_t i = 0; i < bytes; ++i) {
+    if (i < 8) {
+      w.lo |= static_cast<uint64_t>(p[i]) << (8 * i);
+    } else {
+      w.hi |= static_cast<uint64_t>(p[i]) << (8 * (i - 8));
+    }
+  }
+  return w;
+}
+
+CC_HD void StoreBits(const Bits128& w, uint8_t* p, size_t bytes) {
+  for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(i < 8 ? w.lo >> (8 * i) : w.hi >> (8 * (i - 8)));
+}
+
+CC_HD Bits128 AddBits(const Bits128& a, const Bits128& b) {
+  Bits128 s;
+  s.lo = a.lo + b.lo;
+  s.hi = a.hi + b.hi + (s.lo < a.lo ? 1u : 0u);
+  return s;
+}
+
 // dst = a + b as little-endian integers of `bytes` bytes. When every lane of the two streams sums without
 // overflowing its width, this adds all lanes at once: carries stay inside lanes, even across word boundaries.
 // dst may alias a or b.

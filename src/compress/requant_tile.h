@@ -362,6 +362,11 @@ struct DecodeArgs {
   uint32_t signKey = 0;
   float scale = 1.0f;
   uint8_t* done = nullptr;
+  // Lane sums of the homomorphic mode instead (lanes_tile.h's LanesFrom): the agreed scales by global group, the
+  // lanes' width and the ranks summed; bits are the codes'.
+  const float* agreed = nullptr;
+  int laneBits = 0;
+  int nranks = 1;
 };
 
 // The arguments of a decode of [off, off + len) into out (element off at out[0]), and the same with the blocks
@@ -424,7 +429,8 @@ CC_HD DecodeTile DecodeTileOf(const DecodeArgs& a, size_t t) {
   return d;
 }
 
-// Phase 1: one thread per group (or the part of a group inside the tile) decodes into shared memory.
+// Phase 1 of requant messages (lane sums: lanes_tile.h's DecodeLaneUnits): one thread per group (or the part of a
+// group inside the tile) decodes into shared memory.
 CC_HD void DecodeGroups(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, unsigned tid, unsigned threads) {
   const size_t groups = (a.len + a.group - 1) / a.group;
   const int sb = ScaleBytes(a.format);

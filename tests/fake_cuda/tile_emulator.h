@@ -1,4 +1,4 @@
-// The requant tile kernels of quant_cuda.cu run on the CPU: every tile's phases (compress/requant_tile.h) in the
+// The tile kernels of quant_cuda.cu run on the CPU: every tile's phases (compress/requant_tile.h, lanes_tile.h) in the
 // kernels' order, each phase for every thread of the tile before the next phase starts (the kernels' barriers). The
 // threads of a phase run in a shuffled order, so a phase whose threads read what other threads write in the same
 // phase (a race on the GPU) gives wrong bytes here too. Shared memory starts poisoned for every tile, so a phase that
@@ -14,7 +14,7 @@
 
 #include "compress/hadamard.h"
 #include "compress/quant_cpu.h"
-#include "compress/requant_tile.h"
+#include "compress/lanes_tile.h"
 
 namespace cctest {
 
@@ -36,12 +36,41 @@ class TileEmulator {
     }
   }
 
+  // LanesTileKernel: the hop's load and rotation, then the lanes phase, then (kRequant) the requant encode.
+  void Lanes(const ccoll::tile::LanesArgs& a) {
+    using namespace ccoll::tile;
+    HopArgs encode = a.hop;
+    encode.nin = 0;  // kRequant: the requant phases encode the decoded lane sums
+    for (size_t t = 0; t < HopTiles(a.hop); ++t) {
+      Poison();
+      const HopTile h = HopTileOf(a.hop, t);
+      Phase([&](unsigned tid) { HopLoad(a.hop, h, shared_.data(), tid, kThreads); });
+      for (int p = 0; p < HopRotatePhases(a.hop, h); ++p) {
+        Phase([&](unsigned tid) { HopRotate(a.hop, h, shared_.data(), p, tid, kThreads); });
+      }
+      if (a.mode == LanesMode::kScales) {
+        Phase([&](unsigned tid) { LanesScales(a, h, shared_.data(), tid, kThreads); });
+        continue;
+      }
+      Phase([&](unsigned tid) { LanesEncode(a, h, shared_.data(), tid, kThreads); });
+      if (a.mode != LanesMode::kRequant) continue;
+      Phase([&](unsigned tid) { HopEncodeGroups(encode, h, shared_.data(), tid, kThreads); });
+      Phase([&](unsigned tid) { HopPack(encode, h, shared_.data(), tid, kThreads); });
+    }
+  }
+
   void Decode(const ccoll::tile::DecodeArgs& a) {
     using namespace ccoll::tile;
     for (size_t t = 0; t < DecodeTiles(a); ++t) {
       Poison();
       const DecodeTile d = DecodeTileOf(a, t);
-      Phase([&](unsigned tid) { DecodeGroups(a, d, shared_.data(), tid, kThreads); });
+      Phase([&](unsigned tid) {  // DecodeTileKernel<true> for lane sums, <false> for requant messages
+        if (a.agreed != nullptr) {
+          DecodeLaneUnits(a, d, shared_.data(), tid, kThreads);
+        } else {
+          DecodeGroups(a, d, shared_.data(), tid, kThreads);
+        }
+      });
       for (int p = 0; p < DecodeRotatePhases(a, d); ++p) {
         Phase([&](unsigned tid) { DecodeRotate(a, d, shared_.data(), p, tid, kThreads); });
       }
