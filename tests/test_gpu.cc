@@ -29,6 +29,7 @@
 #include "compress/bitpack.h"
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
+#include "compress/lanes_tile.h"
 #include "compress/quant_cpu.h"
 #include "compress/requant_tile.h"
 #include "compress/sparse.h"
@@ -473,7 +474,7 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
 TEST_CASE("[gpu] homomorphic lanes: scales, encode, add and decode equal the CPU driver byte for byte", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
   for (size_t len : {size_t{1}, size_t{13}, size_t{1000}, size_t{65536 + 5}}) {
-    for (size_t group : {size_t{1024}, size_t{7}, size_t{100}}) {
+    for (size_t group : {size_t{1024}, size_t{7}, size_t{100}, size_t{2048}}) {  // tiles up to 1024
       for (int bits : {1, 2, 4, 8}) {
         for (int nranks : {2, 3, 8}) {
           for (int rounding : {0, 1, 2}) {
@@ -542,6 +543,98 @@ TEST_CASE("[gpu] homomorphic lanes: scales, encode, add and decode equal the CPU
               CHECK(SameFloats(cpuOut.data(), gpuOut.data(), len));
             }
           }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("[gpu] homomorphic lanes with the rotation fused equal the CPU's passes byte for byte", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937_64 gen(43);
+  int configs = 0;
+  for (size_t block : {size_t{1}, size_t{32}, size_t{1024}}) {
+    for (size_t group : {size_t{32}, size_t{33}, size_t{256}}) {
+      for (size_t count : {size_t{1000}, size_t{65536}, size_t{3 * 65536 + 777}}) {
+        const int bits = 1 + configs % 8, nin = configs % 3, nranks = 4, laneBits = bits + 2;
+        const auto format = static_cast<ccoll::ScaleFormat>(configs % 3);
+        const float clipK = configs % 5 == 0 ? 2.5f : 0.0f;
+        ++configs;
+        for (int whole = 0; whole < 2; ++whole) {
+          const size_t off = whole ? 0 : gen() % (count / 2), len = whole ? count : 1 + gen() % (count - off);
+          INFO("block " << block << " group " << group << " count " << count << " off " << off << " len " << len
+                        << " bits " << bits << " nin " << nin << " clip " << clipK);
+          ccoll::DitherRule rule;
+          rule.rounding = configs % 3;
+          rule.key = 5;
+          rule.sharedKey = 6;
+          rule.rank = 2;
+          rule.nranks = nranks;
+          const std::vector<float> input = Inputs(count, count + off + 1, false);
+          std::vector<float> rotated(count);
+          ccoll::RotateForward(input.data(), rotated.data(), count, block, 0x78u);
+          // The scales of the rotated buffer, found from the unrotated one.
+          const size_t groups = (count + group - 1) / group;
+          std::vector<float> scales(groups);
+          for (size_t g = 0; g < groups; ++g) {
+            scales[g] = ccoll::GroupScaleOf(rotated.data() + g * group, std::min(group, count - g * group), clipK);
+          }
+          Dev<float> dInput(count), dScales(groups), dWork(count);
+          dInput.Put(input);
+          ccoll::tile::LanesArgs sa = ccoll::tile::ScalesArgsOf(nullptr, count, group, clipK, dScales.p);
+          sa.hop = ccoll::tile::RotatedFrom(sa.hop, dInput.p, count, block, 0x78u, false);
+          REQUIRE(ccoll::gpu::LanesTiles(sa, nullptr) == ccSuccess);
+          CHECK(SameBytes(scales.data(), dScales.Get().data(), groups * sizeof(float)));
+          // The hop, then the requantizing hop, against the CPU's lanes, adds, decode and requant encode.
+          const size_t bytes = ccoll::PackedBytes(len, laneBits);
+          std::vector<uint16_t> codes(count);
+          std::vector<std::vector<uint8_t>> msgs(2, std::vector<uint8_t>(bytes));
+          for (int k = 0; k < nin; ++k) {
+            const std::vector<float> other = Inputs(len, 3 * len + k, false);
+            ccoll::EncodeLanesSlice(other.data(), len, off, group, scales.data(), bits, laneBits, rule, codes.data(),
+                                    msgs[k].data());
+          }
+          std::vector<uint8_t> want(bytes);
+          ccoll::EncodeLanesSlice(rotated.data() + off, len, off, group, scales.data(), bits, laneBits, rule,
+                                  codes.data(), want.data());
+          for (int k = 0; k < nin; ++k) ccoll::AddPackedStreams(want.data(), want.data(), msgs[k].data(), bytes);
+          std::vector<float> sums(len);
+          ccoll::DecodeLanesSlice(want.data(), len, off, group, scales.data(), bits, laneBits, nranks, codes.data(),
+                                  sums.data());
+          const size_t reqBytes = ccoll::gpu::RequantBytes(len, group, bits, format);
+          std::vector<uint8_t> wantReq(reqBytes);
+          ccoll::EncodeRequantSlice(sums.data(), len, off, group, bits, format, clipK, rule, codes.data(),
+                                    wantReq.data());
+          Dev<uint8_t> dIn0(bytes), dIn1(bytes), dOut(std::max(bytes, reqBytes));
+          dIn0.Put(msgs[0]);
+          dIn1.Put(msgs[1]);
+          const void* devIn[2] = {dIn0.p, dIn1.p};
+          ccoll::tile::HopArgs hop = ccoll::tile::HopArgsOf(nullptr, devIn, nin, off, len, group, bits, format, clipK,
+                                                            rule, dOut.p);
+          hop = ccoll::tile::RotatedFrom(hop, dInput.p, count, block, 0x78u, false);
+          REQUIRE(ccoll::gpu::LanesTiles(ccoll::tile::LanesArgsOf(hop, dScales.p, laneBits, nranks, false), nullptr) ==
+                  ccSuccess);
+          CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
+          REQUIRE(ccoll::gpu::LanesTiles(ccoll::tile::LanesArgsOf(hop, dScales.p, laneBits, nranks, true), nullptr) ==
+                  ccSuccess);
+          CHECK(SameBytes(wantReq.data(), dOut.Get().data(), reqBytes));
+          // The decode of the lane sums into a buffer of other values, then the finish of the blocks left.
+          const std::vector<float> around = Inputs(count, 98, false);
+          std::vector<float> cpu = around;
+          std::copy(sums.begin(), sums.end(), cpu.begin() + static_cast<long>(off));
+          ccoll::RotateInverse(cpu.data(), count, block, 0x78u, 0.25f);
+          dWork.Put(around);
+          dOut.Put(want);
+          Dev<uint8_t> dDone(count / block + 1);
+          REQUIRE(cudaMemset(dDone.p, 0, count / block + 1) == cudaSuccess);
+          const ccoll::tile::DecodeArgs d = ccoll::tile::RotatedBack(
+              ccoll::tile::DecodeArgsOf(dOut.p, off, len, group, bits, format, dWork.p + off), count, block, 0x78u,
+              0.25f, dDone.p);
+          REQUIRE(ccoll::gpu::DecodeTiles(ccoll::tile::LanesFrom(d, dScales.p, laneBits, nranks), nullptr) ==
+                  ccSuccess);
+          REQUIRE(ccoll::gpu::RotateInverse(dWork.p, count, block, 0x78u, 0.25f, dDone.p, nullptr) == ccSuccess);
+          const std::vector<float> gpu = dWork.Get();
+          CHECK(SameFloats(cpu.data(), gpu.data(), count));
         }
       }
     }

@@ -10,8 +10,10 @@
 #include <cstdint>
 
 #include "ccoll.h"
+#include "compress/lanes_tile.h"
 #include "compress/quant_cpu.h"
 #include "compress/quant_math.h"
+#include "compress/requant_tile.h"
 
 namespace ccoll {
 namespace gpu {
@@ -61,7 +63,16 @@ ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t
                                 size_t count, size_t block, uint32_t signKey, float scale, uint8_t* done, float* out,
                                 cudaStream_t stream);
 
-// Homomorphic lanes (quant_cpu.h's EncodeLanesSlice / DecodeLanesSlice and bitpack.h's AddPackedStreams):
+// The homomorphic lanes by tiles (compress/lanes_tile.h; group <= tile::kMaxGroup, with a fused rotation's block <=
+// tile::kMaxFusedBlock, else ccInternalError): the group scales, the hop (codes plus the arriving lane streams, one
+// kernel) or the requantizing last hop, as the arguments' mode says; and the decode tile of requant_tile.h, of a
+// requant message or (args built with LanesFrom) of lane sums, with the inverse rotation fused when the arguments
+// say so. The arguments come from the builders of those headers; their bytes are the CPU codec's.
+ccResult_t LanesTiles(const tile::LanesArgs& a, cudaStream_t stream);
+ccResult_t DecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream);
+
+// Homomorphic lanes (quant_cpu.h's EncodeLanesSlice / DecodeLanesSlice and bitpack.h's AddPackedStreams); by the
+// tiles above for groups up to tile::kMaxGroup:
 // GroupScales writes GroupScaleOf of every group of `group` values of v[0..count) (one per group; the metadata the
 // ranks agree on by max); EncodeLanes codes v[0..len) (global index index0) on the agreed scales of the global groups
 // (`scales`, indexed by global group) into laneBits-bit lanes; AddLanes adds two such streams of len lanes lane by

@@ -11,6 +11,7 @@
 #include "compress/lowrank_cuda.h"
 #endif
 #include "compress/bitpack.h"
+#include "compress/lanes_tile.h"
 #include "compress/quant.h"
 #include "compress/requant_tile.h"
 #include "core/device_memory.h"
@@ -137,11 +138,12 @@ class DeviceQuantCodec : public KernelCodec {
   size_t HopBytes(size_t, size_t len) const override { return plan_.HopBytes(len); }
   size_t GatherBytes(size_t, size_t len) const override { return plan_.GatherBytes(len); }
 
-  // Requant with rotation, under the schedule's pointer rules: the rotation moves into the hop and decode kernels
-  // (gpu::HopRequantRotated, gpu::DecodeRequantRotated), which saves the two passes over the buffer. The hops read
-  // the unrotated input. In an in-place call the decodes overwrite it as they go, while a hop still needs the whole
+  // With rotation, under the schedule's pointer rules: the rotation moves into the hop and decode kernels
+  // (gpu::HopRequantRotated, gpu::DecodeRequantRotated; the lane tiles of gpu::LanesTiles and gpu::DecodeTiles, whose
+  // group scales are found from the input too), which saves the two passes over the buffer. The hops read the
+  // unrotated input. In an in-place call the decodes overwrite it as they go, while a hop still needs the whole
   // rotation blocks around its slice's ends; so a block that reaches past a slice is rotated in place by the first
-  // hop that meets it, and later hops read it rotated (EdgesRotatedFor).
+  // hop that meets it, and later hops read it rotated (RotateEdgesInPlace).
   void PipelinePrepareAndFinish(bool average) override {
     fused_ = Fusable();
     finishScale_ = average ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
@@ -156,9 +158,7 @@ class DeviceQuantCodec : public KernelCodec {
       if (blocks > 0) CheckCuda(cudaMemsetAsync(done_, 0, blocks, st_->stream()), "cudaMemsetAsync (rotation flags)");
       input_ = input;
       inPlace_ = input == work;
-      return;
-    }
-    if (plan_.rotate) {
+    } else if (plan_.rotate) {
       CheckLaunch(gpu::RotateForward(input, work, count, plan_.block, plan_.signKey, st_->stream()));
     } else {
       CopyInput(input, work, count);
@@ -166,7 +166,13 @@ class DeviceQuantCodec : public KernelCodec {
     if (!plan_.homomorphic || count == 0) return;
     const size_t groups = (count + plan_.group - 1) / plan_.group;
     float* dev = st_->scales.Reserve<float>(groups);
-    CheckLaunch(gpu::GroupScales(work, count, plan_.group, plan_.clipK, dev, st_->stream()));
+    if (fused_) {  // the scales of the rotated values, rotated from the input in the tiles
+      tile::LanesArgs a = tile::ScalesArgsOf(nullptr, count, plan_.group, plan_.clipK, dev);
+      a.hop = tile::RotatedFrom(a.hop, input, count, plan_.block, plan_.signKey, false);
+      CheckLaunch(gpu::LanesTiles(a, st_->stream()));
+    } else {
+      CheckLaunch(gpu::GroupScales(work, count, plan_.group, plan_.clipK, dev, st_->stream()));
+    }
     if (st_->streamOrdered()) {
       metaCount_ = groups;  // agreed in place by the schedule (DeviceMeta)
       return;
@@ -209,14 +215,8 @@ class DeviceQuantCodec : public KernelCodec {
     // The integer sums, decoded, are requantized to b bits with fresh scales for the all-gather.
     const void* devIn[2];
     CopyIn(wiresIn, nin, plan_.HopBytes(len), devIn);
-    void* sums = st_->sums.Reserve(PackedBytes(len, plan_.laneBits));
-    HopKernels(devIn, nin, local, off, len, sums);
-    float* vals = st_->vals.Reserve<float>(len);
-    CheckLaunch(gpu::DecodeLanes(sums, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits, plan_.nranks,
-                                 vals, st_->stream()));
     void* devOut = OutSlot(len, wireOut);
-    CheckLaunch(gpu::EncodeRequant(vals, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK, plan_.rule,
-                                   st_->codes.Reserve<uint16_t>(len), devOut, st_->stream()));
+    LanesHop(devIn, nin, local, off, len, devOut, true);
     return CopyOut(devOut, plan_.RequantBytes(len), wireOut);
   }
 
@@ -235,11 +235,7 @@ class DeviceQuantCodec : public KernelCodec {
   void HopKernels(const void* const* devIn, int nin, const float* local, size_t off, size_t len,
                   void* devOut) override {
     if (plan_.homomorphic) {
-      CheckLaunch(gpu::EncodeLanes(local, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits, plan_.rule,
-                                   devOut, st_->stream()));
-      for (int k = 0; k < nin; ++k) {
-        CheckLaunch(gpu::AddLanes(devOut, devOut, devIn[k], len, plan_.laneBits, st_->stream()));
-      }
+      LanesHop(devIn, nin, local, off, len, devOut, false);
       return;
     }
     if (fused_) {
@@ -254,6 +250,13 @@ class DeviceQuantCodec : public KernelCodec {
                                 st_->stream()));
   }
   void DecodeKernel(const void* devWire, size_t off, size_t len, float* out) override {
+    if (fused_ && plan_.homomorphic && plan_.gatherExact) {
+      const tile::DecodeArgs a = tile::RotatedBack(
+          tile::DecodeArgsOf(devWire, off, len, plan_.group, plan_.bits, plan_.format, out), count_, plan_.block,
+          plan_.signKey, finishScale_, done_);
+      CheckLaunch(gpu::DecodeTiles(tile::LanesFrom(a, Scales(), plan_.laneBits, plan_.nranks), st_->stream()));
+      return;
+    }
     if (fused_) {
       CheckLaunch(gpu::DecodeRequantRotated(devWire, off, len, plan_.group, plan_.bits, plan_.format, count_,
                                             plan_.block, plan_.signKey, finishScale_, done_, out, st_->stream()));
@@ -270,9 +273,40 @@ class DeviceQuantCodec : public KernelCodec {
  private:
   const float* Scales() const { return static_cast<const float*>(st_->scales.data()); }
 
-  // Requant with a rotation the tile kernels can fuse (under the schedule's pointer rules).
+  // A rotation the tile kernels can fuse (under the schedule's pointer rules).
   bool Fusable() const {
-    return !plan_.homomorphic && plan_.rotate && tile::Covers(plan_.group) && tile::CoversRotation(plan_.block);
+    return plan_.rotate && tile::Covers(plan_.group) && tile::CoversRotation(plan_.block);
+  }
+
+  // The homomorphic hop: this rank's codes on the agreed scales plus the arriving lane streams; with `requant` (the
+  // last reduce hop of a requantized all-gather) the sums decoded and encoded as a requant message with fresh
+  // scales. One tile kernel (rotating from the input when fused), or for groups the tiles do not cover a kernel per
+  // step.
+  void LanesHop(const void* const* devIn, int nin, const float* local, size_t off, size_t len, void* devOut,
+                bool requant) {
+    if (tile::Covers(plan_.group)) {
+      tile::HopArgs hop = tile::HopArgsOf(local, devIn, nin, off, len, plan_.group, plan_.bits, plan_.format,
+                                          plan_.clipK, plan_.rule, devOut);
+      if (fused_) {
+        if (inPlace_) RotateEdgesInPlace(off, len);
+        hop = tile::RotatedFrom(hop, input_, count_, plan_.block, plan_.signKey, inPlace_);
+      }
+      CheckLaunch(gpu::LanesTiles(tile::LanesArgsOf(hop, Scales(), plan_.laneBits, plan_.nranks, requant),
+                                  st_->stream()));
+      return;
+    }
+    void* sums = requant ? st_->sums.Reserve(PackedBytes(len, plan_.laneBits)) : devOut;
+    CheckLaunch(gpu::EncodeLanes(local, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits, plan_.rule, sums,
+                                 st_->stream()));
+    for (int k = 0; k < nin; ++k) {
+      CheckLaunch(gpu::AddLanes(sums, sums, devIn[k], len, plan_.laneBits, st_->stream()));
+    }
+    if (!requant) return;
+    float* vals = st_->vals.Reserve<float>(len);
+    CheckLaunch(gpu::DecodeLanes(sums, len, off, plan_.group, Scales(), plan_.bits, plan_.laneBits, plan_.nranks,
+                                 vals, st_->stream()));
+    CheckLaunch(gpu::EncodeRequant(vals, len, off, plan_.group, plan_.bits, plan_.format, plan_.clipK, plan_.rule,
+                                   st_->codes.Reserve<uint16_t>(len), devOut, st_->stream()));
   }
 
   // In place, before a hop: queues the forward rotation of the blocks at the ends of [off, off + len) that reach

@@ -1,6 +1,7 @@
 // CUDA kernels of the quantization codec: the randomized Hadamard rotation, the requant encode, decode and hop (by
 // tiles, compress/requant_tile.h, with the rotation fused where it applies; one thread per group for groups over
-// 1024), and the homomorphic lanes (group scales, encode, packed add, decode).
+// 1024), and the homomorphic lanes (group scales, encode with the packed add, decode: by tiles too,
+// compress/lanes_tile.h; for groups over 1024, one kernel each and a packed add per arriving stream).
 // They call the same host/device element math as the CPU drivers (hadamard.h, quant_math.h, rng.h, bitpack.h) in
 // the same order of operations, and this file is compiled with --fmad=false, so that the bytes match the CPU path;
 // tests/test_gpu.cc checks that on a device (not yet run on one: see perf/gpu_check.sh).
@@ -14,6 +15,7 @@
 #include "compress/codec_cuda.h"
 #include "compress/float16.h"
 #include "compress/hadamard.h"
+#include "compress/lanes_tile.h"
 #include "compress/requant_tile.h"
 #include "compress/rng.h"
 #include "core/cuda_result.h"
@@ -299,10 +301,42 @@ __global__ void __launch_bounds__(tile::kThreads) HopTileKernel(tile::HopArgs a)
   tile::HopPack(a, h, words, threadIdx.x, blockDim.x);
 }
 
+// The homomorphic lanes (compress/lanes_tile.h): the hop's load and rotation, then the mode's phase; kRequant
+// encodes the decoded lane sums with the requant phases after it.
+__global__ void __launch_bounds__(tile::kThreads) LanesTileKernel(tile::LanesArgs a) {
+  extern __shared__ uint32_t words[];
+  const tile::HopTile h = tile::HopTileOf(a.hop, blockIdx.x);
+  tile::HopLoad(a.hop, h, words, threadIdx.x, blockDim.x);
+  __syncthreads();
+  const int phases = tile::HopRotatePhases(a.hop, h);
+  for (int p = 0; p < phases; ++p) {
+    tile::HopRotate(a.hop, h, words, p, threadIdx.x, blockDim.x);
+    __syncthreads();
+  }
+  if (a.mode == tile::LanesMode::kScales) {
+    tile::LanesScales(a, h, words, threadIdx.x, blockDim.x);
+    return;
+  }
+  tile::LanesEncode(a, h, words, threadIdx.x, blockDim.x);
+  if (a.mode != tile::LanesMode::kRequant) return;
+  __syncthreads();
+  tile::HopArgs encode = a.hop;
+  encode.nin = 0;
+  tile::HopEncodeGroups(encode, h, words, threadIdx.x, blockDim.x);
+  __syncthreads();
+  tile::HopPack(encode, h, words, threadIdx.x, blockDim.x);
+}
+
+// kLanes: lane sums (a.agreed set), else a requant message; two kernels, so that each keeps its own registers.
+template <bool kLanes>
 __global__ void __launch_bounds__(tile::kThreads) DecodeTileKernel(tile::DecodeArgs a) {
   extern __shared__ uint32_t words[];
   const tile::DecodeTile d = tile::DecodeTileOf(a, blockIdx.x);
-  tile::DecodeGroups(a, d, words, threadIdx.x, blockDim.x);
+  if (kLanes) {
+    tile::DecodeLaneUnits(a, d, words, threadIdx.x, blockDim.x);
+  } else {
+    tile::DecodeGroups(a, d, words, threadIdx.x, blockDim.x);
+  }
   __syncthreads();
   const int phases = tile::DecodeRotatePhases(a, d);
   for (int p = 0; p < phases; ++p) {
@@ -320,12 +354,33 @@ ccResult_t LaunchHopTiles(const tile::HopArgs& a, cudaStream_t stream) {
 
 ccResult_t LaunchDecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream) {
   if (a.len == 0) return ccSuccess;
-  DecodeTileKernel<<<static_cast<unsigned>(tile::DecodeTiles(a)), tile::kThreads, tile::SharedWords() * 4, stream>>>(
-      a);
+  if (!tile::Covers(a.group) || (a.rotate && !tile::CoversRotation(a.block))) {
+    return Fail(ccInternalError, "gpu decode tiles: group %zu or block %zu not covered", a.group, a.block);
+  }
+  const unsigned tiles = static_cast<unsigned>(tile::DecodeTiles(a));
+  if (a.agreed != nullptr) {
+    DecodeTileKernel<true><<<tiles, tile::kThreads, tile::SharedWords() * 4, stream>>>(a);
+  } else {
+    DecodeTileKernel<false><<<tiles, tile::kThreads, tile::SharedWords() * 4, stream>>>(a);
+  }
   return Launched("requant tile decode kernel launch");
 }
 
+ccResult_t LaunchLanesTiles(const tile::LanesArgs& a, cudaStream_t stream) {
+  if (a.hop.len == 0) return ccSuccess;
+  if (!tile::Covers(a.hop.group) || (a.hop.rotate && !tile::CoversRotation(a.hop.block))) {
+    return Fail(ccInternalError, "gpu lanes tiles: group %zu or block %zu not covered", a.hop.group, a.hop.block);
+  }
+  LanesTileKernel<<<static_cast<unsigned>(tile::HopTiles(a.hop)), tile::kThreads, tile::SharedWords() * 4, stream>>>(
+      a);
+  return Launched("lanes tile kernel launch");
+}
+
 }  // namespace
+
+ccResult_t LanesTiles(const tile::LanesArgs& a, cudaStream_t stream) { return LaunchLanesTiles(a, stream); }
+
+ccResult_t DecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream) { return LaunchDecodeTiles(a, stream); }
 
 ccResult_t LoadQuantKernels() {
   CC_CHECK(LoadKernel(RotateKernel, "loading RotateKernel"));
@@ -334,7 +389,9 @@ ccResult_t LoadQuantKernels() {
   CC_CHECK(LoadKernel(PackKernel, "loading PackKernel"));
   CC_CHECK(LoadKernel(DecodeRequantKernel, "loading DecodeRequantKernel"));
   CC_CHECK(LoadKernel(HopTileKernel, "loading HopTileKernel"));
-  CC_CHECK(LoadKernel(DecodeTileKernel, "loading DecodeTileKernel"));
+  CC_CHECK(LoadKernel(DecodeTileKernel<false>, "loading DecodeTileKernel"));
+  CC_CHECK(LoadKernel(DecodeTileKernel<true>, "loading DecodeTileKernel (lanes)"));
+  CC_CHECK(LoadKernel(LanesTileKernel, "loading LanesTileKernel"));
   CC_CHECK(LoadKernel(HopRequantKernel, "loading HopRequantKernel"));
   CC_CHECK(LoadKernel(GroupScalesKernel, "loading GroupScalesKernel"));
   CC_CHECK(LoadKernel(EncodeLanesKernel, "loading EncodeLanesKernel"));
@@ -344,6 +401,7 @@ ccResult_t LoadQuantKernels() {
 
 ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream) {
   if (count == 0) return ccSuccess;
+  if (tile::Covers(group)) return LaunchLanesTiles(tile::ScalesArgsOf(v, count, group, clipK, scales), stream);
   GroupScalesKernel<<<Blocks((count + group - 1) / group), kThreads, 0, stream>>>(v, count, group, clipK, scales);
   return Launched("group scales kernel launch");
 }
@@ -351,6 +409,11 @@ ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, 
 ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
                        int laneBits, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
   if (len == 0) return ccSuccess;
+  if (tile::Covers(group)) {
+    const tile::HopArgs hop =
+        tile::HopArgsOf(v, nullptr, 0, index0, len, group, bits, ScaleFormat::kFp32, 0.0f, rule, wireOut);
+    return LaunchLanesTiles(tile::LanesArgsOf(hop, scales, laneBits, 1, false), stream);
+  }
   EncodeLanesKernel<<<Blocks((len + 7) / 8), kThreads, 0, stream>>>(v, len, index0, group, scales, bits, laneBits,
                                                                     rule, static_cast<uint8_t*>(wireOut));
   return Launched("lanes encode kernel launch");
@@ -359,6 +422,10 @@ ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group
 ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
                        int laneBits, int nranks, float* out, cudaStream_t stream) {
   if (len == 0) return ccSuccess;
+  if (tile::Covers(group)) {
+    const tile::DecodeArgs a = tile::DecodeArgsOf(wire, index0, len, group, bits, ScaleFormat::kFp32, out);
+    return LaunchDecodeTiles(tile::LanesFrom(a, scales, laneBits, nranks), stream);
+  }
   DecodeLanesKernel<<<Blocks(len), kThreads, 0, stream>>>(static_cast<const uint8_t*>(wire), len, index0, group,
                                                           scales, bits, laneBits, nranks, out);
   return Launched("lanes decode kernel launch");

@@ -1,10 +1,10 @@
 // The codec "kernels" of compress/codec_cuda.h for the fake CUDA runtime: each one is queued on its stream and runs
-// the CPU driver of the same element math there, on the fake's view of the device memory (FakeHostView); the requant
-// tile kernels run their own phases through tile_emulator.h, as the GPU would. The device codec's plumbing (copies,
-// scratch, stream order, the schedule around it) is then tested without a GPU; that the real kernels write the CPU
-// drivers' bytes is tests/test_gpu.cc's job on a device. Pointer arrays are copied at launch, as kernel arguments
-// are. The cuBLAS products go through the fake cuBLAS (fake_cublas.cc). The exact reductions
-// (collectives/reduce_cuda.h) are the host loops, counted too.
+// the CPU driver of the same element math there, on the fake's view of the device memory (FakeHostView); the tile
+// kernels of the quantization codec (requant and homomorphic lanes) run their own phases through tile_emulator.h, as
+// the GPU would. The device codec's plumbing (copies, scratch, stream order, the schedule around it) is then tested
+// without a GPU; that the real kernels write the CPU drivers' bytes is tests/test_gpu.cc's job on a device. Pointer
+// arrays are copied at launch, as kernel arguments are. The cuBLAS products go through the fake cuBLAS
+// (fake_cublas.cc). The exact reductions (collectives/reduce_cuda.h) are the host loops, counted too.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -164,7 +164,48 @@ ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out,
   return Launch(stream, [=] { MakeCast16Codec(wire, CodecCall())->DecodeGather(in, 0, len, out); });
 }
 
+namespace {
+
+// The fake's view of every pointer in a tile kernel's arguments, as the kernel's arguments are copied at launch.
+tile::HopArgs HostViews(tile::HopArgs a) {
+  a.values = HostView(a.values);
+  for (const uint8_t*& in : a.in) in = HostView(in);
+  a.out = HostView(a.out);
+  return a;
+}
+
+tile::DecodeArgs HostViews(tile::DecodeArgs a) {
+  a.wire = HostView(a.wire);
+  a.out = HostView(a.out);
+  a.done = HostView(a.done);
+  a.agreed = HostView(a.agreed);
+  return a;
+}
+
+}  // namespace
+
+ccResult_t LanesTiles(const tile::LanesArgs& args, cudaStream_t stream) {
+  if (!tile::Covers(args.hop.group) || (args.hop.rotate && !tile::CoversRotation(args.hop.block))) {
+    return ccInternalError;
+  }
+  tile::LanesArgs a = args;
+  a.hop = HostViews(a.hop);
+  a.scalesOut = HostView(a.scalesOut);
+  a.agreed = HostView(a.agreed);
+  if (a.hop.len == 0) return ccSuccess;
+  return Launch(stream, [=] { cctest::TileEmulator().Lanes(a); });
+}
+
+ccResult_t DecodeTiles(const tile::DecodeArgs& args, cudaStream_t stream) {
+  if (!tile::Covers(args.group) || (args.rotate && !tile::CoversRotation(args.block))) return ccInternalError;
+  const tile::DecodeArgs a = HostViews(args);
+  if (a.len == 0) return ccSuccess;
+  return Launch(stream, [=] { cctest::TileEmulator().Decode(a); });
+}
+
 ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, float* scales, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  if (tile::Covers(group)) return LanesTiles(tile::ScalesArgsOf(v, count, group, clipK, scales), stream);
   v = HostView(v);
   scales = HostView(scales);
   return Launch(stream, [=] {
@@ -176,6 +217,12 @@ ccResult_t GroupScales(const float* v, size_t count, size_t group, float clipK, 
 
 ccResult_t EncodeLanes(const float* v, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
                        int laneBits, const DitherRule& rule, void* wireOut, cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  if (tile::Covers(group)) {
+    const tile::HopArgs hop =
+        tile::HopArgsOf(v, nullptr, 0, index0, len, group, bits, ScaleFormat::kFp32, 0.0f, rule, wireOut);
+    return LanesTiles(tile::LanesArgsOf(hop, scales, laneBits, 1, false), stream);
+  }
   v = HostView(v);
   scales = HostView(scales);
   wireOut = HostView(wireOut);
@@ -194,6 +241,11 @@ ccResult_t AddLanes(void* dst, const void* a, const void* b, size_t len, int lan
 
 ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t group, const float* scales, int bits,
                        int laneBits, int nranks, float* out, cudaStream_t stream) {
+  if (len == 0) return ccSuccess;
+  if (tile::Covers(group)) {
+    const tile::DecodeArgs a = tile::DecodeArgsOf(wire, index0, len, group, bits, ScaleFormat::kFp32, out);
+    return DecodeTiles(tile::LanesFrom(a, scales, laneBits, nranks), stream);
+  }
   wire = HostView(wire);
   scales = HostView(scales);
   out = HostView(out);
