@@ -1236,8 +1236,9 @@ TEST_CASE("denormal inputs and a huge outlier give finite results, identical on 
 
 // The CPU driver's rotation (vectorized, runtime-dispatched) against the host/device reference definition in
 // compress/hadamard.h, byte for byte: the CUDA kernels will be held to the same reference.
-// topk's chunk norms (compress/sparse_math.h): the documented order exactly (the GPU kernel runs the same function,
-// and test_gpu holds it to these bytes), accurate against a long double sum, and +inf for a chunk that is not finite.
+// topk's chunk norms (compress/sparse_math.h): the documented order exactly (the GPU kernel's eight partial sums and
+// butterfly give the same bytes, and test_gpu holds it to them), accurate against a long double sum, and +inf for a
+// chunk that is not finite.
 TEST_CASE("chunk norms: eight partial sums added pairwise, accurate, +inf when not finite", "[sparse]") {
   std::mt19937_64 gen(77);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -1254,6 +1255,16 @@ TEST_CASE("chunk norms: eight partial sums added pairwise, accurate, +inf when n
       const double got = ccoll::ChunkSquaredNorm(x.data(), n);
       CHECK(ccoll::FloatBits(static_cast<float>(got)) == ccoll::FloatBits(static_cast<float>(documented)));
       CHECK(std::memcmp(&got, &documented, sizeof(double)) == 0);
+      // The GPU kernel's order: eight partial sums, one per thread, then a butterfly over lanes j ^ 1, j ^ 2, j ^ 4
+      // (lane j adds lane j ^ m's sum to its own); every lane ends with the same bytes.
+      double lanes[8];
+      for (unsigned j = 0; j < 8; ++j) lanes[j] = ccoll::ChunkPartialSquares(x.data(), n, j);
+      for (unsigned m = 1; m < 8; m <<= 1) {
+        double next[8];
+        for (unsigned j = 0; j < 8; ++j) next[j] = lanes[j] + lanes[j ^ m];
+        std::copy(next, next + 8, lanes);
+      }
+      for (const double& lane : lanes) CHECK(std::memcmp(&lane, &got, sizeof(double)) == 0);
       long double exact = 0.0L;
       for (float v : x) exact += static_cast<long double>(v) * v;
       CHECK(std::fabs(static_cast<double>(got - exact)) <= 1e-13 * static_cast<double>(exact));

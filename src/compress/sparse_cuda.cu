@@ -20,31 +20,45 @@ constexpr int kThreads = 256;
 
 unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
-// One thread per chunk: the squared norm as ChunkNorms computes it (compress/sparse_math.h); +inf when not finite.
-__global__ void ChunkNormsKernel(const float* x, size_t count, size_t chunk, float* norms) {
-  const size_t c = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t begin = c * chunk;
-  if (begin >= count) return;
-  const size_t end = count - begin < chunk ? count : begin + chunk;
-  const double sq = ChunkSquaredNorm(x + begin, end - begin);
-  norms[c] = isfinite(sq) ? static_cast<float>(sq) : INFINITY;
+// Eight threads per chunk (a warp holds four chunks, and each of its loads reads one 32-byte sector per chunk): thread
+// j sums the squares of x[j], x[j + 8], ... (ChunkPartialSquares), and a butterfly over the eight lanes adds the
+// partial sums as ChunkSquaredNorm's pairwise tree does (compress/sparse_math.h). +inf when not finite.
+__global__ void ChunkNormsKernel(const float* x, size_t count, size_t chunk, size_t chunks, float* norms) {
+  const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t c = t / 8;
+  const unsigned j = static_cast<unsigned>(t % 8);
+  double s = 0.0;
+  if (c < chunks) {
+    const size_t begin = c * chunk;
+    s = ChunkPartialSquares(x + begin, count - begin < chunk ? count - begin : chunk, j);
+  }
+  // Every lane of the warp takes part in the shuffles (blocks are whole warps; lanes past the last chunk add zeros).
+  for (int m = 1; m < 8; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+  if (c < chunks && j == 0) norms[c] = isfinite(s) ? static_cast<float>(s) : INFINITY;
 }
 
 // One thread per packed element. chosen is increasing, so only the last chosen chunk can be short and packed chunk
-// k starts at k * chunk.
-__global__ void GatherChunksKernel(const float* x, size_t count, size_t chunk, const uint32_t* chosen, size_t packed,
+// k starts at k * chunk. Index: 32-bit when the packed positions fit (a 64-bit division costs more than the copy).
+template <typename Index>
+__device__ size_t ChunkPosition(const uint32_t* chosen, Index chunk, Index p) {
+  return static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk;
+}
+
+template <typename Index>
+__global__ void GatherChunksKernel(const float* x, size_t count, Index chunk, const uint32_t* chosen, Index packed,
                                    float* out) {
-  const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const Index p = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= packed) return;
-  const size_t at = static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk;
+  const size_t at = ChunkPosition(chosen, chunk, p);
   out[p] = at < count ? x[at] : 0.0f;
 }
 
-__global__ void ScatterChunksKernel(const float* in, size_t count, size_t chunk, const uint32_t* chosen, size_t packed,
+template <typename Index>
+__global__ void ScatterChunksKernel(const float* in, size_t count, Index chunk, const uint32_t* chosen, Index packed,
                                     float* x) {
-  const size_t p = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const Index p = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= packed) return;
-  const size_t at = static_cast<size_t>(chosen[p / chunk]) * chunk + p % chunk;
+  const size_t at = ChunkPosition(chosen, chunk, p);
   if (at < count) x[at] = in[p];
 }
 
@@ -231,8 +245,10 @@ ccResult_t LoadSparseKernels() {
   CC_CHECK(LoadKernel(RandomKeysKernel, "loading RandomKeysKernel"));
   CC_CHECK(LoadKernel(MarkNonFiniteKernel, "loading MarkNonFiniteKernel"));
   CC_CHECK(LoadKernel(PoisonIfMarkedKernel, "loading PoisonIfMarkedKernel"));
-  CC_CHECK(LoadKernel(GatherChunksKernel, "loading GatherChunksKernel"));
-  CC_CHECK(LoadKernel(ScatterChunksKernel, "loading ScatterChunksKernel"));
+  CC_CHECK(LoadKernel(GatherChunksKernel<uint32_t>, "loading GatherChunksKernel"));
+  CC_CHECK(LoadKernel(GatherChunksKernel<size_t>, "loading GatherChunksKernel (64-bit)"));
+  CC_CHECK(LoadKernel(ScatterChunksKernel<uint32_t>, "loading ScatterChunksKernel"));
+  CC_CHECK(LoadKernel(ScatterChunksKernel<size_t>, "loading ScatterChunksKernel (64-bit)"));
   CC_CHECK(LoadKernel(FillKernel, "loading FillKernel"));
   CC_CHECK(LoadKernel(AnyNonFiniteKernel, "loading AnyNonFiniteKernel"));
   CC_CHECK(LoadKernel(AddIntoKernel, "loading AddIntoKernel"));
@@ -242,21 +258,35 @@ ccResult_t LoadSparseKernels() {
 
 ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, cudaStream_t stream) {
   if (count == 0) return ccSuccess;
-  ChunkNormsKernel<<<Blocks((count + chunk - 1) / chunk), kThreads, 0, stream>>>(x, count, chunk, norms);
+  const size_t chunks = (count + chunk - 1) / chunk;
+  ChunkNormsKernel<<<Blocks(8 * chunks), kThreads, 0, stream>>>(x, count, chunk, chunks, norms);
   return Launched("chunk norms kernel launch");
 }
+
+// 32-bit index math when the chunk and the packed positions fit (the last block's threads too).
+bool Index32(size_t chunk, size_t packed) { return chunk <= 0xffffffffu && packed <= 0xffffffffu - kThreads; }
 
 ccResult_t GatherChunks(const float* x, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
                         cudaStream_t stream) {
   if (packed == 0) return ccSuccess;
-  GatherChunksKernel<<<Blocks(packed), kThreads, 0, stream>>>(x, count, chunk, chosen, packed, out);
+  if (Index32(chunk, packed)) {
+    GatherChunksKernel<uint32_t><<<Blocks(packed), kThreads, 0, stream>>>(
+        x, count, static_cast<uint32_t>(chunk), chosen, static_cast<uint32_t>(packed), out);
+  } else {
+    GatherChunksKernel<size_t><<<Blocks(packed), kThreads, 0, stream>>>(x, count, chunk, chosen, packed, out);
+  }
   return Launched("gather chunks kernel launch");
 }
 
 ccResult_t ScatterChunks(const float* in, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* x,
                          cudaStream_t stream) {
   if (packed == 0) return ccSuccess;
-  ScatterChunksKernel<<<Blocks(packed), kThreads, 0, stream>>>(in, count, chunk, chosen, packed, x);
+  if (Index32(chunk, packed)) {
+    ScatterChunksKernel<uint32_t><<<Blocks(packed), kThreads, 0, stream>>>(
+        in, count, static_cast<uint32_t>(chunk), chosen, static_cast<uint32_t>(packed), x);
+  } else {
+    ScatterChunksKernel<size_t><<<Blocks(packed), kThreads, 0, stream>>>(in, count, chunk, chosen, packed, x);
+  }
   return Launched("scatter chunks kernel launch");
 }
 

@@ -31,4 +31,14 @@ CC_HD double ChunkSquaredNorm(const float* x, size_t n) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+// Partial sum j (0..7) of ChunkSquaredNorm: the squares of x[j], x[j + 8], x[j + 16], ... in index order. The GPU
+// gives each chunk eight threads, thread j this sum, and adds the eight with a butterfly over lanes j ^ 1, j ^ 2,
+// j ^ 4: each step adds two sums of ChunkSquaredNorm's pairwise tree, in one order or the other, and
+// IEEE addition is commutative, so every lane ends with ChunkSquaredNorm's bytes.
+CC_HD double ChunkPartialSquares(const float* x, size_t n, unsigned j) {
+  double s = 0.0;
+  for (size_t i = j; i < n; i += 8) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
+}
+
 }  // namespace ccoll
