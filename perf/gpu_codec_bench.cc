@@ -203,6 +203,8 @@ int main(int argc, char** argv) {
                   }});
   rows.push_back({"sparse: chunk norms (chunk 1024)", n * 4.0 + chunks * 4.0,
                   [&] { ccoll::gpu::ChunkNorms(x, n, chunk, norms, nullptr); }});
+  rows.push_back({"sparse: error feedback add + chunk norms (one pass)", 3.0 * n * 4 + chunks * 4.0,
+                  [&] { ccoll::gpu::AddIntoChunkNorms(y, x, n, chunk, norms, nullptr); }});
   rows.push_back({"sparse: gather 10% of chunks", 2.0 * packed * 4,
                   [&] { ccoll::gpu::GatherChunks(x, n, chunk, dChosen, packed, vals, nullptr); }});
   rows.push_back({"sparse: scatter 10% of chunks", 2.0 * packed * 4,

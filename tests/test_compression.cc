@@ -1265,6 +1265,19 @@ TEST_CASE("chunk norms: eight partial sums added pairwise, accurate, +inf when n
         std::copy(next, next + 8, lanes);
       }
       for (const double& lane : lanes) CHECK(std::memcmp(&lane, &got, sizeof(double)) == 0);
+      // With the error feedback's add fused in: the sums stored, and the partial sums of their squares.
+      std::vector<float> acc(n), add(n), sum(n);
+      for (size_t i = 0; i < n; ++i) {
+        acc[i] = static_cast<float>(normal(gen));
+        add[i] = x[i] - acc[i];
+        sum[i] = acc[i] + add[i];
+      }
+      for (unsigned j = 0; j < 8; ++j) {
+        const double want = ccoll::ChunkPartialSquares(sum.data(), n, j);
+        const double fused = ccoll::ChunkPartialSquaresAdding(acc.data(), add.data(), n, j);
+        CHECK(std::memcmp(&want, &fused, sizeof(double)) == 0);
+      }
+      CHECK(acc == sum);
       long double exact = 0.0L;
       for (float v : x) exact += static_cast<long double>(v) * v;
       CHECK(std::fabs(static_cast<double>(got - exact)) <= 1e-13 * static_cast<double>(exact));

@@ -685,6 +685,15 @@ TEST_CASE("[gpu] sparsifier and error-feedback kernels equal the CPU code byte f
       for (size_t i = 0; i < count; ++i) e[i] += g[i];
       REQUIRE(ccoll::gpu::AddInto(dx.p, dg.p, count, nullptr) == ccSuccess);
       CHECK(SameFloats(e.data(), dx.Get().data(), count));
+      // The add and the norms of the sums in one pass (topk's pre-pass with error feedback).
+      std::vector<float> e2 = e;
+      for (size_t i = 0; i < count; ++i) e2[i] += g[i];
+      ccoll::ChunkNorms(e2.data(), count, chunk, &cpuNorms);
+      REQUIRE(ccoll::gpu::AddIntoChunkNorms(dx.p, dg.p, count, chunk, dNorms.p, nullptr) == ccSuccess);
+      CHECK(SameFloats(e2.data(), dx.Get().data(), count));
+      gpuNorms = dNorms.Get();
+      CHECK(SameBytes(cpuNorms.data(), gpuNorms.data(), cpuNorms.size() * sizeof(float)));
+      dx.Put(e);
       for (size_t i = 0; i < count; ++i) {
         const float left = e[i] - g[i] * 0.5f;
         e[i] = std::isfinite(left) ? left : 0.0f;

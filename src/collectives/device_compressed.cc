@@ -63,11 +63,15 @@ ccResult_t ExactAllReduce(ccComm* comm, const CollArgs& a, DeviceCodecState* st)
 }
 #endif
 
-// With error feedback on (ef=1): the memory *e += input, which the driver then compresses; else the input itself.
+// With error feedback on (ef=1): the memory, which the driver adds the input to and then compresses; else null.
+float* MemoryOf(const ccCompressor& c, DeviceCodecState* st, size_t count) {
+  return c.Get(ccParamErrorFeedback) != 0 ? st->ErrorFeedback(count) : nullptr;
+}
+
+// With error feedback on: the memory *e += input, which the driver then compresses; else the input itself.
 const float* WithMemory(const ccCompressor& c, DeviceCodecState* st, const float* input, size_t count, float** e) {
-  *e = nullptr;
-  if (c.Get(ccParamErrorFeedback) == 0) return input;
-  *e = st->ErrorFeedback(count);
+  *e = MemoryOf(c, st, count);
+  if (*e == nullptr) return input;
   CheckLaunch(gpu::AddInto(*e, input, count, st->stream()));
   return *e;
 }
@@ -100,22 +104,25 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
   const float* input = static_cast<const float*>(a.send);
-  float* e = nullptr;
-  const float* x = WithMemory(*c, st, input, count, &e);
+  float* e = MemoryOf(*c, st, count);
   const bool ef = e != nullptr;
+  const float* x = ef ? e : input;
   const size_t chunks = ChunkCount(count, chunk);
   const size_t keep = KeptChunks(chunks, c->Get(ccParamDensityPpm));
   std::vector<uint32_t> chosen;
   if (c->kind == ccCompressTopkChunk) {
     float* devNorms = st->vals.Reserve<float>(chunks);
     float* hostNorms = st->hostMeta.Reserve<float>(chunks);
-    CheckLaunch(gpu::ChunkNorms(x, count, chunk, devNorms, st->stream()));
+    // With error feedback, the memory's add and the norms in one pass.
+    CheckLaunch(ef ? gpu::AddIntoChunkNorms(e, input, count, chunk, devNorms, st->stream())
+                   : gpu::ChunkNorms(x, count, chunk, devNorms, st->stream()));
     Copy(hostNorms, devNorms, chunks * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (chunk norms)");
     st->Synchronize();
     std::vector<float> norms(hostNorms, hostNorms + chunks);
     CC_CHECK(AgreeMeta(comm, &norms, ccSum));
     TopChunks(norms, keep, &chosen);
   } else {
+    if (ef) CheckLaunch(gpu::AddInto(e, input, count, st->stream()));
     RandomChunks(chunks, keep, StreamKey(call.seed, call.call, ~0u, kPurposeChunks), &chosen);
   }
   const size_t packed = PackedCount(count, chunk, chosen);

@@ -150,17 +150,19 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
   float* e = nullptr;
   if (ef) {
     e = st->ErrorFeedback(count);
-    CheckLaunch(gpu::AddInto(e, input, count, s));
     x = e;
   }
   uint32_t* chosen = st->index.Reserve<uint32_t>(p.keep);
   void* scratch = st->choice.Reserve(gpu::ChooseChunksScratchBytes(p.chunks));
   if (c->kind == ccCompressTopkChunk) {
     float* norms = st->vals.Reserve<float>(p.chunks);
-    CheckLaunch(gpu::ChunkNorms(x, count, p.chunk, norms, s));
+    // With error feedback, the memory's add and the norms in one pass.
+    CheckLaunch(ef ? gpu::AddIntoChunkNorms(e, input, count, p.chunk, norms, s)
+                   : gpu::ChunkNorms(x, count, p.chunk, norms, s));
     CC_CHECK(StreamExactCall(comm, StreamKind::kAllReduce, norms, norms, p.chunks, ccFloat32, ccSum, 0, stream));
     CheckLaunch(gpu::ChooseTopChunks(norms, p.chunks, p.keep, scratch, chosen, s));
   } else {
+    if (ef) CheckLaunch(gpu::AddInto(e, input, count, s));
     const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeChunks);
     CheckLaunch(gpu::ChooseRandomChunks(p.chunks, p.keep, key, scratch, chosen, s));
   }

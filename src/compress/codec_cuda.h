@@ -97,6 +97,8 @@ ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out,
 // 0 and scatter nowhere. Fill: x[0..count) = value. AnyNonFinite: *flag |= 1 when some x[i] is NaN or infinite
 // (flag: device memory, set to 0 by the caller).
 ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, cudaStream_t stream);
+// The pre-pass of a sparsifier with error feedback in one pass: e += g (as AddInto), then ChunkNorms of e.
+ccResult_t AddIntoChunkNorms(float* e, const float* g, size_t count, size_t chunk, float* norms, cudaStream_t stream);
 ccResult_t GatherChunks(const float* x, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* out,
                         cudaStream_t stream);
 ccResult_t ScatterChunks(const float* in, size_t count, size_t chunk, const uint32_t* chosen, size_t packed, float* x,

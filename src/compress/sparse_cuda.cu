@@ -23,18 +23,40 @@ unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads -
 // Eight threads per chunk (a warp holds four chunks, and each of its loads reads one 32-byte sector per chunk): thread
 // j sums the squares of x[j], x[j + 8], ... (ChunkPartialSquares), and a butterfly over the eight lanes adds the
 // partial sums as ChunkSquaredNorm's pairwise tree does (compress/sparse_math.h). +inf when not finite.
-__global__ void ChunkNormsKernel(const float* x, size_t count, size_t chunk, size_t chunks, float* norms) {
+// Thread t's chunk, and its partial sum's index j.
+__device__ void ChunkThread(size_t* c, unsigned* j) {
   const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t c = t / 8;
-  const unsigned j = static_cast<unsigned>(t % 8);
-  double s = 0.0;
-  if (c < chunks) {
-    const size_t begin = c * chunk;
-    s = ChunkPartialSquares(x + begin, count - begin < chunk ? count - begin : chunk, j);
-  }
-  // Every lane of the warp takes part in the shuffles (blocks are whole warps; lanes past the last chunk add zeros).
+  *c = t / 8;
+  *j = static_cast<unsigned>(t % 8);
+}
+
+// The butterfly and the store. Every lane of the warp takes part in the shuffles (blocks are whole warps, and lanes
+// past the last chunk bring zeros), so no thread may return before it.
+__device__ void StoreChunkNorm(double s, size_t c, unsigned j, size_t chunks, float* norms) {
   for (int m = 1; m < 8; m <<= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
   if (c < chunks && j == 0) norms[c] = isfinite(s) ? static_cast<float>(s) : INFINITY;
+}
+
+__global__ void ChunkNormsKernel(const float* x, size_t count, size_t chunk, size_t chunks, float* norms) {
+  size_t c;
+  unsigned j;
+  ChunkThread(&c, &j);
+  const size_t begin = c * chunk;
+  const double s = c < chunks ? ChunkPartialSquares(x + begin, count - begin < chunk ? count - begin : chunk, j) : 0.0;
+  StoreChunkNorm(s, c, j, chunks, norms);
+}
+
+// The same over e += g (the pre-pass of a sparsifier with error feedback: one pass instead of an add and the norms).
+__global__ void AddIntoChunkNormsKernel(float* e, const float* g, size_t count, size_t chunk, size_t chunks,
+                                        float* norms) {
+  size_t c;
+  unsigned j;
+  ChunkThread(&c, &j);
+  const size_t begin = c * chunk;
+  const double s =
+      c < chunks ? ChunkPartialSquaresAdding(e + begin, g + begin, count - begin < chunk ? count - begin : chunk, j)
+                 : 0.0;
+  StoreChunkNorm(s, c, j, chunks, norms);
 }
 
 // One thread per packed element. chosen is increasing, so only the last chosen chunk can be short and packed chunk
@@ -241,6 +263,7 @@ ccResult_t LoadChoiceKernels() {
 ccResult_t LoadSparseKernels() {
   CC_CHECK(LoadChoiceKernels());
   CC_CHECK(LoadKernel(ChunkNormsKernel, "loading ChunkNormsKernel"));
+  CC_CHECK(LoadKernel(AddIntoChunkNormsKernel, "loading AddIntoChunkNormsKernel"));
   CC_CHECK(LoadKernel(TopKeysKernel, "loading TopKeysKernel"));
   CC_CHECK(LoadKernel(RandomKeysKernel, "loading RandomKeysKernel"));
   CC_CHECK(LoadKernel(MarkNonFiniteKernel, "loading MarkNonFiniteKernel"));
@@ -261,6 +284,13 @@ ccResult_t ChunkNorms(const float* x, size_t count, size_t chunk, float* norms, 
   const size_t chunks = (count + chunk - 1) / chunk;
   ChunkNormsKernel<<<Blocks(8 * chunks), kThreads, 0, stream>>>(x, count, chunk, chunks, norms);
   return Launched("chunk norms kernel launch");
+}
+
+ccResult_t AddIntoChunkNorms(float* e, const float* g, size_t count, size_t chunk, float* norms, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  const size_t chunks = (count + chunk - 1) / chunk;
+  AddIntoChunkNormsKernel<<<Blocks(8 * chunks), kThreads, 0, stream>>>(e, g, count, chunk, chunks, norms);
+  return Launched("error feedback add and chunk norms kernel launch");
 }
 
 // 32-bit index math when the chunk and the packed positions fit (the last block's threads too).

@@ -41,4 +41,16 @@ CC_HD double ChunkPartialSquares(const float* x, size_t n, unsigned j) {
   return s;
 }
 
+// The same with the error feedback's add fused in (the sparsifiers' pre-pass): acc[i] += add[i] at the positions of
+// partial sum j, and the squares of those sums, as AddInto and then ChunkPartialSquares would give.
+CC_HD double ChunkPartialSquaresAdding(float* acc, const float* add, size_t n, unsigned j) {
+  double s = 0.0;
+  for (size_t i = j; i < n; i += 8) {
+    const float v = acc[i] + add[i];
+    acc[i] = v;
+    s += static_cast<double>(v) * static_cast<double>(v);
+  }
+  return s;
+}
+
 }  // namespace ccoll

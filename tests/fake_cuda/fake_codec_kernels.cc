@@ -348,6 +348,18 @@ ccResult_t AnyNonFinite(const float* x, size_t count, unsigned* flag, cudaStream
   });
 }
 
+ccResult_t AddIntoChunkNorms(float* e, const float* g, size_t count, size_t chunk, float* norms, cudaStream_t stream) {
+  e = HostView(e);
+  g = HostView(g);
+  norms = HostView(norms);
+  return Launch(stream, [=] {
+    for (size_t i = 0; i < count; ++i) e[i] += g[i];
+    std::vector<float> n;
+    ccoll::ChunkNorms(e, count, chunk, &n);
+    std::memcpy(norms, n.data(), n.size() * sizeof(float));
+  });
+}
+
 ccResult_t AddInto(float* acc, const float* x, size_t count, cudaStream_t stream) {
   acc = HostView(acc);
   x = HostView(x);
