@@ -1567,11 +1567,12 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
   const size_t blocks[] = {1, 2, 32, 256, 1024};
   int checked = 0;
   for (int config = 0; config < 160; ++config) {
+    // Group and bits cover every pair of residues; the rest is drawn on its own, so no choice follows another.
     const size_t group = groups[config % 10];
     const int bits = bitsOf[(config / 10) % 8];
-    const auto format = formats[config % 3];
-    const size_t block = blocks[config % 5];
-    const bool rotate = config % 4 != 3;
+    const auto format = formats[gen() % 3];
+    const size_t block = blocks[gen() % 5];
+    const bool rotate = gen() % 4 != 3;
     const int nin = config % 3;
     const float clipK = config % 7 == 0 ? 2.5f : 0.0f;
     // A buffer with a tail of smaller rotation blocks most of the time, and a slice of it that starts and ends
@@ -1580,7 +1581,7 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
     const size_t off = gen() % count;
     const size_t len = 1 + gen() % (count - off);
     ccoll::DitherRule rule;
-    rule.rounding = config % 3 == 2 ? 2 : (config % 5 == 0 ? 0 : 1);
+    rule.rounding = static_cast<int>(gen() % 3);
     rule.key = 0x51u + static_cast<uint32_t>(config);
     rule.sharedKey = 0x99u;
     rule.rank = config % 4;
@@ -1664,23 +1665,25 @@ TEST_CASE("homomorphic lane tile kernels, run on the CPU thread by thread, give 
                                         ccoll::ScaleFormat::kFp16};
   const size_t groups[] = {1, 3, 8, 24, 32, 33, 64, 100, 256, 1024};
   const size_t blocks[] = {1, 2, 32, 256, 1024};
-  const int extraBits[] = {1, 2, 3, 5, 8};  // lanes of bits + extra bits hold the sum of 2^extra ranks
+  const int ranksOf[] = {2, 3, 4, 5, 8, 13, 256};
   int checked = 0;
   for (int config = 0; config < 120; ++config) {
+    // Group and bits cover every pair of residues; the rest is drawn on its own, so no choice follows another.
     const size_t group = groups[config % 10];
     const int bits = 1 + (config / 10) % 8;
-    const int extra = extraBits[(config / 3) % 5];
-    const int laneBits = bits + extra, nranks = 1 << extra;
-    const auto format = formats[config % 3];
-    const size_t block = blocks[config % 5];
-    const bool rotate = config % 4 != 3;
-    const int nin = (config / 2) % 3 < nranks ? (config / 2) % 3 : nranks - 1;
-    const float clipK = config % 7 == 0 ? 2.5f : 0.0f;
+    const int nranks = ranksOf[gen() % 7];
+    int laneBits = bits;  // room for the sum of nranks codes, as the codec's plan makes it
+    while ((1 << (laneBits - bits)) < nranks) ++laneBits;
+    const auto format = formats[gen() % 3];
+    const size_t block = blocks[gen() % 5];
+    const bool rotate = gen() % 4 != 3;
+    const int nin = std::min(static_cast<int>(gen() % 3), nranks - 1);
+    const float clipK = gen() % 5 == 0 ? 2.5f : 0.0f;
     const size_t count = 1 + gen() % (config % 8 == 0 ? 70000 : 9000);
     const size_t off = gen() % count;
     const size_t len = 1 + gen() % (count - off);
     ccoll::DitherRule rule;
-    rule.rounding = config % 3 == 2 ? 2 : (config % 5 == 0 ? 0 : 1);
+    rule.rounding = static_cast<int>(gen() % 3);
     rule.key = 0x61u + static_cast<uint32_t>(config);
     rule.sharedKey = 0x98u;
     rule.rank = config % nranks;

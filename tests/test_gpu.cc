@@ -551,6 +551,24 @@ TEST_CASE("[gpu] homomorphic lanes: scales, encode, add and decode equal the CPU
 
 TEST_CASE("[gpu] homomorphic lanes with the rotation fused equal the CPU's passes byte for byte", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
+  {  // Arguments the lane kernels cannot take are refused before anything is queued.
+    Dev<float> v(64), scales(2);
+    Dev<uint8_t> out(64);
+    const ccoll::tile::HopArgs hop = ccoll::tile::HopArgsOf(v.p, nullptr, 0, 0, 64, 32, 4, ccoll::ScaleFormat::kFp32,
+                                                            0.0f, ccoll::DitherRule(), out.p);
+    ccoll::tile::LanesArgs bad = ccoll::tile::LanesArgsOf(hop, scales.p, 17, 4, false);
+    CHECK(ccoll::gpu::LanesTiles(bad, nullptr) == ccInternalError);
+    bad.laneBits = 6;
+    bad.hop.nin = 3;
+    CHECK(ccoll::gpu::LanesTiles(bad, nullptr) == ccInternalError);
+    bad.hop.nin = 0;
+    bad.agreed = nullptr;
+    CHECK(ccoll::gpu::LanesTiles(bad, nullptr) == ccInternalError);
+    CHECK(ccoll::gpu::LanesTiles(ccoll::tile::ScalesArgsOf(v.p, 64, 32, 0.0f, nullptr), nullptr) == ccInternalError);
+    const ccoll::tile::DecodeArgs d = ccoll::tile::DecodeArgsOf(out.p, 0, 64, 32, 4, ccoll::ScaleFormat::kFp32, v.p);
+    CHECK(ccoll::gpu::DecodeTiles(ccoll::tile::LanesFrom(d, scales.p, 17, 4), nullptr) == ccInternalError);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  }
   std::mt19937_64 gen(43);
   int configs = 0;
   for (size_t block : {size_t{1}, size_t{32}, size_t{1024}}) {

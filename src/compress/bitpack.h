@@ -24,6 +24,17 @@ CC_HD uint8_t PackedByteAt(Code code, size_t n, int bits, size_t b) {
   return static_cast<uint8_t>(acc);
 }
 
+// Bits [bit, bit + bits) of a little-endian bit stream of `bytes` bytes (bits <= 16): one code, read where it lies.
+CC_HD uint32_t ReadBits(const uint8_t* p, size_t bytes, size_t bit, int bits) {
+  const size_t first = bit / 8;
+  const int shift = static_cast<int>(bit % 8);
+  uint32_t acc = 0;
+  for (int k = 0; k < 3 && first + k < bytes && 8 * k < shift + bits; ++k) {
+    acc |= static_cast<uint32_t>(p[first + k]) << (8 * k);
+  }
+  return (acc >> shift) & ((1u << bits) - 1u);
+}
+
 struct BitWriter {
   uint8_t* out;
   uint64_t acc = 0;

@@ -38,6 +38,16 @@ struct LanesArgs {
   int nranks = 1;
 };
 
+// What the kernel relies on: 0..2 arriving streams, lanes of 1..16 bits (8 fill at most 128 bits) and codes that fit
+// them, the scales to write or read, and an output for the hops. kRequant's output must not overlap an arriving
+// stream (one tile's message bytes would land on lanes another tile still reads); kLanes may add in place.
+CC_HD bool LanesArgsValid(const LanesArgs& a) {
+  if (a.hop.values == nullptr) return false;
+  if (a.mode == LanesMode::kScales) return a.scalesOut != nullptr;
+  return a.agreed != nullptr && a.hop.out != nullptr && a.hop.nin >= 0 && a.hop.nin <= 2 && a.laneBits >= 1 &&
+         a.laneBits <= 16 && a.hop.bits >= 1 && a.hop.bits <= a.laneBits && a.nranks >= 1;
+}
+
 // kScales of values[0..count) (rotate with RotatedFrom on .hop).
 CC_HD LanesArgs ScalesArgsOf(const float* values, size_t count, size_t group, float clipK, float* scalesOut) {
   LanesArgs a;
@@ -103,6 +113,17 @@ CC_HD void LanesScales(const LanesArgs& a, const HopTile& h, const uint32_t* x, 
   }
 }
 
+// Groups of 64 values and more (GroupThreads > 1): the max split over the group's threads (requant_tile.h's
+// HopGroupStats, without messages), then one thread per group combines it (and sums the squares, clipping).
+CC_HD void LanesGroupScales(const LanesArgs& a, const HopTile& h, const uint32_t* x, unsigned tid, unsigned threads) {
+  const unsigned T = GroupThreads(a.hop.group);
+  for (uint32_t gl = tid; gl < TileGroupCount(a.hop, h); gl += threads) {
+    const GroupSlot gs = GroupSlotOf(a.hop, h, gl);
+    const float sq = a.hop.clipK > 0.0f ? GroupSquares(x, gs) : 0.0f;
+    a.scalesOut[gs.g] = GroupScaleFromStats(PartialMax(x, gl, T), sq, gs.n, a.hop.clipK);
+  }
+}
+
 // kLanes and kRequant: one thread per unit of 8 values codes them (as EncodeLanesSlice) and adds the arriving
 // streams' unit (as AddPackedStreams: no lane overflows, so no carry leaves a unit). kLanes stores the sum; kRequant
 // decodes it (as DecodeLanesSlice) into the values' words, for the requant encode phases that follow.
@@ -139,6 +160,33 @@ CC_HD void LanesEncode(const LanesArgs& a, const HopTile& h, uint32_t* x, unsign
   }
 }
 
+// The phases after the load and rotation, a barrier between them: kScales as above; kLanes: LanesEncode; kRequant:
+// LanesEncode, then requant_tile.h's encode phases on the decoded sums.
+CC_HD int LanesPhases(const LanesArgs& a) {
+  if (a.mode == LanesMode::kScales) return GroupThreads(a.hop.group) > 1 ? 2 : 1;
+  return a.mode == LanesMode::kLanes ? 1 : 1 + HopEncodePhases(a.hop);
+}
+
+CC_HD void LanesPhase(const LanesArgs& a, const HopTile& h, uint32_t* x, int phase, unsigned tid, unsigned threads) {
+  HopArgs values = a.hop;
+  values.nin = 0;  // the requant phases encode the decoded lane sums; the scales read the values only
+  if (a.mode == LanesMode::kScales) {
+    if (GroupThreads(a.hop.group) == 1) {
+      LanesScales(a, h, x, tid, threads);
+    } else if (phase == 0) {
+      HopGroupStats(values, h, x, tid, threads);
+    } else {
+      LanesGroupScales(a, h, x, tid, threads);
+    }
+    return;
+  }
+  if (phase == 0) {
+    LanesEncode(a, h, x, tid, threads);
+  } else {
+    HopEncodePhase(values, h, x, phase - 1, tid, threads);
+  }
+}
+
 // The decode tile's first phase for lane sums (DecodeArgs with lanes set: LanesFrom): one thread per unit of 8 lanes
 // that reaches into the tile decodes its values there, x = C * step - nranks * s.
 CC_HD DecodeArgs LanesFrom(DecodeArgs a, const float* agreed, int laneBits, int nranks) {
@@ -146,6 +194,11 @@ CC_HD DecodeArgs LanesFrom(DecodeArgs a, const float* agreed, int laneBits, int 
   a.laneBits = laneBits;
   a.nranks = nranks;
   return a;
+}
+
+// A decode of lane sums needs lanes of 1..16 bits that hold the codes (requant messages: nothing to check here).
+CC_HD bool DecodeLanesValid(const DecodeArgs& a) {
+  return a.agreed == nullptr || (a.laneBits >= 1 && a.laneBits <= 16 && a.bits >= 1 && a.bits <= a.laneBits);
 }
 
 CC_HD void DecodeLaneUnits(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, unsigned tid, unsigned threads) {

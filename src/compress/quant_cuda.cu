@@ -102,17 +102,6 @@ ccResult_t Rotate(const float* in, float* out, size_t count, size_t block, uint3
   return ccSuccess;
 }
 
-// Bits [bit, bit + bits) of a little-endian bit stream of `bytes` bytes (bits <= 16).
-__device__ uint32_t ReadBits(const uint8_t* p, size_t bytes, size_t bit, int bits) {
-  const size_t first = bit / 8;
-  const int shift = static_cast<int>(bit % 8);
-  uint32_t acc = 0;
-  for (int k = 0; k < 3 && first + k < bytes && 8 * k < shift + bits; ++k) {
-    acc |= static_cast<uint32_t>(p[first + k]) << (8 * k);
-  }
-  return (acc >> shift) & ((1u << bits) - 1u);
-}
-
 // The scale of a group as GroupScaleOf computes it: max |v| (the unsigned max of the sign-cleared bit patterns), or
 // the clip point clipK * rms when smaller (the squares summed in order), flushed to zero when tiny.
 __device__ float GroupScaleAt(const float* v, size_t n, float clipK) {
@@ -296,13 +285,15 @@ __global__ void __launch_bounds__(tile::kThreads) HopTileKernel(tile::HopArgs a)
     tile::HopRotate(a, h, words, p, threadIdx.x, blockDim.x);
     __syncthreads();
   }
-  tile::HopEncodeGroups(a, h, words, threadIdx.x, blockDim.x);
-  __syncthreads();
-  tile::HopPack(a, h, words, threadIdx.x, blockDim.x);
+  const int encode = tile::HopEncodePhases(a);
+  for (int p = 0; p < encode; ++p) {
+    if (p > 0) __syncthreads();
+    tile::HopEncodePhase(a, h, words, p, threadIdx.x, blockDim.x);
+  }
 }
 
-// The homomorphic lanes (compress/lanes_tile.h): the hop's load and rotation, then the mode's phase; kRequant
-// encodes the decoded lane sums with the requant phases after it.
+// The homomorphic lanes (compress/lanes_tile.h): the hop's load and rotation, then the mode's phases (kRequant
+// encodes the decoded lane sums with the requant phases after its own).
 __global__ void __launch_bounds__(tile::kThreads) LanesTileKernel(tile::LanesArgs a) {
   extern __shared__ uint32_t words[];
   const tile::HopTile h = tile::HopTileOf(a.hop, blockIdx.x);
@@ -313,18 +304,11 @@ __global__ void __launch_bounds__(tile::kThreads) LanesTileKernel(tile::LanesArg
     tile::HopRotate(a.hop, h, words, p, threadIdx.x, blockDim.x);
     __syncthreads();
   }
-  if (a.mode == tile::LanesMode::kScales) {
-    tile::LanesScales(a, h, words, threadIdx.x, blockDim.x);
-    return;
+  const int lanes = tile::LanesPhases(a);
+  for (int p = 0; p < lanes; ++p) {
+    if (p > 0) __syncthreads();
+    tile::LanesPhase(a, h, words, p, threadIdx.x, blockDim.x);
   }
-  tile::LanesEncode(a, h, words, threadIdx.x, blockDim.x);
-  if (a.mode != tile::LanesMode::kRequant) return;
-  __syncthreads();
-  tile::HopArgs encode = a.hop;
-  encode.nin = 0;
-  tile::HopEncodeGroups(encode, h, words, threadIdx.x, blockDim.x);
-  __syncthreads();
-  tile::HopPack(encode, h, words, threadIdx.x, blockDim.x);
 }
 
 // kLanes: lane sums (a.agreed set), else a requant message; two kernels, so that each keeps its own registers.
@@ -357,6 +341,7 @@ ccResult_t LaunchDecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream) {
   if (!tile::Covers(a.group) || (a.rotate && !tile::CoversRotation(a.block))) {
     return Fail(ccInternalError, "gpu decode tiles: group %zu or block %zu not covered", a.group, a.block);
   }
+  if (!tile::DecodeLanesValid(a)) return Fail(ccInternalError, "gpu decode tiles: %d-bit lanes", a.laneBits);
   const unsigned tiles = static_cast<unsigned>(tile::DecodeTiles(a));
   if (a.agreed != nullptr) {
     DecodeTileKernel<true><<<tiles, tile::kThreads, tile::SharedWords() * 4, stream>>>(a);
@@ -370,6 +355,10 @@ ccResult_t LaunchLanesTiles(const tile::LanesArgs& a, cudaStream_t stream) {
   if (a.hop.len == 0) return ccSuccess;
   if (!tile::Covers(a.hop.group) || (a.hop.rotate && !tile::CoversRotation(a.hop.block))) {
     return Fail(ccInternalError, "gpu lanes tiles: group %zu or block %zu not covered", a.hop.group, a.hop.block);
+  }
+  if (!tile::LanesArgsValid(a)) {
+    return Fail(ccInternalError, "gpu lanes tiles: bad arguments (mode %d, %d inputs, %d-bit lanes)",
+                static_cast<int>(a.mode), a.hop.nin, a.laneBits);
   }
   LanesTileKernel<<<static_cast<unsigned>(tile::HopTiles(a.hop)), tile::kThreads, tile::SharedWords() * 4, stream>>>(
       a);

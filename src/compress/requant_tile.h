@@ -35,14 +35,25 @@ constexpr size_t kDecodeSpan = 8192;        // a fused decode tile: this many va
 
 CC_HD uint32_t Pad(uint32_t i) { return i + (i >> 5); }
 
-// Shared words a hop or decode tile needs (fused rotation: the covering blocks around a tile).
-CC_HD size_t SharedWords() { return Pad(static_cast<uint32_t>(kTarget + 2 * kMaxFusedBlock)) + 1; }
-
 // Groups per tile: a multiple of 8, so every tile's codes start on a byte.
 CC_HD size_t TileGroups(size_t group) {
   size_t g = (kTarget / group) & ~size_t{7};
   return g < 8 ? 8 : g;
 }
+
+// Threads per group in the split phases (HopGroupStats, HopGroupScales, HopQuantize): groups of 64 values and more
+// come kThreads / 2 or fewer to a tile, and one thread per group would leave most threads idle over long loops.
+CC_HD unsigned GroupThreads(size_t group) {
+  const size_t g = TileGroups(group);
+  return g >= kThreads ? 1u : static_cast<unsigned>(kThreads / g);
+}
+
+// Shared words a hop or decode tile needs: the values (fused rotation: the covering blocks around a tile), then the
+// split phases' scratch: one partial max per thread, and each group's grid (invStep, shift).
+constexpr uint32_t kValueWords = static_cast<uint32_t>(kTarget + 2 * kMaxFusedBlock);
+CC_HD uint32_t PartialsAt() { return Pad(kValueWords) + 1; }
+CC_HD uint32_t GridsAt() { return PartialsAt() + kThreads; }
+CC_HD size_t SharedWords() { return GridsAt() + kThreads; }  // at most kThreads / 2 groups when split
 
 CC_HD bool Covers(size_t group) { return group >= 1 && group <= kMaxGroup; }
 CC_HD bool CoversRotation(size_t block) { return block >= 1 && block <= kMaxFusedBlock && (block & (block - 1)) == 0; }
@@ -335,6 +346,119 @@ CC_UNROLL
   }
 }
 
+// Groups of 64 values and more (GroupThreads > 1): HopEncodeGroups' work in three phases, T = GroupThreads(group)
+// threads per group, thread `lane` of a group taking its values lane, lane + T, ... The bytes stay the CPU's: a max
+// does not depend on the order, the clip point's squares are still summed in index order by one thread, and a
+// value's code depends only on the value, its group's grid and its own dither.
+struct GroupSlot {
+  size_t g = 0;         // the group's index in the slice
+  uint32_t n = 0;       // its values
+  uint32_t base = 0;    // the word of its first value (before Pad)
+};
+
+CC_HD uint32_t TileGroupCount(const HopArgs& a, const HopTile& h) {
+  return static_cast<uint32_t>((h.tl + a.group - 1) / a.group);
+}
+
+CC_HD GroupSlot GroupSlotOf(const HopArgs& a, const HopTile& h, uint32_t gl) {
+  GroupSlot s;
+  s.g = h.t0 / a.group + gl;
+  s.n = static_cast<uint32_t>(a.len - s.g * a.group < a.group ? a.len - s.g * a.group : a.group);
+  s.base = h.shift + gl * static_cast<uint32_t>(a.group);
+  return s;
+}
+
+// First: the arriving messages' values added (each code read where it lies), and each thread's max |v| of its values
+// (the unsigned max of the sign-cleared bit patterns) left in the partials.
+CC_HD void HopGroupStats(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
+  const unsigned T = GroupThreads(a.group);
+  const uint32_t tileGroups = TileGroupCount(a, h);
+  const size_t groups = (a.len + a.group - 1) / a.group;
+  const int sb = ScaleBytes(a.format);
+  const size_t codeBytes = PackedBytes(a.len, a.bits);
+  const uint32_t levels = Levels(a.bits);
+  for (unsigned t = tid; t < kThreads; t += threads) {
+    const uint32_t gl = t / T, lane = t % T;
+    uint32_t m = 0;
+    if (gl < tileGroups) {
+      const GroupSlot gs = GroupSlotOf(a, h, gl);
+      float s[2] = {0.0f, 0.0f}, step[2] = {0.0f, 0.0f};
+CC_UNROLL
+      for (int k = 0; k < 2; ++k) {
+        if (k >= a.nin) continue;
+        float inv;
+        s[k] = LoadScale(a.in[k] + gs.g * sb, a.format);
+        GridOf(s[k], levels, &step[k], &inv);
+      }
+      for (uint32_t j = lane; j < gs.n; j += T) {
+        float v = BitsFloat(x[Pad(gs.base + j)]);
+        const size_t bit = (gs.g * a.group + j) * static_cast<size_t>(a.bits);
+CC_UNROLL
+        for (int k = 0; k < 2; ++k) {
+          if (k < a.nin) v += DequantizeCode(ReadBits(a.in[k] + groups * sb, codeBytes, bit, a.bits), step[k], s[k]);
+        }
+        if (a.nin > 0) x[Pad(gs.base + j)] = FloatBits(v);
+        const uint32_t u = FloatBits(v) & 0x7fffffffu;
+        m = u > m ? u : m;
+      }
+    }
+    x[PartialsAt() + t] = m;
+  }
+}
+
+// The max |v| of local group gl from its threads' partials.
+CC_HD uint32_t PartialMax(const uint32_t* x, uint32_t gl, unsigned T) {
+  uint32_t m = 0;
+  for (unsigned l = 0; l < T; ++l) m = x[PartialsAt() + gl * T + l] > m ? x[PartialsAt() + gl * T + l] : m;
+  return m;
+}
+
+// The sum of squares of a group's values in index order (the clip point's; one thread).
+CC_HD float GroupSquares(const uint32_t* x, const GroupSlot& gs) {
+  float sq = 0.0f;
+  for (uint32_t j = 0; j < gs.n; ++j) {
+    const float v = BitsFloat(x[Pad(gs.base + j)]);
+    sq += v * v;
+  }
+  return sq;
+}
+
+// Then one thread per group: its scale (as HopEncodeGroups finds it) stored, and its grid left for the quantization.
+CC_HD void HopGroupScales(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
+  const unsigned T = GroupThreads(a.group);
+  const int sb = ScaleBytes(a.format);
+  const uint32_t levels = Levels(a.bits);
+  for (uint32_t gl = tid; gl < TileGroupCount(a, h); gl += threads) {
+    const GroupSlot gs = GroupSlotOf(a, h, gl);
+    const float sq = a.clipK > 0.0f ? GroupSquares(x, gs) : 0.0f;
+    float sc = RoundScaleUp(GroupScaleFromStats(PartialMax(x, gl, T), sq, gs.n, a.clipK), a.format);
+    StoreScale(a.out + gs.g * sb, sc, a.format);
+    sc = LoadScale(a.out + gs.g * sb, a.format);
+    float st, inv;
+    GridOf(sc, levels, &st, &inv);
+    x[GridsAt() + 2 * gl] = FloatBits(inv);
+    x[GridsAt() + 2 * gl + 1] = FloatBits(sc * inv);
+  }
+}
+
+// Last of the three: the codes, in place of the values (each dither hashed for its own value).
+CC_HD void HopQuantize(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
+  const unsigned T = GroupThreads(a.group);
+  const uint32_t tileGroups = TileGroupCount(a, h);
+  const uint32_t levels = Levels(a.bits);
+  for (unsigned t = tid; t < kThreads; t += threads) {
+    const uint32_t gl = t / T, lane = t % T;
+    if (gl >= tileGroups) continue;
+    const GroupSlot gs = GroupSlotOf(a, h, gl);
+    const float inv = BitsFloat(x[GridsAt() + 2 * gl]), shift = BitsFloat(x[GridsAt() + 2 * gl + 1]);
+    const uint32_t gi0 = static_cast<uint32_t>(a.off + gs.g * a.group);
+    DitherStream dither(a.rule);
+    for (uint32_t j = lane; j < gs.n; j += T) {
+      x[Pad(gs.base + j)] = QuantizeCode(BitsFloat(x[Pad(gs.base + j)]), inv, shift, levels, dither.At(gi0 + j, true));
+    }
+  }
+}
+
 // Last: the tile's packed codes (it starts on a byte), one thread per byte, as the little-endian stream of the CPU.
 CC_HD void HopPack(const HopArgs& a, const HopTile& h, const uint32_t* x, unsigned tid, unsigned threads) {
   const size_t groups = (a.len + a.group - 1) / a.group;
@@ -342,6 +466,24 @@ CC_HD void HopPack(const HopArgs& a, const HopTile& h, const uint32_t* x, unsign
   auto code = [&](size_t e) { return x[Pad(h.shift + static_cast<uint32_t>(e))]; };
   const size_t bytes = PackedBytes(h.tl, a.bits);
   for (size_t b = tid; b < bytes; b += threads) packed[b] = PackedByteAt(code, h.tl, a.bits, b);
+}
+
+// The encode after the load and rotation phases, with a barrier between phases: HopEncodeGroups, or the three split
+// phases for large groups; then HopPack.
+CC_HD int HopEncodePhases(const HopArgs& a) { return GroupThreads(a.group) > 1 ? 4 : 2; }
+CC_HD void HopEncodePhase(const HopArgs& a, const HopTile& h, uint32_t* x, int phase, unsigned tid,
+                          unsigned threads) {
+  if (phase == HopEncodePhases(a) - 1) {
+    HopPack(a, h, x, tid, threads);
+  } else if (GroupThreads(a.group) == 1) {
+    HopEncodeGroups(a, h, x, tid, threads);
+  } else if (phase == 0) {
+    HopGroupStats(a, h, x, tid, threads);
+  } else if (phase == 1) {
+    HopGroupScales(a, h, x, tid, threads);
+  } else {
+    HopQuantize(a, h, x, tid, threads);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -184,22 +184,27 @@ tile::DecodeArgs HostViews(tile::DecodeArgs a) {
 
 }  // namespace
 
+// As the real launchers: nothing to do for no values, then the same checks.
 ccResult_t LanesTiles(const tile::LanesArgs& args, cudaStream_t stream) {
-  if (!tile::Covers(args.hop.group) || (args.hop.rotate && !tile::CoversRotation(args.hop.block))) {
+  if (args.hop.len == 0) return ccSuccess;
+  if (!tile::Covers(args.hop.group) || (args.hop.rotate && !tile::CoversRotation(args.hop.block)) ||
+      !tile::LanesArgsValid(args)) {
     return ccInternalError;
   }
   tile::LanesArgs a = args;
   a.hop = HostViews(a.hop);
   a.scalesOut = HostView(a.scalesOut);
   a.agreed = HostView(a.agreed);
-  if (a.hop.len == 0) return ccSuccess;
   return Launch(stream, [=] { cctest::TileEmulator().Lanes(a); });
 }
 
 ccResult_t DecodeTiles(const tile::DecodeArgs& args, cudaStream_t stream) {
-  if (!tile::Covers(args.group) || (args.rotate && !tile::CoversRotation(args.block))) return ccInternalError;
+  if (args.len == 0) return ccSuccess;
+  if (!tile::Covers(args.group) || (args.rotate && !tile::CoversRotation(args.block)) ||
+      !tile::DecodeLanesValid(args)) {
+    return ccInternalError;
+  }
   const tile::DecodeArgs a = HostViews(args);
-  if (a.len == 0) return ccSuccess;
   return Launch(stream, [=] { cctest::TileEmulator().Decode(a); });
 }
 

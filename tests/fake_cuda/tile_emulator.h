@@ -31,16 +31,15 @@ class TileEmulator {
       for (int p = 0; p < HopRotatePhases(a, h); ++p) {
         Phase([&](unsigned tid) { HopRotate(a, h, shared_.data(), p, tid, kThreads); });
       }
-      Phase([&](unsigned tid) { HopEncodeGroups(a, h, shared_.data(), tid, kThreads); });
-      Phase([&](unsigned tid) { HopPack(a, h, shared_.data(), tid, kThreads); });
+      for (int p = 0; p < HopEncodePhases(a); ++p) {
+        Phase([&](unsigned tid) { HopEncodePhase(a, h, shared_.data(), p, tid, kThreads); });
+      }
     }
   }
 
-  // LanesTileKernel: the hop's load and rotation, then the lanes phase, then (kRequant) the requant encode.
+  // LanesTileKernel: the hop's load and rotation, then the mode's phases.
   void Lanes(const ccoll::tile::LanesArgs& a) {
     using namespace ccoll::tile;
-    HopArgs encode = a.hop;
-    encode.nin = 0;  // kRequant: the requant phases encode the decoded lane sums
     for (size_t t = 0; t < HopTiles(a.hop); ++t) {
       Poison();
       const HopTile h = HopTileOf(a.hop, t);
@@ -48,14 +47,9 @@ class TileEmulator {
       for (int p = 0; p < HopRotatePhases(a.hop, h); ++p) {
         Phase([&](unsigned tid) { HopRotate(a.hop, h, shared_.data(), p, tid, kThreads); });
       }
-      if (a.mode == LanesMode::kScales) {
-        Phase([&](unsigned tid) { LanesScales(a, h, shared_.data(), tid, kThreads); });
-        continue;
+      for (int p = 0; p < LanesPhases(a); ++p) {
+        Phase([&](unsigned tid) { LanesPhase(a, h, shared_.data(), p, tid, kThreads); });
       }
-      Phase([&](unsigned tid) { LanesEncode(a, h, shared_.data(), tid, kThreads); });
-      if (a.mode != LanesMode::kRequant) continue;
-      Phase([&](unsigned tid) { HopEncodeGroups(encode, h, shared_.data(), tid, kThreads); });
-      Phase([&](unsigned tid) { HopPack(encode, h, shared_.data(), tid, kThreads); });
     }
   }
 
