@@ -572,20 +572,32 @@ CC_HD DecodeTile DecodeTileOf(const DecodeArgs& a, size_t t) {
 }
 
 // Phase 1 of requant messages (lane sums: lanes_tile.h's DecodeLaneUnits): one thread per group (or the part of a
-// group inside the tile) decodes into shared memory.
+// group inside the tile; GroupThreads per group for large groups) decodes into shared memory.
 CC_HD void DecodeGroups(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, unsigned tid, unsigned threads) {
   const size_t groups = (a.len + a.group - 1) / a.group;
   const int sb = ScaleBytes(a.format);
   const uint32_t levels = Levels(a.bits);
   const uint8_t* codes = a.wire + groups * sb;
+  const size_t codeBytes = PackedBytes(a.len, a.bits);
   const size_t g0 = (d.lo - a.off) / a.group, g1 = (d.hi - a.off + a.group - 1) / a.group;
-  for (size_t g = g0 + tid; g < g1; g += threads) {
+  // Groups of 64 and more: T threads per group (as the hop's split phases), each code read where it lies.
+  const unsigned T = GroupThreads(a.group);
+  for (size_t w = tid; w < (g1 - g0) * T; w += threads) {
+    const size_t g = g0 + w / T;
+    const unsigned lane = static_cast<unsigned>(w % T);
     size_t e0 = g * a.group, e1 = e0 + a.group;
     if (e0 < d.lo - a.off) e0 = d.lo - a.off;
     if (e1 > d.hi - a.off) e1 = d.hi - a.off;
     const float s = LoadScale(a.wire + g * sb, a.format);
     float step, inv;
     GridOf(s, levels, &step, &inv);
+    if (T > 1) {
+      for (size_t e = e0 + lane; e < e1; e += T) {
+        const uint32_t c = ReadBits(codes, codeBytes, e * static_cast<size_t>(a.bits), a.bits);
+        x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = FloatBits(DequantizeCode(c, step, s));
+      }
+      continue;
+    }
     const size_t bit = e0 * static_cast<size_t>(a.bits);
     BitReader r(codes + bit / 8);
     if (bit % 8 != 0) r.Get(static_cast<int>(bit % 8));
