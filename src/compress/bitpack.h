@@ -28,11 +28,12 @@ CC_HD uint8_t PackedByteAt(Code code, size_t n, int bits, size_t b) {
 CC_HD uint32_t ReadBits(const uint8_t* p, size_t bytes, size_t bit, int bits) {
   const size_t first = bit / 8;
   const int shift = static_cast<int>(bit % 8);
-  uint32_t acc = 0;
-  for (int k = 0; k < 3 && first + k < bytes && 8 * k < shift + bits; ++k) {
-    acc |= static_cast<uint32_t>(p[first + k]) << (8 * k);
-  }
-  return (acc >> shift) & ((1u << bits) - 1u);
+  const uint32_t mask = (1u << bits) - 1u;
+  if (shift + bits <= 8) return (static_cast<uint32_t>(p[first]) >> shift) & mask;  // within one byte
+  uint32_t acc = p[first];
+  if (first + 1 < bytes) acc |= static_cast<uint32_t>(p[first + 1]) << 8;
+  if (shift + bits > 16 && first + 2 < bytes) acc |= static_cast<uint32_t>(p[first + 2]) << 16;
+  return (acc >> shift) & mask;
 }
 
 struct BitWriter {
@@ -94,14 +95,16 @@ CC_HD uint32_t GetBits(const Bits128& w, int bit, int bits) {
   return static_cast<uint32_t>(v & ((uint64_t{1} << bits) - 1));
 }
 
+// All its loads are issued before any is used (a GPU thread then waits for memory once, not once per byte).
 CC_HD Bits128 LoadBits(const uint8_t* p, size_t bytes) {
+  uint8_t b[16];
+CC_UNROLL
+  for (size_t i = 0; i < 16; ++i) b[i] = i < bytes ? p[i] : 0;
   Bits128 w;
-  for (size_t i = 0; i < bytes; ++i) {
-    if (i < 8) {
-      w.lo |= static_cast<uint64_t>(p[i]) << (8 * i);
-    } else {
-      w.hi |= static_cast<uint64_t>(p[i]) << (8 * (i - 8));
-    }
+CC_UNROLL
+  for (size_t i = 0; i < 8; ++i) {
+    w.lo |= static_cast<uint64_t>(b[i]) << (8 * i);
+    w.hi |= static_cast<uint64_t>(b[i + 8]) << (8 * i);
   }
   return w;
 }

@@ -285,11 +285,18 @@ __global__ void __launch_bounds__(tile::kThreads) HopTileKernel(tile::HopArgs a)
     tile::HopRotate(a, h, words, p, threadIdx.x, blockDim.x);
     __syncthreads();
   }
-  const int encode = tile::HopEncodePhases(a);
-  for (int p = 0; p < encode; ++p) {
-    if (p > 0) __syncthreads();
-    tile::HopEncodePhase(a, h, words, p, threadIdx.x, blockDim.x);
+  // HopEncodePhase's sequence spelled out (a loop over the dispatcher made ptxas spill registers here).
+  if (tile::GroupThreads(a.group) > 1) {
+    tile::HopGroupStats(a, h, words, threadIdx.x, blockDim.x);
+    __syncthreads();
+    tile::HopGroupScales(a, h, words, threadIdx.x, blockDim.x);
+    __syncthreads();
+    tile::HopQuantize(a, h, words, threadIdx.x, blockDim.x);
+  } else {
+    tile::HopEncodeGroups(a, h, words, threadIdx.x, blockDim.x);
   }
+  __syncthreads();
+  tile::HopPack(a, h, words, threadIdx.x, blockDim.x);
 }
 
 // The homomorphic lanes (compress/lanes_tile.h): the hop's load and rotation, then the mode's phases (kRequant

@@ -250,24 +250,38 @@ CC_HD HopTile HopTileOf(const HopArgs& a, size_t t) {
 }
 
 // Phase 1: the tile's values into shared memory (with rotation: the covering blocks, sign-flipped and scaled).
+// Each thread issues kLoadBatch loads before it uses any (coalesced across the threads for each k), so that enough
+// reads are in flight to keep device memory busy; one load at a time per thread would not.
+constexpr unsigned kLoadBatch = 8;
+
 CC_HD void HopLoad(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
-  if (!a.rotate) {
-    const float* v = a.values + h.t0;
-    for (uint32_t i = tid; i < h.tl; i += threads) x[Pad(i)] = FloatBits(v[i]);
-    return;
-  }
-  const float fFull = 1.0f / sqrtf(static_cast<float>(a.block));
-  const uint32_t n = static_cast<uint32_t>(h.r1 - h.r0);
-  for (uint32_t i = tid; i < n; i += threads) {
-    const size_t gi = h.r0 + i;
-    float f = fFull;
-    if (!h.fullBlocks) {
-      size_t s, l;
-      RotationBlockOf(a.count, a.block, gi, &s, &l);
-      f = 1.0f / sqrtf(static_cast<float>(l));
+  const float* src = a.rotate ? a.values + h.r0 : a.values + h.t0;
+  const uint32_t n = a.rotate ? static_cast<uint32_t>(h.r1 - h.r0) : static_cast<uint32_t>(h.tl);
+  const float fFull = a.rotate ? 1.0f / sqrtf(static_cast<float>(a.block)) : 1.0f;
+  for (uint32_t i0 = tid; i0 < n; i0 += threads * kLoadBatch) {
+    float v[kLoadBatch];
+CC_UNROLL
+    for (unsigned k = 0; k < kLoadBatch; ++k) {
+      const uint32_t i = i0 + k * threads;
+      v[k] = i < n ? src[i] : 0.0f;
     }
-    const float v = a.values[gi];
-    x[Pad(i)] = FloatBits(InEdge(h, gi) ? v : v * (SignBit(a.signKey, gi) ? -f : f));
+CC_UNROLL
+    for (unsigned k = 0; k < kLoadBatch; ++k) {
+      const uint32_t i = i0 + k * threads;
+      if (i >= n) continue;
+      if (!a.rotate) {
+        x[Pad(i)] = FloatBits(v[k]);
+        continue;
+      }
+      const size_t gi = h.r0 + i;
+      float f = fFull;
+      if (!h.fullBlocks) {
+        size_t s, l;
+        RotationBlockOf(a.count, a.block, gi, &s, &l);
+        f = 1.0f / sqrtf(static_cast<float>(l));
+      }
+      x[Pad(i)] = FloatBits(InEdge(h, gi) ? v[k] : v[k] * (SignBit(a.signKey, gi) ? -f : f));
+    }
   }
 }
 
@@ -453,8 +467,13 @@ CC_HD void HopQuantize(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned
     const float inv = BitsFloat(x[GridsAt() + 2 * gl]), shift = BitsFloat(x[GridsAt() + 2 * gl + 1]);
     const uint32_t gi0 = static_cast<uint32_t>(a.off + gs.g * a.group);
     DitherStream dither(a.rule);
-    for (uint32_t j = lane; j < gs.n; j += T) {
+    // Pairs of values, so that a pair whose indices share a dither word hashes it once.
+    for (uint32_t j = 2 * lane; j < gs.n; j += 2 * T) {
       x[Pad(gs.base + j)] = QuantizeCode(BitsFloat(x[Pad(gs.base + j)]), inv, shift, levels, dither.At(gi0 + j, true));
+      if (j + 1 < gs.n) {
+        const uint32_t k = j + 1;
+        x[Pad(gs.base + k)] = QuantizeCode(BitsFloat(x[Pad(gs.base + k)]), inv, shift, levels, dither.At(gi0 + k, false));
+      }
     }
   }
 }
@@ -582,9 +601,10 @@ CC_HD void DecodeGroups(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, u
   const size_t g0 = (d.lo - a.off) / a.group, g1 = (d.hi - a.off + a.group - 1) / a.group;
   // Groups of 64 and more: T threads per group (as the hop's split phases), each code read where it lies.
   const unsigned T = GroupThreads(a.group);
-  for (size_t w = tid; w < (g1 - g0) * T; w += threads) {
+  const uint32_t items = static_cast<uint32_t>((g1 - g0) * T);  // at most a tile's values plus T
+  for (uint32_t w = tid; w < items; w += threads) {
     const size_t g = g0 + w / T;
-    const unsigned lane = static_cast<unsigned>(w % T);
+    const unsigned lane = w % T;
     size_t e0 = g * a.group, e1 = e0 + a.group;
     if (e0 < d.lo - a.off) e0 = d.lo - a.off;
     if (e1 > d.hi - a.off) e1 = d.hi - a.off;

@@ -31,9 +31,14 @@ class TileEmulator {
       for (int p = 0; p < HopRotatePhases(a, h); ++p) {
         Phase([&](unsigned tid) { HopRotate(a, h, shared_.data(), p, tid, kThreads); });
       }
-      for (int p = 0; p < HopEncodePhases(a); ++p) {
-        Phase([&](unsigned tid) { HopEncodePhase(a, h, shared_.data(), p, tid, kThreads); });
+      if (GroupThreads(a.group) > 1) {  // HopTileKernel's sequence, as it spells it out
+        Phase([&](unsigned tid) { HopGroupStats(a, h, shared_.data(), tid, kThreads); });
+        Phase([&](unsigned tid) { HopGroupScales(a, h, shared_.data(), tid, kThreads); });
+        Phase([&](unsigned tid) { HopQuantize(a, h, shared_.data(), tid, kThreads); });
+      } else {
+        Phase([&](unsigned tid) { HopEncodeGroups(a, h, shared_.data(), tid, kThreads); });
       }
+      Phase([&](unsigned tid) { HopPack(a, h, shared_.data(), tid, kThreads); });
     }
   }
 
