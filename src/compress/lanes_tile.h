@@ -9,7 +9,7 @@
 //   unrotated input when the rotation is fused, so that no pass writes the rotated buffer;
 // - kLanes: the hop: the values' lane codes plus the arriving lane streams, one integer add per unit;
 // - kRequant: the last reduce hop when the all-gather is requantized: the same lane sums, decoded in shared memory
-//   and encoded as a requant message with fresh scales (requant_tile.h's HopEncodeGroups and HopPack).
+//   and encoded as a requant message with fresh scales (requant_tile.h's encode phases, HopEncodePhase).
 // The decode of lane sums is a first phase for requant_tile.h's decode tile (DecodeLaneUnits instead of DecodeGroups),
 // so the inverse rotation fuses there as it does for requant messages.
 #pragma once
@@ -91,25 +91,23 @@ struct AgreedGrid {
     next += group;
     Load();
   }
+  // The value of a lane sum of nranks codes (as DecodeLanesSlice): C * step - nranks * s.
+  CC_HD float SumValue(uint32_t c, float nranks) const { return static_cast<float>(c) * step - nranks * s; }
 };
 
 // kScales, after the load and rotation phases: one thread per group, its scale as GroupScaleOf computes it.
 CC_HD void LanesScales(const LanesArgs& a, const HopTile& h, const uint32_t* x, unsigned tid, unsigned threads) {
-  const size_t group = a.hop.group;
-  const uint32_t tileGroups = static_cast<uint32_t>((h.tl + group - 1) / group);
-  for (uint32_t gl = tid; gl < tileGroups; gl += threads) {
-    const size_t g = h.t0 / group + gl;
-    const uint32_t n = static_cast<uint32_t>(a.hop.len - g * group < group ? a.hop.len - g * group : group);
-    const uint32_t base = h.shift + gl * static_cast<uint32_t>(group);
+  for (uint32_t gl = tid; gl < TileGroupCount(a.hop, h); gl += threads) {
+    const GroupSlot gs = GroupSlotOf(a.hop, h, gl);
     uint32_t m = 0;
     float sq = 0.0f;
-    for (uint32_t j = 0; j < n; ++j) {
-      const float v = BitsFloat(x[Pad(base + j)]);
+    for (uint32_t j = 0; j < gs.n; ++j) {
+      const float v = BitsFloat(x[Pad(gs.base + j)]);
       const uint32_t u = FloatBits(v) & 0x7fffffffu;
       m = u > m ? u : m;
       if (a.hop.clipK > 0.0f) sq += v * v;
     }
-    a.scalesOut[g] = GroupScaleFromStats(m, sq, n, a.hop.clipK);
+    a.scalesOut[gs.g] = GroupScaleFromStats(m, sq, gs.n, a.hop.clipK);
   }
 }
 
@@ -155,7 +153,7 @@ CC_HD void LanesEncode(const LanesArgs& a, const HopTile& h, uint32_t* x, unsign
     for (uint32_t j = 0; j < n; ++j) {
       back.At(gi0 + j);
       const uint32_t c = GetBits(sum, static_cast<int>(j) * a.laneBits, a.laneBits);
-      x[Pad(h.shift + e0 + j)] = FloatBits(static_cast<float>(c) * back.step - nranks * back.s);
+      x[Pad(h.shift + e0 + j)] = FloatBits(back.SumValue(c, nranks));
     }
   }
 }
@@ -214,7 +212,7 @@ CC_HD void DecodeLaneUnits(const DecodeArgs& a, const DecodeTile& d, uint32_t* x
     for (size_t j = j0; j < j1; ++j) {
       grid.At(a.off + e0 + j);
       const uint32_t c = GetBits(sum, static_cast<int>(j) * a.laneBits, a.laneBits);
-      x[Pad(static_cast<uint32_t>(a.off + e0 + j - d.base))] = FloatBits(static_cast<float>(c) * grid.step - nranks * grid.s);
+      x[Pad(static_cast<uint32_t>(a.off + e0 + j - d.base))] = FloatBits(grid.SumValue(c, nranks));
     }
   }
 }

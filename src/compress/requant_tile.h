@@ -469,10 +469,9 @@ CC_HD void HopQuantize(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned
     DitherStream dither(a.rule);
     // Pairs of values, so that a pair whose indices share a dither word hashes it once.
     for (uint32_t j = 2 * lane; j < gs.n; j += 2 * T) {
-      x[Pad(gs.base + j)] = QuantizeCode(BitsFloat(x[Pad(gs.base + j)]), inv, shift, levels, dither.At(gi0 + j, true));
-      if (j + 1 < gs.n) {
-        const uint32_t k = j + 1;
-        x[Pad(gs.base + k)] = QuantizeCode(BitsFloat(x[Pad(gs.base + k)]), inv, shift, levels, dither.At(gi0 + k, false));
+      for (uint32_t k = j; k < j + 2 && k < gs.n; ++k) {
+        uint32_t& w = x[Pad(gs.base + k)];
+        w = QuantizeCode(BitsFloat(w), inv, shift, levels, dither.At(gi0 + k, k == j));
       }
     }
   }
