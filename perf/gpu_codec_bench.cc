@@ -7,10 +7,11 @@
 // stochastic), the fused requant hop (decode + add + encode), requant decode, the encode, hop and decode with the
 // rotation fused and the finish pass after them, the bf16 cast hop and decode, the homomorphic lanes (group scales,
 // 4-bit codes in 6-bit lanes: encode, packed add, decode; and the scales, hop, requantizing hop and decode with the
-// rotation fused), the sparsifiers' chunk
+// rotation fused), the narrowing of a bfloat16 call's result, the sparsifiers' chunk
 // norms, gather and scatter (10% of the chunks) and error-feedback passes, the exact schedules' float32 and bfloat16
 // sums, and PowerSGD's three cuBLAS products (a square-ish matrix of the same elements, rank 4). Codec inputs are
-// float32; bfloat16 gradients would be widened first (not measured here).
+// float32: bfloat16 gradients are widened to float32 before the codec (the bf16 cast decode row) and narrowed after
+// it (the narrow row), and the codec kernels in between are the float32 rows.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -150,6 +151,10 @@ int main(int argc, char** argv) {
       {"bf16 cast hop", n * 4.0 + n * 2.0 + n * 2.0,
        [&] { ccoll::gpu::CastHop(ccBfloat16, in1h, 1, x, n, codes, nullptr); }},
       {"bf16 cast decode", n * 2.0 + n * 4.0, [&] { ccoll::gpu::CastDecode(ccBfloat16, half, n, y, nullptr); }},
+      // bfloat16 gradients: every codec runs on a float32 copy, widened before the call and narrowed after it
+      // (collectives/device_compressed.cc: DeviceWidenedAllReduce); the widening is the cast decode above.
+      {"bf16 data: narrow the result", n * 4.0 + n * 2.0,
+       [&] { ccoll::gpu::CastHop(ccBfloat16, nullptr, 0, x, n, codes, nullptr); }},
   };
   // Homomorphic lanes: 4-bit codes, 6-bit lanes (room for 4 ranks), one agreed scale per 1024 values.
   const size_t hgroup = 1024, groups = (n + hgroup - 1) / hgroup;
@@ -282,6 +287,10 @@ int main(int argc, char** argv) {
   std::printf("  requant, rotation fused:     %.3f ms, codec / wire = %.1f%%\n", fusedMs, 100.0 * fusedMs / wireMs);
   std::printf("  requant, rotation passes:    %.3f ms, codec / wire = %.1f%%\n", passesMs,
               100.0 * passesMs / wireMs);
+  // bfloat16 gradients: the same, plus the widening before it and the narrowing after it.
+  const double bf16DataMs = fusedMs + ms("bf16 cast decode") + ms("bf16 data: narrow the result");
+  std::printf("  requant, bf16 data:          %.3f ms, codec / wire = %.1f%%\n", bf16DataMs,
+              100.0 * bf16DataMs / wireMs);
   // The homomorphic ring, per rank: the scales of all, this rank's codes of a quarter and three hops of a quarter
   // (timed as hops), the decode of all and the finish; its wire is wider (6-bit lanes), but the bf16 wire it
   // replaces is the same.

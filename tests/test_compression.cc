@@ -1556,6 +1556,46 @@ std::vector<float> InPlaceHopBuffer(const std::vector<float>& input, const std::
   return buf;
 }
 
+// The tile kernels' bit-stream reads against PackCodes' streams, for every width the codecs use (codes 1..8 bits,
+// lanes up to 16): ReadBits at every position, and eight lanes through Bits128 (put, got, loaded, stored, added).
+TEST_CASE("ReadBits and Bits128 read and write PackCodes' little-endian streams, 1 to 16 bits", "[tile][bits]") {
+  std::mt19937_64 gen(37);
+  for (int bits = 1; bits <= 16; ++bits) {
+    INFO("bits " << bits);
+    const size_t n = 1 + gen() % 200;
+    const uint32_t mask = (1u << bits) - 1u;
+    std::vector<uint16_t> codes(n), other(n);
+    for (size_t i = 0; i < n; ++i) {
+      codes[i] = static_cast<uint16_t>(gen() & mask);
+      other[i] = static_cast<uint16_t>(gen() % (mask - codes[i] + 1u));  // the sum of the two fits the width
+    }
+    const size_t bytes = ccoll::PackedBytes(n, bits);
+    std::vector<uint8_t> stream(bytes), others(bytes), got(bytes, 0xee);
+    ccoll::PackCodes(codes.data(), n, bits, stream.data());
+    ccoll::PackCodes(other.data(), n, bits, others.data());
+    for (size_t i = 0; i < n; ++i) {
+      REQUIRE(ccoll::ReadBits(stream.data(), bytes, i * static_cast<size_t>(bits), bits) == codes[i]);
+    }
+    // Units of 8 codes (bits bytes each, the last maybe short), as the lane kernels handle them.
+    std::vector<uint8_t> sum = stream;
+    ccoll::AddPackedStreams(sum.data(), stream.data(), others.data(), bytes);
+    for (size_t u = 0; 8 * u < n; ++u) {
+      const size_t m = std::min<size_t>(8, n - 8 * u), at = u * static_cast<size_t>(bits);
+      const size_t unitBytes = ccoll::PackedBytes(m, bits);
+      ccoll::Bits128 w;
+      for (size_t j = 0; j < m; ++j) ccoll::PutBits(&w, codes[8 * u + j], static_cast<int>(j) * bits);
+      const ccoll::Bits128 loaded = ccoll::LoadBits(stream.data() + at, unitBytes);
+      CHECK(loaded.lo == w.lo);
+      CHECK(loaded.hi == w.hi);
+      for (size_t j = 0; j < m; ++j) {
+        CHECK(ccoll::GetBits(w, static_cast<int>(j) * bits, bits) == codes[8 * u + j]);
+      }
+      ccoll::StoreBits(ccoll::AddBits(w, ccoll::LoadBits(others.data() + at, unitBytes)), got.data() + at, unitBytes);
+    }
+    CHECK(got == sum);
+  }
+}
+
 TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU codec's bytes", "[requant][tile]") {
   std::mt19937_64 gen(29);
   std::normal_distribution<float> normal;

@@ -25,15 +25,15 @@ CC_HD uint8_t PackedByteAt(Code code, size_t n, int bits, size_t b) {
 }
 
 // Bits [bit, bit + bits) of a little-endian bit stream of `bytes` bytes (bits <= 16): one code, read where it lies.
+// Without branches (the three bytes that can hold it, those inside the stream), so that a GPU thread can issue the
+// loads of several codes before it uses any.
 CC_HD uint32_t ReadBits(const uint8_t* p, size_t bytes, size_t bit, int bits) {
   const size_t first = bit / 8;
   const int shift = static_cast<int>(bit % 8);
-  const uint32_t mask = (1u << bits) - 1u;
-  if (shift + bits <= 8) return (static_cast<uint32_t>(p[first]) >> shift) & mask;  // within one byte
   uint32_t acc = p[first];
-  if (first + 1 < bytes) acc |= static_cast<uint32_t>(p[first + 1]) << 8;
-  if (shift + bits > 16 && first + 2 < bytes) acc |= static_cast<uint32_t>(p[first + 2]) << 16;
-  return (acc >> shift) & mask;
+  acc |= (first + 1 < bytes ? static_cast<uint32_t>(p[first + 1]) : 0u) << 8;
+  acc |= (first + 2 < bytes ? static_cast<uint32_t>(p[first + 2]) : 0u) << 16;
+  return (acc >> shift) & ((1u << bits) - 1u);
 }
 
 struct BitWriter {

@@ -253,6 +253,7 @@ CC_HD HopTile HopTileOf(const HopArgs& a, size_t t) {
 // Each thread issues kLoadBatch loads before it uses any (coalesced across the threads for each k), so that enough
 // reads are in flight to keep device memory busy; one load at a time per thread would not.
 constexpr unsigned kLoadBatch = 8;
+constexpr unsigned kCodeBatch = 4;  // codes per arriving message (HopGroupStats)
 
 CC_HD void HopLoad(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
   const float* src = a.rotate ? a.values + h.r0 : a.values + h.t0;
@@ -404,16 +405,32 @@ CC_UNROLL
         s[k] = LoadScale(a.in[k] + gs.g * sb, a.format);
         GridOf(s[k], levels, &step[k], &inv);
       }
-      for (uint32_t j = lane; j < gs.n; j += T) {
-        float v = BitsFloat(x[Pad(gs.base + j)]);
-        const size_t bit = (gs.g * a.group + j) * static_cast<size_t>(a.bits);
+      // The codes of kCodeBatch values per message are read before any is used (as HopLoad's loads; fewer, as two
+      // messages' codes take registers).
+      for (uint32_t j0 = lane; j0 < gs.n; j0 += T * kCodeBatch) {
+        uint32_t c[2][kCodeBatch];
 CC_UNROLL
         for (int k = 0; k < 2; ++k) {
-          if (k < a.nin) v += DequantizeCode(ReadBits(a.in[k] + groups * sb, codeBytes, bit, a.bits), step[k], s[k]);
+CC_UNROLL
+          for (unsigned b = 0; b < kCodeBatch; ++b) {
+            const uint32_t j = j0 + b * T;
+            const size_t bit = (gs.g * a.group + j) * static_cast<size_t>(a.bits);
+            c[k][b] = k < a.nin && j < gs.n ? ReadBits(a.in[k] + groups * sb, codeBytes, bit, a.bits) : 0u;
+          }
         }
-        if (a.nin > 0) x[Pad(gs.base + j)] = FloatBits(v);
-        const uint32_t u = FloatBits(v) & 0x7fffffffu;
-        m = u > m ? u : m;
+CC_UNROLL
+        for (unsigned b = 0; b < kCodeBatch; ++b) {
+          const uint32_t j = j0 + b * T;
+          if (j >= gs.n) continue;
+          float v = BitsFloat(x[Pad(gs.base + j)]);
+CC_UNROLL
+          for (int k = 0; k < 2; ++k) {
+            if (k < a.nin) v += DequantizeCode(c[k][b], step[k], s[k]);
+          }
+          if (a.nin > 0) x[Pad(gs.base + j)] = FloatBits(v);
+          const uint32_t u = FloatBits(v) & 0x7fffffffu;
+          m = u > m ? u : m;
+        }
       }
     }
     x[PartialsAt() + t] = m;
@@ -610,10 +627,19 @@ CC_HD void DecodeGroups(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, u
     const float s = LoadScale(a.wire + g * sb, a.format);
     float step, inv;
     GridOf(s, levels, &step, &inv);
-    if (T > 1) {
-      for (size_t e = e0 + lane; e < e1; e += T) {
-        const uint32_t c = ReadBits(codes, codeBytes, e * static_cast<size_t>(a.bits), a.bits);
-        x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = FloatBits(DequantizeCode(c, step, s));
+    if (T > 1) {  // kLoadBatch codes read before any is used
+      for (size_t f = e0 + lane; f < e1; f += T * kLoadBatch) {
+        uint32_t c[kLoadBatch];
+CC_UNROLL
+        for (unsigned b = 0; b < kLoadBatch; ++b) {
+          const size_t e = f + b * T;
+          c[b] = e < e1 ? ReadBits(codes, codeBytes, e * static_cast<size_t>(a.bits), a.bits) : 0u;
+        }
+CC_UNROLL
+        for (unsigned b = 0; b < kLoadBatch; ++b) {
+          const size_t e = f + b * T;
+          if (e < e1) x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = FloatBits(DequantizeCode(c[b], step, s));
+        }
       }
       continue;
     }
