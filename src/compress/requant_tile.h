@@ -249,12 +249,14 @@ CC_HD HopTile HopTileOf(const HopArgs& a, size_t t) {
   return h;
 }
 
-// Phase 1: the tile's values into shared memory (with rotation: the covering blocks, sign-flipped and scaled).
-// Each thread issues kLoadBatch loads before it uses any (coalesced across the threads for each k), so that enough
-// reads are in flight to keep device memory busy; one load at a time per thread would not.
+// Loads a thread issues before it uses any, so that enough reads are in flight to keep device memory busy (one at a
+// time per thread would not): values, and the codes of each arriving message in HopGroupStats (fewer: two messages'
+// codes take registers).
 constexpr unsigned kLoadBatch = 8;
-constexpr unsigned kCodeBatch = 4;  // codes per arriving message (HopGroupStats)
+constexpr unsigned kCodeBatch = 4;
 
+// Phase 1: the tile's values into shared memory (with rotation: the covering blocks, sign-flipped and scaled), the
+// kLoadBatch loads of a thread coalesced across the threads for each k.
 CC_HD void HopLoad(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
   const float* src = a.rotate ? a.values + h.r0 : a.values + h.t0;
   const uint32_t n = a.rotate ? static_cast<uint32_t>(h.r1 - h.r0) : static_cast<uint32_t>(h.tl);
@@ -405,8 +407,7 @@ CC_UNROLL
         s[k] = LoadScale(a.in[k] + gs.g * sb, a.format);
         GridOf(s[k], levels, &step[k], &inv);
       }
-      // The codes of kCodeBatch values per message are read before any is used (as HopLoad's loads; fewer, as two
-      // messages' codes take registers).
+      // The codes of kCodeBatch values per message are read before any is used.
       for (uint32_t j0 = lane; j0 < gs.n; j0 += T * kCodeBatch) {
         uint32_t c[2][kCodeBatch];
 CC_UNROLL
@@ -472,7 +473,8 @@ CC_HD void HopGroupScales(const HopArgs& a, const HopTile& h, uint32_t* x, unsig
   }
 }
 
-// Last of the three: the codes, in place of the values (each dither hashed for its own value).
+// Last of the three: the codes, in place of the values (a thread takes pairs of values, so that a pair whose indices
+// share a dither word hashes it once).
 CC_HD void HopQuantize(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned tid, unsigned threads) {
   const unsigned T = GroupThreads(a.group);
   const uint32_t tileGroups = TileGroupCount(a, h);
@@ -484,7 +486,6 @@ CC_HD void HopQuantize(const HopArgs& a, const HopTile& h, uint32_t* x, unsigned
     const float inv = BitsFloat(x[GridsAt() + 2 * gl]), shift = BitsFloat(x[GridsAt() + 2 * gl + 1]);
     const uint32_t gi0 = static_cast<uint32_t>(a.off + gs.g * a.group);
     DitherStream dither(a.rule);
-    // Pairs of values, so that a pair whose indices share a dither word hashes it once.
     for (uint32_t j = 2 * lane; j < gs.n; j += 2 * T) {
       for (uint32_t k = j; k < j + 2 && k < gs.n; ++k) {
         uint32_t& w = x[Pad(gs.base + k)];
@@ -617,7 +618,7 @@ CC_HD void DecodeGroups(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, u
   const size_t g0 = (d.lo - a.off) / a.group, g1 = (d.hi - a.off + a.group - 1) / a.group;
   // Groups of 64 and more: T threads per group (as the hop's split phases), each code read where it lies.
   const unsigned T = GroupThreads(a.group);
-  const uint32_t items = static_cast<uint32_t>((g1 - g0) * T);  // at most a tile's values plus T
+  const uint32_t items = static_cast<uint32_t>((g1 - g0) * T);  // about kThreads: the tile's groups, T each
   for (uint32_t w = tid; w < items; w += threads) {
     const size_t g = g0 + w / T;
     const unsigned lane = w % T;

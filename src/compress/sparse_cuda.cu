@@ -20,9 +20,11 @@ constexpr int kThreads = 256;
 
 unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
-// Eight threads per chunk (a warp holds four chunks, and each of its loads reads one 32-byte sector per chunk): thread
-// j sums the squares of x[j], x[j + 8], ... (ChunkPartialSquares), and a butterfly over the eight lanes adds the
-// partial sums as ChunkSquaredNorm's pairwise tree does (compress/sparse_math.h). +inf when not finite.
+// Chunk norms: eight threads per chunk (a warp holds four chunks, and each of its loads reads one 32-byte sector per
+// chunk). Thread j sums the squares of x[j], x[j + 8], ... (ChunkPartialSquares), and a butterfly over the eight
+// lanes adds the partial sums as ChunkSquaredNorm's pairwise tree does (compress/sparse_math.h). +inf when not
+// finite.
+
 // Thread t's chunk, and its partial sum's index j.
 __device__ void ChunkThread(size_t* c, unsigned* j) {
   const size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
