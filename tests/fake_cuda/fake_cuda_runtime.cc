@@ -241,6 +241,9 @@ struct FakeEvent {
   std::shared_ptr<Progress> progress;  // null: never recorded (complete), or recorded in a capture
   uint64_t target = 0;
   std::shared_ptr<Capture> captured;  // last recorded in this capture
+  // When its stream reached the last record (host steady clock, ns; cudaEventElapsedTime): an operation the record
+  // queues writes it, so the time between two events is the host time the operations between them took here.
+  std::shared_ptr<std::atomic<int64_t>> reached = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 FakeStream& LegacyStream() {
@@ -577,6 +580,14 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+// The name says what it is; the rest is zero.
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  std::memset(prop, 0, sizeof(*prop));
+  std::snprintf(prop->name, sizeof(prop->name), "fake CUDA runtime (tests/fake_cuda)");
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetDevice(int* device) {
   *device = tDevice;
   return cudaSuccess;
@@ -854,6 +865,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/)
   return cudaSuccess;
 }
 
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete reinterpret_cast<FakeEvent*>(event);
   return cudaSuccess;
@@ -875,12 +888,33 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
       return cudaSuccess;
     }
   }
+  std::shared_ptr<std::atomic<int64_t>> reached = std::make_shared<std::atomic<int64_t>>(0);
+  if (cudaError_t err = s->Push([reached] {
+        reached->store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch())
+                           .count());
+      })) {
+    return err;
+  }
   uint64_t target;
   std::shared_ptr<Progress> p = s->Mark(&target);
   std::lock_guard<std::mutex> lock(e->m);
   e->progress = std::move(p);
   e->target = target;
   e->captured = nullptr;
+  e->reached = std::move(reached);
+  return cudaSuccess;
+}
+
+// The host time between the two records' operations (see FakeEvent::reached), once both ran.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (cudaEventQuery(start) != cudaSuccess || cudaEventQuery(end) != cudaSuccess) return cudaErrorNotReady;
+  FakeEvent* a = reinterpret_cast<FakeEvent*>(start);
+  FakeEvent* b = reinterpret_cast<FakeEvent*>(end);
+  std::lock_guard<std::mutex> la(a->m);
+  std::lock_guard<std::mutex> lb(b->m);
+  if (a->progress == nullptr || b->progress == nullptr) return cudaErrorInvalidResourceHandle;  // never recorded
+  *ms = static_cast<float>(static_cast<double>(b->reached->load() - a->reached->load()) / 1e6);
   return cudaSuccess;
 }
 
