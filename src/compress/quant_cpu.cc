@@ -421,9 +421,8 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
     const float* x = v + g * G;
     uint32_t mb = MaxAbsBits(x, G);
     float m = mb >= 0x7f800000u ? std::numeric_limits<float>::infinity() : BitsFloat(mb);
-    float s = RoundScaleUp(FlushTinyScale(clipK > 0.0f ? GroupScale(m, RmsInline(x, G), clipK) : m), format);
-    StoreScale(scales + g * sb, s, format);
-    s = LoadScale(scales + g * sb, format);
+    const float raw = FlushTinyScale(clipK > 0.0f ? GroupScale(m, RmsInline(x, G), clipK) : m);
+    const float s = StoreGroupScale(scales + g * sb, raw, format);
     float step, inv;
     GridOf(s, levels, &step, &inv);
     QuantizeGroup<kBits, kMode>(x, G, _mm256_set1_ps(inv), _mm256_set1_ps(s * inv), lev, dith, bits,
@@ -889,9 +888,7 @@ CC_INLINE void EncodeRequantPart(const float* v, size_t n, uint64_t index0, size
   // so the rest of the codes start on a byte.
   for (size_t g = done / group; g < groups; ++g) {
     size_t begin = g * group, m = n - begin < group ? n - begin : group;
-    float s = RoundScaleUp(GroupScaleInline(v + begin, m, clipK), format);
-    StoreScale(scales + g * sb, s, format);
-    s = LoadScale(scales + g * sb, format);  // exactly what the decoder will read
+    const float s = StoreGroupScale(scales + g * sb, GroupScaleInline(v + begin, m, clipK), format);
     QuantizeInline(v + begin, m, s, levels, index0 + begin, rule, codes + begin);
   }
   PackCodesInline(codes + done, n - done, bits, packed + done / 8 * static_cast<size_t>(bits));

@@ -119,9 +119,7 @@ __device__ float GroupScaleAt(const float* v, size_t n, float clipK) {
 
 // The scale of a group as GroupScaleOf computes it, rounded up to the format, stored, and read back.
 __device__ float EncodeScale(const float* v, size_t n, float clipK, ScaleFormat format, uint8_t* dst) {
-  const float s = RoundScaleUp(GroupScaleAt(v, n, clipK), format);
-  StoreScale(dst, s, format);
-  return LoadScale(dst, format);
+  return StoreGroupScale(dst, GroupScaleAt(v, n, clipK), format);
 }
 
 // Group g of the values v (global index of v[0]: index0): its scale, its codes, and, when groups end on byte

@@ -86,6 +86,13 @@ CC_HD float LoadScale(const void* src, ScaleFormat format) {
   return s;
 }
 
+// A group's scale as a message carries it: rounded up to `format` (so |x| <= scale still holds), stored at dst, and
+// returned as the decoder will read it back (the grid the codes are made on).
+CC_HD float StoreGroupScale(void* dst, float s, ScaleFormat format) {
+  StoreScale(dst, RoundScaleUp(s, format), format);
+  return LoadScale(dst, format);
+}
+
 // Correlated (stratified) rounding: rank r of n uses frac(V + r/n) with V uniform and shared by all ranks. The n
 // dithers of an element are evenly spread over (0,1), so the rounding errors of the sum largely cancel, and each
 // rank's dither alone is still uniform (a random cyclic shift of the strata), so every rank's rounding, and the

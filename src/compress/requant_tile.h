@@ -349,9 +349,7 @@ CC_UNROLL
       m = u > m ? u : m;
       if (a.clipK > 0.0f) sq += v * v;
     }
-    float sc = RoundScaleUp(GroupScaleFromStats(m, sq, n, a.clipK), a.format);
-    StoreScale(a.out + g * sb, sc, a.format);
-    sc = LoadScale(a.out + g * sb, a.format);
+    const float sc = StoreGroupScale(a.out + g * sb, GroupScaleFromStats(m, sq, n, a.clipK), a.format);
     float st, inv;
     GridOf(sc, levels, &st, &inv);
     const float shift = sc * inv;
@@ -463,9 +461,8 @@ CC_HD void HopGroupScales(const HopArgs& a, const HopTile& h, uint32_t* x, unsig
   for (uint32_t gl = tid; gl < TileGroupCount(a, h); gl += threads) {
     const GroupSlot gs = GroupSlotOf(a, h, gl);
     const float sq = a.clipK > 0.0f ? GroupSquares(x, gs) : 0.0f;
-    float sc = RoundScaleUp(GroupScaleFromStats(PartialMax(x, gl, T), sq, gs.n, a.clipK), a.format);
-    StoreScale(a.out + gs.g * sb, sc, a.format);
-    sc = LoadScale(a.out + gs.g * sb, a.format);
+    const float sc =
+        StoreGroupScale(a.out + gs.g * sb, GroupScaleFromStats(PartialMax(x, gl, T), sq, gs.n, a.clipK), a.format);
     float st, inv;
     GridOf(sc, levels, &st, &inv);
     x[GridsAt() + 2 * gl] = FloatBits(inv);
