@@ -38,10 +38,12 @@ struct LanesArgs {
   int nranks = 1;
 };
 
-// What the kernel relies on: 0..2 arriving streams, lanes of 1..16 bits (8 fill at most 128 bits) and codes that fit
-// them, the scales to write or read, and an output for the hops. kRequant's output must not overlap an arriving
-// stream (one tile's message bytes would land on lanes another tile still reads); kLanes may add in place.
+// What the kernel relies on (the launchers refuse anything else): a group the tiles cover (and a rotation block, when
+// fused), 0..2 arriving streams, lanes of 1..16 bits (8 fill at most 128 bits) and codes that fit them, the scales to
+// write or read, and an output for the hops. kRequant's output must not overlap an arriving stream (one tile's
+// message bytes would land on lanes another tile still reads); kLanes may add in place.
 CC_HD bool LanesArgsValid(const LanesArgs& a) {
+  if (!Covers(a.hop.group) || (a.hop.rotate && !CoversRotation(a.hop.block))) return false;
   if (a.hop.values == nullptr) return false;
   if (a.mode == LanesMode::kScales) return a.scalesOut != nullptr;
   return a.agreed != nullptr && a.hop.out != nullptr && a.hop.nin >= 0 && a.hop.nin <= 2 && a.laneBits >= 1 &&
@@ -194,8 +196,10 @@ CC_HD DecodeArgs LanesFrom(DecodeArgs a, const float* agreed, int laneBits, int 
   return a;
 }
 
-// A decode of lane sums needs lanes of 1..16 bits that hold the codes (requant messages: nothing to check here).
-CC_HD bool DecodeLanesValid(const DecodeArgs& a) {
+// What the decode tile relies on (the launchers refuse anything else): a group the tiles cover (and a rotation
+// block, when fused); for lane sums, lanes of 1..16 bits that hold the codes.
+CC_HD bool DecodeArgsValid(const DecodeArgs& a) {
+  if (!Covers(a.group) || (a.rotate && !CoversRotation(a.block))) return false;
   return a.agreed == nullptr || (a.laneBits >= 1 && a.laneBits <= 16 && a.bits >= 1 && a.bits <= a.laneBits);
 }
 

@@ -343,10 +343,11 @@ ccResult_t LaunchHopTiles(const tile::HopArgs& a, cudaStream_t stream) {
 
 ccResult_t LaunchDecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream) {
   if (a.len == 0) return ccSuccess;
-  if (!tile::Covers(a.group) || (a.rotate && !tile::CoversRotation(a.block))) {
-    return Fail(ccInternalError, "gpu decode tiles: group %zu or block %zu not covered", a.group, a.block);
+  if (!tile::DecodeArgsValid(a)) {
+    return Fail(ccInternalError,
+                "gpu decode tiles: arguments the kernel cannot take (group %zu, block %zu, %d-bit lanes)", a.group,
+                a.block, a.laneBits);
   }
-  if (!tile::DecodeLanesValid(a)) return Fail(ccInternalError, "gpu decode tiles: %d-bit lanes", a.laneBits);
   const unsigned tiles = static_cast<unsigned>(tile::DecodeTiles(a));
   if (a.agreed != nullptr) {
     DecodeTileKernel<true><<<tiles, tile::kThreads, tile::SharedWords() * 4, stream>>>(a);
@@ -358,12 +359,11 @@ ccResult_t LaunchDecodeTiles(const tile::DecodeArgs& a, cudaStream_t stream) {
 
 ccResult_t LaunchLanesTiles(const tile::LanesArgs& a, cudaStream_t stream) {
   if (a.hop.len == 0) return ccSuccess;
-  if (!tile::Covers(a.hop.group) || (a.hop.rotate && !tile::CoversRotation(a.hop.block))) {
-    return Fail(ccInternalError, "gpu lanes tiles: group %zu or block %zu not covered", a.hop.group, a.hop.block);
-  }
   if (!tile::LanesArgsValid(a)) {
-    return Fail(ccInternalError, "gpu lanes tiles: bad arguments (mode %d, %d inputs, %d-bit lanes)",
-                static_cast<int>(a.mode), a.hop.nin, a.laneBits);
+    return Fail(ccInternalError,
+                "gpu lanes tiles: arguments the kernel cannot take (mode %d, group %zu, block %zu, %d inputs, "
+                "%d-bit lanes)",
+                static_cast<int>(a.mode), a.hop.group, a.hop.block, a.hop.nin, a.laneBits);
   }
   LanesTileKernel<<<static_cast<unsigned>(tile::HopTiles(a.hop)), tile::kThreads, tile::SharedWords() * 4, stream>>>(
       a);

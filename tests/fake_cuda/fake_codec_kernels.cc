@@ -187,10 +187,7 @@ tile::DecodeArgs HostViews(tile::DecodeArgs a) {
 // As the real launchers: nothing to do for no values, then the same checks.
 ccResult_t LanesTiles(const tile::LanesArgs& args, cudaStream_t stream) {
   if (args.hop.len == 0) return ccSuccess;
-  if (!tile::Covers(args.hop.group) || (args.hop.rotate && !tile::CoversRotation(args.hop.block)) ||
-      !tile::LanesArgsValid(args)) {
-    return ccInternalError;
-  }
+  if (!tile::LanesArgsValid(args)) return ccInternalError;
   tile::LanesArgs a = args;
   a.hop = HostViews(a.hop);
   a.scalesOut = HostView(a.scalesOut);
@@ -200,10 +197,7 @@ ccResult_t LanesTiles(const tile::LanesArgs& args, cudaStream_t stream) {
 
 ccResult_t DecodeTiles(const tile::DecodeArgs& args, cudaStream_t stream) {
   if (args.len == 0) return ccSuccess;
-  if (!tile::Covers(args.group) || (args.rotate && !tile::CoversRotation(args.block)) ||
-      !tile::DecodeLanesValid(args)) {
-    return ccInternalError;
-  }
+  if (!tile::DecodeArgsValid(args)) return ccInternalError;
   const tile::DecodeArgs a = HostViews(args);
   return Launch(stream, [=] { cctest::TileEmulator().Decode(a); });
 }
