@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <random>
@@ -288,86 +289,113 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
   }
 }
 
-TEST_CASE("[gpu] requant hop and decode with the rotation fused equal the CPU's passes byte for byte", "[gpu]") {
-  SKIP_WITHOUT_DEVICE();
-  std::mt19937_64 gen(41);
+// The shapes the fused-rotation cases run: every given rotation block, with groups 32, 33 and 256 and three buffer
+// sizes, each as a slice that starts and ends inside rotation blocks and as the whole buffer; bits, arriving
+// messages, scale format and clipping cycle with the configuration (numbered from 1; the caller's rounding rule
+// cycles with it too).
+struct FusedShape {
+  size_t block = 0, group = 0, count = 0, off = 0, len = 0;
+  int bits = 0, nin = 0, config = 0;
+  ccoll::ScaleFormat format = ccoll::ScaleFormat::kFp32;
+  float clipK = 0.0f;
+};
+
+template <typename Fn>
+void ForFusedShapes(std::initializer_list<size_t> blocks, uint64_t seed, Fn fn) {
+  std::mt19937_64 gen(seed);
   int configs = 0;
-  for (size_t block : {size_t{1}, size_t{32}, size_t{256}, size_t{1024}}) {
+  for (size_t block : blocks) {
     for (size_t group : {size_t{32}, size_t{33}, size_t{256}}) {
       for (size_t count : {size_t{1000}, size_t{65536}, size_t{3 * 65536 + 777}}) {
-        const int bits = 1 + configs % 8, nin = configs % 3;
-        const auto format = static_cast<ccoll::ScaleFormat>(configs % 3);
-        const float clipK = configs % 5 == 0 ? 2.5f : 0.0f;
-        ++configs;
-        // A slice that starts and ends inside rotation blocks, and the whole buffer.
+        FusedShape s;
+        s.block = block;
+        s.group = group;
+        s.count = count;
+        s.bits = 1 + configs % 8;
+        s.nin = configs % 3;
+        s.format = static_cast<ccoll::ScaleFormat>(configs % 3);
+        s.clipK = configs % 5 == 0 ? 2.5f : 0.0f;
+        s.config = ++configs;
         for (int whole = 0; whole < 2; ++whole) {
-          const size_t off = whole ? 0 : gen() % (count / 2), len = whole ? count : 1 + gen() % (count - off);
-          INFO("block " << block << " group " << group << " count " << count << " off " << off << " len " << len
-                        << " bits " << bits << " nin " << nin << " clip " << clipK);
-          ccoll::DitherRule rule;
-          rule.rounding = 1 + configs % 2;
-          rule.key = 5;
-          rule.sharedKey = 6;
-          rule.rank = 2;
-          rule.nranks = 4;
-          const std::vector<float> input = Inputs(count, count + off, false);
-          const size_t bytes = ccoll::gpu::RequantBytes(len, group, bits, format);
-          std::vector<uint16_t> codes(count);
-          std::vector<float> rotated(count), vals(count);
-          ccoll::RotateForward(input.data(), rotated.data(), count, block, 0x77u);
-          std::vector<std::vector<uint8_t>> msgs(2, std::vector<uint8_t>(bytes));
-          Dev<uint8_t> dIn0(bytes), dIn1(bytes), dOut(bytes);
-          for (int k = 0; k < nin; ++k) {
-            const std::vector<float> other = Inputs(len, 3 * len + k, false);
-            ccoll::EncodeRequantSlice(other.data(), len, off, group, bits, format, 0.0f, rule, codes.data(),
-                                      msgs[k].data());
-          }
-          dIn0.Put(msgs[0]);
-          dIn1.Put(msgs[1]);
-          std::vector<uint8_t> want(bytes);
-          const void* wires[2] = {msgs[0].data(), msgs[1].data()};
-          if (nin == 0) {
-            ccoll::EncodeRequantSlice(rotated.data() + off, len, off, group, bits, format, clipK, rule, codes.data(),
-                                      want.data());
-          } else {
-            ccoll::HopRequantSlice(wires, nin, rotated.data() + off, len, off, group, bits, format, clipK, rule,
-                                   vals.data(), codes.data(), want.data());
-          }
-          Dev<float> dInput(count), dWork(count);
-          dInput.Put(input);
-          const void* devIn[2] = {dIn0.p, dIn1.p};
-          REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, false, off, len, group,
-                                                bits, format, clipK, rule, dOut.p, nullptr) == ccSuccess);
-          CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
-          // In place: the blocks at the slice's ends that reach past it rotated in the buffer first.
-          for (size_t i : {off, off + len - 1}) {
-            size_t bs, bl;
-            ccoll::tile::RotationBlockOf(count, block, i, &bs, &bl);
-            if (bs >= off && bs + bl <= off + len) continue;
-            if (i == off + len - 1 && bs < off) continue;  // the slice lies inside one block, rotated once
-            REQUIRE(ccoll::gpu::RotateBlockForward(dInput.p, bs, bl, 0x77u, nullptr) == ccSuccess);
-          }
-          REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, true, off, len, group,
-                                                bits, format, clipK, rule, dOut.p, nullptr) == ccSuccess);
-          CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
-          // Its decode into a buffer that holds other values around the slice, then the finish of the blocks left.
-          const std::vector<float> around = Inputs(count, 99, false);
-          std::vector<float> cpu = around;
-          ccoll::DecodeRequantSlice(want.data(), len, group, bits, format, codes.data(), cpu.data() + off);
-          ccoll::RotateInverse(cpu.data(), count, block, 0x77u, 0.25f);
-          dWork.Put(around);
-          dOut.Put(want);
-          Dev<uint8_t> dDone(count / block + 1);
-          REQUIRE(cudaMemset(dDone.p, 0, count / block + 1) == cudaSuccess);
-          REQUIRE(ccoll::gpu::DecodeRequantRotated(dOut.p, off, len, group, bits, format, count, block, 0x77u, 0.25f,
-                                                   dDone.p, dWork.p + off, nullptr) == ccSuccess);
-          REQUIRE(ccoll::gpu::RotateInverse(dWork.p, count, block, 0x77u, 0.25f, dDone.p, nullptr) == ccSuccess);
-          const std::vector<float> gpu = dWork.Get();
-          CHECK(SameFloats(cpu.data(), gpu.data(), count));
+          s.off = whole ? 0 : gen() % (count / 2);
+          s.len = whole ? count : 1 + gen() % (count - s.off);
+          INFO("block " << block << " group " << group << " count " << count << " off " << s.off << " len " << s.len
+                        << " bits " << s.bits << " nin " << s.nin << " clip " << s.clipK);
+          fn(s);
         }
       }
     }
   }
+}
+
+TEST_CASE("[gpu] requant hop and decode with the rotation fused equal the CPU's passes byte for byte", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  ForFusedShapes({size_t{1}, size_t{32}, size_t{256}, size_t{1024}}, 41, [&](const FusedShape& s) {
+    const size_t block = s.block, group = s.group, count = s.count, off = s.off, len = s.len;
+    const int bits = s.bits, nin = s.nin, configs = s.config;
+    const auto format = s.format;
+    const float clipK = s.clipK;
+    ccoll::DitherRule rule;
+    rule.rounding = 1 + configs % 2;
+    rule.key = 5;
+    rule.sharedKey = 6;
+    rule.rank = 2;
+    rule.nranks = 4;
+    const std::vector<float> input = Inputs(count, count + off, false);
+    const size_t bytes = ccoll::gpu::RequantBytes(len, group, bits, format);
+    std::vector<uint16_t> codes(count);
+    std::vector<float> rotated(count), vals(count);
+    ccoll::RotateForward(input.data(), rotated.data(), count, block, 0x77u);
+    std::vector<std::vector<uint8_t>> msgs(2, std::vector<uint8_t>(bytes));
+    Dev<uint8_t> dIn0(bytes), dIn1(bytes), dOut(bytes);
+    for (int k = 0; k < nin; ++k) {
+      const std::vector<float> other = Inputs(len, 3 * len + k, false);
+      ccoll::EncodeRequantSlice(other.data(), len, off, group, bits, format, 0.0f, rule, codes.data(),
+                                msgs[k].data());
+    }
+    dIn0.Put(msgs[0]);
+    dIn1.Put(msgs[1]);
+    std::vector<uint8_t> want(bytes);
+    const void* wires[2] = {msgs[0].data(), msgs[1].data()};
+    if (nin == 0) {
+      ccoll::EncodeRequantSlice(rotated.data() + off, len, off, group, bits, format, clipK, rule, codes.data(),
+                                want.data());
+    } else {
+      ccoll::HopRequantSlice(wires, nin, rotated.data() + off, len, off, group, bits, format, clipK, rule,
+                             vals.data(), codes.data(), want.data());
+    }
+    Dev<float> dInput(count), dWork(count);
+    dInput.Put(input);
+    const void* devIn[2] = {dIn0.p, dIn1.p};
+    REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, false, off, len, group,
+                                          bits, format, clipK, rule, dOut.p, nullptr) == ccSuccess);
+    CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
+    // In place: the blocks at the slice's ends that reach past it rotated in the buffer first.
+    for (size_t i : {off, off + len - 1}) {
+      size_t bs, bl;
+      ccoll::tile::RotationBlockOf(count, block, i, &bs, &bl);
+      if (bs >= off && bs + bl <= off + len) continue;
+      if (i == off + len - 1 && bs < off) continue;  // the slice lies inside one block, rotated once
+      REQUIRE(ccoll::gpu::RotateBlockForward(dInput.p, bs, bl, 0x77u, nullptr) == ccSuccess);
+    }
+    REQUIRE(ccoll::gpu::HopRequantRotated(devIn, nin, dInput.p, count, block, 0x77u, true, off, len, group,
+                                          bits, format, clipK, rule, dOut.p, nullptr) == ccSuccess);
+    CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
+    // Its decode into a buffer that holds other values around the slice, then the finish of the blocks left.
+    const std::vector<float> around = Inputs(count, 99, false);
+    std::vector<float> cpu = around;
+    ccoll::DecodeRequantSlice(want.data(), len, group, bits, format, codes.data(), cpu.data() + off);
+    ccoll::RotateInverse(cpu.data(), count, block, 0x77u, 0.25f);
+    dWork.Put(around);
+    dOut.Put(want);
+    Dev<uint8_t> dDone(count / block + 1);
+    REQUIRE(cudaMemset(dDone.p, 0, count / block + 1) == cudaSuccess);
+    REQUIRE(ccoll::gpu::DecodeRequantRotated(dOut.p, off, len, group, bits, format, count, block, 0x77u, 0.25f,
+                                             dDone.p, dWork.p + off, nullptr) == ccSuccess);
+    REQUIRE(ccoll::gpu::RotateInverse(dWork.p, count, block, 0x77u, 0.25f, dDone.p, nullptr) == ccSuccess);
+    const std::vector<float> gpu = dWork.Get();
+    CHECK(SameFloats(cpu.data(), gpu.data(), count));
+  });
 }
 
 template <typename T>
@@ -569,94 +597,84 @@ TEST_CASE("[gpu] homomorphic lanes with the rotation fused equal the CPU's passe
     CHECK(ccoll::gpu::DecodeTiles(ccoll::tile::LanesFrom(d, scales.p, 17, 4), nullptr) == ccInternalError);
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
   }
-  std::mt19937_64 gen(43);
-  int configs = 0;
-  for (size_t block : {size_t{1}, size_t{32}, size_t{1024}}) {
-    for (size_t group : {size_t{32}, size_t{33}, size_t{256}}) {
-      for (size_t count : {size_t{1000}, size_t{65536}, size_t{3 * 65536 + 777}}) {
-        const int bits = 1 + configs % 8, nin = configs % 3, nranks = 4, laneBits = bits + 2;
-        const auto format = static_cast<ccoll::ScaleFormat>(configs % 3);
-        const float clipK = configs % 5 == 0 ? 2.5f : 0.0f;
-        ++configs;
-        for (int whole = 0; whole < 2; ++whole) {
-          const size_t off = whole ? 0 : gen() % (count / 2), len = whole ? count : 1 + gen() % (count - off);
-          INFO("block " << block << " group " << group << " count " << count << " off " << off << " len " << len
-                        << " bits " << bits << " nin " << nin << " clip " << clipK);
-          ccoll::DitherRule rule;
-          rule.rounding = configs % 3;
-          rule.key = 5;
-          rule.sharedKey = 6;
-          rule.rank = 2;
-          rule.nranks = nranks;
-          const std::vector<float> input = Inputs(count, count + off + 1, false);
-          std::vector<float> rotated(count);
-          ccoll::RotateForward(input.data(), rotated.data(), count, block, 0x78u);
-          // The scales of the rotated buffer, found from the unrotated one.
-          const size_t groups = (count + group - 1) / group;
-          std::vector<float> scales(groups);
-          for (size_t g = 0; g < groups; ++g) {
-            scales[g] = ccoll::GroupScaleOf(rotated.data() + g * group, std::min(group, count - g * group), clipK);
-          }
-          Dev<float> dInput(count), dScales(groups), dWork(count);
-          dInput.Put(input);
-          ccoll::tile::LanesArgs sa = ccoll::tile::ScalesArgsOf(nullptr, count, group, clipK, dScales.p);
-          sa.hop = ccoll::tile::RotatedFrom(sa.hop, dInput.p, count, block, 0x78u, false);
-          REQUIRE(ccoll::gpu::LanesTiles(sa, nullptr) == ccSuccess);
-          CHECK(SameBytes(scales.data(), dScales.Get().data(), groups * sizeof(float)));
-          // The hop, then the requantizing hop, against the CPU's lanes, adds, decode and requant encode.
-          const size_t bytes = ccoll::PackedBytes(len, laneBits);
-          std::vector<uint16_t> codes(count);
-          std::vector<std::vector<uint8_t>> msgs(2, std::vector<uint8_t>(bytes));
-          for (int k = 0; k < nin; ++k) {
-            const std::vector<float> other = Inputs(len, 3 * len + k, false);
-            ccoll::EncodeLanesSlice(other.data(), len, off, group, scales.data(), bits, laneBits, rule, codes.data(),
-                                    msgs[k].data());
-          }
-          std::vector<uint8_t> want(bytes);
-          ccoll::EncodeLanesSlice(rotated.data() + off, len, off, group, scales.data(), bits, laneBits, rule,
-                                  codes.data(), want.data());
-          for (int k = 0; k < nin; ++k) ccoll::AddPackedStreams(want.data(), want.data(), msgs[k].data(), bytes);
-          std::vector<float> sums(len);
-          ccoll::DecodeLanesSlice(want.data(), len, off, group, scales.data(), bits, laneBits, nranks, codes.data(),
-                                  sums.data());
-          const size_t reqBytes = ccoll::gpu::RequantBytes(len, group, bits, format);
-          std::vector<uint8_t> wantReq(reqBytes);
-          ccoll::EncodeRequantSlice(sums.data(), len, off, group, bits, format, clipK, rule, codes.data(),
-                                    wantReq.data());
-          Dev<uint8_t> dIn0(bytes), dIn1(bytes), dOut(std::max(bytes, reqBytes));
-          dIn0.Put(msgs[0]);
-          dIn1.Put(msgs[1]);
-          const void* devIn[2] = {dIn0.p, dIn1.p};
-          ccoll::tile::HopArgs hop = ccoll::tile::HopArgsOf(nullptr, devIn, nin, off, len, group, bits, format, clipK,
-                                                            rule, dOut.p);
-          hop = ccoll::tile::RotatedFrom(hop, dInput.p, count, block, 0x78u, false);
-          REQUIRE(ccoll::gpu::LanesTiles(ccoll::tile::LanesArgsOf(hop, dScales.p, laneBits, nranks, false), nullptr) ==
-                  ccSuccess);
-          CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
-          REQUIRE(ccoll::gpu::LanesTiles(ccoll::tile::LanesArgsOf(hop, dScales.p, laneBits, nranks, true), nullptr) ==
-                  ccSuccess);
-          CHECK(SameBytes(wantReq.data(), dOut.Get().data(), reqBytes));
-          // The decode of the lane sums into a buffer of other values, then the finish of the blocks left.
-          const std::vector<float> around = Inputs(count, 98, false);
-          std::vector<float> cpu = around;
-          std::copy(sums.begin(), sums.end(), cpu.begin() + static_cast<long>(off));
-          ccoll::RotateInverse(cpu.data(), count, block, 0x78u, 0.25f);
-          dWork.Put(around);
-          dOut.Put(want);
-          Dev<uint8_t> dDone(count / block + 1);
-          REQUIRE(cudaMemset(dDone.p, 0, count / block + 1) == cudaSuccess);
-          const ccoll::tile::DecodeArgs d = ccoll::tile::RotatedBack(
-              ccoll::tile::DecodeArgsOf(dOut.p, off, len, group, bits, format, dWork.p + off), count, block, 0x78u,
-              0.25f, dDone.p);
-          REQUIRE(ccoll::gpu::DecodeTiles(ccoll::tile::LanesFrom(d, dScales.p, laneBits, nranks), nullptr) ==
-                  ccSuccess);
-          REQUIRE(ccoll::gpu::RotateInverse(dWork.p, count, block, 0x78u, 0.25f, dDone.p, nullptr) == ccSuccess);
-          const std::vector<float> gpu = dWork.Get();
-          CHECK(SameFloats(cpu.data(), gpu.data(), count));
-        }
-      }
+  ForFusedShapes({size_t{1}, size_t{32}, size_t{1024}}, 43, [&](const FusedShape& s) {
+    const size_t block = s.block, group = s.group, count = s.count, off = s.off, len = s.len;
+    const int bits = s.bits, nin = s.nin, configs = s.config;
+    const auto format = s.format;
+    const float clipK = s.clipK;
+    const int nranks = 4, laneBits = bits + 2;
+    ccoll::DitherRule rule;
+    rule.rounding = configs % 3;
+    rule.key = 5;
+    rule.sharedKey = 6;
+    rule.rank = 2;
+    rule.nranks = nranks;
+    const std::vector<float> input = Inputs(count, count + off + 1, false);
+    std::vector<float> rotated(count);
+    ccoll::RotateForward(input.data(), rotated.data(), count, block, 0x78u);
+    // The scales of the rotated buffer, found from the unrotated one.
+    const size_t groups = (count + group - 1) / group;
+    std::vector<float> scales(groups);
+    for (size_t g = 0; g < groups; ++g) {
+      scales[g] = ccoll::GroupScaleOf(rotated.data() + g * group, std::min(group, count - g * group), clipK);
     }
-  }
+    Dev<float> dInput(count), dScales(groups), dWork(count);
+    dInput.Put(input);
+    ccoll::tile::LanesArgs sa = ccoll::tile::ScalesArgsOf(nullptr, count, group, clipK, dScales.p);
+    sa.hop = ccoll::tile::RotatedFrom(sa.hop, dInput.p, count, block, 0x78u, false);
+    REQUIRE(ccoll::gpu::LanesTiles(sa, nullptr) == ccSuccess);
+    CHECK(SameBytes(scales.data(), dScales.Get().data(), groups * sizeof(float)));
+    // The hop, then the requantizing hop, against the CPU's lanes, adds, decode and requant encode.
+    const size_t bytes = ccoll::PackedBytes(len, laneBits);
+    std::vector<uint16_t> codes(count);
+    std::vector<std::vector<uint8_t>> msgs(2, std::vector<uint8_t>(bytes));
+    for (int k = 0; k < nin; ++k) {
+      const std::vector<float> other = Inputs(len, 3 * len + k, false);
+      ccoll::EncodeLanesSlice(other.data(), len, off, group, scales.data(), bits, laneBits, rule, codes.data(),
+                              msgs[k].data());
+    }
+    std::vector<uint8_t> want(bytes);
+    ccoll::EncodeLanesSlice(rotated.data() + off, len, off, group, scales.data(), bits, laneBits, rule,
+                            codes.data(), want.data());
+    for (int k = 0; k < nin; ++k) ccoll::AddPackedStreams(want.data(), want.data(), msgs[k].data(), bytes);
+    std::vector<float> sums(len);
+    ccoll::DecodeLanesSlice(want.data(), len, off, group, scales.data(), bits, laneBits, nranks, codes.data(),
+                            sums.data());
+    const size_t reqBytes = ccoll::gpu::RequantBytes(len, group, bits, format);
+    std::vector<uint8_t> wantReq(reqBytes);
+    ccoll::EncodeRequantSlice(sums.data(), len, off, group, bits, format, clipK, rule, codes.data(),
+                              wantReq.data());
+    Dev<uint8_t> dIn0(bytes), dIn1(bytes), dOut(std::max(bytes, reqBytes));
+    dIn0.Put(msgs[0]);
+    dIn1.Put(msgs[1]);
+    const void* devIn[2] = {dIn0.p, dIn1.p};
+    ccoll::tile::HopArgs hop = ccoll::tile::HopArgsOf(nullptr, devIn, nin, off, len, group, bits, format, clipK,
+                                                      rule, dOut.p);
+    hop = ccoll::tile::RotatedFrom(hop, dInput.p, count, block, 0x78u, false);
+    REQUIRE(ccoll::gpu::LanesTiles(ccoll::tile::LanesArgsOf(hop, dScales.p, laneBits, nranks, false), nullptr) ==
+            ccSuccess);
+    CHECK(SameBytes(want.data(), dOut.Get().data(), bytes));
+    REQUIRE(ccoll::gpu::LanesTiles(ccoll::tile::LanesArgsOf(hop, dScales.p, laneBits, nranks, true), nullptr) ==
+            ccSuccess);
+    CHECK(SameBytes(wantReq.data(), dOut.Get().data(), reqBytes));
+    // The decode of the lane sums into a buffer of other values, then the finish of the blocks left.
+    const std::vector<float> around = Inputs(count, 98, false);
+    std::vector<float> cpu = around;
+    std::copy(sums.begin(), sums.end(), cpu.begin() + static_cast<long>(off));
+    ccoll::RotateInverse(cpu.data(), count, block, 0x78u, 0.25f);
+    dWork.Put(around);
+    dOut.Put(want);
+    Dev<uint8_t> dDone(count / block + 1);
+    REQUIRE(cudaMemset(dDone.p, 0, count / block + 1) == cudaSuccess);
+    const ccoll::tile::DecodeArgs d = ccoll::tile::RotatedBack(
+        ccoll::tile::DecodeArgsOf(dOut.p, off, len, group, bits, format, dWork.p + off), count, block, 0x78u,
+        0.25f, dDone.p);
+    REQUIRE(ccoll::gpu::DecodeTiles(ccoll::tile::LanesFrom(d, dScales.p, laneBits, nranks), nullptr) ==
+            ccSuccess);
+    REQUIRE(ccoll::gpu::RotateInverse(dWork.p, count, block, 0x78u, 0.25f, dDone.p, nullptr) == ccSuccess);
+    const std::vector<float> gpu = dWork.Get();
+    CHECK(SameFloats(cpu.data(), gpu.data(), count));
+  });
 }
 
 TEST_CASE("[gpu] sparsifier and error-feedback kernels equal the CPU code byte for byte", "[gpu]") {
