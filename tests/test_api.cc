@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "child_process.h"
 #include "core/comm.h"
 #include "core/params.h"
 #include "rank_harness.h"
@@ -980,4 +981,29 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
     CHECK(ccCompressorCreateFromString(&comp, nullptr) == ccInvalidArgument);
     CHECK(comp == nullptr);
   }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Parameters from the environment that are not numbers.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {
+  ccUniqueId id;
+  const ccResult_t rc = ccGetUniqueId(&id);
+  const std::string err = ccGetLastError(nullptr);
+  INFO(err);
+  CHECK(rc == ccInvalidArgument);
+  CHECK(Contains(err, "CC_TIMEOUT_MS=\"2s\" is not an integer"));
+}
+
+TEST_CASE("a CC_* integer variable that is not an integer fails init naming it, also as a process's first call",
+          "[api][init]") {
+  // In a fresh process: the first message logged sets up logging, which reads CC_DEBUG (this hung, once).
+  bool died = true;
+  const std::string out = cctest::RunHiddenCase(
+      "env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "CC_TIMEOUT_MS=2s timeout 60",
+      &died);
+  INFO(out);
+  CHECK(!died);
+  CHECK(Contains(out, "All tests passed"));
 }

@@ -25,6 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "child_process.h"
+
+using cctest::RunHiddenCase;
+
 namespace {
 
 constexpr int kRanks = 4;
@@ -786,25 +790,6 @@ TEST_CASE("[fake] bad arguments are refused at the call", "[fake]") {
 // The caller's bugs that the fake NCCL stops the process on (it prints what happened and aborts), each run in a child
 // process of this binary: the hidden cases below do the wrong thing, the visible one checks how their process ended.
 namespace {
-
-// Runs the hidden case `name` of this binary in a child process with `env`; returns its output, *died: it did not
-// exit normally (SIGABRT from the fake, or a sanitizer's exit code: TSan objects to Catch2's SIGABRT handler).
-std::string RunHiddenCase(const std::string& name, const std::string& env, bool* died) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  REQUIRE(n > 0);
-  exe[n] = 0;
-  const std::string cmd = env + " '" + exe + "' '" + name + "' 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f != nullptr);
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, got);
-  const int status = pclose(f);
-  *died = status != 0;
-  return out;
-}
 
 // Two ranks of one communicator, driven from this thread: each call only queues.
 struct Pair {

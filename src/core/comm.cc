@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 
 #ifdef CCOLL_HAVE_CUDA
@@ -114,6 +115,10 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
     std::memcpy(&cfg, user, user->size < sizeof(cfg) ? user->size : sizeof(cfg));
   }
   *out = CommConfig();
+  std::string text;
+  if (const char* name = MalformedIntParam(&text)) {
+    return Fail(ccInvalidArgument, "%s=\"%s\" is not an integer (nor a size such as 64K)", name, text.c_str());
+  }
   if (cfg.transport != CC_CONFIG_UNDEF_INT) {
     if (cfg.transport < ccTransportAuto || cfg.transport > ccTransportNccl) {
       return Fail(ccInvalidArgument, "ccConfig_t.transport %d is not a ccTransport_t", cfg.transport);

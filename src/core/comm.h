@@ -35,7 +35,8 @@ struct CommConfig {
 };
 
 // Copies min(config->size, sizeof) bytes of the caller's struct over CC_CONFIG_INITIALIZER, then resolves every
-// field. config may be NULL.
+// field. config may be NULL. A CC_* integer variable set to something that is not an integer is ccInvalidArgument,
+// naming it, whether or not the config overrides it.
 ccResult_t ResolveConfig(const ccConfig_t* config, CommConfig* out);
 
 const char* TransportName(ccTransport_t t);

@@ -109,29 +109,52 @@ bool ParamIsSet(const char* name) {
   return std::getenv(name) != nullptr;
 }
 
+namespace {
+
+// An integer parameter's text: a plain integer (maybe negative) or a size ("64K"); false when it is neither.
+bool ParseIntParam(const char* text, int64_t* value) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno == 0 && end != text && *end == '\0') {
+    *value = v;
+    return true;
+  }
+  return ParseSize(text, value);
+}
+
+}  // namespace
+
 int64_t ParamInt(const char* name) {
   const ParamDef* def = Find(name);
   Cache& cache = TheCache();
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  auto it = cache.ints.find(name);
-  if (it != cache.ints.end()) return it->second;
   int64_t value = std::strtoll(def->defaultValue, nullptr, 10);  // defaults are plain integers, maybe negative
   const char* env = std::getenv(name);
-  if (env != nullptr) {
-    errno = 0;
-    char* end = nullptr;
-    long long v = std::strtoll(env, &end, 10);
-    int64_t sized = 0;
-    if (errno == 0 && end != env && *end == '\0') {
-      value = v;
-    } else if (ParseSize(env, &sized)) {
-      value = sized;
-    } else {
-      CC_WARN("%s=\"%s\" is not an integer; using the default %s", name, env, def->defaultValue);
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    auto it = cache.ints.find(name);
+    if (it != cache.ints.end()) return it->second;
+    if (env == nullptr || ParseIntParam(env, &value)) {
+      cache.ints[name] = value;
+      return value;
+    }
+    cache.ints[name] = value;
+  }
+  // Logged after the lock is released: the first message sets up logging, which reads CC_DEBUG through this cache.
+  CC_WARN("%s=\"%s\" is not an integer; using the default %s", name, env, def->defaultValue);
+  return value;
+}
+
+const char* MalformedIntParam(std::string* text) {
+  for (const ParamDef* p = kParams; p->name != nullptr; ++p) {
+    const char* env = p->type == ParamType::kInt ? std::getenv(p->name) : nullptr;
+    int64_t ignored = 0;
+    if (env != nullptr && !ParseIntParam(env, &ignored)) {
+      *text = env;
+      return p->name;
     }
   }
-  cache.ints[name] = value;
-  return value;
+  return nullptr;
 }
 
 std::string ParamString(const char* name) {

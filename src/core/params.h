@@ -26,6 +26,9 @@ const ParamDef* ParamTable();
 int64_t ParamInt(const char* name);
 // Value of a registered string parameter.
 std::string ParamString(const char* name);
+// The first integer parameter set in the environment to something that is not an integer (its text in *text), or
+// nullptr: a communicator's init refuses to start on one (core/comm.h: ResolveConfig).
+const char* MalformedIntParam(std::string* text);
 // True when the variable is set in the environment (even to a malformed value).
 bool ParamIsSet(const char* name);
 
