@@ -96,19 +96,35 @@ bool KeepsMemory(const ccCompressor& comp) {
   return fed && comp.Get(ccParamErrorFeedback) != 0;
 }
 
+// Whether the communicator can take a call: its init has finished and it has not failed.
+ccResult_t Usable(ccComm* comm, const Call& c) {
+  const char* fn = KindName(c.kind);
+  int async = comm->AsyncError();
+  if (async == ccInProgress) {
+    return Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished "
+                "(poll ccCommGetAsyncError)", fn, comm->rank);
+  }
+  if (async != ccSuccess) {
+    return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
+                comm->rank, ccGetErrorString(static_cast<ccResult_t>(async)));
+  }
+  return ccSuccess;
+}
+
+// Binds the compressor to this communicator at its first use: a compressor is one bucket's state on one rank, and
+// two ranks (thread ranks of one process, or two communicators) using one would mix their states. The binding ends
+// when the communicator is destroyed (ReleaseCompressorsOf) or the compressor's state is reset.
+ccResult_t BindCompressor(ccComm* comm, ccCompressor* comp, const char* fn) {
+  ccComm* owner = nullptr;
+  if (comp->owner.compare_exchange_strong(owner, comm) || owner == comm) return ccSuccess;
+  return Fail(ccInvalidUsage, "%s: the compressor is in use by another communicator (another rank, or another group "
+              "not destroyed yet); use one compressor per bucket per rank (rank %d)", fn, comm->rank);
+}
+
 // Checks everything that can be checked locally. On success fills *args.
 ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice) {
   const char* fn = KindName(c.kind);
   const int rank = comm->rank, n = comm->nranks;
-  int async = comm->AsyncError();
-  if (async == ccInProgress) {
-    return Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished "
-                "(poll ccCommGetAsyncError)", fn, rank);
-  }
-  if (async != ccSuccess) {
-    return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
-                rank, ccGetErrorString(static_cast<ccResult_t>(async)));
-  }
   if (!ccoll::IsValidDataType(c.dtype)) {
     return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn, c.dtype,
                 rank);
@@ -143,6 +159,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
       return Fail(ccInvalidArgument, "%s: compressor %p is not a live compressor (destroyed?) on rank %d", fn,
                   static_cast<void*>(c.compressor), rank);
     }
+    CC_CHECK(BindCompressor(comm, c.compressor, fn));
     if (dtype != ccFloat32 && !ccoll::IsHalfFloat(dtype)) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes float32, bfloat16 or float16 data, not %s (rank "
                   "%d)", fn, ccoll::DataTypeName(dtype), rank);
@@ -230,7 +247,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
                   c.kind == Kind::kReduceScatter ? "sendbuff" : "recvbuff", rank);
     }
   }
-  if (!perRank && c.count > 0 && c.send != nullptr && c.send != c.recv) {
+  if (!perRank && needSend && c.send != nullptr && c.send != c.recv) {  // a non-root's sendbuff is ignored
     const char* s = static_cast<const char*>(c.send);
     const char* r = static_cast<const char*>(c.recv);
     size_t bytes = c.count * es;
@@ -402,6 +419,34 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
   });
 }
 
+// A call this rank refuses (r, with its sentence in LastError): the other ranks are making theirs, so they learn of it
+// in the call check, where every rank returns an error, nothing moves and the communicator stays usable, instead of
+// waiting for this rank until the timeout. Device calls queued earlier run first, as before a host call. Without
+// the call check (CC_CHECK_CALLS=0) it returns at once.
+ccResult_t Refuse(ccComm* comm, const Call& c, ccResult_t r) {
+  const std::string why = ccoll::LastError();
+  comm->RecordError(why);
+  if (!comm->config.checkCalls || !comm->hostTransports || comm->nranks == 1) return r;
+  comm->DrainDevice();
+  if (comm->AsyncError() == ccSuccess) {
+    bool agreed = false;
+    const ccResult_t told = ccoll::CheckCallMatches(
+        comm, ccoll::RefusedCall(static_cast<int>(c.kind), c.count, c.dtype, c.op, c.root, r), &agreed);
+    if (!agreed) {  // the exchange failed (a peer is gone, or never made its call): the group is out of step
+      const std::string sentence = why + "; telling the other ranks failed too (" + ccoll::LastError() +
+                                   "), so the communicator is aborted";
+      comm->RecordError(sentence);
+      comm->asyncError = told;
+      comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
+      ccoll::SetLastError(sentence);
+      return r;
+    }
+  }
+  ccoll::SetLastError(why);
+  comm->RecordError(why);
+  return r;
+}
+
 ccResult_t Run(ccComm* comm, const Call& c) {
   const char* fn = KindName(c.kind);
   return ccoll::Guarded(fn, [&]() -> ccResult_t {
@@ -411,10 +456,16 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed, aborted or never "
                   "initialized)", fn, static_cast<void*>(comm));
     }
+    ccResult_t r = Usable(comm, c);
+    if (r != ccSuccess) {
+      comm->RecordError(ccoll::LastError());
+      return r;
+    }
     CollArgs args;
     bool onDevice = false;
-    ccResult_t r = Validate(comm, c, &args, &onDevice);
-    if (r == ccSuccess && c.compressor != nullptr && c.count > 0) {
+    r = Validate(comm, c, &args, &onDevice);
+    if (r != ccSuccess) return Refuse(comm, c, r);
+    if (c.compressor != nullptr && c.count > 0) {
       c.compressor->memory = MemoryOf(comm, c.compressor, onDevice);
     }
 #ifdef CCOLL_HAVE_NCCL

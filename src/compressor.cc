@@ -31,6 +31,14 @@ bool IsLiveCompressor(ccCompressor* c) {
   return Live().count(c) != 0;
 }
 
+void ReleaseCompressorsOf(const ccComm* comm) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  for (ccCompressor* c : Live()) {
+    ccComm* owner = const_cast<ccComm*>(comm);
+    c->owner.compare_exchange_strong(owner, nullptr);
+  }
+}
+
 ccResult_t NewCompressor(int kind, ccCompressor** out) {
   unsigned bit = KindBit(kind);
   if (bit == 0) {
@@ -77,6 +85,7 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
                   KindName(c->kind), c->kind == ccCompressCast16 ? "bf16 or fp16" : "f32 or bf16");
     }
   }
+  if (c->values[info->param] == value) return ccSuccess;  // unchanged: the state stays (ranks stay in step)
   c->values[info->param] = value;
   c->ResetState();
   return ccSuccess;

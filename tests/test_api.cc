@@ -3,6 +3,7 @@
 // the failure paths of a group: mismatched calls, abort from another thread, timeouts.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstddef>
@@ -103,8 +104,9 @@ TEST_CASE("ccGetLastError is empty on a thread that recorded nothing", "[api]") 
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Collectives with bad arguments. They fail before any byte moves, so they are called on one rank of a 2-rank group
-// without its peer; the group must still work afterwards.
+// Collectives with bad arguments. They fail before any byte moves. The rank with the bad call still joins the call
+// check, so its peer, making a good call at the same time, returns ccInvalidUsage at once instead of waiting for it
+// until the timeout; the group must still work afterwards.
 // ------------------------------------------------------------------------------------------------------------
 
 namespace {
@@ -117,6 +119,7 @@ struct BadCall {
   ccResult_t want;
   std::string mention;  // must appear in ccGetLastError
   std::function<ccResult_t()> call;
+  int rank = -1;  // the rank it is called on (set from the call's text below); -1: no communicator, no peer
 };
 
 }  // namespace
@@ -160,115 +163,137 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
   const auto op42 = static_cast<ccRedOp_t>(42);
   const auto opNeg = static_cast<ccRedOp_t>(-1);
 
-  const std::vector<BadCall> calls = {
+  std::vector<BadCall> calls = {
       // ccAllReduce
       {"allreduce NULL comm", ccInvalidArgument, "comm",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, nullptr, nullptr, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, nullptr, nullptr, nullptr); }, -1},
       {"allreduce NULL recvbuff", ccInvalidArgument, "recvbuff",
-       [&] { return ccAllReduce(send, nullptr, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, nullptr, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce NULL sendbuff", ccInvalidArgument, "sendbuff",
-       [&] { return ccAllReduce(nullptr, recv, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(nullptr, recv, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce datatype 3", ccInvalidArgument, "datatype",
-       [&] { return ccAllReduce(send, recv, 7, bad3, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, bad3, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce datatype 42", ccInvalidArgument, "datatype",
-       [&] { return ccAllReduce(send, recv, 7, bad42, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, bad42, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce datatype -1", ccInvalidArgument, "datatype",
-       [&] { return ccAllReduce(send, recv, 7, badNeg, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, badNeg, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce op 5", ccInvalidArgument, "op",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, op5, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, op5, nullptr, c0, nullptr); }, 0},
       {"allreduce op 42", ccInvalidArgument, "op",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, op42, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, op42, nullptr, c0, nullptr); }, 0},
       {"allreduce op -1", ccInvalidArgument, "op",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, opNeg, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, opNeg, nullptr, c0, nullptr); }, 0},
       {"allreduce count SIZE_MAX", ccInvalidArgument, "count",
-       [&] { return ccAllReduce(send, recv, kHuge, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, kHuge, ccFloat32, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce count SIZE_MAX/8 of float64", ccInvalidArgument, "count",
-       [&] { return ccAllReduce(send, recv, kHuge / 8, ccFloat64, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, kHuge / 8, ccFloat64, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce with a pointer that is not a compressor", ccInvalidArgument, "compressor",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, fakeCompressor, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, fakeCompressor, c0, nullptr); }, 0},
       {"allreduce with a destroyed compressor", ccInvalidArgument, "compressor",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, destroyedCompressor, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, destroyedCompressor, c0, nullptr); }, 0},
       {"compressed allreduce of int32", ccInvalidUsage, "int32",
-       [&] { return ccAllReduce(send, recv, 7, ccInt32, ccSum, compressor, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccInt32, ccSum, compressor, c0, nullptr); }, 0},
       {"compressed allreduce with op max", ccInvalidUsage, "max",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccMax, compressor, c0, nullptr); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccMax, compressor, c0, nullptr); }, 0},
       {"allreduce with a stream", ccInvalidUsage, "stream",
-       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, nullptr, c0, fakeStream); }},
+       [&] { return ccAllReduce(send, recv, 7, ccFloat32, ccSum, nullptr, c0, fakeStream); }, 0},
       {"allreduce partial overlap (recv = send + 1)", ccInvalidArgument, "overlap",
-       [&] { return ccAllReduce(send, send + 1, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(send, send + 1, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce partial overlap (send = recv + 6)", ccInvalidArgument, "overlap",
-       [&] { return ccAllReduce(recv + 6, recv, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }},
+       [&] { return ccAllReduce(recv + 6, recv, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }, 0},
       // ccReduceScatter
       {"reducescatter NULL comm", ccInvalidArgument, "comm",
-       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, ccSum, nullptr, nullptr); }},
+       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, ccSum, nullptr, nullptr); }, -1},
       {"reducescatter NULL recvbuff", ccInvalidArgument, "recvbuff",
-       [&] { return ccReduceScatter(send, nullptr, 7, ccFloat32, ccSum, c0, nullptr); }},
+       [&] { return ccReduceScatter(send, nullptr, 7, ccFloat32, ccSum, c0, nullptr); }, 0},
       {"reducescatter NULL sendbuff", ccInvalidArgument, "sendbuff",
-       [&] { return ccReduceScatter(nullptr, recv, 7, ccFloat32, ccSum, c0, nullptr); }},
+       [&] { return ccReduceScatter(nullptr, recv, 7, ccFloat32, ccSum, c0, nullptr); }, 0},
       {"reducescatter datatype 42", ccInvalidArgument, "datatype",
-       [&] { return ccReduceScatter(send, recv, 7, bad42, ccSum, c0, nullptr); }},
+       [&] { return ccReduceScatter(send, recv, 7, bad42, ccSum, c0, nullptr); }, 0},
       {"reducescatter op 5", ccInvalidArgument, "op",
-       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, op5, c0, nullptr); }},
+       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, op5, c0, nullptr); }, 0},
       {"reducescatter count overflow once multiplied by nranks", ccInvalidArgument, "count",
-       [&] { return ccReduceScatter(send, recv, kHugePerRank, ccFloat32, ccSum, c0, nullptr); }},
+       [&] { return ccReduceScatter(send, recv, kHugePerRank, ccFloat32, ccSum, c0, nullptr); }, 0},
       {"reducescatter count SIZE_MAX", ccInvalidArgument, "count",
-       [&] { return ccReduceScatter(send, recv, kHuge, ccFloat32, ccSum, c0, nullptr); }},
+       [&] { return ccReduceScatter(send, recv, kHuge, ccFloat32, ccSum, c0, nullptr); }, 0},
       {"reducescatter with a stream", ccInvalidUsage, "stream",
-       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, ccSum, c0, fakeStream); }},
+       [&] { return ccReduceScatter(send, recv, 7, ccFloat32, ccSum, c0, fakeStream); }, 0},
       {"reducescatter on rank 1 with recvbuff == sendbuff (in place is sendbuff + 1 * recvcount)",
-       ccInvalidArgument, "overlap", [&] { return ccReduceScatter(send, send, 7, ccFloat32, ccSum, c1, nullptr); }},
+       ccInvalidArgument, "overlap", [&] { return ccReduceScatter(send, send, 7, ccFloat32, ccSum, c1, nullptr); }, 1},
       {"reducescatter on rank 0 with recvbuff = sendbuff + 3", ccInvalidArgument, "overlap",
-       [&] { return ccReduceScatter(send, send + 3, 7, ccFloat32, ccSum, c0, nullptr); }},
+       [&] { return ccReduceScatter(send, send + 3, 7, ccFloat32, ccSum, c0, nullptr); }, 0},
       // ccAllGather
       {"allgather NULL comm", ccInvalidArgument, "comm",
-       [&] { return ccAllGather(send, recv, 7, ccFloat32, nullptr, nullptr); }},
+       [&] { return ccAllGather(send, recv, 7, ccFloat32, nullptr, nullptr); }, -1},
       {"allgather NULL recvbuff", ccInvalidArgument, "recvbuff",
-       [&] { return ccAllGather(send, nullptr, 7, ccFloat32, c0, nullptr); }},
+       [&] { return ccAllGather(send, nullptr, 7, ccFloat32, c0, nullptr); }, 0},
       {"allgather NULL sendbuff", ccInvalidArgument, "sendbuff",
-       [&] { return ccAllGather(nullptr, recv, 7, ccFloat32, c0, nullptr); }},
+       [&] { return ccAllGather(nullptr, recv, 7, ccFloat32, c0, nullptr); }, 0},
       {"allgather datatype 3", ccInvalidArgument, "datatype",
-       [&] { return ccAllGather(send, recv, 7, bad3, c0, nullptr); }},
+       [&] { return ccAllGather(send, recv, 7, bad3, c0, nullptr); }, 0},
       {"allgather count overflow once multiplied by nranks", ccInvalidArgument, "count",
-       [&] { return ccAllGather(send, recv, kHugePerRank, ccFloat32, c0, nullptr); }},
+       [&] { return ccAllGather(send, recv, kHugePerRank, ccFloat32, c0, nullptr); }, 0},
       {"allgather with a stream", ccInvalidUsage, "stream",
-       [&] { return ccAllGather(send, recv, 7, ccFloat32, c0, fakeStream); }},
+       [&] { return ccAllGather(send, recv, 7, ccFloat32, c0, fakeStream); }, 0},
       {"allgather on rank 1 with sendbuff == recvbuff (in place is recvbuff + 1 * sendcount)", ccInvalidArgument,
-       "overlap", [&] { return ccAllGather(recv, recv, 7, ccFloat32, c1, nullptr); }},
+       "overlap", [&] { return ccAllGather(recv, recv, 7, ccFloat32, c1, nullptr); }, 1},
       {"allgather on rank 0 with sendbuff = recvbuff + 2", ccInvalidArgument, "overlap",
-       [&] { return ccAllGather(recv + 2, recv, 7, ccFloat32, c0, nullptr); }},
+       [&] { return ccAllGather(recv + 2, recv, 7, ccFloat32, c0, nullptr); }, 0},
       // ccBroadcast
       {"broadcast NULL comm", ccInvalidArgument, "comm",
-       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 0, nullptr, nullptr); }},
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 0, nullptr, nullptr); }, -1},
       {"broadcast root -1", ccInvalidArgument, "root",
-       [&] { return ccBroadcast(send, recv, 7, ccFloat32, -1, c0, nullptr); }},
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, -1, c0, nullptr); }, 0},
       {"broadcast root == nranks", ccInvalidArgument, "root",
-       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 2, c0, nullptr); }},
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 2, c0, nullptr); }, 0},
       {"broadcast NULL recvbuff", ccInvalidArgument, "recvbuff",
-       [&] { return ccBroadcast(send, nullptr, 7, ccFloat32, 0, c0, nullptr); }},
+       [&] { return ccBroadcast(send, nullptr, 7, ccFloat32, 0, c0, nullptr); }, 0},
       {"broadcast NULL sendbuff on the root", ccInvalidArgument, "sendbuff",
-       [&] { return ccBroadcast(nullptr, recv, 7, ccFloat32, 0, c0, nullptr); }},
+       [&] { return ccBroadcast(nullptr, recv, 7, ccFloat32, 0, c0, nullptr); }, 0},
       {"broadcast datatype 42", ccInvalidArgument, "datatype",
-       [&] { return ccBroadcast(send, recv, 7, bad42, 0, c0, nullptr); }},
+       [&] { return ccBroadcast(send, recv, 7, bad42, 0, c0, nullptr); }, 0},
       {"broadcast count SIZE_MAX", ccInvalidArgument, "count",
-       [&] { return ccBroadcast(send, recv, kHuge, ccFloat32, 0, c0, nullptr); }},
+       [&] { return ccBroadcast(send, recv, kHuge, ccFloat32, 0, c0, nullptr); }, 0},
       {"broadcast with a stream", ccInvalidUsage, "stream",
-       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 0, c0, fakeStream); }},
+       [&] { return ccBroadcast(send, recv, 7, ccFloat32, 0, c0, fakeStream); }, 0},
       {"broadcast partial overlap on the root", ccInvalidArgument, "overlap",
-       [&] { return ccBroadcast(send, send + 1, 7, ccFloat32, 0, c0, nullptr); }},
+       [&] { return ccBroadcast(send, send + 1, 7, ccFloat32, 0, c0, nullptr); }, 0},
+  };
+  // The peer's good call, at the same time: it must fail at once, naming the rank that refused, and write nothing.
+  std::vector<float> peerSend(kElems, 1.0f), peerRecv(kElems);
+  auto peerCall = [&](int peer, ccResult_t* rc, std::string* err) {  // on a thread of its own
+    *rc = ccAllReduce(peerSend.data(), peerRecv.data(), 7, ccFloat32, ccSum, nullptr, g[peer], nullptr);
+    *err = ccGetLastError(nullptr);
   };
   for (const BadCall& bc : calls) {
     reset();
-    ccResult_t rc = bc.call();
+    std::memset(peerRecv.data(), kSentinel, peerRecv.size() * sizeof(float));
+    const std::vector<float> peerPristine = peerRecv;
+    ccResult_t rc = ccSuccess, peerRc = ccSuccess;
+    std::string peerErr;
+    std::thread peer;
+    if (bc.rank >= 0) peer = std::thread([&] { peerCall(1 - bc.rank, &peerRc, &peerErr); });
+    const auto start = std::chrono::steady_clock::now();
+    rc = bc.call();
     std::string err = ccGetLastError(nullptr);
-    INFO(bc.what << " -> " << rc << ": \"" << err << "\"");
+    if (peer.joinable()) peer.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO(bc.what << " -> " << rc << ": \"" << err << "\"; peer -> " << peerRc << ": \"" << peerErr << "\"");
     CHECK(rc == bc.want);
     CHECK(Contains(err, bc.mention));
     CHECK(std::memcmp(arena.data(), pristine.data(), arena.size() * sizeof(float)) == 0);
-    // A call that was wrongly let through has failed in communication and aborted the group: start a new one.
+    if (bc.rank >= 0) {
+      CHECK(peerRc == ccInvalidUsage);
+      CHECK(Contains(peerErr, "rank " + std::to_string(bc.rank) + " refused its arguments"));
+      CHECK(std::memcmp(peerRecv.data(), peerPristine.data(), peerRecv.size() * sizeof(float)) == 0);
+      CHECK(seconds < 1.5);  // not the 2 s timeout
+    }
     ccResult_t async0 = ccSuccess, async1 = ccSuccess;
     ccCommGetAsyncError(c0, &async0);
     ccCommGetAsyncError(c1, &async1);
-    if (async0 != ccSuccess || async1 != ccSuccess) {
+    CHECK(async0 == ccSuccess);
+    CHECK(async1 == ccSuccess);
+    if (async0 != ccSuccess || async1 != ccSuccess) {  // go on with a working group
       g = Group::InitConfig(2, config);
       REQUIRE(g.status == ccSuccess);
       c0 = g[0];
@@ -278,7 +303,12 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
 
   // The sentence is also kept on the communicator, for other threads (ccGetLastError(comm) falls back to it).
   reset();
+  ccResult_t peerRc = ccSuccess;
+  std::string peerErr;
+  std::thread peer([&] { peerCall(1, &peerRc, &peerErr); });
   REQUIRE(ccAllReduce(send, recv, 7, ccFloat32, op42, nullptr, c0, nullptr) == ccInvalidArgument);
+  peer.join();
+  CHECK(peerRc == ccInvalidUsage);
   std::string fromOtherThread, otherThreadNoComm = "not called";
   std::thread([&] {
     fromOtherThread = ccGetLastError(c0);
@@ -984,8 +1014,166 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// Parameters from the environment that are not numbers.
+// A rank that refuses its call, compressors used by the wrong rank or reset on one rank only, and parameters from the
+// environment that are not numbers: clear errors on every rank involved, never a crash, a hang or different results.
 // ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("a rank that refuses its arguments: with the call check every rank fails at once and the communicator "
+          "stays usable; without it the refusing rank returns at once", "[api][mismatch]") {
+  const int n = 3;
+  Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, 3000));
+  REQUIRE(g.status == ccSuccess);
+  std::vector<RankResult> results(n);
+  std::vector<double> seconds(n);
+  std::vector<std::vector<float>> outs(n, std::vector<float>(100, -7.0f));
+  RunRanks(n, [&](int r) {
+    std::vector<float> in(100, 1.0f);
+    auto start = std::chrono::steady_clock::now();
+    results[r] = Record(ccAllReduce(in.data(), r == 1 ? nullptr : outs[r].data(), 100, ccFloat32, ccSum, nullptr,
+                                    g[r], nullptr), g[r]);
+    seconds[r] = SecondsSince(start);
+  });
+  INFO("rank 0: " << results[0].error << "; rank 1: " << results[1].error << "; rank 2: " << results[2].error);
+  CHECK(results[1].rc == ccInvalidArgument);
+  CHECK(Contains(results[1].error, "recvbuff is NULL"));
+  CHECK(seconds[1] < 1.5);
+  if (!CallCheckOn()) {
+    CHECK(results[0].rc != ccSuccess);  // they waited for rank 1 until the timeout
+    CHECK(results[2].rc != ccSuccess);
+    return;
+  }
+  for (int r : {0, 2}) {
+    CHECK(results[r].rc == ccInvalidUsage);
+    CHECK(Contains(results[r].error, "rank 1 refused its arguments (invalid argument"));
+    CHECK(seconds[r] < 1.5);
+    for (float x : outs[r]) CHECK(x == -7.0f);
+  }
+  for (int r = 0; r < n; ++r) {
+    ccResult_t async = ccInternalError;
+    REQUIRE(ccCommGetAsyncError(g[r], &async) == ccSuccess);
+    CHECK(async == ccSuccess);
+  }
+  CHECK(AllReduceWorks(g.comms) == "");
+}
+
+TEST_CASE("a non-root rank's sendbuff is ignored by ccBroadcast, also when it overlaps recvbuff", "[api][args]") {
+  Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 3000));
+  REQUIRE(g.status == ccSuccess);
+  std::vector<RankResult> results(2);
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(64));
+  RunRanks(2, [&](int r) {
+    for (size_t i = 0; i < 64; ++i) bufs[r][i] = static_cast<float>(r * 100 + i);
+    const float* send = r == 0 ? bufs[0].data() : bufs[1].data() + 8;  // rank 1's overlaps its recvbuff
+    results[r] = Record(ccBroadcast(send, bufs[r].data(), 50, ccFloat32, 0, g[r], nullptr), g[r]);
+  });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << results[r].error);
+    CHECK(results[r].rc == ccSuccess);
+    for (size_t i = 0; i < 50; ++i) CHECK(bufs[r][i] == static_cast<float>(i));
+  }
+}
+
+TEST_CASE("a compressor is one rank's: another rank's use of it is ccInvalidUsage, not a crash; it moves to a new "
+          "communicator once its own is destroyed", "[api][compressor]") {
+  const size_t count = 4096;
+  ccCompressor_t shared = nullptr, own1 = nullptr;
+  REQUIRE(ccCompressorCreateFromString(&shared, "topk:density=0.5,chunk=64") == ccSuccess);
+  REQUIRE(ccCompressorCreateFromString(&own1, "topk:density=0.5,chunk=64") == ccSuccess);
+  std::vector<std::vector<float>> outs(2, std::vector<float>(count));
+  std::vector<RankResult> results(2);
+  auto round = [&](Group& g, ccCompressor_t comp1) {
+    RunRanks(2, [&](int r) {
+      std::vector<float> in(count);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 7919 + r * 31) % 1000) / 100.0f - 5.0f;
+      std::fill(outs[r].begin(), outs[r].end(), -7.0f);
+      results[r] = Record(ccAllReduce(in.data(), outs[r].data(), count, ccFloat32, ccAvg, r == 0 ? shared : comp1,
+                                      g[r], nullptr), g[r]);
+    });
+  };
+  {
+    Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 3000));
+    REQUIRE(g.status == ccSuccess);
+    round(g, own1);  // binds `shared` to rank 0
+    REQUIRE(results[0].rc == ccSuccess);
+    REQUIRE(results[1].rc == ccSuccess);
+    CHECK(outs[0] == outs[1]);
+    for (int i = 0; i < 3; ++i) {  // rank 1 takes rank 0's compressor (this crashed, 2 runs in 3, when it ran)
+      round(g, shared);
+      INFO("rank 0: " << results[0].error << "; rank 1: " << results[1].error);
+      CHECK(results[1].rc == ccInvalidUsage);
+      CHECK(Contains(results[1].error, "in use by another communicator"));
+      CHECK(results[0].rc == ccInvalidUsage);
+      CHECK(Contains(results[0].error, "rank 1 refused its arguments"));
+      for (int r = 0; r < 2; ++r) {
+        for (float x : outs[r]) CHECK(x == -7.0f);
+      }
+    }
+    round(g, own1);  // the group and both compressors still work, in step
+    CHECK(results[0].rc == ccSuccess);
+    CHECK(results[1].rc == ccSuccess);
+    CHECK(outs[0] == outs[1]);
+  }
+  Group g2 = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 3000));
+  REQUIRE(g2.status == ccSuccess);
+  round(g2, own1);  // the first group is gone: its rank 0's compressor moves to the new rank 0
+  INFO("rank 0: " << results[0].error << "; rank 1: " << results[1].error);
+  CHECK(results[0].rc == ccSuccess);
+  CHECK(results[1].rc == ccSuccess);
+  CHECK(outs[0] == outs[1]);
+  ccCompressorDestroy(shared);
+  ccCompressorDestroy(own1);
+}
+
+TEST_CASE("setting a compressor parameter to its value keeps the state; a reset on one rank only is caught by the "
+          "call check, not turned into different results", "[api][compressor]") {
+  if (!CallCheckOn()) return;  // the call number travels in the call check
+  const size_t count = 64;
+  Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 3000));
+  REQUIRE(g.status == ccSuccess);
+  ccCompressor_t comp[2] = {nullptr, nullptr};
+  for (auto& c : comp) REQUIRE(ccCompressorCreateFromString(&c, "randk:density=0.25,chunk=4,ef=0") == ccSuccess);
+  std::vector<std::vector<float>> outs(2, std::vector<float>(count));
+  std::vector<RankResult> results(2);
+  auto round = [&] {
+    RunRanks(2, [&](int r) {
+      std::vector<float> in(count);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i + 1 + r);
+      std::fill(outs[r].begin(), outs[r].end(), -7.0f);
+      results[r] = Record(ccAllReduce(in.data(), outs[r].data(), count, ccFloat32, ccSum, comp[r], g[r], nullptr),
+                          g[r]);
+    });
+  };
+  round();
+  REQUIRE(results[0].rc == ccSuccess);
+  int64_t seed = 0;
+  REQUIRE(ccCompressorGetParam(comp[0], ccParamSeed, &seed) == ccSuccess);
+  REQUIRE(ccCompressorSetParam(comp[0], ccParamSeed, seed) == ccSuccess);  // unchanged: no reset
+  for (int call = 0; call < 3; ++call) {
+    round();
+    INFO("call " << call << ": " << results[0].error << " / " << results[1].error);
+    REQUIRE(results[0].rc == ccSuccess);
+    REQUIRE(results[1].rc == ccSuccess);
+    CHECK(outs[0] == outs[1]);
+  }
+  // A real reset on rank 0 only (changed and changed back): its call number starts again at 0.
+  REQUIRE(ccCompressorSetParam(comp[0], ccParamSeed, seed + 1) == ccSuccess);
+  REQUIRE(ccCompressorSetParam(comp[0], ccParamSeed, seed) == ccSuccess);
+  round();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << results[r].error);
+    CHECK(results[r].rc == ccInvalidUsage);
+    CHECK(Contains(results[r].error, "compressor call number 0 on rank 0 but 4 on rank 1"));
+    for (float x : outs[r]) CHECK(x == -7.0f);
+  }
+  // Reset rank 1 alike and they are in step again.
+  REQUIRE(ccCompressorSetParam(comp[1], ccParamSeed, seed + 1) == ccSuccess);
+  REQUIRE(ccCompressorSetParam(comp[1], ccParamSeed, seed) == ccSuccess);
+  round();
+  CHECK(results[0].rc == ccSuccess);
+  CHECK(results[1].rc == ccSuccess);
+  CHECK(outs[0] == outs[1]);
+  for (auto c : comp) ccCompressorDestroy(c);
+}
 
 TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {
   ccUniqueId id;

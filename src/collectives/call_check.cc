@@ -13,8 +13,9 @@
 namespace ccoll {
 namespace {
 
-enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kFields };
-const char* const kFieldNames[kFields] = {"collective", "count", "datatype", "op", "root", "compressor"};
+enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kCalls, kRefused, kFields };
+const char* const kFieldNames[kFields] = {"collective", "count", "datatype", "op", "root", "compressor",
+                                          "compressor call number", "arguments"};
 
 // The lowest and highest value of one field over the ranks seen so far, and the lowest rank holding each.
 struct FieldRange {
@@ -26,7 +27,7 @@ struct FieldRange {
 struct Agreement {
   FieldRange f[kFields];
 };
-static_assert(sizeof(Agreement) == 144, "the agreement record is a wire format");
+static_assert(sizeof(Agreement) == 192, "the agreement record is a wire format");
 
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -79,7 +80,9 @@ Agreement Start(const CallDescriptor& d, int rank) {
                                static_cast<uint64_t>(d.dtype),
                                static_cast<uint64_t>(d.op),
                                static_cast<uint64_t>(static_cast<int64_t>(d.root)),
-                               d.compressor};
+                               d.compressor,
+                               d.calls,
+                               static_cast<uint64_t>(d.refused)};
   Agreement a;
   for (int i = 0; i < kFields; ++i) a.f[i] = FieldRange{v[i], v[i], rank, rank};
   return a;
@@ -114,7 +117,19 @@ CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_
   if (compressor != nullptr) {
     d.spec = CompressorSpec(*compressor);
     d.compressor = Fnv1a(d.spec) | 1u;
+    d.calls = compressor->calls;
   }
+  return d;
+}
+
+CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, ccResult_t refused) {
+  CallDescriptor d;
+  d.kind = kind;
+  d.count = count;
+  d.dtype = dtype;
+  d.op = op;
+  d.root = root;
+  d.refused = refused;
   return d;
 }
 
@@ -138,6 +153,13 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     Combine(&acc, in);
   }
   CC_CHECK(io.WaitAll());
+  const FieldRange& refused = acc.f[kRefused];
+  if (refused.hi != 0) {  // the other fields of a rank that refused its arguments mean nothing
+    *agreed = true;
+    return Fail(ccInvalidUsage, "rank %d refused its arguments (%s there; its ccGetLastError says why), so no rank "
+                "ran the call; nothing was written", refused.hiRank,
+                ccGetErrorString(static_cast<ccResult_t>(refused.hi)));
+  }
   std::string differ;
   for (int i = 0; i < kFields; ++i) {
     const FieldRange& f = acc.f[i];
@@ -148,8 +170,9 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   if (differ.empty()) return ccSuccess;
   *agreed = true;
   return Fail(ccInvalidUsage,
-              "the ranks made different calls: %s (rank %d was called for: %s). Every rank must "
-              "make the same call (collective, count, datatype, op, root and compressor parameters)",
+              "the ranks made different calls: %s (rank %d was called for: %s). Every rank must make the same call "
+              "(collective, count, datatype, op, root and compressor parameters), with compressors made and reset "
+              "alike (a compressor's call number picks its dithers and chunks)",
               differ.c_str(), r, Text(mine).c_str());
 }
 

@@ -1,8 +1,9 @@
 // The call check: before any data moves, the ranks agree on what they were called with (collective, count,
-// datatype, op, root, compressor spec). Each field's lowest and highest value over all ranks, with the ranks that
-// hold them, travel in a 144-byte record through ceil(log2 n) steps of a dissemination exchange (step k: send to
-// rank r + 2^k, receive from r - 2^k; min and max do not mind seeing a rank twice). Every rank ends with the same
-// record, so on a mismatch every rank returns ccInvalidUsage naming the field and the ranks that differ, nothing is
+// datatype, op, root, compressor spec and call number) and on whether every rank took its arguments. Each field's
+// lowest and highest value over all ranks, with the ranks that hold them, travel in a 192-byte record through
+// ceil(log2 n) steps of a dissemination exchange (step k: send to rank r + 2^k, receive from r - 2^k; min and max do
+// not mind seeing a rank twice). Every rank ends with the same record, so on a mismatch every rank returns
+// ccInvalidUsage naming the field and the ranks that differ (or the rank that refused its arguments), nothing is
 // written, and the communicator stays usable. CC_CHECK_CALLS=0 turns it off.
 #pragma once
 
@@ -25,11 +26,18 @@ struct CallDescriptor {
   int op = 0;
   int root = 0;
   uint64_t compressor = 0;  // hash of the compressor's canonical spec; 0 without one
+  uint64_t calls = 0;       // the compressor's calls since its state was made or reset (its dithers and chunk
+                            // choices follow it); 0 without one
+  int refused = 0;          // a ccResult_t: this rank refused its arguments (then the fields above are not compared)
   std::string spec;         // the spec itself (for this rank's error message; it does not travel)
 };
 
 CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
                             const ccCompressor* compressor);
+
+// The call of a rank that refused its arguments with error `refused` (the raw values it was called with; nothing of
+// a compressor, which may not even be one).
+CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, ccResult_t refused);
 
 // Agrees on the call with every other rank. Returns ccInvalidUsage with *agreed = true when the ranks made
 // different calls (every rank returns the same verdict; nothing is left in flight); any other failure (a dead peer,

@@ -64,6 +64,7 @@ struct ccCompressor {
   // State of the bucket, reset when a parameter changes.
   uint64_t calls = 0;
   std::atomic<size_t> boundCount{0};  // element count of the bucket (0: not bound yet)
+  std::atomic<ccComm*> owner{nullptr};  // the communicator (one rank) of its calls until it is destroyed (null: none)
   // Device calls queued with this compressor and not yet run (core/device_proxy.h): destroying it, changing a
   // parameter or resetting it waits for them.
   std::atomic<int> inFlight{0};
@@ -89,6 +90,7 @@ struct ccCompressor {
     WaitIdle();
     calls = 0;
     boundCount = 0;
+    owner = nullptr;
     errorFeedback.clear();
     errorFeedback.shrink_to_fit();
     lowRankQ.clear();
@@ -102,6 +104,9 @@ namespace ccoll {
 
 // True while c is a compressor made by ccCompressorCreate* and not destroyed yet.
 bool IsLiveCompressor(ccCompressor* c);
+// Unbinds every live compressor bound to comm (collectives.cc binds one at its first call): comm is being destroyed,
+// and its address may be reused by the next communicator.
+void ReleaseCompressorsOf(const ccComm* comm);
 
 // Canonical spec string of a compressor.
 std::string CompressorSpec(const ccCompressor& c);
