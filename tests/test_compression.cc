@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "collectives/call_check.h"
 #include "compress/hadamard.h"
 #include "compress/bitpack.h"
 #include "compress/codecs.h"
@@ -306,8 +307,9 @@ TEST_CASE("bounds table: vNMSE and wire bits per element of each codec at 4 rank
       REQUIRE(res.Failure() == "");
       CHECK(FirstDifferentRank(res.out) == -1);
       vnmse += Vnmse(res.out[0], exacts[s]) / kSeeds;
-      // The codec's bits: without the call check's 144-byte records (ceil(log2 n) per rank and call).
-      const double check = CallCheckOn() ? 144.0 * std::ceil(std::log2(nranks)) * nranks : 0.0;
+      // The codec's bits: without the call check's records (ceil(log2 n) per rank and call).
+      const double check =
+          CallCheckOn() ? ccoll::kCallCheckRecordBytes * std::ceil(std::log2(nranks)) * nranks : 0.0;
       const double payload = static_cast<double>(res.bytesSent) - check;
       wireBits += 8.0 * payload / nranks / transmissions / kSeeds;
     }

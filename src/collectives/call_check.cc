@@ -27,7 +27,7 @@ struct FieldRange {
 struct Agreement {
   FieldRange f[kFields];
 };
-static_assert(sizeof(Agreement) == 192, "the agreement record is a wire format");
+static_assert(sizeof(Agreement) == kCallCheckRecordBytes, "the agreement record is a wire format");
 
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;

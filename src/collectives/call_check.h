@@ -18,6 +18,9 @@ struct ccCompressor;
 
 namespace ccoll {
 
+// Bytes of the record each rank sends in each step of the check.
+constexpr size_t kCallCheckRecordBytes = 192;
+
 // What a rank was called with.
 struct CallDescriptor {
   int kind = 0;  // 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 broadcast
