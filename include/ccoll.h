@@ -337,8 +337,11 @@ typedef enum {
 
 /**
  * Compressor parameters, set with ccCompressorSetParam (or by name in a spec string, given in brackets). Explicit,
- * gapped values; ccCompressorGetParamBounds gives the valid range. A parameter that does not apply to a kind is
- * rejected with ccInvalidArgument.
+ * gapped values; ccCompressorGetParamBounds gives the bounds of a parameter's range, within which some values are
+ * still refused: a rotation block must be a power of two, and [dtype] takes only the types its kind names below. A
+ * parameter that does not apply to a kind is rejected with ccInvalidArgument. In a spec string, integers are decimal
+ * (or hexadecimal after 0x), each name appears once, and a fraction too small for the parameter's unit (a clip below
+ * 1e-6, an eps below 1e-12) is refused rather than rounded to 0.
  */
 typedef enum {
   ccParamBits = 100,           /**< [bits] quant: bits per element, 1..8. Default 4. */
@@ -351,7 +354,8 @@ typedef enum {
   ccParamClipPpm = 140,        /**< [clip] quant: target clip probability in parts per million (the spec string
                                     takes a probability, e.g. clip=0.001); 0 = no clipping. Default 0. */
   ccParamRounding = 150,       /**< [rounding] quant: 0 nearest, 1 stochastic, 2 correlated (stratified across
-                                    ranks; homomorphic mode). Default stochastic. */
+                                    ranks; homomorphic mode only: with requant a call is ccInvalidUsage, a spec
+                                    string ccInvalidArgument). Default stochastic. */
   ccParamGatherPayload = 160,  /**< [gather] quant homomorphic: all-gather 0 the exact integer sums or 1 the sums
                                     requantized to `bits`. Default exact. */
   ccParamDensityPpm = 200,     /**< [density] topk/randk: fraction of chunks sent, in parts per million (the spec

@@ -182,6 +182,9 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
     if (c.compressor->kind == ccCompressQuant && !ccoll::QuantFitsRanks(*c.compressor, n, &why)) {
       return Fail(ccInvalidUsage, "%s: quant: %s (rank %d)", fn, why.c_str(), rank);
     }
+    if (!ccoll::CompressorCombinationValid(*c.compressor, &why)) {
+      return Fail(ccInvalidUsage, "%s: %s: %s (rank %d)", fn, ccoll::KindName(c.compressor->kind), why.c_str(), rank);
+    }
   }
   // Where the buffers live: both on the communicator's device (stream-ordered), or both in host memory (blocking).
   const bool needSend = c.count > 0 && (c.kind != Kind::kBroadcast || rank == c.root);

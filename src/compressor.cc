@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -110,6 +111,7 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
   CC_CHECK(NewCompressor(kind, &c));
   std::unique_ptr<ccCompressor> owned(c);
   size_t pos = kindName.size();
+  std::set<std::string> seen;  // each name once: a second one would quietly win
   if (pos < s.size()) {
     ++pos;  // the ':'
     if (pos >= s.size()) return Fail(ccInvalidArgument, "%s: \"%s\": nothing after ':'", fn, spec);
@@ -122,6 +124,9 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
         return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not name=value", fn, spec, item.c_str());
       }
       std::string name = item.substr(0, eq), text = item.substr(eq + 1);
+      if (!seen.insert(name).second) {
+        return Fail(ccInvalidArgument, "%s: \"%s\": %s is given twice", fn, spec, name.c_str());
+      }
       if (name == "shapes" && kind == ccCompressPowerSGD) {
         if (!ParseShapes(text, &c->shapes)) {
           return Fail(ccInvalidArgument, "%s: \"%s\": shapes \"%s\" is not a '+'-separated list of ROWSxCOLS or N "
@@ -144,6 +149,8 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
       pos = comma + 1;
     }
   }
+  std::string why;
+  if (!CompressorCombinationValid(*c, &why)) return Fail(ccInvalidArgument, "%s: \"%s\": %s", fn, spec, why.c_str());
   *out = owned.release();
   return ccSuccess;
 }

@@ -988,6 +988,21 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
     CHECK(ccCompressorGetParam(q, ccParamBits, &v) == ccSuccess);
     CHECK(v == 3);
     CHECK(ccCompressorDestroy(q) == ccSuccess);
+    // Integers are decimal (or hexadecimal after 0x), never octal; a small fraction is kept, not rounded away.
+    struct GoodSpec {
+      const char* spec;
+      ccCompressorParam_t param;
+      int64_t value;
+    };
+    for (const GoodSpec& g : {GoodSpec{"quant:bits=08", ccParamBits, 8}, GoodSpec{"quant:seed=0x10", ccParamSeed, 16},
+                              GoodSpec{"quant:seed=010", ccParamSeed, 10}, GoodSpec{"quant:clip=1e-6", ccParamClipPpm, 1},
+                              GoodSpec{"quant:mode=homomorphic,rounding=correlated", ccParamRounding, 2}}) {
+      INFO(g.spec);
+      REQUIRE(ccCompressorCreateFromString(&q, g.spec) == ccSuccess);
+      CHECK(ccCompressorGetParam(q, g.param, &v) == ccSuccess);
+      CHECK(v == g.value);
+      CHECK(ccCompressorDestroy(q) == ccSuccess);
+    }
 
     struct BadSpec {
       const char* spec;
@@ -997,7 +1012,12 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
                              BadSpec{"quant:bits", "bits"}, BadSpec{"quant:bits=", "bits="},
                              BadSpec{"quant:bits=99", "99"}, BadSpec{"quant:bits=four", "four"},
                              BadSpec{"quant:density=0.1", "density"}, BadSpec{"quant:bits=4,", "quant:bits=4,"},
-                             BadSpec{"topk:density=1.5", "1.5"}, BadSpec{"quant:mode=fast", "fast"}}) {
+                             BadSpec{"topk:density=1.5", "1.5"}, BadSpec{"quant:mode=fast", "fast"},
+                             BadSpec{"quant:bits=010", "bits 10 is out of range"}, BadSpec{"quant:bits=+4", "+4"},
+                             BadSpec{"quant:bits= 4", " 4"}, BadSpec{"quant:seed=0x", "0x"},
+                             BadSpec{"quant:bits=4,bits=8", "bits is given twice"},
+                             BadSpec{"quant:clip=1e-7", "1e-7"}, BadSpec{"quant:clip=-0.1", "-0.1"},
+                             BadSpec{"quant:mode=requant,rounding=correlated", "rounding=correlated needs mode"}}) {
       comp = fake;
       ccResult_t rc = ccCompressorCreateFromString(&comp, b.spec);
       std::string err = ccGetLastError(nullptr);
@@ -1006,6 +1026,18 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
       CHECK(comp == nullptr);
       CHECK(Contains(err, b.mention));
     }
+    // The same combination reached one parameter at a time: refused by the call, which names it.
+    REQUIRE(ccCompressorCreateFromString(&q, "quant:mode=homomorphic,rounding=correlated") == ccSuccess);
+    REQUIRE(ccCompressorSetParam(q, ccParamMode, ccQuantRequant) == ccSuccess);
+    {
+      Group one = Group::InitAll(1);
+      REQUIRE(one.status == ccSuccess);
+      std::vector<float> in(256, 1.0f), out(256, -7.0f);
+      CHECK(ccAllReduce(in.data(), out.data(), in.size(), ccFloat32, ccSum, q, one[0], nullptr) == ccInvalidUsage);
+      CHECK(Contains(ccGetLastError(nullptr), "rounding=correlated needs mode=homomorphic"));
+      for (float x : out) CHECK(x == -7.0f);
+    }
+    CHECK(ccCompressorDestroy(q) == ccSuccess);
     CHECK(ccCompressorCreateFromString(nullptr, "quant") == ccInvalidArgument);
     comp = fake;
     CHECK(ccCompressorCreateFromString(&comp, nullptr) == ccInvalidArgument);

@@ -441,7 +441,7 @@ TEST_CASE("stochastic and correlated rounding are unbiased: the mean error shrin
                            "quant:bits=4,mode=homomorphic,gather=requant",
                            "quant:bits=4,mode=requant,rounding=stochastic",
                            "quant:bits=2,mode=requant,rotation=none",
-                           "quant:bits=8,mode=requant,rounding=correlated"}) {
+                           "quant:bits=8,mode=requant"}) {
     for (const Buffers* in : {&corr, &offGrid}) {
       INFO(spec << (in == &corr ? ", corr input" : ", off-grid input"));
       std::string failure;

@@ -1,5 +1,6 @@
 #include "compress/compressor.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -112,17 +113,31 @@ bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, i
       return false;
     }
   }
+  // A number starts with a digit (or the '.' of a fraction): no sign, no blank.
+  const char first = text.empty() ? '\0' : text[0];
   errno = 0;
   char* end = nullptr;
   if (const double scale = ParamTextScale(info.param); scale != 0.0) {
+    if (!std::isdigit(static_cast<unsigned char>(first)) && first != '.') return false;
     double v = std::strtod(text.c_str(), &end);
     if (errno != 0 || end == text.c_str() || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return false;
     *out = static_cast<int64_t>(std::llround(v * scale));
-    return true;
+    return v == 0.0 || *out != 0;  // not a value too small for the unit, quietly 0
   }
-  long long v = std::strtoll(text.c_str(), &end, 0);
-  if (errno != 0 || end == text.c_str() || *end != '\0') return false;
+  if (!std::isdigit(static_cast<unsigned char>(first))) return false;
+  const bool hex = text.size() > 2 && first == '0' && (text[1] == 'x' || text[1] == 'X') &&
+                   std::isxdigit(static_cast<unsigned char>(text[2]));
+  long long v = std::strtoll(text.c_str() + (hex ? 2 : 0), &end, hex ? 16 : 10);  // never octal
+  if (errno != 0 || end == text.c_str() + (hex ? 2 : 0) || *end != '\0') return false;
   *out = v;
+  return true;
+}
+
+bool CompressorCombinationValid(const ccCompressor& c, std::string* why) {
+  if (c.kind == ccCompressQuant && c.Get(ccParamRounding) == 2 && c.Get(ccParamMode) != ccQuantHomomorphic) {
+    *why = "rounding=correlated needs mode=homomorphic (requant hops round each partial sum on its own scales)";
+    return false;
+  }
   return true;
 }
 

@@ -108,6 +108,10 @@ bool IsLiveCompressor(ccCompressor* c);
 // and its address may be reused by the next communicator.
 void ReleaseCompressorsOf(const ccComm* comm);
 
+// False, with the reason in *why, when c's parameters cannot run together: rounding=correlated outside the
+// homomorphic mode. (Each parameter on its own is checked when it is set.)
+bool CompressorCombinationValid(const ccCompressor& c, std::string* why);
+
 // Canonical spec string of a compressor.
 std::string CompressorSpec(const ccCompressor& c);
 

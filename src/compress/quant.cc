@@ -284,9 +284,8 @@ QuantPlan MakeQuantPlan(const ccCompressor& c, const CodecCall& call) {
   p.laneBits = p.homomorphic ? p.bits + CeilLog2(p.nranks) : p.bits;
   p.signKey = StreamKey(call.seed, call.call, ~0u, kPurposeRotation);
   // Correlated (stratified) rounding needs every rank to round the same groups on the same grid, as homomorphic
-  // codes do; requant hops round different partial sums with their own scales, so they round stochastically.
-  const int rounding = static_cast<int>(c.Get(ccParamRounding));
-  p.rule.rounding = rounding == kCorrelated && !p.homomorphic ? kStochastic : rounding;
+  // codes do; a call that asks for it with requant is refused (CompressorCombinationValid).
+  p.rule.rounding = static_cast<int>(c.Get(ccParamRounding));
   p.rule.key = StreamKey(call.seed, call.call, static_cast<uint32_t>(call.rank), kPurposeDither);
   p.rule.sharedKey = StreamKey(call.seed, call.call, ~0u, kPurposeShared);
   p.rule.rank = call.rank;
