@@ -1,7 +1,9 @@
 // C API entry points of versions, errors and communicators: argument checks, then the core.
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -61,11 +63,16 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
   ccoll::RegisterComm(comm);
   if (!cfg.blocking) {
     comm->asyncError = ccInProgress;
-    comm->initThread = std::thread([comm, id] {
-      ccResult_t r = Guarded("ccCommInitRankConfig", [&] { return Setup(comm, id); });
-      if (r != ccSuccess) comm->RecordError(ccoll::LastError());
-      comm->asyncError = r;
-    });
+    try {
+      comm->initThread = std::thread([comm, id] {
+        ccResult_t r = Guarded("ccCommInitRankConfig", [&] { return Setup(comm, id); });
+        if (r != ccSuccess) comm->RecordError(ccoll::LastError());
+        comm->asyncError = r;
+      });
+    } catch (const std::exception& e) {
+      DeleteComm(comm);
+      return Fail(ccSystemError, "%s: starting the non-blocking init's thread failed (%s)", fn, e.what());
+    }
     *out = comm;
     return ccInProgress;
   }
@@ -182,16 +189,44 @@ CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist) {
     CC_CHECK(ccGetUniqueId(&id));
     std::vector<ccResult_t> results(ndev, ccSuccess);
     std::vector<std::string> errors(ndev);
+    // The ranks start only once every thread exists: a thread that cannot be made leaves the others nothing to do
+    // (they would wait for it in the bootstrap until the timeout).
+    std::mutex gateMutex;
+    std::condition_variable gateOpened;
+    enum { kWait, kGo, kCancel } gate = kWait;
     std::vector<std::thread> threads;
-    for (int i = 0; i < ndev; ++i) {
-      threads.emplace_back([&, i] {
-        ccConfig_t config = CC_CONFIG_INITIALIZER;
-        config.blocking = 1;
-        if (devlist != nullptr) config.cudaDev = devlist[i];
-        results[i] = InitRank(&comms[i], ndev, id, i, &config, "ccCommInitAll");
-        if (results[i] != ccSuccess) errors[i] = ccoll::LastError();
-      });
+    threads.reserve(static_cast<size_t>(ndev));
+    auto openGate = [&](int to) {
+      {
+        std::lock_guard<std::mutex> lock(gateMutex);
+        gate = static_cast<decltype(gate)>(to);
+      }
+      gateOpened.notify_all();
+    };
+    try {
+      for (int i = 0; i < ndev; ++i) {
+        threads.emplace_back([&, i] {
+          {
+            std::unique_lock<std::mutex> lock(gateMutex);
+            gateOpened.wait(lock, [&] { return gate != kWait; });
+            if (gate == kCancel) return;
+          }
+          results[i] = Guarded("ccCommInitAll", [&] {
+            ccConfig_t config = CC_CONFIG_INITIALIZER;
+            config.blocking = 1;
+            if (devlist != nullptr) config.cudaDev = devlist[i];
+            return InitRank(&comms[i], ndev, id, i, &config, "ccCommInitAll");
+          });
+          if (results[i] != ccSuccess) errors[i] = ccoll::LastError();
+        });
+      }
+    } catch (const std::exception& e) {
+      openGate(kCancel);
+      for (auto& t : threads) t.join();
+      return Fail(ccSystemError, "ccCommInitAll: starting the thread of rank %zu of %d failed (%s); no communicator "
+                  "was made", threads.size(), ndev, e.what());
     }
+    openGate(kGo);
     for (auto& t : threads) t.join();
     for (int i = 0; i < ndev; ++i) {
       if (results[i] == ccSuccess) continue;
