@@ -133,7 +133,7 @@ class Bf16State:
     def __init__(self, comm, async_op=False):
         import ccoll.torch
         self.comm = comm
-        self.worker = ccoll.torch.CommWorker() if async_op else None
+        self.worker = ccoll.torch.CommWorker(comm) if async_op else None  # a failed call aborts comm
 
     def close(self):
         if self.worker is not None:

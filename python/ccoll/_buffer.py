@@ -2,6 +2,13 @@
 
 No copies: the collective reads and writes the caller's memory, so buffers must be C-contiguous (and writable
 where they receive). torch is never imported here; a tensor can only exist if the caller imported torch.
+
+A tensor must be dense (strided) and on the CPU or a CUDA device. An input that is a lazily negated or conjugated
+view (is_neg(), is_conj()) is resolved into a new tensor first; an output cannot be one (the library would write its
+storage, which holds the negated values). Before the library writes into a tensor, an in-place torch op on an empty
+view of it tells autograd, as torch's own in-place ops do: with grad mode on, a leaf that requires grad raises
+torch's error, and the version counter moves on, so a backward pass that saved the tensor raises instead of using
+the overwritten values.
 """
 
 import sys
@@ -47,8 +54,23 @@ def is_tensor(obj):
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
+def _lazy_views(obj):
+    """The names of the lazy views (neg, conj) obj is, where this torch has them."""
+    return [name for name in ("neg", "conj") if getattr(obj, "is_" + name, lambda: False)()]
+
+
+def _written_by_library(obj):
+    """Tells autograd that obj is about to be overwritten: an in-place op on an empty view (nothing is computed)
+    raises torch's error for a leaf that requires grad (with grad mode on) and bumps obj's version counter.
+    Inference tensors have no version counter and are skipped."""
+    if getattr(obj, "is_inference", lambda: False)():
+        return
+    obj.view(-1)[:0].zero_()
+
+
 def view(obj, what, writable):
-    """Describes obj (numpy.ndarray or torch.Tensor) for a collective; `what` names it in error messages."""
+    """Describes obj (numpy.ndarray or torch.Tensor) for a collective; `what` names it in error messages.
+    writable: the library writes into obj."""
     if isinstance(obj, np.ndarray):
         dtype = _NUMPY_DTYPES.get(obj.dtype)
         if dtype is None:
@@ -62,10 +84,25 @@ def view(obj, what, writable):
         return Buffer(obj, obj.ctypes.data, obj.size, dtype, False, None)
     torch = _torch_module()
     if torch is not None and isinstance(obj, torch.Tensor):
+        if obj.layout != torch.strided:
+            raise InvalidArgumentError("%s: a tensor of layout %s; ccoll takes dense (strided) tensors (pass "
+                                       "x.to_dense())" % (what, obj.layout))
+        if obj.device.type not in ("cpu", "cuda"):
+            raise InvalidArgumentError("%s: a tensor on device %s; ccoll takes CPU and CUDA tensors only" % (
+                what, obj.device))
         dtype = _torch_dtypes(torch).get(obj.dtype)
         if dtype is None:
             raise InvalidArgumentError("%s: torch dtype %s is not supported by ccoll (int32, int64, float16, bfloat16, "
                                        "float32, float64)" % (what, obj.dtype))
+        lazy = _lazy_views(obj)
+        if lazy and writable:
+            raise InvalidArgumentError("%s: a lazy %s view (x.is_%s()) cannot receive the result: ccoll would write "
+                                       "its storage, which holds the values before the %s; pass x.resolve_%s()" % (
+                                           what, lazy[0], lazy[0], lazy[0], lazy[0]))
+        if "neg" in lazy:
+            obj = obj.resolve_neg()
+        if "conj" in lazy:
+            obj = obj.resolve_conj()
         if not obj.is_contiguous():
             raise InvalidArgumentError("%s: the tensor is not contiguous (ccoll reads and writes it in place; pass "
                                        "x.contiguous())" % what)
@@ -77,6 +114,8 @@ def view(obj, what, writable):
                                            % (what, _library.path))
             # Stream-ordered like NCCL: the collective runs after the work already queued on the current stream.
             stream = torch.cuda.current_stream(obj.device).cuda_stream
+        if writable:
+            _written_by_library(obj)
         return Buffer(obj, obj.data_ptr(), obj.numel(), dtype, True, stream)
     raise InvalidArgumentError("%s: expected a numpy.ndarray or a torch.Tensor, got %s" % (what, type(obj).__name__))
 

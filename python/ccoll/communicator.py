@@ -1,8 +1,10 @@
 """Communicator: one rank's view of a group, and the collectives on numpy arrays and torch tensors."""
 
 import ctypes
+import threading
+import weakref
 
-from . import _buffer
+from . import _buffer, _ints
 from ._library import CC_UNIQUE_ID_BYTES, CommStats, UniqueId, lib, new_config
 from .errors import InvalidArgumentError, check
 
@@ -11,13 +13,14 @@ ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 TRANSPORTS = {"auto": 0, "local": 1, "ucx": 2, "nccl": 3}
 
 
-def _enum(value, names, what):
+def _enum(value, names, what, lo=_ints.INT_MIN):
+    """A C enum's value from its name in `names`, or an integer in [lo, INT_MAX]."""
     if isinstance(value, str):
         try:
             return names[value.lower()]
         except KeyError:
             raise InvalidArgumentError("%s \"%s\" is not one of %s" % (what, value, ", ".join(names))) from None
-    return int(value)
+    return _ints.integer(value, what, lo)
 
 
 def get_unique_id():
@@ -39,8 +42,10 @@ def _unique_id(value):
 
 def _device_index(device):
     """A CUDA device number from an int or a torch.device ("cuda:1"); None stays None (the current device at init)."""
-    if device is None or isinstance(device, int):
-        return device
+    if device is None:
+        return None
+    if hasattr(device, "__index__"):
+        return _ints.integer(device, "cuda_device", _ints.CONFIG_MIN)
     index = getattr(device, "index", None)
     if getattr(device, "type", None) == "cuda" and isinstance(index, int):
         return index
@@ -48,29 +53,47 @@ def _device_index(device):
 
 
 def _config(timeout_ms, algorithm, transport, cuda_device=None):
-    """A ccConfig_t with only the given fields set, or None when none is (then the environment and defaults apply)."""
-    cuda_device = _device_index(cuda_device)
-    if timeout_ms is None and algorithm is None and transport is None and cuda_device is None:
-        return None
+    """A ccConfig_t with blocking = 1 and the given fields set; the others stay unset (the environment and defaults
+    apply). Blocking whatever CC_BLOCKING says: the binding's init returns a ready communicator or raises."""
     config = new_config()
+    config.blocking = 1
+    cuda_device = _device_index(cuda_device)
     if cuda_device is not None:
         config.cudaDev = cuda_device
     if timeout_ms is not None:
-        config.timeoutMs = int(timeout_ms)
+        config.timeoutMs = _ints.integer(timeout_ms, "timeout_ms", _ints.CONFIG_MIN)
     if algorithm is not None:
-        config.algorithm = _enum(algorithm, ALGORITHMS, "algorithm")
+        config.algorithm = _enum(algorithm, ALGORITHMS, "algorithm", _ints.CONFIG_MIN)
     if transport is not None:
-        config.transport = _enum(transport, TRANSPORTS, "transport")
+        config.transport = _enum(transport, TRANSPORTS, "transport", _ints.CONFIG_MIN)
     return config
 
 
-# Per process and store prefix: the n-th from_store call of every rank uses the n-th key, so a group can be made
-# more than once from one store without a rank reading an older group's id.
-_store_calls = {}
+# Per store, prefix and rank, how many from_store calls were made: rank r's k-th call on a store uses the k-th key,
+# whether the ranks are processes or threads of one process sharing the store, so a group can be made more than once
+# from one store without a rank reading an older group's id. A store that cannot be weakly referenced is kept alive
+# in _store_calls_by_id (its id must not be reused by another store).
+_store_lock = threading.Lock()
+_store_calls = weakref.WeakKeyDictionary()
+_store_calls_by_id = {}
+
+
+def _store_key(store, prefix, rank):
+    """The key of this rank's next from_store call on store with prefix."""
+    with _store_lock:
+        try:
+            calls = _store_calls.setdefault(store, {})
+        except TypeError:  # no weak reference to it, or not hashable
+            calls = _store_calls_by_id.setdefault(id(store), (store, {}))[1]
+        n = calls.get((prefix, rank), 0)
+        calls[(prefix, rank)] = n + 1
+    return "%s/%d/unique_id" % (prefix, n)
 
 
 class Communicator:
     """ccComm_t. Collective to create: every rank of the group constructs its own, with the same id and nranks.
+
+    Init is blocking (CC_BLOCKING=0 does not apply): it returns once the communicator is ready, or raises.
 
     Use it from one thread at a time. Free it with destroy() (or a `with` block); a `with` block that exits by an
     exception aborts it instead, so that peers blocked in a collective fail instead of waiting for this rank.
@@ -81,12 +104,10 @@ class Communicator:
 
     def __init__(self, nranks, unique_id, rank, timeout_ms=None, algorithm=None, transport=None, cuda_device=None):
         uid = _unique_id(unique_id)
+        nranks, rank = _ints.integer(nranks, "nranks"), _ints.integer(rank, "rank")
         config = _config(timeout_ms, algorithm, transport, cuda_device)
         handle = ctypes.c_void_p()
-        if config is None:
-            check(lib.ccCommInitRank(ctypes.byref(handle), int(nranks), uid, int(rank)))
-        else:
-            check(lib.ccCommInitRankConfig(ctypes.byref(handle), int(nranks), uid, int(rank), ctypes.byref(config)))
+        check(lib.ccCommInitRankConfig(ctypes.byref(handle), nranks, uid, rank, ctypes.byref(config)))
         self._adopt(handle)
 
     @classmethod
@@ -94,7 +115,7 @@ class Communicator:
         """ccCommInitFromEnv: rank, size and root address from CC_RANK, CC_NRANKS, CC_ROOT (and CC_SECRET)."""
         config = _config(timeout_ms, algorithm, transport, cuda_device)
         handle = ctypes.c_void_p()
-        check(lib.ccCommInitFromEnv(ctypes.byref(handle), ctypes.byref(config) if config is not None else None))
+        check(lib.ccCommInitFromEnv(ctypes.byref(handle), ctypes.byref(config)))
         self = cls.__new__(cls)
         self._adopt(handle)
         return self
@@ -103,10 +124,10 @@ class Communicator:
     def from_store(cls, store, rank, nranks, prefix="ccoll", **kwargs):
         """Creates the communicator through a key-value store shared by the ranks (a torch.distributed Store, or
         anything with set(key, bytes) and a blocking get(key)): rank 0 makes the id and sets it, the others get it.
-        Every rank must call from_store the same number of times with the same prefix."""
-        n = _store_calls.get(prefix, 0)
-        _store_calls[prefix] = n + 1
-        key = "%s/%d/unique_id" % (prefix, n)
+        Every rank must call from_store the same number of times with the same prefix: rank r's k-th call on a store
+        uses the k-th key, also when ranks are threads of one process sharing the store."""
+        rank = _ints.integer(rank, "rank")
+        key = _store_key(store, prefix, rank)
         if rank == 0:
             uid = get_unique_id()
             store.set(key, uid)
@@ -217,7 +238,8 @@ class Communicator:
         send = _buffer.view(x, "broadcast", writable=out is None)
         recv = send if out is None else self._output(send, out, "broadcast: out", send.count)
         h = self._live()
-        check(lib.ccBroadcast(send.ptr, recv.ptr, send.count, send.dtype, int(root), h, send.stream), h)
+        root = _ints.integer(root, "root")
+        check(lib.ccBroadcast(send.ptr, recv.ptr, send.count, send.dtype, root, h, send.stream), h)
         return recv.obj
 
     def all_gather(self, x, out=None):

@@ -3,8 +3,9 @@
 import ctypes
 import enum
 
+from . import _ints
 from ._library import lib
-from .errors import InvalidArgumentError, InvalidUsageError, check
+from .errors import INVALID_ARGUMENT, SUCCESS, InvalidArgumentError, InvalidUsageError, check
 
 
 class Param(enum.IntEnum):
@@ -36,6 +37,10 @@ class Param(enum.IntEnum):
 QUANT_HOMOMORPHIC = 0  # ccQuantHomomorphic, a value of Param.MODE
 QUANT_REQUANT = 1  # ccQuantRequant
 
+# ccCompressorGetSpec's buffer: the first size tried, and the largest (a powersgd spec lists every tensor's shape).
+_SPEC_BYTES = 4096
+_SPEC_MAX_BYTES = 1 << 24
+
 
 def _param(param):
     if isinstance(param, str):
@@ -44,7 +49,14 @@ def _param(param):
         except KeyError:
             raise InvalidArgumentError("compressor parameter \"%s\" does not exist (%s)" % (
                 param, ", ".join(p.name.lower() for p in Param))) from None
-    return int(param)
+    return _ints.integer(param, "compressor parameter")
+
+
+def _param_name(param):
+    try:
+        return Param(param).name.lower()
+    except ValueError:
+        return "parameter %d" % param
 
 
 def param_bounds(param):
@@ -60,8 +72,11 @@ class Compressor:
     to the bucket's element count at its first all_reduce. Not thread-safe."""
 
     def __init__(self, spec):
+        spec = str(spec)
+        if "\0" in spec:
+            raise InvalidArgumentError("compressor spec %r holds a NUL character, where C would end it" % spec)
         handle = ctypes.c_void_p()
-        check(lib.ccCompressorCreateFromString(ctypes.byref(handle), str(spec).encode()))
+        check(lib.ccCompressorCreateFromString(ctypes.byref(handle), spec.encode()))
         self._handle = handle
 
     def _live(self):
@@ -71,15 +86,23 @@ class Compressor:
 
     @property
     def spec(self):
-        """ccCompressorGetSpec: every parameter, in canonical form."""
-        buf = ctypes.create_string_buffer(4096)  # a full spec is a few hundred bytes
-        check(lib.ccCompressorGetSpec(self._live(), buf, len(buf)))
-        return buf.value.decode()
+        """ccCompressorGetSpec: every parameter, in canonical form. The buffer grows (4 KiB, 16 KiB, ... up to 16 MiB)
+        until the spec fits: the call does not say how much it needs."""
+        size = _SPEC_BYTES
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            result = lib.ccCompressorGetSpec(self._live(), buf, size)
+            if result == SUCCESS:
+                return buf.value.decode()
+            if result != INVALID_ARGUMENT or size >= _SPEC_MAX_BYTES:
+                check(result)
+            size *= 4
 
     def set_param(self, param, value):
         """ccCompressorSetParam(param, value): param by name ("bits"), Param or int; value is the C integer (e.g.
         clip and density in parts per million). Resets the state if the compressor was used already."""
-        check(lib.ccCompressorSetParam(self._live(), _param(param), int(value)))
+        param = _param(param)
+        check(lib.ccCompressorSetParam(self._live(), param, _ints.int64(value, "value of %s" % _param_name(param))))
 
     def set_shapes(self, shapes):
         """ccCompressorSetShapes (powersgd): the bucket's tensors in order, each a shape tuple (a matrix of
@@ -87,14 +110,19 @@ class Compressor:
         if not hasattr(lib, "ccCompressorSetShapes"):
             raise InvalidUsageError("set_shapes: the loaded libccoll has no ccCompressorSetShapes")
         rows, cols = [], []
-        for shape in shapes:
-            shape = (int(shape),) if isinstance(shape, int) else tuple(int(d) for d in shape)
+        for i, shape in enumerate(shapes):
+            what = "set_shapes: shape %d" % i
+            try:
+                shape = tuple(shape)
+            except TypeError:  # an int: a vector
+                shape = (shape,)
+            shape = tuple(_ints.int64(d, "%s, dimension %d" % (what, k)) for k, d in enumerate(shape))
             n = 1
             for d in shape[1:]:
                 n *= d
             rows.append(shape[0] if shape else 1)
-            cols.append(n)
-        count = len(rows)
+            cols.append(_ints.int64(n, "%s: the product of the dimensions after the first" % what))
+        count = _ints.integer(len(rows), "set_shapes: the number of shapes")
         check(lib.ccCompressorSetShapes(self._live(), count, (ctypes.c_int64 * count)(*rows),
                                         (ctypes.c_int64 * count)(*cols)))
 

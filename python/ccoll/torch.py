@@ -17,7 +17,17 @@ communicator must be bound to the bucket's GPU: call torch.cuda.set_device(local
 cuda_device=local_rank. float32, bfloat16 and float16 buckets go
 through the bucket's own compressor (it keeps that bucket's error feedback, in float32); other dtypes, and every
 bucket when spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
-bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, rows or cols itself.
+bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, or rows or cols other
+than 0 (auto), itself.
+
+A failed hook call ends the communicator, as NCCL's abort does: when a hook call raises, or with async_op one of the
+worker's calls fails, the communicator is aborted (with async_op after the calls submitted before the failure), so
+the peers' calls fail at once (RemoteError) instead of waiting CC_TIMEOUT_MS, and every later call on this rank fails
+too, naming the first failure; a bucket is never reduced with another rank's other bucket. Make a new communicator
+and state to go on. Every hook call first checks the communicator's async error (a CUDA call's failure found after
+the call returned, ccCommGetAsyncError) and raises it: a bucket whose all-reduce failed on the device is used for at
+most the step in which it failed.
+
 Works with torch 1.13 and current torch (GradBucket.buffer(); the older name get_tensor() is accepted too).
 """
 
@@ -27,10 +37,32 @@ import threading
 import torch
 
 from .compressor import Compressor
+from .errors import SUCCESS, CcollError, InvalidUsageError, check
 
 
 def _bucket_tensor(bucket):
     return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+
+
+def _bucket_parameters(bucket):
+    """The ids of the bucket's parameters in order; () where the GradBucket does not list them."""
+    return tuple(id(p) for p in bucket.parameters()) if hasattr(bucket, "parameters") else ()
+
+
+def _abort(comm):
+    """Aborts comm (nothing if it is freed already). A failure to abort is not raised: the caller is raising the
+    failure that made it abort."""
+    try:
+        comm.abort()
+    except CcollError:
+        pass
+
+
+def _check_async_error(comm):
+    """Raises comm's async error, if it has one."""
+    result = comm.async_error()
+    if result != SUCCESS:
+        check(result, comm.handle)
 
 
 class CommWorker:
@@ -39,11 +71,19 @@ class CommWorker:
     submit(fn) returns a torch Future that receives fn()'s result, or the exception fn raised. Every rank submits
     its collectives in the same order (DDP's bucket order), so they match across ranks as they would in the calling
     thread. The library's calls drop the GIL while they run, so Python and torch keep computing meanwhile. While
-    calls are pending, the communicator must not be used from another thread; after DDP's backward pass returns,
-    every bucket's future is done. close() waits for the pending calls and stops the thread.
+    calls are pending, the communicator must not be used from another thread (but for async_error() and abort(),
+    which the library allows from any thread); after DDP's backward pass returns, every bucket's future is done.
+    close() waits for the pending calls and stops the thread.
+
+    The first call that raises ends the worker: it aborts comm (when given), so the peers fail instead of pairing
+    this rank's next call with their current one, and every call pending or submitted later fails without running,
+    with an InvalidUsageError that names the first failure (its __cause__). fail(exc) does the same for a failure
+    outside the worker, after the calls already submitted.
     """
 
-    def __init__(self):
+    def __init__(self, comm=None):
+        self._comm = comm
+        self._failure = None  # the first exception a call raised; set and read on the worker thread only
         self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="ccoll-comm-worker", daemon=True)
         self._thread.start()
@@ -54,9 +94,19 @@ class CommWorker:
             if item is None:
                 return
             fn, fut = item
+            if self._failure is not None:
+                error = InvalidUsageError("not run: an earlier call of this rank's ccoll CommWorker failed (%s: %s), "
+                                          "and the communicator was aborted" % (
+                                              type(self._failure).__name__, self._failure))
+                error.__cause__ = self._failure
+                fut.set_exception(error)
+                continue
             try:
                 result = fn()
             except BaseException as e:  # the Future carries it to whoever waits
+                self._failure = e
+                if self._comm is not None:
+                    _abort(self._comm)
                 fut.set_exception(e)
             else:
                 fut.set_result(result)
@@ -67,6 +117,17 @@ class CommWorker:
         fut = torch.futures.Future()
         self._queue.put((fn, fut))
         return fut
+
+    def fail(self, exc):
+        """Fails the worker with exc once the calls submitted so far have run (see the class's text)."""
+        def raise_exc():
+            raise exc
+
+        if self._thread is None:
+            if self._comm is not None:
+                _abort(self._comm)
+            return
+        self.submit(raise_exc)
 
     def close(self):
         if self._thread is not None:
@@ -87,41 +148,63 @@ def future_of(worker, fn):
 class CcollHookState:
     """The hook's state: the communicator and one compressor per bucket index, created at the bucket's first use.
 
-    DDP rebuilds its buckets once, after the first iteration; a bucket index whose element count changes gets a new
-    compressor (its error feedback starts again). Every rank sees the same rebuild, so the ranks stay in step.
+    A compressor's state (error feedback, PowerSGD's Q) belongs to the bucket's layout: its element count, its
+    parameters in order (the ids of bucket.parameters()) and their shapes. DDP rebuilds its buckets once, after the
+    first iteration, in the order the gradients became ready; a bucket index whose layout changes, even with the same
+    element count (the same parameters in another order), gets a new compressor, whose error feedback starts again,
+    instead of adding one parameter's residual to another's gradient. Every rank sees the same rebuild, so the ranks
+    stay in step. The old compressor is freed after the calls already queued with it (on the worker with async_op).
     async_op=True: the all-reduces run on a CommWorker (see the module's text); the results are bitwise the same.
+    After a failed hook call the communicator is aborted (see the module's text).
     """
 
     def __init__(self, comm, spec="quant:bits=4,mode=requant", async_op=False):
         self.comm = comm
         self.spec = spec
-        self.worker = CommWorker() if async_op else None
-        self._compressors = {}  # bucket index -> ((element count, shapes), Compressor)
+        self.worker = CommWorker(comm) if async_op else None
+        self._compressors = {}  # bucket index -> ((element count, parameter ids, shapes), Compressor)
         self._side_streams = {}  # CUDA device -> the stream CUDA buckets are all-reduced on
-        # PowerSGD needs the bucket's matrix shapes; unless the spec gives a shape, they come from the bucket.
+        # PowerSGD needs the bucket's matrix shapes; unless the spec gives shapes, or rows or cols other than 0 (auto),
+        # they come from the bucket. The compressor's canonical spec says what the spec set.
         self.wants_shapes = False
         if spec is not None:
-            Compressor(spec).destroy()  # a bad spec fails here, on every rank, not in the middle of backward
-            kind, _, params = spec.partition(":")
-            names = {item.split("=")[0].strip() for item in params.split(",")}
-            self.wants_shapes = kind.strip() == "powersgd" and not names & {"shapes", "rows", "cols"}
+            comp = Compressor(spec)  # a bad spec fails here, on every rank, not in the middle of backward
+            kind, _, params = comp.spec.partition(":")
+            comp.destroy()
+            values = dict(item.split("=", 1) for item in params.split(",") if "=" in item)
+            self.wants_shapes = (kind == "powersgd" and "shapes" not in values and values.get("rows", "0") == "0" and
+                                 values.get("cols", "0") == "0")
 
-    def compressor(self, index, numel, shapes=None):
+    def compressor(self, index, numel, shapes=None, parameters=()):
         """The compressor of bucket `index` holding `numel` elements (None when spec is None). shapes: the shapes of
-        the bucket's gradients in order, for PowerSGD (see wants_shapes)."""
+        the bucket's gradients in order; parameters: the ids of its parameters in order (see the class's text)."""
         if self.spec is None:
             return None
-        layout = (numel, tuple(shapes) if self.wants_shapes and shapes is not None else None)
+        layout = (numel, tuple(parameters), tuple(shapes) if shapes is not None else None)
         entry = self._compressors.get(index)
         if entry is not None and entry[0] == layout:
             return entry[1]
         if entry is not None:
-            entry[1].destroy()
+            self._free(entry[1])
         comp = Compressor(self.spec)
-        if layout[1] is not None:
-            comp.set_shapes(layout[1])
+        if self.wants_shapes and shapes is not None:
+            comp.set_shapes(shapes)
         self._compressors[index] = (layout, comp)
         return comp
+
+    def _free(self, comp):
+        """Destroys a replaced compressor once the calls queued with it are done: on the worker, after them."""
+        if self.worker is not None:
+            self.worker.submit(comp.destroy)
+        else:
+            comp.destroy()  # sync: its calls are done; CUDA calls queued with it finish first (ccCompressorDestroy)
+
+    def fail(self, exc):
+        """Aborts the communicator after a failed hook call (with async_op, after the calls already submitted)."""
+        if self.worker is not None:
+            self.worker.fail(exc)
+        else:
+            _abort(self.comm)
 
     def side_stream(self, device):
         """The stream this state's all-reduces of CUDA buckets on `device` are queued on (made at first use)."""
@@ -144,12 +227,23 @@ class CcollHookState:
 
 def allreduce_hook(state, bucket):
     """DDP comm hook: bucket average over the ranks through ccoll; returns a Future of the bucket tensor (completed,
-    or completed by the state's worker with async_op)."""
+    or completed by the state's worker with async_op). Raises the communicator's async error if it has one; when it
+    raises, the communicator is aborted (see the module's text)."""
+    try:
+        return _allreduce(state, bucket)
+    except BaseException as e:
+        state.fail(e)
+        raise
+
+
+def _allreduce(state, bucket):
+    """allreduce_hook without the abort on failure."""
+    _check_async_error(state.comm)
     tensor = _bucket_tensor(bucket)
     comp = None
-    if tensor.dtype in (torch.float32, torch.bfloat16, torch.float16):
-        shapes = [tuple(g.shape) for g in bucket.gradients()] if state.wants_shapes else None
-        comp = state.compressor(bucket.index(), tensor.numel(), shapes)
+    if tensor.dtype in (torch.float32, torch.bfloat16, torch.float16) and state.spec is not None:
+        shapes = [tuple(g.shape) for g in bucket.gradients()]
+        comp = state.compressor(bucket.index(), tensor.numel(), shapes, _bucket_parameters(bucket))
 
     if tensor.is_cuda:
         return _cuda_allreduce(state, tensor, comp)

@@ -3,6 +3,7 @@ ranks as threads (which only works if every ccoll call releases the GIL)."""
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,25 @@ class TestLibrary(unittest.TestCase):
             with single_rank() as comm:
                 raise KeyError("x")
         self.assertIsNone(comm._handle)
+
+    def test_init_is_blocking_whatever_CC_BLOCKING_says(self):
+        # The library reads its environment once per process: CC_BLOCKING=0 goes to a fresh one.
+        with socket.socket() as s:  # a free port for from_env's listener
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        code = "\n".join([
+            "import numpy as np, ccoll",
+            "for make in (lambda: ccoll.Communicator(1, ccoll.get_unique_id(), 0),",
+            "             lambda: ccoll.Communicator(1, ccoll.get_unique_id(), 0, timeout_ms=5000),",
+            "             lambda: ccoll.Communicator.from_env(),",
+            "             lambda: ccoll.Communicator.from_env(timeout_ms=5000, algorithm='ring')):",
+            "    with make() as comm:",
+            "        print(comm.size, comm.async_error(), comm.all_reduce(np.full(2, 3, np.int32)).sum())",
+        ])
+        env = dict(os.environ, CC_BLOCKING="0", CC_RANK="0", CC_NRANKS="1", CC_ROOT="127.0.0.1:%d" % port)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split("\n"), ["1 0 6"] * 4 + [""])
 
 
 class TestInstalledLayout(unittest.TestCase):
@@ -135,8 +155,13 @@ class TestErrors(unittest.TestCase):
 
     def test_cuda_device_reaches_the_config(self):
         from ccoll import communicator
-        self.assertIsNone(communicator._config(None, None, None))
+        from ccoll._library import CC_CONFIG_UNDEF_INT
+        config = communicator._config(None, None, None)
+        self.assertEqual(config.blocking, 1)
+        self.assertEqual((config.cudaDev, config.timeoutMs, config.algorithm, config.transport),
+                         (CC_CONFIG_UNDEF_INT,) * 4)
         self.assertEqual(communicator._config(None, None, None, 3).cudaDev, 3)
+        self.assertEqual(communicator._config(None, None, None, np.int64(2)).cudaDev, 2)
         try:
             import torch
         except ImportError:
@@ -180,6 +205,62 @@ class TestErrors(unittest.TestCase):
                 comm.all_reduce([1.0, 2.0])
             with self.assertRaisesSentence(ccoll.InvalidArgumentError, 'op "mean"'):
                 comm.all_reduce(np.zeros(4, np.float32), op="mean")
+
+    def test_integers_are_checked_before_they_reach_c(self):
+        # ctypes would keep the low 32 or 64 bits (2**32 + 4 is op 4, avg), int() would truncate 0.5 to 0.
+        out_of_int = "out of range (-2147483648 .. 2147483647)"
+        with single_rank() as comm:
+            x = np.ones(4, np.float32)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "op 4294967300 is " + out_of_int):
+                comm.all_reduce(x, op=2**32 + 4)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "op 4294967300 is " + out_of_int):
+                comm.reduce_scatter(x, op=2**32 + 4)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "op must be an integer, not the bool True"):
+                comm.all_reduce(x, op=True)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "root 4294967296 is " + out_of_int):
+                comm.broadcast(x, root=2**32)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "root must be an integer, not 0.5"):
+                comm.broadcast(x, root=0.5)
+            np.testing.assert_array_equal(comm.all_reduce(x, op=np.int32(4)), np.ones(4))  # numpy ints are ints
+            np.testing.assert_array_equal(comm.broadcast(x, root=0.0), np.ones(4))  # so are integral floats
+        uid = ccoll.get_unique_id()
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "rank 4294967296 is " + out_of_int):
+            ccoll.Communicator(1, uid, 2**32)
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "nranks 4294967297 is " + out_of_int):
+            ccoll.Communicator(2**32 + 1, uid, 0)
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "rank must be an integer, not str '0'"):
+            ccoll.Communicator(1, uid, "0")
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "timeout_ms 4294967301 is out of range"):
+            single_rank(timeout_ms=2**32 + 5)
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "timeout_ms -2147483648 is out of range"):
+            single_rank(timeout_ms=-2**31)  # CC_CONFIG_UNDEF_INT: it would mean "not set"
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "timeout_ms must be an integer, not 0.5"):
+            single_rank(timeout_ms=0.5)
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "algorithm 4294967297 is out of range"):
+            single_rank(algorithm=2**32 + 1)
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "cuda_device must be an integer, not the bool"):
+            single_rank(cuda_device=True)
+        with single_rank(timeout_ms=5000.0, algorithm=np.int64(1)) as comm:
+            self.assertEqual(comm.size, 1)
+        out_of_int64 = "out of range (-9223372036854775808 .. 9223372036854775807)"
+        with ccoll.Compressor("quant:bits=4") as comp:
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "value of bits 18446744073709551620 is " +
+                                           out_of_int64):
+                comp.set_param("bits", 2**64 + 4)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "value of bits must be an integer, not 4.9"):
+                comp.set_param("bits", 4.9)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "value of ef must be an integer, not the bool"):
+                comp.set_param("ef", True)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "compressor parameter 4294967396 is " +
+                                           out_of_int):
+                comp.set_param(2**32 + 100, 3)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "compressor parameter 4294967396 is"):
+                comp.get_param(2**32 + 100)
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError, "compressor parameter 4294967396 is"):
+                ccoll.param_bounds(2**32 + 100)
+            self.assertEqual(comp.get_param("bits"), 4)  # nothing above reached the compressor
+            comp.set_param("bits", 6.0)
+            self.assertEqual(comp.get_param("bits"), 6)
 
 
 class TestCompressor(unittest.TestCase):
@@ -230,6 +311,46 @@ class TestCompressor(unittest.TestCase):
             comp.set_shapes([(3, 3)])
         self.assertIn("powersgd only", str(ctx.exception))
 
+    def test_shapes_are_checked_before_they_reach_c(self):
+        try:
+            comp = ccoll.Compressor("powersgd:rank=2")
+        except ccoll.InvalidUsageError as e:  # a build without BLAS has no PowerSGD
+            self.skipTest(str(e))
+        with comp:
+            with self.assertRaises(ccoll.InvalidArgumentError) as ctx:
+                comp.set_shapes([(4, 4), (2**64 + 4, 4)])
+            self.assertIn("set_shapes: shape 1, dimension 0 18446744073709551620 is out of range", str(ctx.exception))
+            with self.assertRaises(ccoll.InvalidArgumentError) as ctx:
+                comp.set_shapes([(2, 2**40, 2**40)])  # 2**80 columns
+            self.assertIn("shape 0: the product of the dimensions after the first 1208925819614629174706176 is out",
+                          str(ctx.exception))
+            with self.assertRaises(ccoll.InvalidArgumentError) as ctx:
+                comp.set_shapes([(4, 4.5)])
+            self.assertIn("shape 0, dimension 1 must be an integer, not 4.5", str(ctx.exception))
+            comp.set_shapes([np.int64(16), (np.int32(4), 4.0)])
+            self.assertIn("shapes=16+4x4", comp.spec)
+
+    def test_nul_in_spec_is_refused(self):
+        # C would read "quant:bits=4" and ignore the rest.
+        with self.assertRaises(ccoll.InvalidArgumentError) as ctx:
+            ccoll.Compressor("quant:bits=4\0bits=8,garbage")
+        self.assertIn("NUL", str(ctx.exception))
+
+    def test_long_spec(self):
+        # A powersgd spec lists every tensor's shape: longer than the first buffer ccCompressorGetSpec gets.
+        try:
+            comp = ccoll.Compressor("powersgd:rank=4")
+        except ccoll.InvalidUsageError as e:  # a build without BLAS has no PowerSGD
+            self.skipTest(str(e))
+        with comp:
+            comp.set_shapes([(1024, 512), (512,)] * 2000)
+            spec = comp.spec
+            self.assertGreater(len(spec), 16384)
+            self.assertTrue(spec.endswith("shapes=" + "+".join(["1024x512+512"] * 2000)), spec[-100:])
+            self.assertIn(spec, repr(comp))
+            with ccoll.Compressor(spec) as again:
+                self.assertEqual(again.spec, spec)
+
 
 def _thread_rank(rank, nranks, uid, results):
     try:
@@ -238,6 +359,35 @@ def _thread_rank(rank, nranks, uid, results):
             comm.all_reduce(x)
             gathered = comm.all_gather(np.array([rank], np.int32))
             results[rank] = (x.copy(), gathered.ravel().copy())
+    except BaseException as e:  # noqa: B902
+        results[rank] = e
+
+
+class _DictStore:
+    """A key-value store shared by thread ranks: set(key, bytes) and a get(key) that waits for the key."""
+
+    def __init__(self):
+        self._values, self._cond = {}, threading.Condition()
+
+    def set(self, key, value):
+        with self._cond:
+            self._values[key] = bytes(value)
+            self._cond.notify_all()
+
+    def get(self, key):
+        with self._cond:
+            if not self._cond.wait_for(lambda: key in self._values, timeout=10):
+                raise TimeoutError("key %s was never set" % key)
+            return self._values[key]
+
+
+def _store_rank(rank, nranks, store, results):
+    try:
+        sums = []
+        for _ in range(2):  # two groups from one store
+            with ccoll.Communicator.from_store(store, rank, nranks, timeout_ms=10000) as comm:
+                sums.append(int(comm.all_reduce(np.array([rank + 1], np.int64))[0]))
+        results[rank] = sums
     except BaseException as e:  # noqa: B902
         results[rank] = e
 
@@ -258,6 +408,19 @@ class TestThreadRanks(unittest.TestCase):
             self.assertNotIsInstance(res, BaseException, "rank %d: %r" % (r, res))
             np.testing.assert_array_equal(res[0], np.full(1000, 6))
             np.testing.assert_array_equal(res[1], np.arange(nranks))
+
+    def test_from_store_with_thread_ranks(self):
+        # The k-th from_store of each rank uses the k-th key, though the ranks share a process and the store.
+        nranks = 3
+        store = _DictStore()
+        results = [None] * nranks
+        threads = [threading.Thread(target=_store_rank, args=(r, nranks, store, results)) for r in range(nranks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+            self.assertFalse(t.is_alive(), "a thread rank hangs")
+        self.assertEqual(results, [[6, 6]] * nranks)
 
 
 if __name__ == "__main__":

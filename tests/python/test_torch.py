@@ -11,6 +11,9 @@ The parent checks: results against fp64 references, bitwise identical parameters
 equal to gloo up to summation order (trained again in float64 for that), the compressed hooks still learning and
 near gloo, one compressor per bucket.
 
+TestInProcess runs in this process (ranks as threads, buckets made by hand): autograd and tensor checks of the
+binding, and the hook state's compressors, failures and async errors.
+
 Run as a script, it exits with 77 (ctest's "skipped") when torch cannot be imported, and says so.
 """
 
@@ -18,6 +21,8 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 import numpy as np
@@ -328,12 +333,271 @@ class TestTorch(unittest.TestCase):
             raise ccoll.InvalidUsageError("from the worker")
 
         bad = worker.submit(fails)
-        with self.assertRaisesRegex(Exception, "from the worker"):
+        with self.assertRaisesRegex(ccoll.InvalidUsageError, "from the worker"):
             bad.wait()
-        self.assertEqual(worker.submit(lambda: 3).wait(), 3)  # still serving after an error
+        later = worker.submit(lambda: order.append(3))  # not run after an error: it could pair with a peer's other call
+        with self.assertRaisesRegex(ccoll.InvalidUsageError, "an earlier call .* failed \\(InvalidUsageError: from the "
+                                    "worker\\)"):
+            later.wait()
+        self.assertEqual(order, [1, 2])
         worker.close()
         with self.assertRaises(RuntimeError):
             worker.submit(lambda: 4)
+
+
+class _Bucket:
+    """The parts of DDP's GradBucket the hook reads: a flat tensor holding the gradients of params, in order."""
+
+    def __init__(self, tensor, params, index=0):
+        self._tensor, self._params, self._index = tensor, list(params), index
+
+    def buffer(self):
+        return self._tensor
+
+    def index(self):
+        return self._index
+
+    def parameters(self):
+        return list(self._params)
+
+    def gradients(self):
+        out, offset = [], 0
+        for p in self._params:
+            out.append(self._tensor[offset:offset + p.numel()].view(p.shape))
+            offset += p.numel()
+        return out
+
+
+def _thread_ranks(fn, nranks=2, timeout_ms=20000):
+    """Runs fn(rank, comm) on nranks threads of this process, each with its own communicator, and returns, by rank,
+    what fn returned or raised. fn starts once every rank's init has returned (a rank that aborts at once must not
+    leave a peer's init behind), and each communicator is destroyed once every rank is done (unless it was
+    aborted)."""
+    uid = ccoll.get_unique_id()
+    results = [None] * nranks
+    started, done = threading.Barrier(nranks), threading.Barrier(nranks)
+
+    def rank_main(rank):
+        try:
+            comm = ccoll.Communicator(nranks, uid, rank, timeout_ms=timeout_ms)
+        except BaseException as e:  # noqa: B902
+            results[rank] = e
+            started.abort()
+            done.abort()
+            return
+        try:
+            started.wait(60)
+            results[rank] = fn(rank, comm)
+        except BaseException as e:  # noqa: B902
+            results[rank] = e
+        try:
+            done.wait(60)
+        except threading.BrokenBarrierError:
+            pass
+        if comm._handle is not None:
+            comm.destroy()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(nranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        if t.is_alive():
+            raise AssertionError("a thread rank hangs")
+    return results
+
+
+def _single_rank():
+    return ccoll.Communicator(1, ccoll.get_unique_id(), 0, timeout_ms=20000)
+
+
+@unittest.skipIf(TORCH is None, "torch is not importable (%s); install python3-torch" % NO_TORCH)
+class TestInProcess(unittest.TestCase):
+    def test_output_tensor_tells_autograd(self):
+        torch = TORCH
+        with _single_rank() as comm:
+            # A leaf that requires grad: torch's own error, as for any in-place op, unless grad mode is off.
+            w = torch.tensor([1.0, 2.0], requires_grad=True)
+            with self.assertRaisesRegex(RuntimeError, "leaf Variable that requires grad"):
+                comm.all_reduce(w)
+            with self.assertRaisesRegex(RuntimeError, "leaf Variable that requires grad"):
+                comm.broadcast(torch.ones(2), out=w)
+            with torch.no_grad():
+                comm.all_reduce(w, op="max")  # as an optimizer step would
+            # A tensor saved for backward, then overwritten: backward must refuse it, not use the new values.
+            h = torch.tensor([1.0, 2.0], requires_grad=True) * 2
+            y = (h * h).sum()  # saves h
+            version = h._version
+            comm.all_reduce(torch.tensor([10.0, 10.0]), out=h)
+            self.assertGreater(h._version, version)
+            with self.assertRaisesRegex(RuntimeError, "modified by an inplace operation"):
+                y.backward()
+            x = torch.ones(3)
+            version = x._version
+            comm.all_reduce(x)
+            self.assertEqual(x._version, version + 1)
+            g = comm.all_gather(torch.ones(3))  # a new output
+            self.assertEqual(g.shape, (1, 3))
+
+    def test_lazy_views_sparse_and_other_devices(self):
+        torch = TORCH
+        with _single_rank() as comm:
+            if hasattr(torch, "_neg_view"):
+                a = torch.tensor([1.0, 2.0])
+                neg = torch._neg_view(a)  # reads as [-1, -2]; its storage holds [1, 2]
+                self.assertTrue(neg.is_neg())
+                out = comm.all_reduce(neg, out=torch.empty(2))
+                self.assertEqual(out.tolist(), [-1.0, -2.0])
+                self.assertEqual(comm.all_gather(neg).tolist(), [[-1.0, -2.0]])
+                with self.assertRaisesRegex(ccoll.InvalidArgumentError, "lazy neg view .*resolve_neg"):
+                    comm.all_reduce(neg)
+                with self.assertRaisesRegex(ccoll.InvalidArgumentError, "out: a lazy neg view"):
+                    comm.all_reduce(torch.ones(2), out=torch._neg_view(torch.ones(2)))
+                self.assertEqual(a.tolist(), [1.0, 2.0])
+            with self.assertRaisesRegex(ccoll.InvalidArgumentError, "layout torch.sparse_coo"):
+                comm.all_reduce(torch.ones(3).to_sparse())
+            with self.assertRaisesRegex(ccoll.InvalidArgumentError, "device meta; ccoll takes CPU and CUDA"):
+                comm.all_reduce(torch.empty(4, device="meta"))
+            with self.assertRaisesRegex(ccoll.InvalidArgumentError, "device meta"):
+                comm.all_reduce(torch.ones(4), out=torch.empty(4, device="meta"))
+
+    def test_hook_compressor_follows_the_bucket_layout(self):
+        # DDP's rebuild can keep a bucket's size and reorder its parameters: the error feedback of the old layout
+        # must not be added to the new one.
+        torch = TORCH
+        spec = "topk:density=0.25,chunk=64"
+        a, b = torch.nn.Parameter(torch.zeros(64)), torch.nn.Parameter(torch.zeros(64))
+        grads = torch.randn(128, generator=torch.Generator().manual_seed(1))
+        with _single_rank() as comm:
+            state = ccoll.torch.CcollHookState(comm, spec=spec)
+            ccoll.torch.allreduce_hook(state, _Bucket(grads.clone(), [a, b])).wait()
+            first = state._compressors[0][1]
+            ccoll.torch.allreduce_hook(state, _Bucket(grads.clone(), [a, b])).wait()
+            self.assertIs(state._compressors[0][1], first, "the same layout keeps its compressor")
+            got = ccoll.torch.allreduce_hook(state, _Bucket(grads.clone(), [b, a])).wait()
+            self.assertIsNot(state._compressors[0][1], first, "a reordered bucket needs a new compressor")
+            self.assertIsNone(first._handle, "the replaced compressor is freed")
+            with ccoll.Compressor(spec) as fresh:
+                expect = comm.all_reduce(grads.clone(), op="avg", compressor=fresh)
+            self.assertTrue(torch.equal(got, expect), "the old layout's error feedback was added")
+            state.close()
+
+    def test_replaced_compressor_outlives_its_queued_calls(self):
+        torch = TORCH
+        a, b = torch.nn.Parameter(torch.zeros(64)), torch.nn.Parameter(torch.zeros(64))
+        with _single_rank() as comm:
+            state = ccoll.torch.CcollHookState(comm, spec="topk:density=0.25,chunk=64", async_op=True)
+            gate = threading.Event()
+            state.worker.submit(lambda: gate.wait(10))  # the worker is busy: the hook's calls wait in the queue
+            old = ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(128), [a, b]))
+            new = ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(64), [b]))  # rebuilt: a new compressor
+            gate.set()
+            self.assertEqual(old.wait().tolist(), [1.0] * 128)
+            self.assertEqual(new.wait().tolist(), [1.0] * 64)
+            state.close()
+
+    def test_wants_shapes_reads_the_spec_values(self):
+        with _single_rank() as comm:
+            try:
+                ccoll.Compressor("powersgd").destroy()
+            except ccoll.InvalidUsageError as e:  # a build without BLAS has no PowerSGD
+                self.skipTest(str(e))
+            for spec, wants in [("powersgd:rank=2", True), ("powersgd:rows=0", True), ("powersgd:rows=0,cols=00", True),
+                                ("powersgd:rows=64", False), ("powersgd:cols=32,rank=2", False),
+                                ("powersgd:shapes=4x4+4", False), ("quant:bits=4", False), (None, False)]:
+                with self.subTest(spec=spec):
+                    state = ccoll.torch.CcollHookState(comm, spec=spec)
+                    self.assertEqual(state.wants_shapes, wants)
+                    state.close()
+
+    def test_worker_failure_aborts_and_fails_the_later_calls(self):
+        # Rank 1's first call fails before it reaches the library: its second call must not run, or it would be
+        # reduced with rank 0's first one.
+        torch = TORCH
+
+        def rank_main(rank, comm):
+            worker = ccoll.torch.CommWorker(comm)
+            b0, b1 = torch.full((4,), 100.0 + rank), torch.full((4,), 1.0 + rank)
+
+            def call0():
+                if rank == 1:
+                    raise ccoll.InvalidArgumentError("bucket 0 fails on rank 1")
+                return comm.all_reduce(b0, op="avg")
+
+            start = time.monotonic()
+            futures = [worker.submit(call0), worker.submit(lambda: comm.all_reduce(b1, op="avg"))]
+            out = []
+            for fut in futures:
+                try:
+                    out.append(fut.wait().tolist())
+                except ccoll.CcollError as e:
+                    out.append((type(e).__name__, str(e)))
+            worker.close()
+            return out, time.monotonic() - start, comm._handle is None
+
+        results = _thread_ranks(rank_main)
+        for rank, res in enumerate(results):
+            self.assertNotIsInstance(res, BaseException, "rank %d: %r" % (rank, res))
+            (first, second), seconds, aborted = res
+            self.assertTrue(aborted, "rank %d: the communicator was not aborted" % rank)
+            self.assertLess(seconds, 10.0, "rank %d waited for the timeout instead of failing" % rank)
+            self.assertIsInstance(first, tuple, "rank %d: bucket 0 was reduced: %s" % (rank, first))
+            self.assertIsInstance(second, tuple, "rank %d: bucket 1 was reduced: %s" % (rank, second))
+            self.assertEqual(second[0], "InvalidUsageError")
+            self.assertIn(first[1], second[1])  # names the first failure
+        self.assertEqual(results[1][0][0], ("InvalidArgumentError", "bucket 0 fails on rank 1"))
+        self.assertEqual(results[0][0][0][0], "RemoteError")
+
+    def test_sync_hook_failure_aborts(self):
+        # A synchronous hook call that raises aborts the communicator: the peer fails at once instead of waiting
+        # for its timeout (20 s here).
+        torch = TORCH
+        p = torch.nn.Parameter(torch.zeros(4))
+
+        def rank_main(rank, comm):
+            start = time.monotonic()
+            try:
+                if rank == 1:
+                    state = ccoll.torch.CcollHookState(comm, spec=None)
+                    ccoll.torch.allreduce_hook(state, _Bucket(torch.zeros(4, 2)[:, 0], [p]))  # not contiguous
+                else:
+                    comm.all_reduce(torch.ones(4))
+                error = None
+            except ccoll.CcollError as e:
+                error = type(e).__name__
+            return error, time.monotonic() - start, comm._handle is None
+
+        results = _thread_ranks(rank_main)
+        self.assertEqual([r[0] for r in results], ["RemoteError", "InvalidArgumentError"], results)
+        self.assertTrue(results[1][2], "the failing rank did not abort its communicator")
+        self.assertLess(results[0][1], 10.0, "the peer waited for its timeout")
+
+    def test_hook_raises_the_async_error(self):
+        # On CPU a collective that fails midway (here: the peer aborted) becomes the communicator's async error, as
+        # a CUDA call's later failure does. The next hook call raises it at once, also with async_op.
+        torch = TORCH
+        p = torch.nn.Parameter(torch.zeros(4))
+
+        def rank_main(rank, comm):
+            if rank == 1:
+                comm.abort()
+                return None
+            try:
+                comm.all_reduce(torch.ones(4))
+            except ccoll.RemoteError:
+                pass
+            state = ccoll.torch.CcollHookState(comm, spec=None, async_op=True)
+            error = comm.async_error()
+            try:
+                ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(4), [p]))
+                raised = None
+            except ccoll.CcollError as e:
+                raised = type(e).__name__
+            state.close()
+            return error, raised, comm._handle is None
+
+        results = _thread_ranks(rank_main)
+        self.assertEqual(results[0], (ccoll.errors.REMOTE_ERROR, "RemoteError", True), results)
 
 
 if __name__ == "__main__":
