@@ -38,7 +38,9 @@ struct Mailbox {
   std::condition_variable cv;
   std::vector<std::deque<LocalRequest*>> unmatchedSends;  // by source rank
   std::vector<std::deque<LocalRequest*>> postedRecvs;     // by source rank
-  bool present = false;
+  bool present = false;  // a rank's transport holds this mailbox now
+  bool joined = false;   // one has, since the group was made: a rank may finish its init and leave before its
+                         // slower peers check that it joined (LocalTransport::PeerPresent)
 };
 
 LocalRequest* TakeMatch(std::deque<LocalRequest*>* queue, uint64_t tag) {
@@ -170,6 +172,7 @@ ccResult_t LocalTransport::Create(const std::string& key, int rank, int nranks,
       return Fail(ccInvalidUsage, "rank %d joined the same group twice in this process", rank);
     }
     box->present = true;
+    box->joined = true;
     // Drop registry entries whose groups are gone.
     for (auto i = registry.begin(); i != registry.end();) {
       i = i->second.expired() ? registry.erase(i) : std::next(i);
@@ -188,7 +191,7 @@ LocalTransport::~LocalTransport() {
 bool LocalTransport::PeerPresent(int peer) const {
   Mailbox* box = group_->boxes[peer].get();
   std::lock_guard<std::mutex> lock(box->mutex);
-  return box->present;
+  return box->joined;
 }
 
 // Posts a send (isSend) or a receive. Both sides match in the mailbox of the receiving rank: the new request takes

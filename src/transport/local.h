@@ -30,7 +30,8 @@ class LocalTransport : public Transport {
   bool CarriesDeviceMemory() const override { return true; }
   void SetDeviceCopier(DeviceCopier* copier) override { copier_ = copier; }
 
-  // True once every rank of the group has registered (used to check that peers really are in this process).
+  // True once rank `peer` has joined the group, also if it has left since (used at init to check that peers really
+  // are in this process: a peer that finished its init first may already have destroyed its communicator).
   bool PeerPresent(int peer) const;
 
  private:
