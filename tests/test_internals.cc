@@ -715,7 +715,8 @@ TEST_CASE("LocalTransport::Create rejects a rank joining twice and a disagreeing
   REQUIRE(ccoll::LocalTransport::Create("test-local-create", 1, 3, &c) == ccSuccess);
   CHECK(a->PeerPresent(1));
   c.reset();
-  CHECK_FALSE(a->PeerPresent(1));
+  CHECK(a->PeerPresent(1));  // it joined: a peer's init may check after it has left (its calls find that out)
+  CHECK(ccoll::LocalTransport::Create("test-local-create", 1, 3, &c) == ccSuccess);  // its mailbox is free again
 }
 
 // ------------------------------------------------------------------------------------------------------------
