@@ -403,7 +403,7 @@ TEST_CASE("[gpu] device codecs run on the device buffers and equal the host call
       "quant:bits=4,mode=requant",
       "quant:bits=3,mode=requant,group=48,scale=bf16",  // codes end mid-byte: the packing pass
       "quant:bits=8,mode=requant,rotation=none,clip=0.001,scale=fp16",
-      "quant:bits=2,mode=requant,block=16384,rounding=correlated",
+      "quant:bits=2,mode=requant,block=16384,rounding=nearest",
       "quant:bits=4,mode=homomorphic",
       "quant:bits=2,mode=homomorphic,rounding=correlated,gather=requant",  // lane sums requantized for the all-gather
       "quant:bits=8,mode=homomorphic,rotation=none,clip=0.001,group=100",
