@@ -395,9 +395,9 @@ typedef enum {
  * Creates a compressor of the given kind with default parameters. A compressor is one gradient bucket's state on
  * one rank: its error-feedback memory and call counter. Use one compressor per bucket per rank (ranks that are
  * threads of one process need one each), with the same parameters on every rank, and pass it to every
- * ccAllReduce of that bucket; it binds to the bucket's element count and to the communicator at its first use
- * (another communicator's call with it is ccInvalidUsage until that one is destroyed or the compressor's state is
- * reset). Not thread-safe: one call at a time. A PowerSGD compressor also owns the bucket's Q (warm start); it needs a BLAS in the build
+ * ccAllReduce of that bucket; it binds to the bucket's element count at its first use. One call at a time: a call
+ * of another communicator (another rank's) while one is using it is ccInvalidUsage; the communicators of one rank
+ * may use it one after the other. A PowerSGD compressor also owns the bucket's Q (warm start); it needs a BLAS in the build
  * (ccInvalidUsage otherwise).
  */
 CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t kind);

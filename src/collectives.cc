@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "api_guard.h"
@@ -111,18 +112,48 @@ ccResult_t Usable(ccComm* comm, const Call& c) {
   return ccSuccess;
 }
 
-// Binds the compressor to this communicator at its first use: a compressor is one bucket's state on one rank, and
-// two ranks (thread ranks of one process, or two communicators) using one would mix their states. The binding ends
-// when the communicator is destroyed (ReleaseCompressorsOf) or the compressor's state is reset.
-ccResult_t BindCompressor(ccComm* comm, ccCompressor* comp, const char* fn) {
-  ccComm* owner = nullptr;
-  if (comp->owner.compare_exchange_strong(owner, comm) || owner == comm) return ccSuccess;
-  return Fail(ccInvalidUsage, "%s: the compressor is in use by another communicator (another rank, or another group "
-              "not destroyed yet); use one compressor per bucket per rank (rank %d)", fn, comm->rank);
-}
+// One call's use of its compressor (ccCompressor::user): taken when the call is validated, given back when the call is
+// done, which for a device call is when the proxy has run it (EnqueueOnDevice takes it over). A compressor is one
+// bucket's state on one rank, and two ranks (thread ranks of one process) using one at once would mix their states,
+// so a call of another communicator while it is in use is refused. Several communicators of one rank may use it,
+// one call after the other.
+class CompressorUse {
+ public:
+  CompressorUse() = default;
+  CompressorUse(const CompressorUse&) = delete;
+  CompressorUse& operator=(const CompressorUse&) = delete;
+  ~CompressorUse() { Release(comp_); }
 
-// Checks everything that can be checked locally. On success fills *args.
-ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice) {
+  ccResult_t Take(const ccComm* comm, ccCompressor* comp, const char* fn) {
+    std::lock_guard<std::mutex> lock(comp->useMutex);
+    if (comp->uses > 0 && comp->user != comm) {
+      return Fail(ccInvalidUsage, "%s: the compressor is in use by a call of another communicator (another rank's?); "
+                  "a compressor is one bucket's state on one rank: use one per bucket per rank (rank %d)", fn,
+                  comm->rank);
+    }
+    comp->user = comm;
+    ++comp->uses;
+    comp_ = comp;
+    return ccSuccess;
+  }
+  // The caller gives the use back itself, with Release, once the call is done.
+  ccCompressor* Detach() {
+    ccCompressor* comp = comp_;
+    comp_ = nullptr;
+    return comp;
+  }
+  static void Release(ccCompressor* comp) {
+    if (comp == nullptr) return;
+    std::lock_guard<std::mutex> lock(comp->useMutex);
+    if (--comp->uses == 0) comp->user = nullptr;
+  }
+
+ private:
+  ccCompressor* comp_ = nullptr;
+};
+
+// Checks everything that can be checked locally, and takes the compressor's use. On success fills *args.
+ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice, CompressorUse* use) {
   const char* fn = KindName(c.kind);
   const int rank = comm->rank, n = comm->nranks;
   if (!ccoll::IsValidDataType(c.dtype)) {
@@ -159,7 +190,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice)
       return Fail(ccInvalidArgument, "%s: compressor %p is not a live compressor (destroyed?) on rank %d", fn,
                   static_cast<void*>(c.compressor), rank);
     }
-    CC_CHECK(BindCompressor(comm, c.compressor, fn));
+    CC_CHECK(use->Take(comm, c.compressor, fn));
     if (dtype != ccFloat32 && !ccoll::IsHalfFloat(dtype)) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes float32, bfloat16 or float16 data, not %s (rank "
                   "%d)", fn, ccoll::DataTypeName(dtype), rank);
@@ -364,7 +395,7 @@ ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
 // other call is staged through host memory, where the host schedules run in place on the staging buffer:
 // all-reduce and broadcast on the whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's
 // block at rank * count).
-ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
+ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, CompressorUse* use) {
 #ifdef CCOLL_HAVE_CUDA
   CC_CHECK(ccoll::PrepareDevice(comm->config.cudaDev));  // before any stream of the device waits for the proxy
 #endif
@@ -407,7 +438,11 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args) {
   if (c.compressor != nullptr) {
     c.compressor->boundCount = args.count;  // the next call's check sees the binding before this one runs
     c.compressor->inFlight.fetch_add(1);
-    hold.reset(c.compressor, [](ccCompressor* comp) { comp->inFlight.fetch_sub(1); });
+    use->Detach();  // given back when the call is gone, before the count that lets it be destroyed
+    hold.reset(c.compressor, [](ccCompressor* comp) {
+      CompressorUse::Release(comp);
+      comp->inFlight.fetch_sub(1);
+    });
   }
   return proxy->Enqueue(staged, [comm, c, args, resident, hostSend, hostRecv, hold](char* staging) {
     if (staging == nullptr) return;  // skipped
@@ -466,7 +501,8 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     }
     CollArgs args;
     bool onDevice = false;
-    r = Validate(comm, c, &args, &onDevice);
+    CompressorUse compressorUse;  // given back when this returns, unless a queued device call took it over
+    r = Validate(comm, c, &args, &onDevice, &compressorUse);
     if (r != ccSuccess) return Refuse(comm, c, r);
     if (c.compressor != nullptr && c.count > 0) {
       c.compressor->memory = MemoryOf(comm, c.compressor, onDevice);
@@ -474,7 +510,7 @@ ccResult_t Run(ccComm* comm, const Call& c) {
 #ifdef CCOLL_HAVE_NCCL
     if (r == ccSuccess && onDevice && comm->streamTransport) return QueueOnStream(comm, c, args);
 #endif
-    if (r == ccSuccess && onDevice) r = EnqueueOnDevice(comm, c, args);
+    if (r == ccSuccess && onDevice) r = EnqueueOnDevice(comm, c, args, &compressorUse);
     if (r != ccSuccess) {
       comm->RecordError(ccoll::LastError());
       return r;

@@ -32,14 +32,6 @@ bool IsLiveCompressor(ccCompressor* c) {
   return Live().count(c) != 0;
 }
 
-void ReleaseCompressorsOf(const ccComm* comm) {
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  for (ccCompressor* c : Live()) {
-    ccComm* owner = const_cast<ccComm*>(comm);
-    c->owner.compare_exchange_strong(owner, nullptr);
-  }
-}
-
 ccResult_t NewCompressor(int kind, ccCompressor** out) {
   unsigned bit = KindBit(kind);
   if (bit == 0) {

@@ -9,7 +9,6 @@
 
 #include "api_guard.h"
 #include "ccoll.h"
-#include "compress/compressor.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
@@ -28,7 +27,6 @@ namespace {
 void DeleteComm(ccComm* comm) {
   ccoll::UnregisterComm(comm);
   if (comm->initThread.joinable()) comm->initThread.join();
-  ccoll::ReleaseCompressorsOf(comm);
   delete comm;
 }
 

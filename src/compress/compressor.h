@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,7 +65,6 @@ struct ccCompressor {
   // State of the bucket, reset when a parameter changes.
   uint64_t calls = 0;
   std::atomic<size_t> boundCount{0};  // element count of the bucket (0: not bound yet)
-  std::atomic<ccComm*> owner{nullptr};  // the communicator (one rank) of its calls until it is destroyed (null: none)
   // Device calls queued with this compressor and not yet run (core/device_proxy.h): destroying it, changing a
   // parameter or resetting it waits for them.
   std::atomic<int> inFlight{0};
@@ -81,6 +81,13 @@ struct ccCompressor {
   // Device calls with a device codec: stream, scratch, the error feedback in device memory.
   std::shared_ptr<ccoll::DeviceCodecState> device;
 
+  // The calls using it now, all of one communicator (collectives.cc: CompressorUse): a compressor is one bucket's
+  // state on one rank, so another communicator's call (another rank's) meanwhile is refused. It may serve several
+  // communicators of one rank, one after the other.
+  std::mutex useMutex;
+  const ccComm* user = nullptr;
+  int uses = 0;
+
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   // Waits until no queued device call uses this compressor any more.
   void WaitIdle() const {
@@ -90,7 +97,6 @@ struct ccCompressor {
     WaitIdle();
     calls = 0;
     boundCount = 0;
-    owner = nullptr;
     errorFeedback.clear();
     errorFeedback.shrink_to_fit();
     lowRankQ.clear();
@@ -104,9 +110,6 @@ namespace ccoll {
 
 // True while c is a compressor made by ccCompressorCreate* and not destroyed yet.
 bool IsLiveCompressor(ccCompressor* c);
-// Unbinds every live compressor bound to comm (collectives.cc binds one at its first call): comm is being destroyed,
-// and its address may be reused by the next communicator.
-void ReleaseCompressorsOf(const ccComm* comm);
 
 // False, with the reason in *why, when c's parameters cannot run together: rounding=correlated outside the
 // homomorphic mode. (Each parameter on its own is checked when it is set.)
