@@ -11,7 +11,8 @@
 // Prepare only records the buffers; a rotation block is rotated the first time a hop reads any of its elements,
 // and rotated back as soon as the all-gather has decoded all of them. Both passes then run between the ring's
 // transfers instead of before and after the whole ring, with the same arithmetic per block as the eager passes
-// (the same bytes).
+// (the same bytes). homomorphic needs every rotated value for its scales before the ring, so only its rotation back
+// is lazy.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -57,11 +58,13 @@ class QuantCodec : public Codec {
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
     if (pipeline_ && plan_.rotate && !plan_.homomorphic) {
-      PlanLazyRotation(input, work, count);
+      PlanLazyRotation(input, work, count, /*rotated=*/false);
       return;
     }
     if (plan_.rotate) {
       RotateForward(input, work, count, plan_.block, plan_.signKey);
+      // homomorphic: the scales need every rotated value before the ring, but the rotation back can run inside it.
+      if (pipeline_) PlanLazyRotation(input, work, count, /*rotated=*/true);
     } else if (work != input) {
       std::memcpy(work, input, count * sizeof(float));
     }
@@ -108,8 +111,8 @@ class QuantCodec : public Codec {
       DecodeLanes(wire, off, len, out);
     } else {
       DecodeRequant(wire, len, out);
-      if (lazy_) FinishDecoded(off, len);
     }
+    if (lazy_) FinishDecoded(off, len);
   }
 
   void PipelinePrepareAndFinish(bool average) override {
@@ -137,7 +140,8 @@ class QuantCodec : public Codec {
 
  private:
   // Rotation blocks are ForEachRotationBlock's: full blocks of plan_.block, then a tail of smaller powers of two.
-  void PlanLazyRotation(const float* input, float* work, size_t count) {
+  // rotated: work holds every block rotated already (homomorphic), and only the rotation back is lazy.
+  void PlanLazyRotation(const float* input, float* work, size_t count, bool rotated) {
     lazy_ = true;
     input_ = input;
     work_ = work;
@@ -147,7 +151,7 @@ class QuantCodec : public Codec {
     ForEachRotationBlock(count - tail0, plan_.block,
                          [&](size_t off, size_t len) { tail_.push_back({tail0 + off, len}); });
     const size_t blocks = full_ + tail_.size();
-    rotated_.assign(blocks, 0);
+    rotated_.assign(blocks, rotated ? 1 : 0);
     decoded_.assign(blocks, 0);
     finishScale_ = average_ ? 1.0f / static_cast<float>(plan_.nranks) : 1.0f;
   }
@@ -232,7 +236,7 @@ class QuantCodec : public Codec {
   std::vector<float> vals_;     // one slice of values being re-encoded
   std::vector<uint16_t> codes_;  // one slice of codes
   std::vector<char> sums_;     // homomorphic with a requantized all-gather: the owner's lane sums of a slice
-  // Lazy rotation (requant with rotation).
+  // Lazy rotation (requant with rotation; homomorphic with rotation only rotates back lazily).
   struct Span {
     size_t off, len;
   };
