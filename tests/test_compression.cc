@@ -26,6 +26,7 @@
 
 #include "ccoll.h"
 #include "collectives/call_check.h"
+#include "collectives/compressed.h"
 #include "compress/hadamard.h"
 #include "compress/bitpack.h"
 #include "compress/codecs.h"
@@ -1395,6 +1396,50 @@ TEST_CASE("requant's pipelined rotation gives the bytes of the eager passes", "[
         }
         CHECK(std::memcmp(result[1][0].data(), result[1][1].data(), count * sizeof(float)) == 0);
         ccCompressorDestroy(comp);
+      }
+    }
+  }
+}
+
+TEST_CASE("homomorphic calls run in segments (pre-pass overlapped with the ring) give the bytes of one ring",
+          "[rotation][pipeline][segments]") {
+  // Over a network a long homomorphic call runs segment by segment, the next segment's rotation and scales in the
+  // waits of the current one; here the segments are forced on thread ranks, and the bytes must not change.
+  const char* specs[] = {"quant:bits=4,mode=homomorphic", "quant:bits=2,mode=homomorphic,rotation=none,group=100",
+                         "quant:bits=8,mode=homomorphic,block=256,group=64",
+                         "quant:bits=4,mode=homomorphic,rounding=correlated,block=4096,clip=0.001"};
+  struct Reset {
+    ~Reset() { ccoll::SetCodecSegmentsForTesting(0); }
+  } reset;
+  for (int n : {2, 3}) {
+    Group g = MakeGroup(n, ccAlgoRing);
+    REQUIRE(g.status == ccSuccess);
+    for (const char* spec : specs) {
+      for (size_t count : {size_t{5000}, size_t{3 * 4096 + 77}, size_t{65536}}) {
+        const Buffers in = CorrInput(n, count, 900 + count);
+        for (ccRedOp_t op : {ccSum, ccAvg}) {
+          for (bool inPlace : {false, true}) {
+            CAPTURE(n, spec, count, op, inPlace);
+            Buffers want;
+            for (int segments : {1, 3, 7}) {
+              CAPTURE(segments);
+              ccoll::SetCodecSegmentsForTesting(segments);
+              Compressors comps(spec, n, 5);
+              REQUIRE(comps.status == ccSuccess);
+              CallResult res = AllReduce(g, comps, in, op, inPlace);
+              REQUIRE(res.Failure() == "");
+              CHECK(FirstDifferentRank(res.out) == -1);
+              CHECK(std::all_of(res.out[0].begin(), res.out[0].end(), [](float x) { return std::isfinite(x); }));
+              if (segments == 1) {
+                want = res.out;
+                continue;
+              }
+              for (int r = 0; r < n; ++r) {
+                CHECK(std::memcmp(res.out[r].data(), want[r].data(), count * sizeof(float)) == 0);
+              }
+            }
+          }
+        }
       }
     }
   }

@@ -28,4 +28,8 @@ ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, si
 // All-reduces a codec's metadata (group maxima, chunk norms) exactly with `op`: every rank ends with the same values.
 ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op);
 
+// For tests: every host call whose codec's pre-pass splits (Codec::SegmentAlign) runs in `segments` segments, on any
+// transport; 0 (the default) runs them so over a network only, one per 512 Ki elements up to 64.
+void SetCodecSegmentsForTesting(int segments);
+
 }  // namespace ccoll

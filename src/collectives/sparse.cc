@@ -74,14 +74,6 @@ class UnsentChunks : public IdleWork {
   AddReport seen_;
 };
 
-// Whether the transport to some peer runs idle work in its waits (transport.h): a network's, not the local transport.
-bool WaitsRunIdleWork(const ccComm& comm) {
-  for (const Transport* t : comm.peers) {
-    if (t != nullptr && t->RunsIdleWork()) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 // 16-bit data: the bytes of the float32 call on the widened values, narrowed (compress/widen.h); with error feedback

@@ -62,6 +62,18 @@ class Codec {
   // every finished block into `output` (which may be `input`: a block is read before it is written). Prepare's input
   // is then not read, and after Finish `output` holds the result. False: the caller widens and narrows in passes.
   virtual bool PipelineHalfData(ccDataType_t /*dtype*/, const void* /*input*/, void* /*output*/) { return false; }
+
+  // Optional, after PipelinePrepareAndFinish, for a caller that runs the call in segments (collectives/compressed.cc):
+  // the alignment of segment boundaries when the pre-pass can be split so, 0 when it cannot. Then, instead of
+  // Prepare: BeginSegments once, and for each segment [begin, end) in order (begin and end multiples of the
+  // alignment, or end == count) PrepareRange over consecutive parts of it, each writing MetaCount(part) values of
+  // meta (the part's share of what Prepare would have written), then SetMetaRange with the segment's agreed meta
+  // before the schedule runs over it. The result is Prepare's, byte for byte.
+  virtual size_t SegmentAlign() const { return 0; }
+  virtual void BeginSegments(const float* /*input*/, float* /*work*/, size_t /*count*/) {}
+  virtual size_t MetaCount(size_t /*begin*/, size_t /*end*/) const { return 0; }
+  virtual void PrepareRange(size_t /*begin*/, size_t /*end*/, float* /*meta*/) {}
+  virtual void SetMetaRange(size_t /*begin*/, size_t /*end*/, const float* /*agreed*/) {}
 };
 
 }  // namespace ccoll

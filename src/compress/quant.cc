@@ -12,7 +12,9 @@
 // and rotated back as soon as the all-gather has decoded all of them. Both passes then run between the ring's
 // transfers instead of before and after the whole ring, with the same arithmetic per block as the eager passes
 // (the same bytes). homomorphic needs every rotated value for its scales before the ring, so only its rotation back
-// is lazy.
+// is lazy; but its pre-pass splits into segments (SegmentAlign), so that over a network the call runs segment by
+// segment with the next segment's rotation and scales in the current one's waits (collectives/compressed.cc).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -80,6 +82,48 @@ class QuantCodec : public Codec {
   }
 
   void SetMeta(const std::vector<float>& agreed) override { scales_ = agreed; }
+
+  // The homomorphic pre-pass (rotation, then a scale per group) splits at boundaries of whole groups and rotation
+  // blocks; with the exact all-gather the lane sums do not depend on which rank owns which slice, so a segmented call
+  // computes the bytes of one ring over the whole buffer.
+  size_t SegmentAlign() const override {
+    if (!pipeline_ || !plan_.homomorphic || !plan_.gatherExact) return 0;
+    if (!plan_.rotate) return plan_.group;
+    const size_t big = std::max(plan_.group, plan_.block), small = std::min(plan_.group, plan_.block);
+    return big % small == 0 ? big : 0;
+  }
+
+  void BeginSegments(const float* input, float* work, size_t count) override {
+    input_ = input;
+    work_ = work;
+    scales_.assign((count + plan_.group - 1) / plan_.group, 0.0f);
+    if (plan_.rotate) PlanLazyRotation(input, work, count, /*rotated=*/true);  // rotated by PrepareRange
+  }
+
+  size_t MetaCount(size_t begin, size_t end) const override {
+    return (end - begin + plan_.group - 1) / plan_.group;
+  }
+
+  // [begin, end): whole rotation blocks (ForEachRotationBlock's, from BlockOf) and groups, or the buffer's end.
+  void PrepareRange(size_t begin, size_t end, float* meta) override {
+    if (begin == end) return;
+    if (plan_.rotate) {
+      for (size_t b = BlockOf(begin), last = BlockOf(end - 1); b <= last; ++b) {
+        size_t bo, bl;
+        BlockSpan(b, &bo, &bl);
+        RotateBlockForward(input_ + bo, work_ + bo, bl, bo, plan_.signKey);
+      }
+    } else if (work_ != input_) {
+      std::memcpy(work_ + begin, input_ + begin, (end - begin) * sizeof(float));
+    }
+    for (size_t at = begin; at < end; at += plan_.group) {
+      *meta++ = GroupScaleOf(work_ + at, std::min(plan_.group, end - at), plan_.clipK);
+    }
+  }
+
+  void SetMetaRange(size_t begin, size_t end, const float* agreed) override {
+    std::copy(agreed, agreed + MetaCount(begin, end), scales_.begin() + static_cast<std::ptrdiff_t>(begin / plan_.group));
+  }
 
   size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len,
           void* wireOut) override {

@@ -407,6 +407,13 @@ bool AcquireComm(ccComm* comm) {
 
 void ReleaseComm(ccComm* comm) { comm->activeCalls.fetch_sub(1); }
 
+bool WaitsRunIdleWork(const ccComm& comm) {
+  for (const Transport* t : comm.peers) {
+    if (t != nullptr && t->RunsIdleWork()) return true;
+  }
+  return false;
+}
+
 }  // namespace ccoll
 
 ccComm::~ccComm() { proxy.reset(); }

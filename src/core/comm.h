@@ -140,6 +140,9 @@ class Inflight {
   std::unordered_set<Request*> open_;  // O(1) removal: schedules may hold many sends open at once
 };
 
+// Whether the transport to some peer runs idle work in its waits (transport.h): a network's, not the local transport.
+bool WaitsRunIdleWork(const ccComm& comm);
+
 // Gives the schedules the caller runs in its scope `work` to do while they wait for the network, then takes it back.
 class IdleScope {
  public:
