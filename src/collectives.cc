@@ -1,5 +1,6 @@
 // C API entry points of the collectives: every argument is checked here, before any byte moves, so that bad input
 // gets a specific error and leaves recvbuff untouched; then the schedule runs.
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -122,10 +123,16 @@ class CompressorUse {
   CompressorUse() = default;
   CompressorUse(const CompressorUse&) = delete;
   CompressorUse& operator=(const CompressorUse&) = delete;
-  ~CompressorUse() { Release(comp_); }
+  ~CompressorUse() { Release(comp_, false); }
 
+  // When only device calls of another communicator, queued on its proxy, hold it (one rank's communicators one after
+  // the other on its stream), waits for them, at most the communicator's timeout.
   ccResult_t Take(const ccComm* comm, ccCompressor* comp, const char* fn) {
-    std::lock_guard<std::mutex> lock(comp->useMutex);
+    std::unique_lock<std::mutex> lock(comp->useMutex);
+    if (comp->uses > 0 && comp->user != comm && comp->queuedUses == comp->uses) {
+      comp->useFreed.wait_for(lock, std::chrono::milliseconds(comm->config.timeoutMs),
+                              [comp] { return comp->uses == 0; });
+    }
     if (comp->uses > 0 && comp->user != comm) {
       return Fail(ccInvalidUsage, "%s: the compressor is in use by a call of another communicator (another rank's?); "
                   "a compressor is one bucket's state on one rank: use one per bucket per rank (rank %d)", fn,
@@ -136,16 +143,21 @@ class CompressorUse {
     comp_ = comp;
     return ccSuccess;
   }
-  // The caller gives the use back itself, with Release, once the call is done.
-  ccCompressor* Detach() {
-    ccCompressor* comp = comp_;
+  // A queued device call takes the use over; it gives it back with Release(comp, true) once it is gone.
+  void HandToQueue() {
+    if (comp_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(comp_->useMutex);
+    ++comp_->queuedUses;
     comp_ = nullptr;
-    return comp;
   }
-  static void Release(ccCompressor* comp) {
+  static void Release(ccCompressor* comp, bool queued) {
     if (comp == nullptr) return;
     std::lock_guard<std::mutex> lock(comp->useMutex);
-    if (--comp->uses == 0) comp->user = nullptr;
+    if (queued) --comp->queuedUses;
+    if (--comp->uses == 0) {
+      comp->user = nullptr;
+      comp->useFreed.notify_all();
+    }
   }
 
  private:
@@ -314,7 +326,10 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
     std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
     ccoll::SetLastError(sentence);
     comm->RecordError(sentence);
-    if (deferred) comm->asyncError = r;
+    if (deferred) {
+      comm->failedInStep = true;
+      comm->asyncError = r;
+    }
   }
   return r;
 }
@@ -324,6 +339,7 @@ ccResult_t FailCommunicator(ccComm* comm, const Call& c, ccResult_t r) {
   std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
   ccoll::SetLastError(sentence);
   comm->RecordError(sentence);
+  comm->failedInStep = false;
   comm->asyncError = r;
   comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
   return r;
@@ -438,9 +454,9 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
   if (c.compressor != nullptr) {
     c.compressor->boundCount = args.count;  // the next call's check sees the binding before this one runs
     c.compressor->inFlight.fetch_add(1);
-    use->Detach();  // given back when the call is gone, before the count that lets it be destroyed
+    use->HandToQueue();  // given back when the call is gone, before the count that lets it be destroyed
     hold.reset(c.compressor, [](ccCompressor* comp) {
-      CompressorUse::Release(comp);
+      CompressorUse::Release(comp, true);
       comp->inFlight.fetch_sub(1);
     });
   }
@@ -466,7 +482,8 @@ ccResult_t Refuse(ccComm* comm, const Call& c, ccResult_t r) {
   comm->RecordError(why);
   if (!comm->config.checkCalls || !comm->hostTransports || comm->nranks == 1) return r;
   comm->DrainDevice();
-  if (comm->AsyncError() == ccSuccess) {
+  const int async = comm->AsyncError();
+  if (!comm->aborting.load() && (async == ccSuccess || comm->failedInStep)) {
     bool agreed = false;
     const ccResult_t told = ccoll::CheckCallMatches(
         comm, ccoll::RefusedCall(static_cast<int>(c.kind), c.count, c.dtype, c.op, c.root, r), &agreed);
@@ -474,6 +491,7 @@ ccResult_t Refuse(ccComm* comm, const Call& c, ccResult_t r) {
       const std::string sentence = why + "; telling the other ranks failed too (" + ccoll::LastError() +
                                    "), so the communicator is aborted";
       comm->RecordError(sentence);
+      comm->failedInStep = false;
       comm->asyncError = told;
       comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
       ccoll::SetLastError(sentence);
@@ -495,6 +513,9 @@ ccResult_t Run(ccComm* comm, const Call& c) {
                   "initialized)", fn, static_cast<void*>(comm));
     }
     ccResult_t r = Usable(comm, c);
+    // A communicator that failed in step refuses its calls, and its peers learn it in the call check instead of
+    // waiting for this rank until the timeout.
+    if (r != ccSuccess && comm->failedInStep && comm->AsyncError() != ccInProgress) return Refuse(comm, c, r);
     if (r != ccSuccess) {
       comm->RecordError(ccoll::LastError());
       return r;

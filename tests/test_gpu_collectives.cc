@@ -1014,3 +1014,99 @@ TEST_CASE("[gpu] destroying a PowerSGD compressor while another rank's call wait
   std::memcpy(out.data(), dev.out[0].data(), count * 4);
   for (float v : out) REQUIRE(std::isfinite(v));
 }
+
+TEST_CASE("[gpu] a refusal met by a peer's device call: later calls fail at once on both ranks",
+          "[gpu][device][args]") {
+  SKIP_WITHOUT_DEVICE();
+  if (!cctest::CallCheckOn()) return;  // the refusal travels in the call check
+  const int n = 2;
+  const size_t count = 1024;
+  Group g;
+  g.comms.assign(n, nullptr);
+  {
+    ccUniqueId id;
+    REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+    std::vector<ccResult_t> rc(n);
+    RunRanks(n, [&](int r) {
+      ccConfig_t c = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 4000);
+      c.cudaDev = 0;
+      rc[r] = ccCommInitRankConfig(&g.comms[r], n, id, r, &c);
+    });
+    REQUIRE(rc[0] == ccSuccess);
+    REQUIRE(rc[1] == ccSuccess);
+  }
+  Streams st(n);
+  float* dev = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev), count * 4) == cudaSuccess);
+  std::vector<std::vector<float>> host(n, std::vector<float>(count, 1.0f));
+  std::vector<RankResult> results(n);
+  // Rank 0 refuses (recvbuff NULL); rank 1's device call learns it in the call check, on its proxy: its
+  // communicator fails (its stream is released without a result), but in step.
+  RunRanks(n, [&](int r) {
+    if (r == 0) {
+      results[r] = Record(ccAllReduce(host[0].data(), nullptr, count, ccFloat32, ccSum, nullptr, g[0], nullptr), g[0]);
+    } else {
+      results[r] = Record(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, g[1], st[1]), g[1]);
+      cudaStreamSynchronize(st.s[1]);
+    }
+  });
+  CHECK(results[0].rc == ccInvalidArgument);
+  ccResult_t async = ccSuccess;
+  REQUIRE(ccCommGetAsyncError(g[1], &async) == ccSuccess);
+  CHECK(async == ccInvalidUsage);
+  // Then both make good host calls, twice: rank 1 refuses them (its communicator failed), and rank 0 learns it at
+  // once each time instead of waiting 4 s for rank 1.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> seconds(n);
+    RunRanks(n, [&](int r) {
+      const auto start = std::chrono::steady_clock::now();
+      results[r] = Record(ccAllReduce(host[r].data(), host[r].data(), count, ccFloat32, ccSum, nullptr, g[r], nullptr),
+                          g[r]);
+      seconds[r] = cctest::SecondsSince(start);
+    });
+    INFO("round " << round << ": rank 0: " << results[0].error << "; rank 1: " << results[1].error);
+    CHECK(results[1].rc == ccInvalidUsage);
+    CHECK(Contains(results[1].error, "failed earlier"));
+    CHECK(results[0].rc == ccInvalidUsage);
+    CHECK(Contains(results[0].error, "rank 1 refused its arguments"));
+    CHECK(seconds[0] < 2.0);
+    CHECK(seconds[1] < 2.0);
+    for (float x : host[0]) CHECK(x == 1.0f);
+  }
+  cudaFree(dev);
+}
+
+TEST_CASE("[gpu] one rank's compressor serves two of its communicators back to back on one stream",
+          "[gpu][device][codec]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2;
+  Group a = DeviceGroup(n), b = DeviceGroup(n);
+  REQUIRE(a.status == ccSuccess);
+  REQUIRE(b.status == ccSuccess);
+  Streams st(n);
+  const size_t count = 1 << 14;
+  Compressors comps("quant:bits=4", n, 3);
+  REQUIRE(comps.status == ccSuccess);
+  std::vector<float*> dev(n, nullptr);
+  for (auto& d : dev) REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), count * 4) == cudaSuccess);
+  std::vector<RankResult> results(n);
+  RunRanks(n, [&](int r) {
+    ccResult_t rc = ccSuccess;
+    for (int i = 0; i < 10 && rc == ccSuccess; ++i) {
+      rc = ccAllReduce(dev[r], dev[r], count, ccFloat32, ccAvg, comps[r], a[r], st[r]);
+      if (rc == ccSuccess) rc = ccAllReduce(dev[r], dev[r], count, ccFloat32, ccAvg, comps[r], b[r], st[r]);
+    }
+    results[r] = Record(rc, rc == ccSuccess ? nullptr : a[r]);
+    cudaStreamSynchronize(st.s[r]);
+  });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << results[r].error);
+    CHECK(results[r].rc == ccSuccess);
+    ccResult_t asyncA = ccSuccess, asyncB = ccSuccess;
+    REQUIRE(ccCommGetAsyncError(a[r], &asyncA) == ccSuccess);
+    REQUIRE(ccCommGetAsyncError(b[r], &asyncB) == ccSuccess);
+    CHECK(asyncA == ccSuccess);
+    CHECK(asyncB == ccSuccess);
+  }
+  for (auto d : dev) cudaFree(d);
+}

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -85,8 +86,10 @@ struct ccCompressor {
   // state on one rank, so another communicator's call (another rank's) meanwhile is refused. It may serve several
   // communicators of one rank, one after the other.
   std::mutex useMutex;
+  std::condition_variable useFreed;  // uses dropped to 0
   const ccComm* user = nullptr;
   int uses = 0;
+  int queuedUses = 0;  // of them, device calls queued on the communicator's proxy
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   // Waits until no queued device call uses this compressor any more.

@@ -69,6 +69,9 @@ struct ccComm {
   ccoll::IdleWork* idleWork = nullptr;
 
   std::atomic<int> asyncError{ccSuccess};
+  // The async error came from a call check that every rank agreed on (a device call that the ranks did not all make
+  // alike): nothing moved, so the ranks are still in step, and this rank's later calls, refused, still join the check.
+  std::atomic<bool> failedInStep{false};
   std::atomic<bool> aborting{false};  // set by ccCommAbort: a running non-blocking init gives up
   std::thread initThread;
   std::atomic<int> activeCalls{0};
