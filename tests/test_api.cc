@@ -1015,7 +1015,8 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
       int64_t value;
     };
     for (const GoodSpec& g : {GoodSpec{"quant:bits=08", ccParamBits, 8}, GoodSpec{"quant:seed=0x10", ccParamSeed, 16},
-                              GoodSpec{"quant:seed=010", ccParamSeed, 10}, GoodSpec{"quant:clip=1e-6", ccParamClipPpm, 1},
+                              GoodSpec{"quant:seed=010", ccParamSeed, 10},
+                              GoodSpec{"quant:clip=1e-6", ccParamClipPpm, 1},
                               GoodSpec{"quant:mode=homomorphic,rounding=correlated", ccParamRounding, 2}}) {
       INFO(g.spec);
       REQUIRE(ccCompressorCreateFromString(&q, g.spec) == ccSuccess);
@@ -1237,6 +1238,16 @@ TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an 
   CHECK(Contains(err, "CC_TIMEOUT_MS=\"2s\" is not an integer"));
 }
 
+TEST_CASE("env_child: an empty CC_* integer is not set; one with a sign or a blank is not an integer",
+          "[.][env_child]") {
+  ccUniqueId id;
+  const ccResult_t rc = ccGetUniqueId(&id);
+  const std::string err = ccGetLastError(nullptr);
+  INFO(err);
+  CHECK(rc == ccInvalidArgument);
+  CHECK(Contains(err, "CC_TREE_DEPTH=\"+4\" is not an integer"));
+}
+
 TEST_CASE("a CC_* integer variable that is not an integer fails init naming it, also as a process's first call",
           "[api][init]") {
   // In a fresh process: the first message logged sets up logging, which reads CC_DEBUG (this hung, once).
@@ -1247,4 +1258,11 @@ TEST_CASE("a CC_* integer variable that is not an integer fails init naming it, 
   INFO(out);
   CHECK(!died);
   CHECK(Contains(out, "All tests passed"));
+  // Launchers export empty variables: CC_RANK= is not set, so it is not what init names.
+  const std::string out2 = cctest::RunHiddenCase(
+      "env_child: an empty CC_* integer is not set; one with a sign or a blank is not an integer",
+      "CC_RANK= CC_TREE_DEPTH=+4 timeout 60", &died);
+  INFO(out2);
+  CHECK(!died);
+  CHECK(Contains(out2, "All tests passed"));
 }

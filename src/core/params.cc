@@ -1,5 +1,6 @@
 #include "core/params.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -111,8 +112,11 @@ bool ParamIsSet(const char* name) {
 
 namespace {
 
-// An integer parameter's text: a plain integer (maybe negative) or a size ("64K"); false when it is neither.
+// An integer parameter's text: a plain integer (maybe negative) or a size ("64K"); false when it is neither (no
+// blank, no '+').
 bool ParseIntParam(const char* text, int64_t* value) {
+  const char* digits = text[0] == '-' ? text + 1 : text;
+  if (!std::isdigit(static_cast<unsigned char>(digits[0]))) return false;
   errno = 0;
   char* end = nullptr;
   long long v = std::strtoll(text, &end, 10);
@@ -130,6 +134,7 @@ int64_t ParamInt(const char* name) {
   Cache& cache = TheCache();
   int64_t value = std::strtoll(def->defaultValue, nullptr, 10);  // defaults are plain integers, maybe negative
   const char* env = std::getenv(name);
+  if (env != nullptr && *env == '\0') env = nullptr;  // set but empty, as launchers export them: not set
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
     auto it = cache.ints.find(name);
@@ -149,7 +154,7 @@ const char* MalformedIntParam(std::string* text) {
   for (const ParamDef* p = kParams; p->name != nullptr; ++p) {
     const char* env = p->type == ParamType::kInt ? std::getenv(p->name) : nullptr;
     int64_t ignored = 0;
-    if (env != nullptr && !ParseIntParam(env, &ignored)) {
+    if (env != nullptr && *env != '\0' && !ParseIntParam(env, &ignored)) {
       *text = env;
       return p->name;
     }

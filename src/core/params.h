@@ -21,8 +21,8 @@ struct ParamDef {
 // The table, for printing. Ends with a {nullptr} row.
 const ParamDef* ParamTable();
 
-// Value of a registered integer parameter: the environment when set and valid, else the default. A set but
-// malformed value is logged once (WARN) and the default is used. Unknown names are a programming error: abort.
+// Value of a registered integer parameter: the environment when set (not empty) and valid, else the default. A set
+// but malformed value is logged once (WARN) and the default is used. Unknown names are a programming error: abort.
 int64_t ParamInt(const char* name);
 // Value of a registered string parameter.
 std::string ParamString(const char* name);
