@@ -2,7 +2,6 @@
 
 import ctypes
 import threading
-import weakref
 
 from . import _buffer, _ints
 from ._library import CC_UNIQUE_ID_BYTES, CommStats, UniqueId, lib, new_config
@@ -69,24 +68,19 @@ def _config(timeout_ms, algorithm, transport, cuda_device=None):
     return config
 
 
-# Per store, prefix and rank, how many from_store calls were made: rank r's k-th call on a store uses the k-th key,
-# whether the ranks are processes or threads of one process sharing the store, so a group can be made more than once
-# from one store without a rank reading an older group's id. A store that cannot be weakly referenced is kept alive
-# in _store_calls_by_id (its id must not be reused by another store).
+# Per prefix and rank, how many from_store calls this process made: rank r's k-th call with a prefix uses the k-th key,
+# whether the ranks are processes or threads of one process, so a group can be made more than once without a rank
+# reading an older group's id. Counted per process, not per store object: a framework may hand out a new wrapper of
+# the same store (a PrefixStore, the default store's binding) for each call.
 _store_lock = threading.Lock()
-_store_calls = weakref.WeakKeyDictionary()
-_store_calls_by_id = {}
+_store_calls = {}
 
 
 def _store_key(store, prefix, rank):
-    """The key of this rank's next from_store call on store with prefix."""
+    """The key of this rank's next from_store call with prefix (store: the store it goes to; not part of the count)."""
     with _store_lock:
-        try:
-            calls = _store_calls.setdefault(store, {})
-        except TypeError:  # no weak reference to it, or not hashable
-            calls = _store_calls_by_id.setdefault(id(store), (store, {}))[1]
-        n = calls.get((prefix, rank), 0)
-        calls[(prefix, rank)] = n + 1
+        n = _store_calls.get((prefix, rank), 0)
+        _store_calls[(prefix, rank)] = n + 1
     return "%s/%d/unique_id" % (prefix, n)
 
 
@@ -124,8 +118,9 @@ class Communicator:
     def from_store(cls, store, rank, nranks, prefix="ccoll", **kwargs):
         """Creates the communicator through a key-value store shared by the ranks (a torch.distributed Store, or
         anything with set(key, bytes) and a blocking get(key)): rank 0 makes the id and sets it, the others get it.
-        Every rank must call from_store the same number of times with the same prefix: rank r's k-th call on a store
-        uses the k-th key, also when ranks are threads of one process sharing the store."""
+        Every rank must call from_store the same number of times with the same prefix: rank r's k-th call with a
+        prefix uses the k-th key, also when ranks are threads of one process, and whatever wrapper of the store each
+        call gets."""
         rank = _ints.integer(rank, "rank")
         key = _store_key(store, prefix, rank)
         if rank == 0:

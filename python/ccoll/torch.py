@@ -93,11 +93,11 @@ class CommWorker:
             item = self._queue.get()
             if item is None:
                 return
-            fn, fut = item
-            if self._failure is not None:
-                error = InvalidUsageError("not run: an earlier call of this rank's ccoll CommWorker failed (%s: %s), "
-                                          "and the communicator was aborted" % (
-                                              type(self._failure).__name__, self._failure))
+            fn, fut, always = item
+            if self._failure is not None and not always:
+                error = InvalidUsageError("not run: an earlier call of this rank's ccoll CommWorker failed (%s: %s)%s"
+                                          % (type(self._failure).__name__, self._failure,
+                                             ", and the communicator was aborted" if self._comm is not None else ""))
                 error.__cause__ = self._failure
                 fut.set_exception(error)
                 continue
@@ -111,11 +111,12 @@ class CommWorker:
             else:
                 fut.set_result(result)
 
-    def submit(self, fn):
+    def submit(self, fn, always=False):
+        """always: fn runs even after a failure (a cleanup, such as freeing a compressor)."""
         if self._thread is None:
             raise RuntimeError("CommWorker.submit after close()")
         fut = torch.futures.Future()
-        self._queue.put((fn, fut))
+        self._queue.put((fn, fut, always))
         return fut
 
     def fail(self, exc):
@@ -195,7 +196,7 @@ class CcollHookState:
     def _free(self, comp):
         """Destroys a replaced compressor once the calls queued with it are done: on the worker, after them."""
         if self.worker is not None:
-            self.worker.submit(comp.destroy)
+            self.worker.submit(comp.destroy, always=True)
         else:
             comp.destroy()  # sync: its calls are done; CUDA calls queued with it finish first (ccCompressorDestroy)
 

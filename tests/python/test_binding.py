@@ -381,11 +381,25 @@ class _DictStore:
             return self._values[key]
 
 
-def _store_rank(rank, nranks, store, results):
+class _StoreView:
+    """A new wrapper of the same store, as a framework may hand out for each call (a PrefixStore, a binding)."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def set(self, key, value):
+        self._store.set(key, value)
+
+    def get(self, key):
+        return self._store.get(key)
+
+
+def _store_rank(rank, nranks, store, results, view=False):
     try:
         sums = []
         for _ in range(2):  # two groups from one store
-            with ccoll.Communicator.from_store(store, rank, nranks, timeout_ms=10000) as comm:
+            with ccoll.Communicator.from_store(_StoreView(store) if view else store, rank, nranks,
+                                               timeout_ms=10000) as comm:
                 sums.append(int(comm.all_reduce(np.array([rank + 1], np.int64))[0]))
         results[rank] = sums
     except BaseException as e:  # noqa: B902
@@ -415,6 +429,21 @@ class TestThreadRanks(unittest.TestCase):
         store = _DictStore()
         results = [None] * nranks
         threads = [threading.Thread(target=_store_rank, args=(r, nranks, store, results)) for r in range(nranks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+            self.assertFalse(t.is_alive(), "a thread rank hangs")
+        self.assertEqual(results, [[6, 6]] * nranks)
+
+    def test_from_store_with_a_new_wrapper_per_call(self):
+        # The count is per prefix and rank, not per store object: a second group through a new wrapper of the same
+        # store must not read the first group's id.
+        nranks = 3
+        store = _DictStore()
+        results = [None] * nranks
+        threads = [threading.Thread(target=_store_rank, args=(r, nranks, store, results, True))
+                   for r in range(nranks)]
         for t in threads:
             t.start()
         for t in threads:
