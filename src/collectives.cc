@@ -498,8 +498,7 @@ ccResult_t Refuse(ccComm* comm, const Call& c, ccResult_t r) {
       return r;
     }
   }
-  ccoll::SetLastError(why);
-  comm->RecordError(why);
+  ccoll::SetLastError(why);  // the check left its own sentence; this rank's is what it refused
   return r;
 }
 

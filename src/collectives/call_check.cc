@@ -106,22 +106,6 @@ void Combine(Agreement* acc, const Agreement& in) {
 
 }  // namespace
 
-CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
-                            const ccCompressor* compressor) {
-  CallDescriptor d;
-  d.kind = kind;
-  d.count = count;
-  d.dtype = dtype;
-  d.op = op;
-  d.root = root;
-  if (compressor != nullptr) {
-    d.spec = CompressorSpec(*compressor);
-    d.compressor = Fnv1a(d.spec) | 1u;
-    d.calls = compressor->calls;
-  }
-  return d;
-}
-
 CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, ccResult_t refused) {
   CallDescriptor d;
   d.kind = kind;
@@ -130,6 +114,17 @@ CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, 
   d.op = op;
   d.root = root;
   d.refused = refused;
+  return d;
+}
+
+CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
+                            const ccCompressor* compressor) {
+  CallDescriptor d = RefusedCall(kind, count, dtype, op, root, ccSuccess);  // a call taken: refused 0
+  if (compressor != nullptr) {
+    d.spec = CompressorSpec(*compressor);
+    d.compressor = Fnv1a(d.spec) | 1u;
+    d.calls = compressor->calls;
+  }
   return d;
 }
 

@@ -73,12 +73,8 @@ class QuantCodec : public Codec {
     if (!plan_.homomorphic) return;
     // One scale per global group, agreed as the max over ranks. Non-finite groups report +inf, which survives any
     // max order, so every rank decodes that group to non-finite values.
-    size_t groups = (count + plan_.group - 1) / plan_.group;
-    meta->resize(groups);
-    for (size_t g = 0; g < groups; ++g) {
-      size_t begin = g * plan_.group, n = begin + plan_.group < count ? plan_.group : count - begin;
-      (*meta)[g] = GroupScaleOf(work + begin, n, plan_.clipK);
-    }
+    meta->resize(MetaCount(0, count));
+    GroupScales(work, 0, count, meta->data());
   }
 
   void SetMeta(const std::vector<float>& agreed) override { scales_ = agreed; }
@@ -116,9 +112,7 @@ class QuantCodec : public Codec {
     } else if (work_ != input_) {
       std::memcpy(work_ + begin, input_ + begin, (end - begin) * sizeof(float));
     }
-    for (size_t at = begin; at < end; at += plan_.group) {
-      *meta++ = GroupScaleOf(work_ + at, std::min(plan_.group, end - at), plan_.clipK);
-    }
+    GroupScales(work_, begin, end, meta);
   }
 
   void SetMetaRange(size_t begin, size_t end, const float* agreed) override {
@@ -244,6 +238,13 @@ class QuantCodec : public Codec {
       if (decoded_[b] != bl) continue;
       RotateBlockInverse(work_ + bo, bl, bo, plan_.signKey, finishScale_);
       if (halfOut_ != nullptr) Narrow(halfType_, work_ + bo, bl, halfOut_ + bo);
+    }
+  }
+
+  // GroupScaleOf of every group of work[begin, end) (begin a multiple of the group) into meta, in order.
+  void GroupScales(const float* work, size_t begin, size_t end, float* meta) const {
+    for (size_t at = begin; at < end; at += plan_.group) {
+      *meta++ = GroupScaleOf(work + at, std::min(plan_.group, end - at), plan_.clipK);
     }
   }
 
