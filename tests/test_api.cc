@@ -1229,23 +1229,27 @@ TEST_CASE("setting a compressor parameter to its value keeps the state; a reset 
   for (auto c : comp) ccCompressorDestroy(c);
 }
 
-TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {
+namespace {
+
+// A hidden case's body: the process's first ccoll call refuses the environment, naming `sentence`.
+void FirstCallRefusesEnvironment(const std::string& sentence) {
   ccUniqueId id;
   const ccResult_t rc = ccGetUniqueId(&id);
   const std::string err = ccGetLastError(nullptr);
   INFO(err);
   CHECK(rc == ccInvalidArgument);
-  CHECK(Contains(err, "CC_TIMEOUT_MS=\"2s\" is not an integer"));
+  CHECK(Contains(err, sentence));
+}
+
+}  // namespace
+
+TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {
+  FirstCallRefusesEnvironment("CC_TIMEOUT_MS=\"2s\" is not an integer");
 }
 
 TEST_CASE("env_child: an empty CC_* integer is not set; one with a sign or a blank is not an integer",
           "[.][env_child]") {
-  ccUniqueId id;
-  const ccResult_t rc = ccGetUniqueId(&id);
-  const std::string err = ccGetLastError(nullptr);
-  INFO(err);
-  CHECK(rc == ccInvalidArgument);
-  CHECK(Contains(err, "CC_TREE_DEPTH=\"+4\" is not an integer"));
+  FirstCallRefusesEnvironment("CC_TREE_DEPTH=\"+4\" is not an integer");
 }
 
 TEST_CASE("a CC_* integer variable that is not an integer fails init naming it, also as a process's first call",

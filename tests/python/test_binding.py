@@ -264,6 +264,13 @@ class TestErrors(unittest.TestCase):
 
 
 class TestCompressor(unittest.TestCase):
+    def _powersgd(self, spec):
+        """Compressor(spec), or skips the test in a build without BLAS (it has no PowerSGD)."""
+        try:
+            return ccoll.Compressor(spec)
+        except ccoll.InvalidUsageError as e:
+            self.skipTest(str(e))
+
     def test_spec_and_params(self):
         with ccoll.Compressor("quant:bits=4,mode=requant") as comp:
             spec = comp.spec
@@ -294,10 +301,7 @@ class TestCompressor(unittest.TestCase):
             comp.spec
 
     def test_shapes(self):
-        try:
-            comp = ccoll.Compressor("powersgd:rank=2")
-        except ccoll.InvalidUsageError as e:  # a build without BLAS has no PowerSGD
-            self.skipTest(str(e))
+        comp = self._powersgd("powersgd:rank=2")
         with comp:
             comp.set_shapes([(64, 3, 3, 3), (64,), 10, (10, 64)])
             self.assertIn("shapes=64x27+64+10+10x64", comp.spec)
@@ -312,10 +316,7 @@ class TestCompressor(unittest.TestCase):
         self.assertIn("powersgd only", str(ctx.exception))
 
     def test_shapes_are_checked_before_they_reach_c(self):
-        try:
-            comp = ccoll.Compressor("powersgd:rank=2")
-        except ccoll.InvalidUsageError as e:  # a build without BLAS has no PowerSGD
-            self.skipTest(str(e))
+        comp = self._powersgd("powersgd:rank=2")
         with comp:
             with self.assertRaises(ccoll.InvalidArgumentError) as ctx:
                 comp.set_shapes([(4, 4), (2**64 + 4, 4)])
@@ -338,10 +339,7 @@ class TestCompressor(unittest.TestCase):
 
     def test_long_spec(self):
         # A powersgd spec lists every tensor's shape: longer than the first buffer ccCompressorGetSpec gets.
-        try:
-            comp = ccoll.Compressor("powersgd:rank=4")
-        except ccoll.InvalidUsageError as e:  # a build without BLAS has no PowerSGD
-            self.skipTest(str(e))
+        comp = self._powersgd("powersgd:rank=4")
         with comp:
             comp.set_shapes([(1024, 512), (512,)] * 2000)
             spec = comp.spec
