@@ -140,7 +140,8 @@ typedef struct {
                            env CC_TIMEOUT_MS. */
   int blocking;       /**< 1: ccCommInitRankConfig returns when the communicator is ready. 0: it returns
                            ccInProgress at once and ccCommGetAsyncError reports when init ends. Env CC_BLOCKING. */
-  int cudaDev;        /**< CUDA device the communicator is bound to; default the current device. */
+  int cudaDev;        /**< CUDA device the communicator is bound to (>= 0); default the current device. A number
+                           the process does not see (cudaGetDeviceCount) is ccInvalidArgument at init. */
 } ccConfig_t;
 
 /** Initial value of every ccConfig_t: all fields "not set". */

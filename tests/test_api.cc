@@ -464,6 +464,7 @@ TEST_CASE("ccCommInitRankConfig rejects bad configs", "[api][config]") {
       {"algorithm 7", [](ccConfig_t* c) { c->algorithm = 7; }, "algorithm"},
       {"transport 9", [](ccConfig_t* c) { c->transport = 9; }, "transport"},
       {"blocking 2", [](ccConfig_t* c) { c->blocking = 2; }, "blocking"},
+      {"cudaDev -3", [](ccConfig_t* c) { c->cudaDev = -3; }, "cudaDev -3"},
   };
   for (const Bad& b : bads) {
     ccConfig_t config = CC_CONFIG_INITIALIZER;

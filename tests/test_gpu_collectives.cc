@@ -769,13 +769,22 @@ TEST_CASE("[gpu] device buffers: bad calls are refused before anything moves", "
   for (uint8_t b : back) untouched = untouched && b == 0x5a;
   CHECK(untouched);
 
-  // A communicator bound to another device refuses buffers on device 0.
+  // A device the process does not see is refused at init, and so is a negative number.
   int devices = 0;
   cudaGetDeviceCount(&devices);
-  Group other = DeviceGroup(1, devices);  // one past the last device
-  REQUIRE(other.status == ccSuccess);
-  CHECK(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, other[0], st[0]) == ccInvalidUsage);
-  CHECK(cctest::Contains(ccGetLastError(other[0]), "bound to device"));
+  for (int bad : {devices, -1}) {
+    Group none = DeviceGroup(1, bad);
+    INFO("device " << bad << ": " << none.error);
+    CHECK(none.status == ccInvalidArgument);
+    CHECK(cctest::Contains(none.error, "cudaDev " + std::to_string(bad)));
+  }
+  // A communicator bound to another device refuses buffers on device 0.
+  if (devices > 1) {
+    Group other = DeviceGroup(1, 1);
+    REQUIRE(other.status == ccSuccess);
+    CHECK(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, other[0], st[0]) == ccInvalidUsage);
+    CHECK(cctest::Contains(ccGetLastError(other[0]), "bound to device"));
+  }
   cudaFree(dev);
 }
 

@@ -146,7 +146,17 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
   }
   out->blocking = static_cast<int>(blocking);
   out->cudaDev = cfg.cudaDev != CC_CONFIG_UNDEF_INT ? cfg.cudaDev : -1;
+  if (cfg.cudaDev != CC_CONFIG_UNDEF_INT && cfg.cudaDev < 0) {
+    return Fail(ccInvalidArgument, "ccConfig_t.cudaDev %d is negative (leave it CC_CONFIG_UNDEF_INT for the device "
+                "current at init)", cfg.cudaDev);
+  }
 #ifdef CCOLL_HAVE_CUDA
+  int devices = 0;  // where the runtime cannot count them (no driver), the first device call says so instead
+  if (out->cudaDev >= 0 && cudaGetDeviceCount(&devices) == cudaSuccess && out->cudaDev >= devices) {
+    return Fail(ccInvalidArgument, "ccConfig_t.cudaDev %d: this process sees %d CUDA device%s (CUDA_VISIBLE_DEVICES "
+                "may hide some)", out->cudaDev, devices, devices == 1 ? "" : "s");
+  }
+  cudaGetLastError();
   if (out->cudaDev < 0) {  // bound to the device current at init, when there is one
     int dev = -1;
     if (cudaGetDevice(&dev) == cudaSuccess) {

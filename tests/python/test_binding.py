@@ -172,6 +172,8 @@ class TestErrors(unittest.TestCase):
                 communicator._config(None, None, None, torch.device("cpu"))
         with self.assertRaisesSentence(ccoll.InvalidArgumentError, "cuda_device 'cuda'"):
             communicator._config(None, None, None, "cuda")
+        with self.assertRaisesSentence(ccoll.InvalidArgumentError, "ccConfig_t.cudaDev -1 is negative"):
+            single_rank(cuda_device=-1)
         with single_rank(cuda_device=0) as comm:  # host buffers take no device
             x = np.arange(5, dtype=np.float32)
             comm.all_reduce(x)
