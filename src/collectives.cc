@@ -114,10 +114,12 @@ ccResult_t Usable(ccComm* comm, const Call& c) {
 }
 
 // One call's use of its compressor (ccCompressor::user): taken when the call is validated, given back when the call is
-// done, which for a device call is when the proxy has run it (EnqueueOnDevice takes it over). A compressor is one
-// bucket's state on one rank, and two ranks (thread ranks of one process) using one at once would mix their states,
-// so a call of another communicator while it is in use is refused. Several communicators of one rank may use it,
-// one call after the other.
+// done, which for a device call is when the proxy has run it (EnqueueOnDevice takes it over), and for a stream-ordered
+// one (transport nccl) when it is queued: its kernels then wait on the device for the compressor's last call, on
+// whatever stream that was queued (DeviceCodecState::BeginCallOnStream). A compressor is one bucket's state on one
+// rank, and two ranks (thread ranks of one process) using one at once would mix their states, so a call of another
+// communicator while it is in use is refused. Several communicators of one rank may use it, one call after the
+// other.
 class CompressorUse {
  public:
   CompressorUse() = default;
@@ -372,23 +374,12 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
 
 #ifdef CCOLL_HAVE_NCCL
 // A call on device buffers of a communicator with a stream-ordered transport (collectives/stream_collectives.h):
-// checked across ranks as a host call is, then queued on the caller's stream by this thread.
+// checked across ranks as a host call is, then queued on the caller's stream by this thread. A compressed call has
+// reserved its scratch before (Run).
 ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
   bool agreed = false;
   ccResult_t r = CheckAcrossRanks(comm, c, args, false, &agreed);
   if (agreed) return r;
-  if (r == ccSuccess && c.compressor != nullptr) {
-    // Scratch first: a call refused for want of it (inside a graph capture) has queued nothing, and the communicator
-    // stays usable.
-    const ccResult_t sized = ccoll::StreamCompressedReserve(comm, args, c.compressor, c.stream);
-    if (sized == ccInvalidUsage) {
-      const std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
-      ccoll::SetLastError(sentence);
-      comm->RecordError(sentence);
-      return sized;
-    }
-    r = sized;
-  }
   if (r == ccSuccess) {
     ccoll::StreamKind kind = ccoll::StreamKind::kAllReduce;
     switch (c.kind) {
@@ -528,7 +519,18 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       c.compressor->memory = MemoryOf(comm, c.compressor, onDevice);
     }
 #ifdef CCOLL_HAVE_NCCL
-    if (r == ccSuccess && onDevice && comm->streamTransport) return QueueOnStream(comm, c, args);
+    if (onDevice && comm->streamTransport) {
+      // The compressor's scratch first, before the call check: a rank refused it (inside a graph capture, where the
+      // scratch cannot grow) joins the check as any refusing rank does, so that no rank queues the call.
+      if (c.compressor != nullptr) {
+        r = ccoll::StreamCompressedReserve(comm, args, c.compressor, c.stream);
+        if (r != ccSuccess) {
+          ccoll::SetLastError(std::string(fn) + ": " + ccoll::LastError());
+          return Refuse(comm, c, r);
+        }
+      }
+      return QueueOnStream(comm, c, args);
+    }
 #endif
     if (r == ccSuccess && onDevice) r = EnqueueOnDevice(comm, c, args, &compressorUse);
     if (r != ccSuccess) {

@@ -36,6 +36,9 @@
 #include "ccoll.h"
 #include "inputs.h"
 #include "rank_harness.h"
+#ifdef CCOLL_FAKE_NCCL
+#include "fake_cuda/fake_launch.h"
+#endif
 
 namespace {
 
@@ -175,6 +178,14 @@ bool HaveDevice() {
       std::exit(77);                                                                   \
     }                                                                                  \
   } while (0)
+
+// Whether the ranks check each call across ranks before queuing it (collectives/call_check.h): where they have a host
+// transport (thread ranks, over the local transport; processes only in a build with UCX, which this test cannot
+// tell), unless CC_CHECK_CALLS=0.
+[[maybe_unused]] bool CallCheckRuns() {
+  const char* v = std::getenv("CC_CHECK_CALLS");
+  return !kProcesses && (v == nullptr || std::strcmp(v, "0") != 0);
+}
 
 uint64_t FreshSeed() {
   static const uint64_t base = [] {
@@ -389,12 +400,13 @@ std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t,
 }
 
 // The same calls on host buffers over the local transport with the host ring (thread ranks; in a child process when
-// ranks are processes, since this one must not touch CUDA): the bytes a compressed call must reproduce. Empty when
-// the host path refuses the compressor (powersgd in a build without a CPU BLAS, as on the GPU machine).
-std::vector<Bytes> HostRing(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
-                            int calls) {
-  const int n = static_cast<int>(in.size());
-  const size_t bytes = in[0].size();
+// ranks are processes, since this one must not touch CUDA): the bytes a compressed call must reproduce. inputs[c][r]
+// is rank r's input to call c, and the result the last call's. Empty when the host path refuses the compressor
+// (powersgd in a build without a CPU BLAS, as on the GPU machine).
+std::vector<Bytes> HostRing(const std::vector<std::vector<Bytes>>& inputs, ccDataType_t t, ccRedOp_t op,
+                            const std::string& spec) {
+  const int n = static_cast<int>(inputs[0].size()), calls = static_cast<int>(inputs.size());
+  const size_t bytes = inputs[0][0].size();
   auto run = [&](std::vector<Bytes>* outs) -> std::string {
     ccConfig_t config = cctest::MakeConfig(ccAlgoRing);
     config.transport = ccTransportLocal;
@@ -406,7 +418,7 @@ std::vector<Bytes> HostRing(const std::vector<Bytes>& in, ccDataType_t t, ccRedO
     std::vector<std::string> errors(static_cast<size_t>(n));
     cctest::RunRanks(n, [&](int r) {
       for (int c = 0; c < calls; ++c) {
-        if (ccAllReduce(in[r].data(), (*outs)[r].data(), bytes / SizeOf(t), t, op, comps[r], g[r], nullptr) !=
+        if (ccAllReduce(inputs[c][r].data(), (*outs)[r].data(), bytes / SizeOf(t), t, op, comps[r], g[r], nullptr) !=
             ccSuccess) {
           errors[r] = ccGetLastError(g[r]);
         }
@@ -436,6 +448,12 @@ std::vector<Bytes> HostRing(const std::vector<Bytes>& in, ccDataType_t t, ccRedO
     outs.emplace_back(one[0].data.begin() + r * bytes, one[0].data.begin() + (r + 1) * bytes);
   }
   return outs;
+}
+
+// The same call `calls` times with the same inputs.
+std::vector<Bytes> HostRing(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
+                            int calls) {
+  return HostRing(std::vector<std::vector<Bytes>>(static_cast<size_t>(calls), in), t, op, spec);
 }
 
 double Vnmse(const Bytes& out, ccDataType_t t, const std::vector<double>& mean) {
@@ -780,6 +798,61 @@ TEST_CASE("[nccl] stream order: the call returns while its stream is held; work 
   CHECK(Vnmse(quant, ccFloat32, ref) < 1e-3);
 }
 
+TEST_CASE("[nccl] one rank's compressor on two communicators and two streams: the second call waits for the first",
+          "[gpu][nccl][stream]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // Each rank makes one call on communicator A, whose stream is held, then one on communicator B with the same
+  // compressor on another stream. The compressor (topk with error feedback) carries what the first call did not send
+  // into the second, so the second call must run after the first, as the host path runs them: the host path's bytes.
+  const int n = 3, calls = 2;
+  const size_t count = 50001;
+  const uint64_t seed = FreshSeed();
+  const std::string spec = "topk:density=0.1,seed=" + std::to_string(seed % 100000);
+  INFO(spec);
+  std::vector<std::vector<Bytes>> in;
+  for (int c = 0; c < calls; ++c) in.push_back(Inputs(n, count, ccFloat32, FreshSeed()));
+  ccUniqueId idA, idB;
+  REQUIRE(ccGetUniqueId(&idA) == ccSuccess);
+  REQUIRE(ccGetUniqueId(&idB) == ccSuccess);
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank a(idA, r, n), b(idB, r, n);
+    if (a.rc != ccSuccess) return out->Fail(a.rc, a.error);
+    if (b.rc != ccSuccess) return out->Fail(b.rc, b.error);
+    ccCompressor_t comp = nullptr;
+    if (ccCompressorCreateFromString(&comp, spec.c_str()) != ccSuccess) {
+      return out->Fail(ccInvalidArgument, ccGetLastError(nullptr));
+    }
+    DeviceBuffer x0(count * 4), x1(count * 4), y0(count * 4), y1(count * 4);
+    if (!a.ToDevice(x0.p, in[0][r]) || !b.ToDevice(x1.p, in[1][r])) return out->Fail(ccUnhandledCudaError, "copy in");
+    std::atomic<bool> open{false};
+    cudaLaunchHostFunc(a.stream, HoldStream, &open);
+    ccResult_t rc = ccAllReduce(x0.p, y0.p, count, ccFloat32, ccAvg, comp, a.comm, a.s());
+    if (rc == ccSuccess) rc = ccAllReduce(x1.p, y1.p, count, ccFloat32, ccAvg, comp, b.comm, b.s());
+    // B's call has had time to run, if nothing held it back.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const bool waited = cudaStreamQuery(b.stream) == cudaErrorNotReady;
+    open = true;
+    if (rc != ccSuccess) out->Fail(rc, ccGetLastError(a.comm));
+    if (!waited) out->Fail(ccInternalError, "the call on B's stream did not wait for the held call on A's");
+    Settle(a, out);
+    Settle(b, out);
+    for (const auto& [k, p] : {std::make_pair(&a, y0.p), std::make_pair(&b, y1.p)}) {
+      Bytes got;
+      if (!k->FromDevice(&got, p, count * 4)) return out->Fail(ccUnhandledCudaError, "copy out");
+      out->data.insert(out->data.end(), got.begin(), got.end());
+    }
+    ccCompressorDestroy(comp);
+  });
+  REQUIRE(Failure(outs) == "");
+  CHECK(SameOnAllRanks(outs) == "");
+  // The host path, both calls with one compressor per rank: its second call's result is what B's must be.
+  const size_t bytes = count * 4;
+  const std::vector<Bytes> first = HostRing({in[0]}, ccFloat32, ccAvg, spec);
+  const std::vector<Bytes> second = HostRing(in, ccFloat32, ccAvg, spec);
+  CHECK(CloseTo(Bytes(outs[0].data.begin(), outs[0].data.begin() + bytes), first[0], ccFloat32, 1e-10) == "");
+  CHECK(CloseTo(Bytes(outs[0].data.begin() + bytes, outs[0].data.end()), second[0], ccFloat32, 1e-10) == "");
+}
+
 TEST_CASE("[nccl] CUDA graph capture: captured calls replay with new inputs", "[gpu][nccl][graph]") {
   SKIP_WITHOUT_NCCL_DEVICE();
   const int n = 4, replays = 3;
@@ -928,6 +1001,82 @@ TEST_CASE("[nccl] bad usage gets a clear error", "[gpu][nccl][errors]") {
   });
   CHECK(Failure(outs) == "");
 }
+
+#ifdef CCOLL_FAKE_NCCL
+TEST_CASE("[nccl] a scratch allocation that fails on one rank: no rank queues the call, the next call runs",
+          "[gpu][nccl][errors]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // Rank 0's GPU is out of memory when the compressed call sizes its scratch (the fake runtime fails the allocation on
+  // its thread). With the call check, rank 0 refuses and the others learn it there: nothing is queued anywhere, and
+  // the same call made again runs on every rank. Without the check the others queue the call, and wait for rank 0 in
+  // NCCL until the timeout, which aborts them.
+  const int n = 3, timeoutMs = 3000;
+  const size_t count = 50001;
+  const bool checked = CallCheckRuns();
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n, timeoutMs);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    DeviceBuffer buf(count * 4);
+    // A first compressed call prepares the device (its allocations are the process's, made once); the compressor of
+    // the call under test is fresh, so its first allocation is its scratch.
+    ccCompressor_t warm = nullptr, comp = nullptr;
+    ccCompressorCreateFromString(&warm, "quant:bits=4");
+    ccCompressorCreateFromString(&comp, "quant:bits=4");
+    cudaMemsetAsync(buf.p, 0, count * 4, k.stream);
+    ccResult_t rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccAvg, warm, k.comm, k.s());
+    Settle(k, out);
+    ccCompressorDestroy(warm);
+    if (rc != ccSuccess) return out->Fail(rc, "the first call: " + std::string(ccGetLastError(k.comm)));
+    if (!k.ToDevice(buf.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
+    if (r == 0) cctest::FakeFailAllocations(1);
+    rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccAvg, comp, k.comm, k.s());
+    cctest::FakeFailAllocations(0);
+    std::string why = ccGetLastError(k.comm);
+    if (r == 0 && (rc != ccUnhandledCudaError || !Contains(why, "cudaMallocFromPoolAsync"))) {
+      out->Fail(ccInternalError, "the failed allocation: " + std::to_string(rc) + ": " + why);
+    }
+    if (!checked) {
+      if (r == 0) {
+        ccCompressorDestroy(comp);
+        return;
+      }
+      // Queued; the watchdog ends the wait for rank 0.
+      if (rc != ccSuccess) return out->Fail(rc, "without the call check the call is queued: " + why);
+      const auto start = std::chrono::steady_clock::now();
+      cudaStreamSynchronize(k.stream);
+      cudaGetLastError();
+      ccResult_t async = ccSuccess;
+      while (async == ccSuccess && cctest::SecondsSince(start) < 4.0 * timeoutMs / 1000) {
+        ccCommGetAsyncError(k.comm, &async);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (async == ccSuccess) out->Fail(ccInternalError, "no error within the timeout");
+      ccCompressorDestroy(comp);
+      return;
+    }
+    if (r != 0 && (rc != ccInvalidUsage || !Contains(why, "rank 0 refused"))) {
+      out->Fail(ccInternalError, "a peer of the failed allocation: " + std::to_string(rc) + ": " + why);
+    }
+    Bytes untouched;
+    k.FromDevice(&untouched, buf.p, count * 4);
+    if (FirstDifference(untouched, in[r]) != "") out->Fail(ccInternalError, "the refused call wrote its buffer");
+    rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccAvg, comp, k.comm, k.s());
+    if (rc != ccSuccess) out->Fail(rc, "the call made again: " + std::string(ccGetLastError(k.comm)));
+    Settle(k, out);
+    k.FromDevice(&out->data, buf.p, count * 4);
+    ccCompressorDestroy(comp);
+  });
+  REQUIRE(Failure(outs) == "");
+  if (!checked) return;  // checked above: each peer's error within the timeout
+  CHECK(SameOnAllRanks(outs) == "");
+  std::vector<double> mean, tol;
+  Reference(in, ccFloat32, ccAvg, &mean, &tol);
+  CHECK(Vnmse(outs[0].data, ccFloat32, mean) < 0.1);
+}
+#endif
 
 TEST_CASE("[nccl] a dead peer or one that never calls: an error within the timeout, streams released",
           "[gpu][nccl][fault]") {

@@ -421,6 +421,13 @@ DeviceCodecState::~DeviceCodecState() {
 }
 
 void DeviceCodecState::BeginCallOnStream(cudaStream_t stream, bool capturing) {
+  // The state (scratch, error feedback, Q) serves one call at a time, and the caller gives the compressor back once its
+  // call is queued: so a call on another stream (another communicator of this rank, or the same one on another
+  // stream) starts after the last call queued here has ended, as it would on one stream. A capture cannot wait for
+  // work outside it (cudaErrorStreamCaptureIsolation): when its graph runs is the caller's to order, as with NCCL.
+  if (!capturing && stream != nullptr && callDone_ != nullptr) {
+    CheckCuda(cudaStreamWaitEvent(stream, callDone_, 0), "cudaStreamWaitEvent (the compressor's last call)");
+  }
   callStream_ = stream;
   callCaptured_ = capturing;
   stream_.frozen = capturing;

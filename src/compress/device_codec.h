@@ -135,7 +135,8 @@ class DeviceCodecState {
 
   // A stream-ordered call (transport nccl, collectives/stream_compressed.h) from now until EndCallOnStream: the codecs
   // queue their kernels on `stream` and never wait for them, their wire slots are device memory (wireOnDevice), and
-  // when the stream is capturing into a CUDA graph the scratch must not grow (it throws instead).
+  // when the stream is capturing into a CUDA graph the scratch must not grow (it throws instead). Unless capturing,
+  // `stream` first waits for the end of the last stream-ordered call on this state, whatever its stream.
   void BeginCallOnStream(cudaStream_t stream, bool capturing);
   // Ends it: the state's own stream, where its memory is freed, waits for the call's work (unless it was captured:
   // a graph that holds it must go, or its launches end, before the compressor is destroyed).
@@ -180,7 +181,7 @@ class DeviceCodecState {
   size_t errorFeedbackCount_ = 0;
   cudaStream_t callStream_ = nullptr;
   bool callCaptured_ = false;
-  cudaEvent_t callDone_ = nullptr;  // recorded at the end of a stream-ordered call, waited for by stream_
+  cudaEvent_t callDone_ = nullptr;  // the end of the last stream-ordered call: stream_ and the next call wait for it
 };
 
 // A device codec: the Codec contract on device pointers (see the top of this file).

@@ -406,7 +406,13 @@ std::map<uintptr_t, Allocation>& Allocations() {
   return *m;
 }
 
+thread_local int tFailAllocations = 0;  // cctest::FakeFailAllocations
+
 void* Allocate(size_t bytes, cudaMemoryType type, bool pooled) {
+  if (tFailAllocations > 0) {
+    --tFailAllocations;
+    return nullptr;
+  }
   const size_t size = bytes ? bytes : 1;
   Allocation a{size, type, nullptr, 0, pooled};
   void* p = nullptr;
@@ -1000,6 +1006,8 @@ void FakeLaunch(cudaStream_t stream, std::function<void()> op) {
 }
 
 void FakeHoldKernels(bool hold) { gHoldKernels.store(hold); }
+
+void FakeFailAllocations(int n) { tFailAllocations = n; }
 
 cudaError_t FakePush(cudaStream_t stream, std::function<void()> op) { return Enqueue(stream, std::move(op)); }
 

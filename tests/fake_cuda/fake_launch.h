@@ -15,6 +15,10 @@ void FakeLaunch(cudaStream_t stream, std::function<void()> op);
 // kernels do not finish, to test the waits' time limits. (The stream-wait kernel and copies are not held.)
 void FakeHoldKernels(bool hold);
 
+// The calling thread's next n allocations of device or pinned host memory (cudaMalloc, cudaMallocFromPoolAsync,
+// cudaHostAlloc) fail with cudaErrorMemoryAllocation: a GPU out of memory on one rank (thread).
+void FakeFailAllocations(int n);
+
 // Queues op on a fake stream as device work that is not one of ccoll's kernels (the fake NCCL's communication): in
 // order with the stream's other work, without FakeLaunch's lazy-loading synchronization. While the stream captures,
 // op is recorded into the graph instead, and runs at every launch of it. cudaErrorStreamCaptureInvalidated: the
