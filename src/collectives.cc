@@ -108,7 +108,7 @@ ccResult_t Usable(ccComm* comm, const Call& c) {
   }
   if (async != ccSuccess) {
     return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
-                comm->rank, ccGetErrorString(static_cast<ccResult_t>(async)));
+                comm->rank, ccoll::ResultName(static_cast<ccResult_t>(async)));
   }
   return ccSuccess;
 }
@@ -542,7 +542,7 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     const int async = comm->AsyncError();
     if (async != ccSuccess) {
       return Fail(static_cast<ccResult_t>(async), "%s: rank %d: a device call queued earlier failed (%s); destroy "
-                  "the communicator", fn, comm->rank, ccGetErrorString(static_cast<ccResult_t>(async)));
+                  "the communicator", fn, comm->rank, ccoll::ResultName(static_cast<ccResult_t>(async)));
     }
     return Execute(comm, c, args, false);
   });

@@ -1098,7 +1098,7 @@ TEST_CASE("a rank that refuses its arguments: with the call check every rank fai
   }
   for (int r : {0, 2}) {
     CHECK(results[r].rc == ccInvalidUsage);
-    CHECK(Contains(results[r].error, "rank 1 refused its arguments (invalid argument"));
+    CHECK(Contains(results[r].error, "rank 1 refused its arguments (ccInvalidArgument"));
     CHECK(seconds[r] < 1.5);
     for (float x : outs[r]) CHECK(x == -7.0f);
   }

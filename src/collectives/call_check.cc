@@ -153,7 +153,7 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     *agreed = true;
     return Fail(ccInvalidUsage, "rank %d refused its arguments (%s there; its ccGetLastError says why), so no rank "
                 "ran the call; nothing was written", refused.hiRank,
-                ccGetErrorString(static_cast<ccResult_t>(refused.hi)));
+                ResultName(static_cast<ccResult_t>(refused.hi)));
   }
   std::string differ;
   for (int i = 0; i < kFields; ++i) {

@@ -25,4 +25,20 @@ const std::string& LastError() { return tLastError; }
 
 void SetLastError(const std::string& sentence) { tLastError = sentence; }
 
+const char* ResultName(ccResult_t result) {
+  switch (result) {
+    case ccSuccess: return "ccSuccess";
+    case ccUnhandledCudaError: return "ccUnhandledCudaError";
+    case ccSystemError: return "ccSystemError";
+    case ccInternalError: return "ccInternalError";
+    case ccInvalidArgument: return "ccInvalidArgument";
+    case ccInvalidUsage: return "ccInvalidUsage";
+    case ccRemoteError: return "ccRemoteError";
+    case ccInProgress: return "ccInProgress";
+    case ccTimeout: return "ccTimeout";
+    case ccNumResults: break;
+  }
+  return "an unknown ccResult_t";
+}
+
 }  // namespace ccoll

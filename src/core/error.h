@@ -14,6 +14,9 @@ ccResult_t Fail(ccResult_t result, const char* fmt, ...) __attribute__((format(p
 const std::string& LastError();
 // Replaces the calling thread's last error without logging (used to restore a sentence on another thread).
 void SetLastError(const std::string& sentence);
+// The result code's name ("ccInvalidUsage"), for sentences that report another rank's or an earlier call's result
+// (ccGetErrorString's text carries its own advice in parentheses).
+const char* ResultName(ccResult_t result);
 
 }  // namespace ccoll
 
