@@ -398,8 +398,11 @@ typedef enum {
  * threads of one process need one each), with the same parameters on every rank, and pass it to every
  * ccAllReduce of that bucket; it binds to the bucket's element count at its first use. One call at a time: a call
  * of another communicator (another rank's) while one is using it is ccInvalidUsage; the communicators of one rank
- * may use it one after the other. A PowerSGD compressor also owns the bucket's Q (warm start); it needs a BLAS in the build
- * (ccInvalidUsage otherwise).
+ * may use it one after the other (on the nccl transport a call waits on the device for the compressor's previous
+ * one, whatever its stream). Two ranks sharing one compressor are found by the call check; with CC_CHECK_CALLS=0
+ * they are not, and their calls mix its state or, on the nccl transport, wait for each other until the timeout.
+ * A PowerSGD compressor also owns the bucket's Q (warm start); it needs a BLAS in the build (ccInvalidUsage
+ * otherwise).
  */
 CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t kind);
 

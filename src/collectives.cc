@@ -253,7 +253,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
     }
   } else if (c.stream != nullptr && c.count > 0) {
     return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
-  } else if (!comm->hostTransports) {
+  } else if (!comm->hostTransports && c.count > 0) {
     return Fail(ccInvalidUsage, "%s: host buffers, but this communicator (transport nccl, in a build without UCX) "
                 "carries only device buffers between processes (rank %d)", fn, rank);
   }
@@ -388,7 +388,11 @@ ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
       case Kind::kAllGather: kind = ccoll::StreamKind::kAllGather; break;
       case Kind::kBroadcast: kind = ccoll::StreamKind::kBroadcast; break;
     }
-    r = ccoll::StreamCollective(comm, kind, args, c.compressor, c.stream);
+    try {
+      r = ccoll::StreamCollective(comm, kind, args, c.compressor, c.stream);
+    } catch (const std::exception& e) {  // part of the call may be queued: as any failure here, it fails the communicator
+      r = Fail(ccSystemError, "%s: rank %d: %s", KindName(c.kind), comm->rank, e.what());
+    }
   }
   if (r != ccSuccess) return FailCommunicator(comm, c, r);
   comm->collectives.fetch_add(1, std::memory_order_relaxed);
@@ -515,6 +519,9 @@ ccResult_t Run(ccComm* comm, const Call& c) {
     CompressorUse compressorUse;  // given back when this returns, unless a queued device call took it over
     r = Validate(comm, c, &args, &onDevice, &compressorUse);
     if (r != ccSuccess) return Refuse(comm, c, r);
+    // No elements (no buffer to say where they live) and no host transport to check the call with: nothing to do,
+    // as for NCCL.
+    if (c.count == 0 && !comm->hostTransports) return ccSuccess;
     if (c.compressor != nullptr && c.count > 0) {
       c.compressor->memory = MemoryOf(comm, c.compressor, onDevice);
     }

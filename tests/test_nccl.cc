@@ -37,6 +37,7 @@
 #include "inputs.h"
 #include "rank_harness.h"
 #ifdef CCOLL_FAKE_NCCL
+#include "core/comm.h"
 #include "fake_cuda/fake_launch.h"
 #endif
 
@@ -371,9 +372,10 @@ std::string SameOnAllRanks(const std::vector<RankOut>& outs) {
 }
 
 // rank r's all-reduce of `in[r]` on transport nccl (compressor spec "" = exact), `calls` times in a row on fresh
-// buffers of the same inputs; the output of the last call.
+// buffers of the same inputs; the output of the last call. Rank `legacyRank` passes stream NULL (the legacy default
+// stream).
 std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
-                                   bool inPlace, int calls = 1) {
+                                   bool inPlace, int calls = 1, int legacyRank = -1) {
   const int n = static_cast<int>(in.size());
   const size_t bytes = in[0].size();
   ccUniqueId id;
@@ -390,8 +392,12 @@ std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t,
     for (int c = 0; c < calls && out->rc == ccSuccess; ++c) {
       if (!k.ToDevice(send.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
       cudaMemsetAsync(recv.p, 0x5a, bytes, k.stream);
-      ccResult_t rc = ccAllReduce(send.p, dst, bytes / SizeOf(t), t, op, comp, k.comm, k.s());
+      const bool legacy = r == legacyRank;
+      if (legacy) cudaStreamSynchronize(k.stream);  // the legacy stream does not wait for a non-blocking one
+      ccResult_t rc = ccAllReduce(send.p, dst, bytes / SizeOf(t), t, op, comp, k.comm, legacy ? nullptr : k.s());
       if (rc != ccSuccess) out->Fail(rc, ccGetLastError(k.comm));
+      const cudaError_t e = legacy ? cudaStreamSynchronize(nullptr) : cudaSuccess;
+      if (e != cudaSuccess) out->Fail(ccUnhandledCudaError, std::string("the legacy stream: ") + cudaGetErrorString(e));
       Settle(k, out);
     }
     if (!k.FromDevice(&out->data, dst, bytes)) out->Fail(ccUnhandledCudaError, "copy out");
@@ -750,6 +756,83 @@ TEST_CASE("[nccl] one rank: exact and compressed calls copy", "[gpu][nccl]") {
   }
 }
 
+TEST_CASE("[nccl] one rank: a compressed call captured before any other holds a copy", "[gpu][nccl][graph]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // One rank communicates nothing: the call needs no scratch, so a fresh compressor's first call can be captured, and
+  // the communicator stays usable.
+  const size_t count = 777;
+  const std::vector<Bytes> in = Inputs(1, count, ccFloat32, FreshSeed());
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<RankOut> outs = RunRanks(1, [&](int, RankOut* out) {
+    Rank k(id, 0, 1);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    DeviceBuffer x(count * 4), y(count * 4);
+    if (!k.ToDevice(x.p, in[0])) return out->Fail(ccUnhandledCudaError, "copy in");
+    ccCompressor_t comp = nullptr;
+    ccCompressorCreateFromString(&comp, "quant:bits=4");
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      return out->Fail(ccUnhandledCudaError, "cudaStreamBeginCapture");
+    }
+    ccResult_t rc = ccAllReduce(x.p, y.p, count, ccFloat32, ccAvg, comp, k.comm, k.s());
+    const cudaError_t e = cudaStreamEndCapture(k.stream, &graph);
+    if (rc != ccSuccess) out->Fail(rc, "captured: " + std::string(ccGetLastError(k.comm)));
+    if (e != cudaSuccess) out->Fail(ccUnhandledCudaError, std::string("capture: ") + cudaGetErrorString(e));
+    if (out->rc == ccSuccess && (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+                                 cudaGraphLaunch(exec, k.stream) != cudaSuccess)) {
+      out->Fail(ccUnhandledCudaError, "instantiate or launch");
+    }
+    rc = ccAllReduce(x.p, x.p, count, ccFloat32, ccSum, nullptr, k.comm, k.s());
+    if (rc != ccSuccess) out->Fail(rc, "after the capture: " + std::string(ccGetLastError(k.comm)));
+    Settle(k, out);
+    k.FromDevice(&out->data, y.p, count * 4);
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    ccCompressorDestroy(comp);
+  });
+  REQUIRE(Failure(outs) == "");
+  CHECK(FirstDifference(outs[0].data, in[0]) == "");
+}
+
+TEST_CASE("[nccl] the legacy default stream (stream NULL) carries compressed calls too", "[gpu][nccl][stream]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // Rank 0 passes stream NULL (thread ranks share their process's legacy stream, so only one of them may wait in NCCL
+  // on it); the others their own streams. Two calls (error feedback, warm start): the bytes of the same calls with
+  // every rank on a stream of its own; where NCCL sums float32 values (topk and randk's values, PowerSGD's factors)
+  // to within their rounding, as NCCL keeps its algorithm choice from run to run only as far as it does.
+  struct Case {
+    std::string spec;
+    bool bytes;
+  };
+  const Case cases[] = {{"cast16", true},
+                        {"quant:bits=4", true},
+                        {"quant:bits=4,mode=homomorphic", true},
+                        {"topk:density=0.1", false},
+                        {"randk:density=0.25,dtype=bf16", true},
+                        {"powersgd:rank=2,shapes=200x200", false}};
+  const int n = 3;
+  const size_t count = 40000;
+  for (const Case& k : cases) {
+    INFO(k.spec);
+    const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
+    std::vector<RankOut> own = NcclAllReduce(in, ccFloat32, ccAvg, k.spec, false, 2);
+    REQUIRE(Failure(own) == "");
+    std::vector<RankOut> legacy = NcclAllReduce(in, ccFloat32, ccAvg, k.spec, false, 2, 0);
+    REQUIRE(Failure(legacy) == "");
+    CHECK(SameOnAllRanks(legacy) == "");
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      if (k.bytes) {
+        CHECK(FirstDifference(legacy[r].data, own[r].data) == "");
+      } else {
+        CHECK(CloseTo(legacy[r].data, own[r].data, ccFloat32, 1e-10) == "");
+      }
+    }
+  }
+}
+
 // A host function on the stream that waits until `*open` is set: the stream is held while the rank calls.
 void CUDART_CB HoldStream(void* open) {
   while (!static_cast<std::atomic<bool>*>(open)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -1075,6 +1158,36 @@ TEST_CASE("[nccl] a scratch allocation that fails on one rank: no rank queues th
   std::vector<double> mean, tol;
   Reference(in, ccFloat32, ccAvg, &mean, &tol);
   CHECK(Vnmse(outs[0].data, ccFloat32, mean) < 0.1);
+}
+#endif
+
+#ifdef CCOLL_FAKE_NCCL
+TEST_CASE("[nccl] no elements and no host transport: every collective returns at once, as NCCL's", "[gpu][nccl]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // Processes in a build without UCX have no host transport between them; thread ranks stand in for them here, with
+  // their local transport taken out of use (comm->hostTransports). A call with count 0 names no buffer, so it cannot
+  // tell device from host memory: it is a no-op, not a refusal of host buffers.
+  const int n = 2;
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    k.comm->hostTransports = false;
+    ccCompressor_t comp = nullptr;
+    ccCompressorCreateFromString(&comp, "quant:bits=4");
+    const ccResult_t rcs[] = {ccAllReduce(nullptr, nullptr, 0, ccFloat32, ccSum, nullptr, k.comm, k.s()),
+                              ccAllReduce(nullptr, nullptr, 0, ccFloat32, ccAvg, comp, k.comm, k.s()),
+                              ccReduceScatter(nullptr, nullptr, 0, ccFloat32, ccSum, k.comm, k.s()),
+                              ccAllGather(nullptr, nullptr, 0, ccFloat32, k.comm, k.s()),
+                              ccBroadcast(nullptr, nullptr, 0, ccFloat32, 0, k.comm, k.s())};
+    for (ccResult_t rc : rcs) {
+      if (rc != ccSuccess) out->Fail(rc, ccGetLastError(k.comm));
+    }
+    Settle(k, out);
+    ccCompressorDestroy(comp);
+  });
+  CHECK(Failure(outs) == "");
 }
 #endif
 

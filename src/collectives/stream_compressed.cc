@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <string>
@@ -347,7 +348,7 @@ void EndAfterFailure(DeviceCodecState* st) {
 }
 
 // Runs `work` on the compressor's device state in a stream-ordered call on `stream`: DeviceCodecError becomes
-// ccUnhandledCudaError, and ScratchFrozenError ccInvalidUsage.
+// ccUnhandledCudaError, ScratchFrozenError ccInvalidUsage, and any other exception ccSystemError.
 template <typename Work>
 ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work) {
   DeviceScope scope(comm->config.cudaDev);
@@ -378,6 +379,9 @@ ccResult_t OnState(ccComm* comm, ccCompressor* c, ccStream_t stream, Work&& work
   } catch (const DeviceCodecError& err) {
     EndAfterFailure(st);
     return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, err.what());
+  } catch (const std::exception& err) {  // std::bad_alloc of host memory, say: the state must leave the call too
+    EndAfterFailure(st);
+    return Fail(ccSystemError, "rank %d: %s", comm->rank, err.what());
   }
 }
 
@@ -435,15 +439,19 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
   c->boundCount = a.count;
   const CodecCall call = CallOf(comm, *c);
   ++c->calls;
-  return OnState(comm, c, stream, [&](DeviceCodecState* st, cudaStream_t s) -> ccResult_t {
-    if (comm->nranks == 1 || a.count == 0) {
-      // Nothing to communicate: the exact result (the sum or average of one rank is its input).
-      if (a.send != a.recv && a.count > 0) {
-        CheckCuda(cudaMemcpyAsync(a.recv, a.send, a.count * a.eltSize, cudaMemcpyDeviceToDevice, s),
-                  "cudaMemcpyAsync (one rank)");
-      }
-      return ccSuccess;
+  if (comm->nranks == 1 || a.count == 0) {
+    // Nothing to communicate: the exact result (the sum or average of one rank is its input). No device state, so a
+    // capture may hold it before any compressed call has run (StreamCompressedReserve does nothing either).
+    if (a.send == a.recv || a.count == 0) return ccSuccess;
+    DeviceScope scope(comm->config.cudaDev);
+    const cudaError_t e = cudaMemcpyAsync(a.recv, a.send, a.count * a.eltSize, cudaMemcpyDeviceToDevice,
+                                          reinterpret_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) {
+      return Fail(ccUnhandledCudaError, "rank %d: cudaMemcpyAsync (one rank): %s", comm->rank, cudaGetErrorString(e));
     }
+    return ccSuccess;
+  }
+  return OnState(comm, c, stream, [&](DeviceCodecState* st, cudaStream_t s) -> ccResult_t {
     auto float32Call = [&](const float* input, float* out) -> ccResult_t {
       switch (c->kind) {
         case ccCompressTopkChunk:

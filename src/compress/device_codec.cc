@@ -402,8 +402,13 @@ void* GrowOnlyBuffer::Reserve(size_t bytes) {
   if (device_ < 0) CheckCuda(cudaGetDevice(&device_), "cudaGetDevice");
   CheckLaunch(AllocateScratch(device_, kind_ == kPinnedHost, grown, stream_->s, &fresh));
   // Other streams (the transport's copies) and the host may use it next: the allocation must have happened (growth is
-  // rare).
-  WaitFor(*stream_, "the device codec's scratch allocation");
+  // rare). It is queued after the compressor's earlier calls, stream-ordered ones included (EndCallOnStream).
+  try {
+    WaitFor(*stream_, "the device codec's scratch allocation (queued after the compressor's earlier calls)");
+  } catch (...) {
+    retired_.push_back(fresh);  // freed with the object
+    throw;
+  }
   if (p_ != nullptr) retired_.push_back(p_);  // queued work may still use it; freed with the object
   p_ = fresh;
   bytes_ = grown;
@@ -425,22 +430,25 @@ void DeviceCodecState::BeginCallOnStream(cudaStream_t stream, bool capturing) {
   // call is queued: so a call on another stream (another communicator of this rank, or the same one on another
   // stream) starts after the last call queued here has ended, as it would on one stream. A capture cannot wait for
   // work outside it (cudaErrorStreamCaptureIsolation): when its graph runs is the caller's to order, as with NCCL.
-  if (!capturing && stream != nullptr && callDone_ != nullptr) {
+  if (!capturing && callDone_ != nullptr) {
     CheckCuda(cudaStreamWaitEvent(stream, callDone_, 0), "cudaStreamWaitEvent (the compressor's last call)");
   }
+  inCall_ = true;
   callStream_ = stream;
   callCaptured_ = capturing;
   stream_.frozen = capturing;
-  if (stream != nullptr) wireOnDevice = true;  // a stream-ordered call's wire slots are device memory (deviceWire)
+  wireOnDevice = true;  // a stream-ordered call's wire slots are device memory (deviceWire)
 }
 
 void DeviceCodecState::EndCallOnStream() {
+  if (!inCall_) return;
   cudaStream_t call = callStream_;
   const bool captured = callCaptured_;
+  inCall_ = false;
   callStream_ = nullptr;
   callCaptured_ = false;
   stream_.frozen = false;
-  if (captured || call == nullptr) return;
+  if (captured) return;
   if (callDone_ == nullptr) {
     CheckCuda(cudaEventCreateWithFlags(&callDone_, cudaEventDisableTiming), "cudaEventCreateWithFlags (call done)");
   }

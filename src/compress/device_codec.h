@@ -124,7 +124,7 @@ class DeviceCodecState {
   DeviceCodecState& operator=(const DeviceCodecState&) = delete;
 
   // The stream the codecs queue their work on: the caller's during a stream-ordered call, else the state's own.
-  cudaStream_t stream() const { return callStream_ != nullptr ? callStream_ : stream_.s; }
+  cudaStream_t stream() const { return inCall_ ? callStream_ : stream_.s; }
   // Waits for everything queued on the state's own stream (not in a stream-ordered call), at most the time set by
   // SetTimeout: DeviceTimeoutError after that.
   void Synchronize();
@@ -141,7 +141,7 @@ class DeviceCodecState {
   // Ends it: the state's own stream, where its memory is freed, waits for the call's work (unless it was captured:
   // a graph that holds it must go, or its launches end, before the compressor is destroyed).
   void EndCallOnStream();
-  bool streamOrdered() const { return callStream_ != nullptr; }
+  bool streamOrdered() const { return inCall_; }
   bool capturing() const { return callCaptured_; }
   // The error-feedback memory of `count` floats, zero when first made (the bucket's count never changes).
   float* ErrorFeedback(size_t count);
@@ -179,7 +179,8 @@ class DeviceCodecState {
   DeviceCodecState() = default;
   GrowOnlyBuffer errorFeedback_{kDev, &stream_};
   size_t errorFeedbackCount_ = 0;
-  cudaStream_t callStream_ = nullptr;
+  bool inCall_ = false;               // between BeginCallOnStream and EndCallOnStream
+  cudaStream_t callStream_ = nullptr;  // the call's stream: NULL is the legacy default stream, as for the caller
   bool callCaptured_ = false;
   cudaEvent_t callDone_ = nullptr;  // the end of the last stream-ordered call: stream_ and the next call wait for it
 };

@@ -299,8 +299,8 @@ NcclTransport::~NcclTransport() {
   }
   m.watchCv.notify_all();
   m.watchdog.join();
-  // The work queued on the communicator must finish before it goes; if it does not within the timeout, a peer is
-  // gone, and only an abort ends it.
+  // The work queued on the communicator must finish before it goes; if it does not within the timeout, or NCCL
+  // reports an error meanwhile (the watchdog is gone), a peer is gone, and only an abort ends it.
   DeviceScope scope(m.device);
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(m.timeoutMs);
   bool drained = m.error.load() == ccSuccess;
@@ -309,7 +309,9 @@ NcclTransport::~NcclTransport() {
     while (drained && !m.pending.empty()) {
       cudaError_t e = cudaEventQuery(m.pending.front().event);
       if (e == cudaErrorNotReady) {
-        if (Clock::now() > deadline) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(m.comm, &async);
+        if (Clock::now() > deadline || (async != ncclSuccess && async != ncclInProgress)) {
           drained = false;
           break;
         }
