@@ -390,7 +390,7 @@ ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
     }
     try {
       r = ccoll::StreamCollective(comm, kind, args, c.compressor, c.stream);
-    } catch (const std::exception& e) {  // part of the call may be queued: as any failure here, it fails the communicator
+    } catch (const std::exception& e) {  // part of the call may be queued: it fails the communicator, as any failure
       r = Fail(ccSystemError, "%s: rank %d: %s", KindName(c.kind), comm->rank, e.what());
     }
   }
