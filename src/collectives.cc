@@ -317,12 +317,20 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
 // The cross-rank call check (CC_CHECK_CALLS) over the host transports. *agreed: every rank saw the same mismatch
 // and returns it (recorded here); nothing moved, so the communicator stays usable (unless nobody is left to return it
 // to). Any other failure is the transports'.
-ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, bool deferred, bool* agreed) {
+// onStream: a stream-ordered call (QueueOnStream); else a host call, or a device call the proxy runs (args.onDevice
+// when it runs on the device buffers themselves).
+ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, bool deferred, bool onStream,
+                            bool* agreed) {
   *agreed = false;
   if (!comm->config.checkCalls || !comm->hostTransports) return ccSuccess;
   const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+  int path = onStream ? ccoll::kPathStream : 0;
+  if ((onStream || args.onDevice) && c.compressor != nullptr && c.compressor->kind == ccCompressPowerSGD) {
+    path |= ccoll::kPathDeviceProducts;  // on the NCCL stream or in the proxy's device codec: cuBLAS
+  }
   ccResult_t r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
-                                                                   reduces ? args.op : ccSum, args.root, c.compressor),
+                                                                   reduces ? args.op : ccSum, args.root, c.compressor,
+                                                                   path),
                                          agreed);
   if (*agreed) {
     std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
@@ -351,7 +359,7 @@ ccResult_t FailCommunicator(ccComm* comm, const Call& c, ccResult_t r) {
 // thread, whose caller has already returned, so that every error becomes the communicator's async error.
 ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool deferred) {
   bool agreed = false;
-  ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, &agreed);
+  ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, false, &agreed);
   if (agreed) return r;
 #ifdef CCOLL_HAVE_CUDA
   if (r == ccSuccess && args.onDevice && c.compressor == nullptr) r = ccoll::EnsureDeviceBuffers(comm);
@@ -378,7 +386,7 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool defer
 // reserved its scratch before (Run).
 ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
   bool agreed = false;
-  ccResult_t r = CheckAcrossRanks(comm, c, args, false, &agreed);
+  ccResult_t r = CheckAcrossRanks(comm, c, args, false, true, &agreed);
   if (agreed) return r;
   if (r == ccSuccess) {
     ccoll::StreamKind kind = ccoll::StreamKind::kAllReduce;
@@ -406,7 +414,9 @@ ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
 // other call is staged through host memory, where the host schedules run in place on the staging buffer:
 // all-reduce and broadcast on the whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's
 // block at rank * count).
-ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, CompressorUse* use) {
+ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, CompressorUse* use, bool* queued) {
+  *queued = false;
+  CC_CHECK(ccoll::DeviceProxy::RefuseCapture(comm->rank, c.stream));  // before anything a capture forbids
 #ifdef CCOLL_HAVE_CUDA
   CC_CHECK(ccoll::PrepareDevice(comm->config.cudaDev));  // before any stream of the device waits for the proxy
 #endif
@@ -465,7 +475,7 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
       run.recv = staging + hostRecv;
     }
     ccoll::Guarded(KindName(c.kind), [&] { return Execute(comm, c, run, true); });
-  });
+  }, queued);
 }
 
 // A call this rank refuses (r, with its sentence in LastError): the other ranks are making theirs, so they learn of it
@@ -539,12 +549,17 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       return QueueOnStream(comm, c, args);
     }
 #endif
-    if (r == ccSuccess && onDevice) r = EnqueueOnDevice(comm, c, args, &compressorUse);
-    if (r != ccSuccess) {
+    if (onDevice) {
+      // Refused before it was queued (a capture, a device that cannot be prepared, staging that cannot be
+      // allocated): the peers learn it in the call check, as for a refusal of the arguments. Once queued, the proxy
+      // runs it whatever failed after (the peers expect it).
+      bool queued = false;
+      r = EnqueueOnDevice(comm, c, args, &compressorUse, &queued);
+      if (r == ccSuccess) return r;
+      if (!queued) return Refuse(comm, c, r);
       comm->RecordError(ccoll::LastError());
       return r;
     }
-    if (onDevice) return ccSuccess;
     comm->DrainDevice();  // device calls queued earlier run first, on every rank alike
     const int async = comm->AsyncError();
     if (async != ccSuccess) {

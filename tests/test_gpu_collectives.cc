@@ -348,6 +348,42 @@ TEST_CASE("[gpu] an exact all-reduce with host buffers on two ranks and device b
   }
 }
 
+#ifdef CCOLL_HAVE_UCX
+TEST_CASE("[gpu] homomorphic quant over UCX with host buffers on one rank and device buffers on the other",
+          "[gpu][device][codec]") {
+  SKIP_WITHOUT_DEVICE();
+  // Over a network the host path would run a homomorphic call in segments (a ring each) and the device codec in one
+  // ring; ranks of a communicator where any rank may make device calls must exchange the same messages whatever their
+  // buffers. 3 Mi elements would be 6 segments.
+  const int n = 2;
+  const size_t count = size_t{3} << 20;
+  ccConfig_t config = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 20000);
+  config.transport = ccTransportUcx;
+  config.cudaDev = 0;
+  Group g = Group::InitConfig(n, config);
+  INFO(g.error);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 17);
+  for (const char* spec : {"quant:bits=4,mode=homomorphic", "quant:bits=2,mode=homomorphic,rotation=none"}) {
+    INFO(spec);
+    Compressors host(spec, n), mixed(spec, n);
+    REQUIRE(host.status == ccSuccess);
+    REQUIRE(mixed.status == ccSuccess);
+    auto issue = [&](Compressors& comps) -> Issue {
+      return [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, ccFloat32, ccAvg, comps[r], g[r], stream);
+      };
+    };
+    Outcome onHost = OnHost(g, in, count * 4, issue(host));
+    REQUIRE(onHost.Failure() == "");
+    Outcome oneOnDevice = OnDevice(g, st, in, count * 4, issue(mixed), false, 1);  // rank 0 on host buffers
+    REQUIRE(oneOnDevice.Failure() == "");
+    for (int r = 0; r < n; ++r) CHECK(FirstDifference(oneOnDevice.out[r], onHost.out[r]) == "");
+  }
+}
+#endif
+
 TEST_CASE("[gpu] every codec on device buffers equals the host call, call after call", "[gpu][device][codec]") {
   SKIP_WITHOUT_DEVICE();
   const char* specs[] = {"cast16",
@@ -599,6 +635,40 @@ TEST_CASE("[gpu] powersgd on device buffers recovers a rank-2 average, the same 
         // fp32 products: ~1e-13; the bf16 wire of P and Q rounds each factor to 2^-9: ~1e-5.
         CHECK(Vnmse(dev.out[0], mean) < (std::string(spec).find("bf16") != std::string::npos ? 1e-4 : 1e-9));
       }
+    }
+  }
+}
+
+TEST_CASE("[gpu] powersgd with host buffers on one rank and device buffers on the other: the same bytes or refused",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  if (!cctest::CallCheckOn()) return;  // the refusal travels in the call check
+  // Where the device rank's products run on cuBLAS and the host rank's on the CPU BLAS, the results would differ by
+  // rank: the call check refuses the call on both. Where both run on the CPU BLAS (the device call staged), they
+  // agree byte for byte.
+  const int n = 2;
+  const size_t count = 300 * 200;
+  Compressors comps("powersgd:rank=3,rows=300,cols=200", n, 11);
+  if (comps.status != ccSuccess) return;  // a build without any BLAS refuses powersgd
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 23);
+  Outcome mixed = OnDevice(
+      g, st, in, count * 4,
+      [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, ccFloat32, ccAvg, comps[r], g[r], stream);
+      },
+      false, 1);  // rank 0 on host buffers
+  if (NoCpuBlas(mixed)) return;
+  INFO(mixed.Failure());
+  if (mixed.rc[0].rc == ccSuccess && mixed.rc[1].rc == ccSuccess) {
+    CHECK(mixed.out[0] == mixed.out[1]);
+  } else {
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << ": " << mixed.rc[r].error);
+      CHECK(mixed.rc[r].rc == ccInvalidUsage);
+      CHECK(Contains(mixed.rc[r].error, "with PowerSGD's products on cuBLAS"));
     }
   }
 }
@@ -1083,6 +1153,143 @@ TEST_CASE("[gpu] a refusal met by a peer's device call: later calls fail at once
     for (float x : host[0]) CHECK(x == 1.0f);
   }
   cudaFree(dev);
+}
+
+// The communicator's last error, read on a fresh thread (the calling thread's own last error would come first).
+std::string CommLastError(ccComm_t comm) {
+  std::string e;
+  std::thread([&] { e = ccGetLastError(comm); }).join();
+  return e;
+}
+
+// Two ranks bound to device 0 with the given transport and a 4 s timeout.
+Group TwoDeviceRanks(int transport) {
+  Group g;
+  g.comms.assign(2, nullptr);
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<ccResult_t> rc(2);
+  RunRanks(2, [&](int r) {
+    ccConfig_t c = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 4000);
+    c.cudaDev = 0;
+    c.transport = transport;
+    rc[r] = ccCommInitRankConfig(&g.comms[r], 2, id, r, &c);
+  });
+  REQUIRE(rc[0] == ccSuccess);
+  REQUIRE(rc[1] == ccSuccess);
+  return g;
+}
+
+TEST_CASE("[gpu] a device call refused inside a capture: the capture intact, the peer told in the call check",
+          "[gpu][device][args]") {
+  SKIP_WITHOUT_DEVICE();
+  if (!cctest::CallCheckOn()) return;  // the refusal travels in the call check
+  // Rank 1's first device call of the process is captured: it is refused before anything a capture forbids (preparing
+  // the device allocates and synchronizes), so the capture ends cleanly; rank 0's queued call learns of the refusal
+  // in the call check (its communicator fails in step) instead of waiting for rank 1 until the timeout.
+  const size_t count = 4096;
+  Group g = TwoDeviceRanks(ccTransportLocal);
+  Streams st(2);
+  std::vector<float*> dev(2, nullptr);
+  for (float*& d : dev) REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), count * 4) == cudaSuccess);
+  std::vector<RankResult> results(2);
+  cudaError_t captureEnd = cudaErrorUnknown;
+  RunRanks(2, [&](int r) {
+    if (r == 1 && cudaStreamBeginCapture(st.s[1], cudaStreamCaptureModeThreadLocal) != cudaSuccess) return;
+    results[r] = Record(ccAllReduce(dev[r], dev[r], count, ccFloat32, ccSum, nullptr, g[r], st[r]), g[r]);
+    if (r == 1) {
+      cudaGraph_t graph = nullptr;
+      captureEnd = cudaStreamEndCapture(st.s[1], &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    }
+    cudaStreamSynchronize(st.s[r]);
+  });
+  INFO("rank 0: " << results[0].error << "; rank 1: " << results[1].error);
+  CHECK(results[1].rc == ccInvalidUsage);
+  CHECK(Contains(results[1].error, "captured into a CUDA graph"));
+  CHECK(captureEnd == cudaSuccess);
+  CHECK(results[0].rc == ccSuccess);  // queued; the proxy's call check fails it
+  ccResult_t async = ccSuccess;
+  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
+  CHECK(async == ccInvalidUsage);
+  CHECK(Contains(CommLastError(g[0]), "rank 1 refused its arguments"));
+  for (float* d : dev) cudaFree(d);
+}
+
+#if defined(CCOLL_HAVE_UCX) && defined(CCOLL_FAKE_CUDA)
+TEST_CASE("[gpu] staging that cannot be allocated on one rank: the peer told in the call check",
+          "[gpu][device][args]") {
+  SKIP_WITHOUT_DEVICE();
+  if (!cctest::CallCheckOn()) return;  // the refusal travels in the call check
+  // Over UCX exact device calls are staged through host memory. Rank 1's staging cannot grow (the fake runtime fails
+  // its thread's next allocation): the call is refused before it is queued, and rank 0's queued call learns it in
+  // the call check instead of waiting for rank 1 until the timeout.
+  const size_t small = 1024, large = size_t{1} << 20;
+  Group g = TwoDeviceRanks(ccTransportUcx);
+  Streams st(2);
+  std::vector<float*> dev(2, nullptr);
+  for (float*& d : dev) REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), large * 4) == cudaSuccess);
+  std::vector<RankResult> results(2);
+  RunRanks(2, [&](int r) {  // the device prepared and staging for `small` made
+    cudaMemsetAsync(dev[r], 0, large * 4, st.s[r]);
+    results[r] = Record(ccAllReduce(dev[r], dev[r], small, ccFloat32, ccSum, nullptr, g[r], st[r]), g[r]);
+    cudaStreamSynchronize(st.s[r]);
+  });
+  REQUIRE(results[0].rc == ccSuccess);
+  REQUIRE(results[1].rc == ccSuccess);
+  RunRanks(2, [&](int r) {
+    if (r == 1) cctest::FakeFailAllocations(1);
+    results[r] = Record(ccAllReduce(dev[r], dev[r], large, ccFloat32, ccSum, nullptr, g[r], st[r]), g[r]);
+    cctest::FakeFailAllocations(0);
+    cudaStreamSynchronize(st.s[r]);
+  });
+  INFO("rank 0: " << results[0].error << "; rank 1: " << results[1].error);
+  CHECK(results[1].rc == ccUnhandledCudaError);
+  CHECK(results[0].rc == ccSuccess);  // queued; the proxy's call check fails it
+  ccResult_t async = ccSuccess;
+  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
+  CHECK(async == ccInvalidUsage);
+  CHECK(Contains(CommLastError(g[0]), "rank 1 refused its arguments"));
+  for (float* d : dev) cudaFree(d);
+}
+#endif
+
+// A host function on a stream that waits until *release is set: earlier work that holds the stream.
+void CUDART_CB HoldUntil(void* release) {
+  while (!static_cast<std::atomic<bool>*>(release)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+TEST_CASE("[gpu] ccCommAbort does not wait for a stream that has not reached the call; the stream completes later",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  // Rank 0's stream is held by earlier work when its call is queued. The abort returns while it is still held (the
+  // staging and wait word are left to the stream, not freed), and the stream, released later, runs to its end.
+  const size_t count = 4096;
+  Group g = DeviceGroup(2);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(2);
+  std::vector<float*> dev(2, nullptr);
+  for (float*& d : dev) REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), count * 4) == cudaSuccess);
+  RunRanks(2, [&](int r) {  // a first call: the device prepared, the staging made
+    cudaMemsetAsync(dev[r], 0, count * 4, st.s[r]);
+    ccAllReduce(dev[r], dev[r], count, ccFloat32, ccSum, nullptr, g[r], st[r]);
+    cudaStreamSynchronize(st.s[r]);
+  });
+  std::atomic<bool> release{false};
+  REQUIRE(cudaLaunchHostFunc(st.s[0], HoldUntil, &release) == cudaSuccess);
+  REQUIRE(ccAllReduce(dev[0], dev[0], count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccSuccess);
+  std::thread safety([&] {  // a hung abort fails the check below instead of the whole run
+    for (int ms = 0; ms < 20000 && !release.load(); ms += 10) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    release = true;
+  });
+  CHECK(ccCommAbort(g[0]) == ccSuccess);
+  CHECK(!release.load());  // returned while the stream was still held
+  CHECK(ccCommAbort(g[1]) == ccSuccess);
+  g.comms.clear();
+  release = true;
+  CHECK(cudaStreamSynchronize(st.s[0]) == cudaSuccess);
+  safety.join();
+  for (float* d : dev) cudaFree(d);
 }
 
 TEST_CASE("[gpu] one rank's compressor serves two of its communicators back to back on one stream",

@@ -1077,6 +1077,16 @@ TEST_CASE("[nccl] bad usage gets a clear error", "[gpu][nccl][errors]") {
     } else if (rc != ccInvalidUsage || !Contains(why, "host buffers")) {
       out->Fail(ccInternalError, "host buffers: " + std::to_string(rc) + ": " + why);
     }
+    // Host buffers on rank 0 and device buffers on rank 1 would travel on transports that never meet (the local one,
+    // NCCL): where the call check runs, both ranks are refused instead of waiting for each other until the timeout.
+    if (CallCheckRuns()) {
+      rc = r == 0 ? ccAllReduce(host.data(), host.data(), count, ccFloat32, ccSum, nullptr, k.comm, nullptr)
+                  : ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, nullptr, k.comm, k.s());
+      why = ccGetLastError(k.comm);
+      if (rc != ccInvalidUsage || !Contains(why, "device buffers on the NCCL stream on rank 1")) {
+        out->Fail(ccInternalError, "host buffers meeting device buffers: " + std::to_string(rc) + ": " + why);
+      }
+    }
     // The communicator still works after refused calls.
     rc = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, nullptr, k.comm, k.s());
     if (rc != ccSuccess) out->Fail(rc, ccGetLastError(k.comm));

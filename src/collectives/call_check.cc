@@ -13,9 +13,9 @@
 namespace ccoll {
 namespace {
 
-enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kCalls, kRefused, kFields };
+enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kCalls, kPath, kRefused, kFields };
 const char* const kFieldNames[kFields] = {"collective", "count", "datatype", "op", "root", "compressor",
-                                          "compressor call number", "arguments"};
+                                          "compressor call number", "path", "arguments"};
 
 // The lowest and highest value of one field over the ranks seen so far, and the lowest rank holding each.
 struct FieldRange {
@@ -65,6 +65,9 @@ std::string ValueText(int field, uint64_t v) {
       return DataTypeName(static_cast<ccDataType_t>(static_cast<int>(v)));
     case kOp:
       return RedOpName(static_cast<ccRedOp_t>(static_cast<int>(v)));
+    case kPath:
+      return std::string((v & kPathStream) != 0 ? "device buffers on the NCCL stream" : "the host schedule") +
+             ((v & kPathDeviceProducts) != 0 ? " with PowerSGD's products on cuBLAS" : "");
     case kCompressor:
       if (v == 0) return "none";
       std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -82,6 +85,7 @@ Agreement Start(const CallDescriptor& d, int rank) {
                                static_cast<uint64_t>(static_cast<int64_t>(d.root)),
                                d.compressor,
                                d.calls,
+                               static_cast<uint64_t>(d.path),
                                static_cast<uint64_t>(d.refused)};
   Agreement a;
   for (int i = 0; i < kFields; ++i) a.f[i] = FieldRange{v[i], v[i], rank, rank};
@@ -118,8 +122,9 @@ CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, 
 }
 
 CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
-                            const ccCompressor* compressor) {
+                            const ccCompressor* compressor, int path) {
   CallDescriptor d = RefusedCall(kind, count, dtype, op, root, ccSuccess);  // a call taken: refused 0
+  d.path = path;
   if (compressor != nullptr) {
     d.spec = CompressorSpec(*compressor);
     d.compressor = Fnv1a(d.spec) | 1u;
@@ -167,7 +172,9 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   return Fail(ccInvalidUsage,
               "the ranks made different calls: %s (rank %d was called for: %s). Every rank must make the same call "
               "(collective, count, datatype, op, root and compressor parameters), with compressors made and reset "
-              "alike (a compressor's call number picks its dithers and chunks)",
+              "alike (a compressor's call number picks its dithers and chunks), and on buffers that meet on one path "
+              "(with transport nccl, device buffers on every rank or on none; PowerSGD on device buffers on every "
+              "rank or on none)",
               differ.c_str(), r, Text(mine).c_str());
 }
 

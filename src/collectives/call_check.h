@@ -1,6 +1,7 @@
 // The call check: before any data moves, the ranks agree on what they were called with (collective, count,
-// datatype, op, root, compressor spec and call number) and on whether every rank took its arguments. Each field's
-// lowest and highest value over all ranks, with the ranks that hold them, travel in a 192-byte record through
+// datatype, op, root, compressor spec and call number, and where the call runs) and on whether every rank took its
+// arguments. Each field's lowest and highest value over all ranks, with the ranks that hold them, travel in a 216-byte
+// record through
 // ceil(log2 n) steps of a dissemination exchange (step k: send to rank r + 2^k, receive from r - 2^k; min and max do
 // not mind seeing a rank twice). Every rank ends with the same record, so on a mismatch every rank returns
 // ccInvalidUsage naming the field and the ranks that differ (or the rank that refused its arguments), nothing is
@@ -19,7 +20,7 @@ struct ccCompressor;
 namespace ccoll {
 
 // Bytes of the record each rank sends in each step of the check.
-constexpr size_t kCallCheckRecordBytes = 192;
+constexpr size_t kCallCheckRecordBytes = 216;
 
 // What a rank was called with.
 struct CallDescriptor {
@@ -31,12 +32,19 @@ struct CallDescriptor {
   uint64_t compressor = 0;  // hash of the compressor's canonical spec; 0 without one
   uint64_t calls = 0;       // the compressor's calls since its state was made or reset (its dithers and chunk
                             // choices follow it); 0 without one
+  // Where the call runs, as far as the ranks must agree (kPath*): host buffers and device buffers may meet in one call
+  // where the device path exchanges the host schedule's messages, but not a stream-ordered call (transport nccl)
+  // and a host one, nor PowerSGD products on cuBLAS and on the CPU BLAS (their results would differ by rank).
+  int path = 0;
   int refused = 0;          // a ccResult_t: this rank refused its arguments (then the fields above are not compared)
   std::string spec;         // the spec itself (for this rank's error message; it does not travel)
 };
 
+constexpr int kPathStream = 1;          // queued on the caller's stream through NCCL (transport nccl)
+constexpr int kPathDeviceProducts = 2;  // PowerSGD's products on cuBLAS
+
 CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
-                            const ccCompressor* compressor);
+                            const ccCompressor* compressor, int path);
 
 // The call of a rank that refused its arguments with error `refused` (the raw values it was called with; nothing of
 // a compressor, which may not even be one).

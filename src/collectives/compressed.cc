@@ -361,13 +361,15 @@ ccResult_t RunInSegments(ccComm* comm, ccCompressor* c, Codec& codec, const floa
 
 // How many segments a call of `count` elements runs in when its codec's pre-pass splits: over a network, one per
 // 512 Ki elements, at most 64; between thread ranks nothing waits for a network to hide a pre-pass behind, so one.
+// Device codecs run one ring, and the ranks must exchange the same messages whatever their buffers: so one also where
+// any rank may make device calls (ccComm::anyRankOnDevice).
 // Each segment costs the schedule's start and end once more: on 4 ranks at 1 Gbit/s, 64 MiB of 4-bit homomorphic
 // codes took 183 ms in one segment, 176, 174, 171, 168, 161 and 162 ms in 2, 4, 8, 16, 32 and 64; 16 MiB 41 ms in
 // 8 segments and 44 in 32.
 int SegmentsOf(const ccComm& comm, size_t count) {
   const int forced = gSegmentsForTesting.load();
   if (forced > 0) return forced;
-  if (!WaitsRunIdleWork(comm)) return 1;
+  if (!WaitsRunIdleWork(comm) || comm.anyRankOnDevice) return 1;
   return static_cast<int>(std::min<size_t>(64, std::max<size_t>(1, count / (size_t{512} << 10))));
 }
 

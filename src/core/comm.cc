@@ -41,6 +41,7 @@ struct RankInfo {
   int32_t checkCalls;        // CC_CHECK_CALLS: it changes the messages of every call, so all ranks must agree
   int32_t checksum;          // CC_CHECKSUM: likewise
   int32_t transport;         // CC_TRANSPORT: the bootstrap rounds that follow depend on it
+  int32_t onDevice;          // bound to a CUDA device: its calls may take device buffers (ccComm::anyRankOnDevice)
 };
 
 const uint8_t* ProcessToken() {
@@ -234,6 +235,9 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   info.checkCalls = comm->config.checkCalls ? 1 : 0;
   info.checksum = comm->config.checksum ? 1 : 0;
   info.transport = static_cast<int32_t>(want);
+#ifdef CCOLL_HAVE_CUDA
+  info.onDevice = comm->config.cudaDev >= 0 ? 1 : 0;
+#endif
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -246,6 +250,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     std::memcpy(&infos[peer], all[peer].data(), sizeof(RankInfo));
     infos[peer].host[sizeof(infos[peer].host) - 1] = '\0';
     anyRemote |= std::memcmp(infos[peer].processToken, infos[0].processToken, sizeof(info.processToken)) != 0;
+    comm->anyRankOnDevice = comm->anyRankOnDevice || infos[peer].onDevice != 0;
   }
   for (int peer = 0; peer < n; ++peer) {
     if (infos[peer].checkCalls != info.checkCalls) {

@@ -55,6 +55,10 @@ struct ccComm {
   // Every peer has a host transport in `peers`. False only with transport nccl in a build without UCX, for ranks in
   // other processes: then host buffers cannot be carried (and calls are not checked across ranks).
   bool hostTransports = true;
+  // Some rank of the communicator is bound to a CUDA device (a CUDA build, ccConfig_t.cudaDev or a current device at
+  // init), so its calls may be on device buffers while others' are on host buffers: a schedule chosen by the buffers'
+  // kind would differ between ranks. The same on every rank (agreed at init).
+  bool anyRankOnDevice = false;
   // Transport nccl: device calls are queued on the caller's stream through it (collectives/stream_collectives.h).
   std::unique_ptr<ccoll::StreamTransport> streamTransport;
 

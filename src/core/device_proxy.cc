@@ -164,24 +164,25 @@ struct DeviceProxy::Impl {
     }
   }
 
-  ccResult_t Enqueue(const StagedCall& call, HostWork work) {
+  ccResult_t Enqueue(const StagedCall& call, HostWork work, bool* queued) {
+    *queued = false;
     std::lock_guard<std::mutex> serial(enqueueMutex);
     DeviceScope scope(device);
     cudaStream_t stream = reinterpret_cast<cudaStream_t>(call.stream);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    CC_CUDA(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-    if (capture != cudaStreamCaptureStatusNone) {
-      return Fail(ccInvalidUsage,
-                  "rank %d: the stream is being captured into a CUDA graph; device buffers are "
-                  "staged through host memory by a proxy thread, which a graph cannot hold",
-                  comm_->rank);
-    }
+    CC_CHECK(DeviceProxy::RefuseCapture(comm_->rank, call.stream));
     const uint64_t ticket = issued + 1;
     Slot& s = slots[ticket % 2];
     if (s.used) {
-      // The slot's last call must have copied its result out before its staging is reused.
+      // The slot's last call must have copied its result out before its staging is reused: its stream has to get
+      // there, at most the communicator's timeout (it may be held by its own earlier work).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(comm_->config.timeoutMs);
       cudaError_t e;
       while ((e = cudaEventQuery(s.done)) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          return Fail(ccTimeout, "rank %d: the device call two calls back has not copied its result out of its "
+                      "staging within %d ms (CC_TIMEOUT_MS): its stream has not reached it (held by earlier work?)",
+                      comm_->rank, comm_->config.timeoutMs);
+        }
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       if (e != cudaSuccess) return CudaFail(e, "cudaEventQuery (staging reuse)", comm_->rank);
@@ -219,6 +220,7 @@ struct DeviceProxy::Impl {
       std::lock_guard<std::mutex> lock(mutex);
       queue.push_back(Op{ticket, static_cast<int>(ticket % 2), std::move(work)});
     }
+    *queued = true;
     issued = ticket;
     cv.notify_all();
     // From here the call is queued: the proxy runs it whatever happens below (the peers expect it).
@@ -249,14 +251,33 @@ struct DeviceProxy::Impl {
     }
     DeviceScope scope(device);
     if (flag != nullptr) __atomic_store_n(flag, UINT64_MAX, __ATOMIC_RELEASE);  // no stream waits any more
+    // The streams must be done with the staging and the flag before they are freed or reused. A caller's stream may
+    // not have reached its last call yet (held by its own earlier work): a destroy waits for it at most the
+    // communicator's timeout, an abort not at all; then the staging and the flag are left to it, never freed.
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(comm_->aborting.load() ? 0 : comm_->config.timeoutMs);
+    bool streamsDone = true;
     for (Slot& s : slots) {
-      if (s.used) cudaEventSynchronize(s.done);  // the streams are done with the staging and the flag
-      if (s.in) cudaEventDestroy(s.in);
+      if (!s.used) continue;
+      cudaError_t e;
+      while ((e = cudaEventQuery(s.done)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      streamsDone = streamsDone && e != cudaErrorNotReady;
+    }
+    if (!streamsDone) {
+      CC_WARN("rank %d: a stream has not reached its last call on the communicator's device buffers; its staging "
+              "and wait word are left to it (not freed)", comm_->rank);
+    }
+    for (Slot& s : slots) {
+      if (s.in) cudaEventDestroy(s.in);  // (an event still pending is released when its work completes)
       if (s.done) cudaEventDestroy(s.done);
       if (s.host) retired.push_back(s.host);
     }
-    for (char* p : retired) FreeScratch(device, true, p, ReleaseStream(device));  // nothing uses them any more
-    if (flag != nullptr) ReturnWaitWord(device, flag);
+    if (streamsDone) {
+      for (char* p : retired) FreeScratch(device, true, p, ReleaseStream(device));  // nothing uses them any more
+      if (flag != nullptr) ReturnWaitWord(device, flag);
+    }
     cudaGetLastError();
   }
 };
@@ -272,7 +293,21 @@ ccResult_t DeviceProxy::Create(ccComm* comm, int device, std::unique_ptr<DeviceP
   return ccSuccess;
 }
 
-ccResult_t DeviceProxy::Enqueue(const StagedCall& call, HostWork work) { return impl_->Enqueue(call, std::move(work)); }
+ccResult_t DeviceProxy::Enqueue(const StagedCall& call, HostWork work, bool* queued) {
+  return impl_->Enqueue(call, std::move(work), queued);
+}
+
+ccResult_t DeviceProxy::RefuseCapture(int rank, ccStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const cudaError_t e = cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &capture);
+  if (e != cudaSuccess) return CudaFail(e, "cudaStreamIsCapturing", rank);
+  if (capture != cudaStreamCaptureStatusNone) {
+    return Fail(ccInvalidUsage, "rank %d: the stream is being captured into a CUDA graph; device buffers are staged "
+                "through host memory by a proxy thread, which a graph cannot hold (transport nccl can be captured)",
+                rank);
+  }
+  return ccSuccess;
+}
 
 void DeviceProxy::Drain() { impl_->Drain(); }
 
@@ -284,7 +319,12 @@ ccResult_t DeviceProxy::Create(ccComm* comm, int /*device*/, std::unique_ptr<Dev
   return Fail(ccInvalidUsage, "rank %d: device buffers need a build with CUDA (CCOLL_ENABLE_CUDA)", comm->rank);
 }
 
-ccResult_t DeviceProxy::Enqueue(const StagedCall& /*call*/, HostWork /*work*/) { return ccInternalError; }
+ccResult_t DeviceProxy::Enqueue(const StagedCall& /*call*/, HostWork /*work*/, bool* queued) {
+  *queued = false;
+  return ccInternalError;
+}
+
+ccResult_t DeviceProxy::RefuseCapture(int /*rank*/, ccStream_t /*stream*/) { return ccSuccess; }
 
 void DeviceProxy::Drain() {}
 

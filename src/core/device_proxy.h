@@ -53,8 +53,12 @@ class DeviceProxy {
   DeviceProxy& operator=(const DeviceProxy&) = delete;
 
   // Queues one call on call.stream. Blocks only while both staging buffers are still in use by earlier calls. An
-  // error (a CUDA call failed, the stream is being captured into a graph) leaves the queue unchanged.
-  ccResult_t Enqueue(const StagedCall& call, HostWork work);
+  // error (a CUDA call failed, the stream is being captured into a graph) leaves the queue unchanged unless *queued
+  // says the call was queued before it (the proxy then runs it: the peers expect it).
+  ccResult_t Enqueue(const StagedCall& call, HostWork work, bool* queued);
+  // ccInvalidUsage when `stream` is being captured into a CUDA graph, which cannot hold a proxy's call. Asked before
+  // anything a capture forbids (preparing the device, priming a codec: allocations and synchronizations) is done.
+  static ccResult_t RefuseCapture(int rank, ccStream_t stream);
   // Blocks until every queued call has run on the proxy thread (not until the streams have copied the results).
   void Drain();
 
