@@ -1184,14 +1184,22 @@ TEST_CASE("[gpu] a device call refused inside a capture: the capture intact, the
           "[gpu][device][args]") {
   SKIP_WITHOUT_DEVICE();
   if (!cctest::CallCheckOn()) return;  // the refusal travels in the call check
-  // Rank 1's first device call of the process is captured: it is refused before anything a capture forbids (preparing
-  // the device allocates and synchronizes), so the capture ends cleanly; rank 0's queued call learns of the refusal
-  // in the call check (its communicator fails in step) instead of waiting for rank 1 until the timeout.
+  // Rank 1's first device call on its communicator is captured: it is refused before anything a capture forbids
+  // (preparing the device or a codec allocates and synchronizes), so the capture ends cleanly; rank 0's queued call
+  // learns of the refusal in the call check (its communicator fails in step) instead of waiting for rank 1 until the
+  // timeout. The device is prepared first (by a one-rank call), so that rank 0's preparation does not run while rank
+  // 1's stream captures.
   const size_t count = 4096;
-  Group g = TwoDeviceRanks(ccTransportLocal);
   Streams st(2);
   std::vector<float*> dev(2, nullptr);
   for (float*& d : dev) REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), count * 4) == cudaSuccess);
+  {
+    Group one = DeviceGroup(1);
+    REQUIRE(one.status == ccSuccess);
+    REQUIRE(ccAllReduce(dev[0], dev[0], count, ccFloat32, ccSum, nullptr, one[0], st[0]) == ccSuccess);
+    REQUIRE(cudaStreamSynchronize(st.s[0]) == cudaSuccess);
+  }
+  Group g = TwoDeviceRanks(ccTransportLocal);
   std::vector<RankResult> results(2);
   cudaError_t captureEnd = cudaErrorUnknown;
   RunRanks(2, [&](int r) {
