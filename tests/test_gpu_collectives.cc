@@ -1162,6 +1162,16 @@ std::string CommLastError(ccComm_t comm) {
   return e;
 }
 
+// Rank 0's device call (result `queued`) was queued, and its proxy learned of rank 1's refusal in the call check: the
+// communicator failed in step with the refusal's sentence.
+void CheckToldOfRefusal(const Group& g, const RankResult& queued) {
+  CHECK(queued.rc == ccSuccess);
+  ccResult_t async = ccSuccess;
+  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
+  CHECK(async == ccInvalidUsage);
+  CHECK(Contains(CommLastError(g[0]), "rank 1 refused its arguments"));
+}
+
 // Two ranks bound to device 0 with the given transport and a 4 s timeout.
 Group TwoDeviceRanks(int transport) {
   Group g;
@@ -1216,11 +1226,7 @@ TEST_CASE("[gpu] a device call refused inside a capture: the capture intact, the
   CHECK(results[1].rc == ccInvalidUsage);
   CHECK(Contains(results[1].error, "captured into a CUDA graph"));
   CHECK(captureEnd == cudaSuccess);
-  CHECK(results[0].rc == ccSuccess);  // queued; the proxy's call check fails it
-  ccResult_t async = ccSuccess;
-  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
-  CHECK(async == ccInvalidUsage);
-  CHECK(Contains(CommLastError(g[0]), "rank 1 refused its arguments"));
+  CheckToldOfRefusal(g, results[0]);
   for (float* d : dev) cudaFree(d);
 }
 
@@ -1253,11 +1259,7 @@ TEST_CASE("[gpu] staging that cannot be allocated on one rank: the peer told in 
   });
   INFO("rank 0: " << results[0].error << "; rank 1: " << results[1].error);
   CHECK(results[1].rc == ccUnhandledCudaError);
-  CHECK(results[0].rc == ccSuccess);  // queued; the proxy's call check fails it
-  ccResult_t async = ccSuccess;
-  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
-  CHECK(async == ccInvalidUsage);
-  CHECK(Contains(CommLastError(g[0]), "rank 1 refused its arguments"));
+  CheckToldOfRefusal(g, results[0]);
   for (float* d : dev) cudaFree(d);
 }
 #endif
