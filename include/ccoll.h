@@ -141,7 +141,8 @@ typedef struct {
   int blocking;       /**< 1: ccCommInitRankConfig returns when the communicator is ready. 0: it returns
                            ccInProgress at once and ccCommGetAsyncError reports when init ends. Env CC_BLOCKING. */
   int cudaDev;        /**< CUDA device the communicator is bound to (>= 0); default the current device. A number
-                           the process does not see (cudaGetDeviceCount) is ccInvalidArgument at init. */
+                           the process does not see (cudaGetDeviceCount) is ccInvalidArgument at init, in a
+                           build with CUDA. */
 } ccConfig_t;
 
 /** Initial value of every ccConfig_t: all fields "not set". */
@@ -230,7 +231,8 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config);
 
 /**
  * Creates ndev communicators of one group inside this process, one per rank, like ncclCommInitAll: comms[i] is
- * rank i. Ranks use the in-process transport. devlist may be NULL (host ranks, or all on the current device).
+ * rank i. Ranks use the in-process transport. devlist may be NULL (host ranks, or all on the current device);
+ * else devlist[i] is rank i's CUDA device (>= 0, as ccConfig_t.cudaDev).
  * On failure no communicator is left alive and every comms[i] is NULL.
  */
 CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist);

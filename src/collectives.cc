@@ -346,7 +346,8 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
 
 // A failure in the middle of a collective leaves the group out of step: the communicator is done for.
 ccResult_t FailCommunicator(ccComm* comm, const Call& c, ccResult_t r) {
-  std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
+  const std::string prefix = std::string(KindName(c.kind)) + ": ";
+  std::string sentence = ccoll::LastError().rfind(prefix, 0) == 0 ? ccoll::LastError() : prefix + ccoll::LastError();
   ccoll::SetLastError(sentence);
   comm->RecordError(sentence);
   comm->failedInStep = false;
@@ -507,6 +508,18 @@ ccResult_t Refuse(ccComm* comm, const Call& c, ccResult_t r) {
   return r;
 }
 
+// A call this rank cannot make although its arguments were fine: refused as bad arguments are where the call check
+// tells the peers. Where it cannot (CC_CHECK_CALLS=0, no host transport), a usage error (a capture, a compressor the
+// path cannot run) is the same on every rank that made the same calls, and is refused alike; any other failure (a
+// device or scratch that could not be prepared or allocated) is this rank's alone while the peers have queued the
+// call, so the communicator is failed, as after a failure in a call.
+ccResult_t RefuseOrFail(ccComm* comm, const Call& c, ccResult_t r) {
+  if (r != ccInvalidUsage && comm->nranks > 1 && (!comm->config.checkCalls || !comm->hostTransports)) {
+    return FailCommunicator(comm, c, r);
+  }
+  return Refuse(comm, c, r);
+}
+
 ccResult_t Run(ccComm* comm, const Call& c) {
   const char* fn = KindName(c.kind);
   return ccoll::Guarded(fn, [&]() -> ccResult_t {
@@ -543,7 +556,7 @@ ccResult_t Run(ccComm* comm, const Call& c) {
         r = ccoll::StreamCompressedReserve(comm, args, c.compressor, c.stream);
         if (r != ccSuccess) {
           ccoll::SetLastError(std::string(fn) + ": " + ccoll::LastError());
-          return Refuse(comm, c, r);
+          return RefuseOrFail(comm, c, r);
         }
       }
       return QueueOnStream(comm, c, args);
@@ -553,10 +566,13 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       // Refused before it was queued (a capture, a device that cannot be prepared, staging that cannot be
       // allocated): the peers learn it in the call check, as for a refusal of the arguments. Once queued, the proxy
       // runs it whatever failed after (the peers expect it).
+      // A stream that did not reach the call before last within the timeout (ccTimeout) fails the communicator: the
+      // proxy still waits for that stream, so the call check could not be joined in time either.
       bool queued = false;
       r = EnqueueOnDevice(comm, c, args, &compressorUse, &queued);
       if (r == ccSuccess) return r;
-      if (!queued) return Refuse(comm, c, r);
+      if (!queued && r != ccTimeout) return RefuseOrFail(comm, c, r);
+      if (!queued) return FailCommunicator(comm, c, r);
       comm->RecordError(ccoll::LastError());
       return r;
     }

@@ -284,7 +284,7 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
     CHECK(std::memcmp(arena.data(), pristine.data(), arena.size() * sizeof(float)) == 0);
     if (bc.rank >= 0) {
       CHECK(peerRc == ccInvalidUsage);
-      CHECK(Contains(peerErr, "rank " + std::to_string(bc.rank) + " refused its arguments"));
+      CHECK(Contains(peerErr, "rank " + std::to_string(bc.rank) + " refused the call"));
       CHECK(std::memcmp(peerRecv.data(), peerPristine.data(), peerRecv.size() * sizeof(float)) == 0);
       CHECK(seconds < 1.5);  // not the 2 s timeout
     }
@@ -1098,7 +1098,7 @@ TEST_CASE("a rank that refuses its arguments: with the call check every rank fai
   }
   for (int r : {0, 2}) {
     CHECK(results[r].rc == ccInvalidUsage);
-    CHECK(Contains(results[r].error, "rank 1 refused its arguments (ccInvalidArgument"));
+    CHECK(Contains(results[r].error, "rank 1 refused the call (ccInvalidArgument"));
     CHECK(seconds[r] < 1.5);
     for (float x : outs[r]) CHECK(x == -7.0f);
   }
@@ -1158,7 +1158,7 @@ TEST_CASE("a compressor is one rank's: another rank's call with it at the same t
     CHECK(results[second].rc == ccInvalidUsage);
     CHECK(Contains(results[second].error, "in use by a call of another communicator"));
     CHECK(results[1 - second].rc == ccInvalidUsage);
-    CHECK(Contains(results[1 - second].error, "rank " + std::to_string(second) + " refused its arguments"));
+    CHECK(Contains(results[1 - second].error, "rank " + std::to_string(second) + " refused the call"));
     for (int r = 0; r < 2; ++r) {
       for (float x : outs[r]) CHECK(x == -7.0f);
     }

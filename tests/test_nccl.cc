@@ -1131,7 +1131,10 @@ TEST_CASE("[nccl] a scratch allocation that fails on one rank: no rank queues th
       out->Fail(ccInternalError, "the failed allocation: " + std::to_string(rc) + ": " + why);
     }
     if (!checked) {
-      if (r == 0) {
+      if (r == 0) {  // its peers wait for it in NCCL: its communicator is failed too, not left to take the next call
+        ccResult_t async = ccSuccess;
+        ccCommGetAsyncError(k.comm, &async);
+        if (async != ccUnhandledCudaError) out->Fail(ccInternalError, "rank 0's communicator was not failed");
         ccCompressorDestroy(comp);
         return;
       }

@@ -66,8 +66,9 @@ std::string ValueText(int field, uint64_t v) {
     case kOp:
       return RedOpName(static_cast<ccRedOp_t>(static_cast<int>(v)));
     case kPath:
-      return std::string((v & kPathStream) != 0 ? "device buffers on the NCCL stream" : "the host schedule") +
-             ((v & kPathDeviceProducts) != 0 ? " with PowerSGD's products on cuBLAS" : "");
+      if ((v & kPathStream) != 0) return "device buffers on the NCCL stream";
+      return (v & kPathDeviceProducts) != 0 ? "device buffers with PowerSGD's products on cuBLAS"
+                                            : "host buffers or a proxy's host-compatible schedule";
     case kCompressor:
       if (v == 0) return "none";
       std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -156,8 +157,8 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   const FieldRange& refused = acc.f[kRefused];
   if (refused.hi != 0) {  // the other fields of a rank that refused its arguments mean nothing
     *agreed = true;
-    return Fail(ccInvalidUsage, "rank %d refused its arguments (%s there; its ccGetLastError says why), so no rank "
-                "ran the call; nothing was written", refused.hiRank,
+    return Fail(ccInvalidUsage, "rank %d refused the call (%s there; its ccGetLastError says why), so no rank ran "
+                "it; nothing was written", refused.hiRank,
                 ResultName(static_cast<ccResult_t>(refused.hi)));
   }
   std::string differ;
@@ -173,8 +174,8 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
               "the ranks made different calls: %s (rank %d was called for: %s). Every rank must make the same call "
               "(collective, count, datatype, op, root and compressor parameters), with compressors made and reset "
               "alike (a compressor's call number picks its dithers and chunks), and on buffers that meet on one path "
-              "(with transport nccl, device buffers on every rank or on none; PowerSGD on device buffers on every "
-              "rank or on none)",
+              "(with transport nccl, device buffers on every rank or on none; PowerSGD with its products on cuBLAS "
+              "on every rank or on none)",
               differ.c_str(), r, Text(mine).c_str());
 }
 

@@ -4,7 +4,7 @@
 // record through
 // ceil(log2 n) steps of a dissemination exchange (step k: send to rank r + 2^k, receive from r - 2^k; min and max do
 // not mind seeing a rank twice). Every rank ends with the same record, so on a mismatch every rank returns
-// ccInvalidUsage naming the field and the ranks that differ (or the rank that refused its arguments), nothing is
+// ccInvalidUsage naming the field and the ranks that differ (or the rank that refused the call), nothing is
 // written, and the communicator stays usable. CC_CHECK_CALLS=0 turns it off.
 #pragma once
 

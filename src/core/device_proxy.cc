@@ -91,6 +91,9 @@ struct DeviceProxy::Impl {
   std::deque<Op> queue;
   bool running = false;  // the proxy thread is inside an op
   bool stop = false;
+  // Set by the destructor: after this a call whose stream has not reached it is skipped (the destroy is bounded).
+  std::atomic<bool> stopping{false};
+  std::chrono::steady_clock::time_point stopDeadline;
   std::thread thread;
 
   bool Failed() const { return comm_->aborting.load() || comm_->asyncError.load() != ccSuccess; }
@@ -121,6 +124,11 @@ struct DeviceProxy::Impl {
         return false;
       }
       if (Failed()) return false;
+      if (stopping.load(std::memory_order_acquire) && std::chrono::steady_clock::now() > stopDeadline) {
+        comm_->RecordError("device proxy: the communicator was destroyed, and a stream had not reached its queued "
+                           "call within CC_TIMEOUT_MS: the call was skipped");
+        return false;
+      }
       if (spins < 64) {
         std::this_thread::yield();
       } else {
@@ -241,7 +249,14 @@ struct DeviceProxy::Impl {
   }
 
   ~Impl() {
+    // A destroy waits for the callers' streams at most the communicator's timeout in all, an abort not at all: for a
+    // stream to reach a queued call (else the proxy skips it), then to be done with the staging and the flag (else
+    // they are left to it, never freed).
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(comm_->aborting.load() ? 0 : comm_->config.timeoutMs);
     if (thread.joinable()) {
+      stopDeadline = deadline;
+      stopping.store(true, std::memory_order_release);
       {
         std::lock_guard<std::mutex> lock(mutex);
         stop = true;
@@ -251,11 +266,8 @@ struct DeviceProxy::Impl {
     }
     DeviceScope scope(device);
     if (flag != nullptr) __atomic_store_n(flag, UINT64_MAX, __ATOMIC_RELEASE);  // no stream waits any more
-    // The streams must be done with the staging and the flag before they are freed or reused. A caller's stream may
-    // not have reached its last call yet (held by its own earlier work): a destroy waits for it at most the
-    // communicator's timeout, an abort not at all; then the staging and the flag are left to it, never freed.
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(comm_->aborting.load() ? 0 : comm_->config.timeoutMs);
+    // The streams must be done with the staging and the flag before they are freed or reused; a caller's stream may
+    // not have got there yet (held by its own earlier work).
     bool streamsDone = true;
     for (Slot& s : slots) {
       if (!s.used) continue;
