@@ -177,6 +177,13 @@ bool SameBytesAsHost(const std::string& spec) {
 #endif
 }
 
+// The communicator's last error, read on a fresh thread (the calling thread's own last error would come first).
+std::string CommLastError(ccComm_t comm) {
+  std::string e;
+  std::thread([&] { e = ccGetLastError(comm); }).join();
+  return e;
+}
+
 // A host PowerSGD call in a build with cuBLAS but no CPU BLAS (the GPU machine) is refused: there is no host result.
 bool NoCpuBlas(const Outcome& host) {
   return !host.rc.empty() && host.rc[0].rc == ccInvalidUsage && Contains(host.rc[0].error, "needs a CPU BLAS");
@@ -914,12 +921,6 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
       cs = std::make_unique<Compressors>(spec, n);
       REQUIRE(cs->status == ccSuccess);
     }
-    // The communicator's last error, read on a fresh thread (the calling thread's own last error comes first).
-    auto commError = [](ccComm_t comm) {
-      std::string e;
-      std::thread([&] { e = ccGetLastError(comm); }).join();
-      return e;
-    };
     Streams st(n);
     const size_t count = 1 << 16;
     std::vector<float*> dev(n);
@@ -952,7 +953,7 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
         }
         CHECK(seconds < 20.0);
         // The rank whose wait timed out has ccTimeout; its peer may fail first on the exchange that follows.
-        const std::string err = commError(comms[r]);
+        const std::string err = CommLastError(comms[r]);
         INFO("rank " << r << ": " << err);
         CHECK(async != ccSuccess);
         if (async == ccTimeout && err.find("did not finish within") != std::string::npos) {
@@ -962,7 +963,7 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
     }
     bool someTimedOut = false;
     for (int r = 0; r < n; ++r) {
-      someTimedOut = someTimedOut || commError(comms[r]).find("did not finish within 2000 ms") != std::string::npos;
+      someTimedOut = someTimedOut || Contains(CommLastError(comms[r]), "did not finish within 2000 ms");
     }
     CHECK(someTimedOut);
     // The held kernels run once released, on ccoll's streams: the communicators (their schedules' stream) and the
@@ -1159,13 +1160,6 @@ TEST_CASE("[gpu] a refusal met by a peer's device call: later calls fail at once
     for (float x : host[0]) CHECK(x == 1.0f);
   }
   cudaFree(dev);
-}
-
-// The communicator's last error, read on a fresh thread (the calling thread's own last error would come first).
-std::string CommLastError(ccComm_t comm) {
-  std::string e;
-  std::thread([&] { e = ccGetLastError(comm); }).join();
-  return e;
 }
 
 // Rank 0's device call (result `queued`) was queued, and its proxy learned of rank 1's refusal in the call check: the

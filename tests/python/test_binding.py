@@ -423,26 +423,12 @@ class TestThreadRanks(unittest.TestCase):
             np.testing.assert_array_equal(res[0], np.full(1000, 6))
             np.testing.assert_array_equal(res[1], np.arange(nranks))
 
-    def test_from_store_with_thread_ranks(self):
-        # The k-th from_store of each rank uses the k-th key, though the ranks share a process and the store.
+    def _store_ranks(self, *extra):
+        # 3 thread ranks sharing one store, each running _store_rank (two groups in a row); every group must work.
         nranks = 3
         store = _DictStore()
         results = [None] * nranks
-        threads = [threading.Thread(target=_store_rank, args=(r, nranks, store, results)) for r in range(nranks)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-            self.assertFalse(t.is_alive(), "a thread rank hangs")
-        self.assertEqual(results, [[6, 6]] * nranks)
-
-    def test_from_store_with_a_new_wrapper_per_call(self):
-        # The count is per prefix and rank, not per store object: a second group through a new wrapper of the same
-        # store must not read the first group's id.
-        nranks = 3
-        store = _DictStore()
-        results = [None] * nranks
-        threads = [threading.Thread(target=_store_rank, args=(r, nranks, store, results, True))
+        threads = [threading.Thread(target=_store_rank, args=(r, nranks, store, results) + extra)
                    for r in range(nranks)]
         for t in threads:
             t.start()
@@ -450,6 +436,15 @@ class TestThreadRanks(unittest.TestCase):
             t.join(60)
             self.assertFalse(t.is_alive(), "a thread rank hangs")
         self.assertEqual(results, [[6, 6]] * nranks)
+
+    def test_from_store_with_thread_ranks(self):
+        # The k-th from_store of each rank uses the k-th key, though the ranks share a process and the store.
+        self._store_ranks()
+
+    def test_from_store_with_a_new_wrapper_per_call(self):
+        # The count is per prefix and rank, not per store object: a second group through a new wrapper of the same
+        # store must not read the first group's id.
+        self._store_ranks(True)
 
 
 if __name__ == "__main__":
