@@ -318,20 +318,25 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
 // and returns it (recorded here); nothing moved, so the communicator stays usable (unless nobody is left to return it
 // to). Any other failure is the transports'.
 // onStream: a stream-ordered call (QueueOnStream); else a host call, or a device call the proxy runs (args.onDevice
-// when it runs on the device buffers themselves).
+// when it runs on the device buffers themselves). *everyRankOnHost (when not null): the check ran and no rank runs the
+// call in a device codec.
 ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, bool deferred, bool onStream,
-                            bool* agreed) {
+                            bool* agreed, bool* everyRankOnHost = nullptr) {
   *agreed = false;
+  if (everyRankOnHost != nullptr) *everyRankOnHost = false;
   if (!comm->config.checkCalls || !comm->hostTransports) return ccSuccess;
   const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
   int path = onStream ? ccoll::kPathStream : 0;
   if ((onStream || args.onDevice) && c.compressor != nullptr && c.compressor->kind == ccCompressPowerSGD) {
     path |= ccoll::kPathDeviceProducts;  // on the NCCL stream or in the proxy's device codec: cuBLAS
   }
+  const bool deviceCodec = args.onDevice && c.compressor != nullptr && !onStream;
+  bool anyDeviceCodec = true;
   ccResult_t r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
                                                                    reduces ? args.op : ccSum, args.root, c.compressor,
-                                                                   path),
-                                         agreed);
+                                                                   path, deviceCodec),
+                                         agreed, &anyDeviceCodec);
+  if (r == ccSuccess && everyRankOnHost != nullptr) *everyRankOnHost = !anyDeviceCodec;
   if (*agreed) {
     std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
     ccoll::SetLastError(sentence);
@@ -358,9 +363,10 @@ ccResult_t FailCommunicator(ccComm* comm, const Call& c, ccResult_t r) {
 
 // Runs a validated call: the cross-rank call check, then the schedule. `deferred`: a device call on the proxy
 // thread, whose caller has already returned, so that every error becomes the communicator's async error.
-ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& args, bool deferred) {
+ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& checked, bool deferred) {
   bool agreed = false;
-  ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, false, &agreed);
+  CollArgs args = checked;
+  ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, false, &agreed, &args.everyRankOnHost);
   if (agreed) return r;
 #ifdef CCOLL_HAVE_CUDA
   if (r == ccSuccess && args.onDevice && c.compressor == nullptr) r = ccoll::EnsureDeviceBuffers(comm);

@@ -30,6 +30,7 @@
 #include "inputs.h"
 #include "rank_harness.h"
 #ifdef CCOLL_FAKE_CUDA
+#include "collectives/compressed.h"
 #include "collectives/device_buffers.h"
 #include "fake_cuda/fake_launch.h"
 #endif
@@ -236,6 +237,16 @@ bool ExactOnDevice() {
   return k == nullptr || std::string(k) != "0";
 }
 
+// Device codecs run unless CC_DEVICE_KERNELS=0 (ctest runs this binary both ways); PowerSGD's need cuBLAS.
+bool DeviceCodecsOn(const std::string& spec) {
+  const char* k = std::getenv("CC_DEVICE_KERNELS");
+  if (k != nullptr && std::string(k) == "0") return false;
+#ifndef CCOLL_HAVE_CUBLAS
+  if (spec.rfind("powersgd", 0) == 0) return false;
+#endif
+  return true;
+}
+
 // Checks, where the fake runtime counts them, that a device call with peers moved its messages device to device
 // (and, when it reduces, launched reduction kernels) exactly when exact calls stay on the device.
 void CheckStayedOnDevice(int64_t copiesBefore, int64_t launchesBefore, int nranks, bool reduces) {
@@ -357,11 +368,13 @@ TEST_CASE("[gpu] an exact all-reduce with host buffers on two ranks and device b
 
 #ifdef CCOLL_HAVE_UCX
 TEST_CASE("[gpu] homomorphic quant over UCX with host buffers on one rank and device buffers on the other",
-          "[gpu][device][codec]") {
+          "[gpu][device][codec][segments]") {
   SKIP_WITHOUT_DEVICE();
-  // Over a network the host path would run a homomorphic call in segments (a ring each) and the device codec in one
-  // ring; ranks of a communicator where any rank may make device calls must exchange the same messages whatever their
-  // buffers. 3 Mi elements would be 6 segments.
+  // Over a network the host path runs a homomorphic call in segments (a ring each) and the device codec in one ring;
+  // the ranks of one call must exchange the same messages whatever their buffers. 3 Mi elements are 6 segments. With
+  // the call check, the ranks learn whether any of them runs this call on the device: calls on host buffers on every
+  // rank are segmented, the mixed call is not. Without it (ctest runs this case again with CC_CHECK_CALLS=0), no call
+  // is segmented where any rank is bound to a device.
   const int n = 2;
   const size_t count = size_t{3} << 20;
   ccConfig_t config = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 20000);
@@ -382,10 +395,21 @@ TEST_CASE("[gpu] homomorphic quant over UCX with host buffers on one rank and de
         return ccAllReduce(s, d, count, ccFloat32, ccAvg, comps[r], g[r], stream);
       };
     };
+#ifdef CCOLL_FAKE_CUDA
+    const uint64_t segmented = ccoll::SegmentedCallsForTesting();
+#endif
     Outcome onHost = OnHost(g, in, count * 4, issue(host));
     REQUIRE(onHost.Failure() == "");
+#ifdef CCOLL_FAKE_CUDA
+    CHECK(ccoll::SegmentedCallsForTesting() - segmented == (cctest::CallCheckOn() ? n : 0u));
+#endif
     Outcome oneOnDevice = OnDevice(g, st, in, count * 4, issue(mixed), false, 1);  // rank 0 on host buffers
     REQUIRE(oneOnDevice.Failure() == "");
+#ifdef CCOLL_FAKE_CUDA
+    // With CC_DEVICE_KERNELS=0 rank 1's call is staged: the host schedule on every rank again.
+    const uint64_t mixedSegmented = DeviceCodecsOn(spec) ? 0 : n;
+    CHECK(ccoll::SegmentedCallsForTesting() - segmented == (cctest::CallCheckOn() ? n + mixedSegmented : 0u));
+#endif
     for (int r = 0; r < n; ++r) CHECK(FirstDifference(oneOnDevice.out[r], onHost.out[r]) == "");
   }
 }
@@ -426,16 +450,6 @@ TEST_CASE("[gpu] every codec on device buffers equals the host call, call after 
       }
     }
   }
-}
-
-// Device codecs run unless CC_DEVICE_KERNELS=0 (ctest runs this binary both ways); PowerSGD's need cuBLAS.
-bool DeviceCodecsOn(const std::string& spec) {
-  const char* k = std::getenv("CC_DEVICE_KERNELS");
-  if (k != nullptr && std::string(k) == "0") return false;
-#ifndef CCOLL_HAVE_CUBLAS
-  if (spec.rfind("powersgd", 0) == 0) return false;
-#endif
-  return true;
 }
 
 TEST_CASE("[gpu] device codecs run on the device buffers and equal the host call", "[gpu][device][codec]") {

@@ -13,9 +13,9 @@
 namespace ccoll {
 namespace {
 
-enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kCalls, kPath, kRefused, kFields };
+enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kCalls, kPath, kDeviceCodec, kRefused, kFields };
 const char* const kFieldNames[kFields] = {"collective", "count", "datatype", "op", "root", "compressor",
-                                          "compressor call number", "path", "arguments"};
+                                          "compressor call number", "path", "device codec", "arguments"};
 
 // The lowest and highest value of one field over the ranks seen so far, and the lowest rank holding each.
 struct FieldRange {
@@ -87,6 +87,7 @@ Agreement Start(const CallDescriptor& d, int rank) {
                                d.compressor,
                                d.calls,
                                static_cast<uint64_t>(d.path),
+                               static_cast<uint64_t>(d.deviceCodec),
                                static_cast<uint64_t>(d.refused)};
   Agreement a;
   for (int i = 0; i < kFields; ++i) a.f[i] = FieldRange{v[i], v[i], rank, rank};
@@ -123,9 +124,10 @@ CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, 
 }
 
 CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
-                            const ccCompressor* compressor, int path) {
+                            const ccCompressor* compressor, int path, bool deviceCodec) {
   CallDescriptor d = RefusedCall(kind, count, dtype, op, root, ccSuccess);  // a call taken: refused 0
   d.path = path;
+  d.deviceCodec = deviceCodec ? 1 : 0;
   if (compressor != nullptr) {
     d.spec = CompressorSpec(*compressor);
     d.compressor = Fnv1a(d.spec) | 1u;
@@ -134,8 +136,9 @@ CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_
   return d;
 }
 
-ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed) {
+ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec) {
   *agreed = false;
+  if (anyDeviceCodec != nullptr) *anyDeviceCodec = mine.deviceCodec != 0;
   const int n = comm->nranks, r = comm->rank;
   if (n == 1) return ccSuccess;
   const uint64_t seq = ++comm->seq;
@@ -164,11 +167,14 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   std::string differ;
   for (int i = 0; i < kFields; ++i) {
     const FieldRange& f = acc.f[i];
-    if (f.lo == f.hi) continue;
+    if (f.lo == f.hi || i == kDeviceCodec) continue;  // device codecs and host schedules may meet
     differ += std::string(differ.empty() ? "" : "; ") + kFieldNames[i] + " " + ValueText(i, f.lo) + " on rank " +
               std::to_string(f.loRank) + " but " + ValueText(i, f.hi) + " on rank " + std::to_string(f.hiRank);
   }
-  if (differ.empty()) return ccSuccess;
+  if (differ.empty()) {
+    if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
+    return ccSuccess;
+  }
   *agreed = true;
   return Fail(ccInvalidUsage,
               "the ranks made different calls: %s (rank %d was called for: %s). Every rank must make the same call "

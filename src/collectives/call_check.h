@@ -1,7 +1,7 @@
 // The call check: before any data moves, the ranks agree on what they were called with (collective, count,
 // datatype, op, root, compressor spec and call number, and where the call runs) and on whether every rank took its
-// arguments. Each field's lowest and highest value over all ranks, with the ranks that hold them, travel in a 216-byte
-// record through
+// arguments; they also learn whether any rank runs the call in a device codec. Each field's lowest and highest value
+// over all ranks, with the ranks that hold them, travel in a 240-byte record through
 // ceil(log2 n) steps of a dissemination exchange (step k: send to rank r + 2^k, receive from r - 2^k; min and max do
 // not mind seeing a rank twice). Every rank ends with the same record, so on a mismatch every rank returns
 // ccInvalidUsage naming the field and the ranks that differ (or the rank that refused the call), nothing is
@@ -20,7 +20,7 @@ struct ccCompressor;
 namespace ccoll {
 
 // Bytes of the record each rank sends in each step of the check.
-constexpr size_t kCallCheckRecordBytes = 216;
+constexpr size_t kCallCheckRecordBytes = 240;
 
 // What a rank was called with.
 struct CallDescriptor {
@@ -36,6 +36,9 @@ struct CallDescriptor {
   // where the device path exchanges the host schedule's messages, but not a stream-ordered call (transport nccl)
   // and a host one, nor PowerSGD products on cuBLAS and on the CPU BLAS (their results would differ by rank).
   int path = 0;
+  // This rank runs the compressed schedule on its device buffers in the proxy's device codec (args.onDevice), which
+  // has no segments (compressed.cc's SegmentsOf). Not compared: the ranks only learn whether any rank does.
+  int deviceCodec = 0;
   int refused = 0;          // a ccResult_t: this rank refused its arguments (then the fields above are not compared)
   std::string spec;         // the spec itself (for this rank's error message; it does not travel)
 };
@@ -44,7 +47,7 @@ constexpr int kPathStream = 1;          // queued on the caller's stream through
 constexpr int kPathDeviceProducts = 2;  // PowerSGD's products on cuBLAS
 
 CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
-                            const ccCompressor* compressor, int path);
+                            const ccCompressor* compressor, int path, bool deviceCodec);
 
 // The call of a rank that refused its arguments with error `refused` (the raw values it was called with; nothing of
 // a compressor, which may not even be one).
@@ -52,7 +55,8 @@ CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, 
 
 // Agrees on the call with every other rank. Returns ccInvalidUsage with *agreed = true when the ranks made
 // different calls (every rank returns the same verdict; nothing is left in flight); any other failure (a dead peer,
-// a timeout) leaves *agreed false and the group out of step.
-ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed);
+// a timeout) leaves *agreed false and the group out of step. On success, *anyDeviceCodec (when not null) says whether
+// any rank's deviceCodec was set: the same answer on every rank.
+ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec = nullptr);
 
 }  // namespace ccoll

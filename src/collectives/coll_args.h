@@ -20,6 +20,9 @@ struct CollArgs {
   // device codecs (compressed all-reduces with a codec that DeviceCodecCovers), or with the device BufferOps (exact
   // calls, when every transport carries device memory). Every other device call is staged through host memory.
   bool onDevice = false;
+  // The call check agreed that no rank runs this call in a device codec (each runs the host schedule, on its buffers
+  // or on staging), so the host schedule's segments are the same on every rank. False where the check did not run.
+  bool everyRankOnHost = false;
 };
 
 // Byte pointer arithmetic in elements.

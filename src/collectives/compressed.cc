@@ -273,6 +273,7 @@ ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, si
 namespace {
 
 std::atomic<int> gSegmentsForTesting{0};
+std::atomic<uint64_t> gSegmentedCalls{0};
 
 // A codec's view of one segment of the buffer, for a schedule that runs over the segment alone: the offsets the
 // schedule passes are the segment's, the codec's are the buffer's.
@@ -362,15 +363,16 @@ ccResult_t RunInSegments(ccComm* comm, ccCompressor* c, Codec& codec, const floa
 // How many segments a call of `count` elements runs in when its codec's pre-pass splits: over a network, one per
 // 512 Ki elements, at most 64; between thread ranks nothing waits for a network to hide a pre-pass behind, so one.
 // Device codecs run one ring, and the ranks must exchange the same messages whatever their buffers: so one also where
-// any rank may make device calls (ccComm::anyRankOnDevice).
+// a rank may run this call in one. The call check tells (a.everyRankOnHost); without it, one wherever any rank may
+// make device calls (ccComm::anyRankOnDevice).
 // Each segment costs the schedule's start and end once more: on 4 ranks at 1 Gbit/s, 64 MiB of 4-bit homomorphic
 // codes took 183 ms in one segment, 176, 174, 171, 168, 161 and 162 ms in 2, 4, 8, 16, 32 and 64; 16 MiB 41 ms in
 // 8 segments and 44 in 32.
-int SegmentsOf(const ccComm& comm, size_t count) {
+int SegmentsOf(const ccComm& comm, const CollArgs& a) {
   const int forced = gSegmentsForTesting.load();
   if (forced > 0) return forced;
-  if (!WaitsRunIdleWork(comm) || comm.anyRankOnDevice) return 1;
-  return static_cast<int>(std::min<size_t>(64, std::max<size_t>(1, count / (size_t{512} << 10))));
+  if (!WaitsRunIdleWork(comm) || (comm.anyRankOnDevice && !a.everyRankOnHost)) return 1;
+  return static_cast<int>(std::min<size_t>(64, std::max<size_t>(1, a.count / (size_t{512} << 10))));
 }
 
 // bfloat16 and float16 data: the float32 call on a widened copy, narrowed into recv (compress/widen.h).
@@ -437,8 +439,9 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
     input = work;
   }
   const size_t align = codec->SegmentAlign();
-  const int segments = align != 0 ? SegmentsOf(*comm, a.count) : 1;
+  const int segments = align != 0 ? SegmentsOf(*comm, a) : 1;
   if (segments > 1) {
+    gSegmentedCalls.fetch_add(1, std::memory_order_relaxed);
     CC_CHECK(RunInSegments(comm, c, *codec, input, work, a.count, align, segments));
   } else {
     codec->Prepare(input, work, a.count, &meta);
@@ -452,5 +455,7 @@ ccResult_t CompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c)
 }
 
 void SetCodecSegmentsForTesting(int segments) { gSegmentsForTesting = segments; }
+
+uint64_t SegmentedCallsForTesting() { return gSegmentedCalls.load(); }
 
 }  // namespace ccoll

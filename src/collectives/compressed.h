@@ -32,4 +32,7 @@ ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op);
 // transport; 0 (the default) runs them so over a network only, one per 512 Ki elements up to 64.
 void SetCodecSegmentsForTesting(int segments);
 
+// For tests: the host calls run in more than one segment since the process started, over all communicators.
+uint64_t SegmentedCallsForTesting();
+
 }  // namespace ccoll
