@@ -161,6 +161,11 @@ typedef struct {
   uint64_t bytesSent;      /**< Payload bytes sent to peers since init (24-byte message headers not counted). */
   uint64_t bytesReceived;  /**< Payload bytes this rank has received from peers since init. */
   uint64_t collectives;    /**< Collectives this rank has completed since init. */
+  uint64_t callCheckBytesSent; /**< Of bytesSent: the call check's records (CC_CHECK_CALLS), ceil(log2 n) per call. */
+  uint64_t nominalBytesSent;   /**< Of bytesSent: computed, not counted: the exact calls handed to NCCL (transport
+                                    nccl; there also the parts of compressed calls that are exact all-reduces: the
+                                    sparsifiers' chunks, PowerSGD's factors, scales and norms), counted as a
+                                    ring's 2(n-1)/n of the buffer whatever algorithm NCCL chose. */
 } ccCommStats_t;
 
 /* ------------------------------------------------------------------------------------------------------------ */

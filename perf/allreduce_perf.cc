@@ -86,15 +86,20 @@ std::string Failure(const char* call, ccResult_t r, ccComm_t comm) {
   return std::string(call) + " failed: " + ccGetErrorString(r) + ": " + ccGetLastError(comm);
 }
 
+// What the harness's side channel sent on the communicator under test (EnvGroup's counters).
+struct SideBytes {
+  uint64_t sent = 0;
+  uint64_t nominal = 0;
+};
+
 class CcollAllReducer : public ccperf::AllReducer {
  public:
-  // sideBytes, when set, returns the part of ccCommGetStats' bytesSent that is not the benchmark's own (the side
-  // channel's, when it runs on the same communicator).
+  // side, when set, returns the part of ccCommGetStats' counters that is not the benchmark's own (the side
+  // channel's, when it runs on the same communicator): bytes sent (less call-check records) and nominal bytes.
   // comp: a compressor made from the -z spec (null: exact). A compressor is one bucket's state, so every size gets a
   // fresh one, made at its first (warmup) call.
-  CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<uint64_t()> sideBytes)
-      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)),
-        sideBytes_(std::move(sideBytes)) {}
+  CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<SideBytes()> side)
+      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)), side_(std::move(side)) {}
   ~CcollAllReducer() override {
     Finish();
     ccCompressorDestroy(comp_);
@@ -153,11 +158,14 @@ class CcollAllReducer : public ccperf::AllReducer {
   }
 #endif
   std::string LastError() override { return error_; }
-  bool BytesSent(uint64_t* bytes) override {
+  // The call check's records (CC_CHECK_CALLS) are a fixed cost per call, not the all-reduce's: left out.
+  bool BytesSent(uint64_t* bytes, uint64_t* nominal) override {
     ccCommStats_t st;
     st.size = sizeof(st);
     if (ccCommGetStats(comm_, &st) != ccSuccess) return false;
-    *bytes = st.bytesSent - (sideBytes_ ? sideBytes_() : 0);
+    const SideBytes side = side_ ? side_() : SideBytes{};
+    *bytes = st.bytesSent - st.callCheckBytesSent - side.sent;
+    *nominal = st.nominalBytesSent - side.nominal;
     return true;
   }
 
@@ -168,7 +176,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   size_t bucket_ = 0;  // the count comp_ serves (0: not used yet)
   ccDataType_t dtype_;
   ccRedOp_t op_;
-  std::function<uint64_t()> sideBytes_;
+  std::function<SideBytes()> side_;
   std::string error_;
 #ifdef CCOLL_PERF_CUDA
   std::unique_ptr<ccperf::DeviceTwins> twins_;
@@ -235,17 +243,20 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
                                         "the wait for the stream after the -n calls)"
                                       : "host memory");
   if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
-  report.Line("time: us per all-reduce, mean of -n iterations timed on rank 0 between barriers, after -w warmup "
-              "iterations at each size; algbw = size / time (logical bytes); busbw = algbw * 2(n-1)/n");
-  report.Line("wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats, mean "
-              "over ranks) * 8 / (count * 2(n-1)/n): 32 for the exact float ring, the compressed width for a codec");
+  report.Line("time: us per all-reduce, mean of -n iterations each rank timed from a common barrier to its last "
+              "call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = size / time "
+              "(logical bytes); busbw = algbw * 2(n-1)/n");
+  report.Line("wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
+              "the call check's records, mean over ranks) * 8 / (count * 2(n-1)/n): 32 for the exact float ring, the "
+              "compressed width for a codec; on NCCL the library computes (as a ring's) the bytes of the exact calls "
+              "it hands to NCCL, and the JSON rows say wirebits_measured false");
   report.Line("error: vNMSE vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance (exact), "
               "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
 }
 
 // Everything after the communicator exists: codec, header, the benchmark, teardown. Takes ownership of comm.
 int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccComm_t comm,
-              std::function<uint64_t()> sideBytes, int argc, char** argv) {
+              std::function<SideBytes()> side, int argc, char** argv) {
   const int rank = group.rank(), nranks = group.nranks();
   ccCompressor_t comp = nullptr;
   if (o.codec != "none") {
@@ -270,7 +281,7 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   setup.program = kProgram;
   int code;
   {
-    CcollAllReducer reducer(comm, comp, o, std::move(sideBytes));  // owns comp (and each size's successor) from here
+    CcollAllReducer reducer(comm, comp, o, std::move(side));  // owns comp (and each size's successor) from here
     const bool usable = !o.device || reducer.UseDevice();
     if (!Agree(group, usable, reducer.LastError())) {
       code = 1;
@@ -333,7 +344,8 @@ int EnvRank(const ccperf::Options& o, int argc, char** argv) {
     return 1;
   }
   ccperf::EnvGroup group(comm, kProgram);
-  return RunOnComm(o, Launch::kEnv, group, comm, [&group] { return group.OwnBytesSent(); }, argc, argv);
+  return RunOnComm(o, Launch::kEnv, group, comm,
+                   [&group] { return SideBytes{group.OwnBytesSent(), group.OwnNominalBytes()}; }, argc, argv);
 }
 #endif
 

@@ -1,5 +1,6 @@
 #include "bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -144,17 +145,21 @@ class RankRun {
     }
 
     if (!group_.AllOk(Repeat(o_.warmup, count, bytes, "warmup"))) return false;
-    uint64_t sent0 = 0, sent1 = 0;
-    bool counted = reducer_.BytesSent(&sent0);
+    uint64_t sent0 = 0, sent1 = 0, nominal0 = 0, nominal1 = 0;
+    bool counted = reducer_.BytesSent(&sent0, &nominal0);
     group_.Barrier();
+    // Each rank times its own -n calls (the last one has completed when Repeat returns); the row's time is the
+    // slowest rank's. The harness's closing exchange is not timed.
     const double t0 = Now();
     bool ok = Repeat(o_.iters, count, bytes, "timed");
-    ok = group_.AllOk(ok);  // also the closing barrier: rank 0's clock stops when the slowest rank is done
-    const double t1 = Now();
-    if (!ok) return false;
-    counted = reducer_.BytesSent(&sent1) && counted;
-    uint64_t wire[2] = {counted ? sent1 - sent0 : 0, counted ? 1u : 0u};
-    group_.SumU64(wire, 2);
+    const double mine = Now() - t0;
+    counted = reducer_.BytesSent(&sent1, &nominal1) && counted;
+    if (!group_.AllOk(ok)) return false;
+    std::vector<double> elapsed(static_cast<size_t>(n));
+    group_.AllGather(&mine, sizeof(mine), elapsed.data());
+    const double slowest = *std::max_element(elapsed.begin(), elapsed.end());
+    uint64_t wire[3] = {counted ? sent1 - sent0 : 0, counted ? 1u : 0u, counted ? nominal1 - nominal0 : 0};
+    group_.SumU64(wire, 3);
 
     Row row;
     row.bytes = bytes;
@@ -165,8 +170,8 @@ class RankRun {
     row.codec = s_.codecLabel;
     row.nranks = n;
     row.inplace = o_.inplace;
-    row.timeUs = (t1 - t0) / o_.iters * 1e6;
-    const double seconds = (t1 - t0) / o_.iters;
+    const double seconds = slowest / o_.iters;
+    row.timeUs = seconds * 1e6;
     row.algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
     row.busbw = row.algbw * 2.0 * (n - 1) / n;
     // Bits on the wire per element and per transmission: a rank's bytes sent, divided by the 2(n-1)/n elements a
@@ -178,6 +183,9 @@ class RankRun {
       row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) /
                                  (static_cast<double>(o_.iters) * static_cast<double>(count) * traffic)
                            : 0;
+      // Some of the bytes computed by the library instead of counted (what it hands to NCCL: the exact calls, and a
+      // codec's exact exchanges of scales or norms), as a ring's 2(n-1)/n of their buffers.
+      row.wirebitsMeasured = wire[2] == 0;
     } else {
       row.wirebitsMeasured = false;  // nominal: the datatype's width
       row.wirebits = eltBits;
@@ -215,6 +223,8 @@ class RankRun {
     group_.SumU64(counts, 2);
     row->checked = true;
     row->error = Vnmse(sq[0], sq[1]);
+    row->lossy = !s_.exactCheck;
+    row->vnmseBound = o_.maxVnmse;
     row->wrong = counts[0];
     row->sendIntact = counts[1] == 0;
     row->identical = true;

@@ -19,8 +19,9 @@ class AllReducer {
   virtual bool Run(const void* send, void* recv, size_t count) = 0;
   // The sentence explaining the last failure of Run (called on the thread that called Run).
   virtual std::string LastError() = 0;
-  // Payload bytes this rank has sent since it started, if the implementation counts them.
-  virtual bool BytesSent(uint64_t* bytes) = 0;
+  // Payload bytes this rank's all-reduces have sent since it started, if the implementation counts them: *bytes, of
+  // which *nominal were computed from the algorithm instead of counted.
+  virtual bool BytesSent(uint64_t* bytes, uint64_t* nominal) = 0;
 
   // Device-memory runs: Run may only queue the call (stream-ordered) and works on device twins of the host buffers.
   // The loop calls Upload after it writes a host buffer, Download before it reads one, and Finish after a batch of

@@ -74,12 +74,17 @@ ccResult_t EnvGroup::Collective(bool gather, const int64_t* in, size_t words, in
 #endif
 }
 
-uint64_t EnvGroup::SentNow() {
-  ccCommStats_t st;
-  st.size = sizeof(st);
-  ccResult_t r = ccCommGetStats(comm_, &st);
+ccResult_t EnvGroup::Counted(bool gather, const int64_t* in, size_t words, int64_t* out) {
+  ccCommStats_t before, after;
+  before.size = after.size = sizeof(ccCommStats_t);
+  ccResult_t r = ccCommGetStats(comm_, &before);
   if (r != ccSuccess) Die("ccCommGetStats", r);
-  return st.bytesSent;
+  const ccResult_t result = Collective(gather, in, words, out);
+  r = ccCommGetStats(comm_, &after);
+  if (r != ccSuccess) Die("ccCommGetStats", r);
+  ownSent_ += (after.bytesSent - after.callCheckBytesSent) - (before.bytesSent - before.callCheckBytesSent);
+  ownNominal_ += after.nominalBytesSent - before.nominalBytesSent;
+  return result;
 }
 
 void EnvGroup::Die(const char* call, ccResult_t r) {
@@ -92,16 +97,14 @@ void EnvGroup::Die(const char* call, ccResult_t r) {
 
 void EnvGroup::Barrier() {
   // An all-reduce cannot finish on any rank before every rank has contributed.
-  const uint64_t before = SentNow();
   int64_t in = 1, out = 0;
-  ccResult_t r = Collective(false, &in, 1, &out);
+  ccResult_t r = Counted(false, &in, 1, &out);
   if (r != ccSuccess) Die("ccAllReduce", r);
   if (out != nranks_) {
     std::fprintf(stderr, "%s: rank %d: barrier all-reduce returned %lld, expected %d\n", program_, rank_,
                  static_cast<long long>(out), nranks_);
     Die("ccAllReduce", ccInternalError);
   }
-  ownSent_ += SentNow() - before;
 }
 
 void EnvGroup::AllGather(const void* mine, size_t bytes, void* all) {
@@ -110,10 +113,8 @@ void EnvGroup::AllGather(const void* mine, size_t bytes, void* all) {
   const size_t n = static_cast<size_t>(nranks_);
   std::vector<int64_t> send(words, 0), recv(words * n, 0);
   if (bytes != 0) std::memcpy(send.data(), mine, bytes);
-  const uint64_t before = SentNow();
-  ccResult_t r = Collective(true, send.data(), words, recv.data());
+  ccResult_t r = Counted(true, send.data(), words, recv.data());
   if (r != ccSuccess) Die("ccAllGather", r);
-  ownSent_ += SentNow() - before;
   for (size_t i = 0; i < n && bytes != 0; ++i) {
     std::memcpy(static_cast<char*>(all) + i * bytes, recv.data() + i * words, bytes);
   }

@@ -63,7 +63,7 @@ class MpiAllReducer : public ccperf::AllReducer {
     return false;
   }
   std::string LastError() override { return error_; }
-  bool BytesSent(uint64_t*) override { return false; }
+  bool BytesSent(uint64_t*, uint64_t*) override { return false; }
 
  private:
   MPI_Datatype dtype_;

@@ -56,6 +56,9 @@ void PrintUsage(const ProgramInfo& prog, FILE* f) {
                "                             shared g), heavy (corr, every 4096-element block scaled by exp(N(0,1.5^2)),\n"
                "                             0.01%% outliers x100); default iid\n"
                "  -J, --json <file>          also write the rows as a JSON array of objects\n"
+               "  -E, --max_vnmse <x>        a lossy row (codec) whose vNMSE is above x fails, as an exact row with\n"
+               "                             wrong elements does; default: not judged (only non-finite values and\n"
+               "                             ranks that differ fail a codec row)\n"
                "  -h, --help                 this text\n",
                static_cast<unsigned long long>(Options().seed));
   if (prog.notes) std::fprintf(f, "%s", prog.notes);
@@ -104,7 +107,8 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
       {"nthreads", required_argument, nullptr, 't'},   {"inplace", required_argument, nullptr, 'I'},
       {"seed", required_argument, nullptr, 'S'},       {"json", required_argument, nullptr, 'J'},
       {"dist", required_argument, nullptr, 'D'},       {"device", required_argument, nullptr, 'G'},
-      {"help", no_argument, nullptr, 'h'},             {nullptr, 0, nullptr, 0}};
+      {"max_vnmse", required_argument, nullptr, 'E'},  {"help", no_argument, nullptr, 'h'},
+      {nullptr, 0, nullptr, 0}};
   auto fail = [&](const char* what, const char* value) {
     if (speak) {
       std::fprintf(stderr, "%s: invalid value \"%s\" for %s\n", prog.name, value ? value : "", what);
@@ -116,7 +120,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
   opterr = speak ? 1 : 0;
   int c;
   long v;
-  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:G:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:G:E:h", kLong, nullptr)) != -1) {
     switch (c) {
       case 'b':
         if (!ParseBytes(optarg, &opts->minBytes)) return fail("-b (minbytes)", optarg);
@@ -186,6 +190,14 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
         opts->dist = optarg;
         if (opts->dist != "iid" && opts->dist != "corr" && opts->dist != "heavy") return fail("-D (dist)", optarg);
         break;
+      case 'E': {
+        char* end = nullptr;
+        errno = 0;
+        const double x = std::strtod(optarg, &end);
+        if (errno != 0 || *end != '\0' || *optarg == '\0' || !(x >= 0)) return fail("-E (max_vnmse)", optarg);
+        opts->maxVnmse = x;
+        break;
+      }
       case 'h':
         if (speak) PrintUsage(prog, stdout);
         return ParseResult::kExitOk;

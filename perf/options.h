@@ -27,9 +27,10 @@ struct Options {
   uint64_t seed = 0x5eedu;
   std::string dist = "iid";   // -D: input distribution of float data (iid, corr, heavy)
   std::string jsonPath;       // empty: no JSON
+  double maxVnmse = -1;       // -E: a codec row whose vNMSE is above it fails; negative: not judged
 };
 
-// Which of the optional flags a program takes; the common ones (-b -e -f -n -w -c -d -o -I -S -J -h) always apply.
+// Which of the optional flags a program takes; the common ones (-b -e -f -n -w -c -d -o -I -S -J -E -h) always apply.
 enum OptionFlags : unsigned {
   kFlagAlgo = 1u << 0,     // -a
   kFlagCodec = 1u << 1,    // -z

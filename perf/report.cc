@@ -96,8 +96,9 @@ void Report::AddRow(const Row& r) {
 
 bool Report::Footer() {
   uint64_t wrong = 0;
-  bool identical = true, intact = true, anyChecked = false;
-  double busbw = 0;
+  uint64_t tooLossy = 0;
+  bool identical = true, intact = true, anyChecked = false, anyLossy = false;
+  double busbw = 0, bound = -1;
   for (const Row& r : rows_) {
     busbw += r.busbw;
     if (!r.checked) continue;
@@ -105,11 +106,23 @@ bool Report::Footer() {
     wrong += r.wrong;
     identical = identical && r.identical;
     intact = intact && r.sendIntact;
+    if (r.lossy) {
+      anyLossy = true;
+      bound = r.vnmseBound;
+      if (bound >= 0 && !(r.error <= bound)) ++tooLossy;  // a NaN error is above any bound
+    }
   }
-  const bool ok = wrong == 0 && identical && intact;
+  const bool ok = wrong == 0 && identical && intact && tooLossy == 0;
   if (anyChecked) {
     std::fprintf(out_, "# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
-                 ok ? "OK" : "FAILED");
+                 wrong == 0 && identical && intact ? "OK" : "FAILED");
+    if (anyLossy && bound >= 0) {
+      std::fprintf(out_, "# vNMSE above -E %-6g: %llu rows %s\n", bound, static_cast<unsigned long long>(tooLossy),
+                   tooLossy == 0 ? "OK" : "FAILED");
+    } else if (anyLossy) {
+      std::fprintf(out_, "# Codec accuracy       : not judged (the error column; -E <max vNMSE> fails rows above "
+                   "it). Checked: finite values, the same bytes on every rank\n");
+    }
     if (!identical) std::fprintf(out_, "# Ranks bitwise identical: NO (FAILED)\n");
     if (!intact) std::fprintf(out_, "# Send buffers intact    : NO (FAILED)\n");
   } else {

@@ -27,6 +27,8 @@ struct Row {
   uint64_t wrong = 0;    // elements outside tolerance, plus elements written past the end
   bool identical = true;     // every rank's output had the same bits
   bool sendIntact = true;    // out of place: sendbuff was not modified
+  bool lossy = false;        // a codec's row: error is judged only against vnmseBound
+  double vnmseBound = -1;    // -E; negative: not judged
 };
 
 class Report {
@@ -38,7 +40,8 @@ class Report {
   void CommandAndArgs(int argc, char** argv, const Options& opts, const std::string& algo);
   void ColumnHeader();
   void AddRow(const Row& row);  // printed at once: long runs show progress
-  // "# Out of bounds values", "# Avg bus bandwidth" and a line per failure kind; false when a check failed.
+  // "# Out of bounds values", "# Avg bus bandwidth", a line on codecs' accuracy and a line per failure kind; false
+  // when a check failed.
   bool Footer();
   // The rows as a JSON array of objects; false (with *error) when the file cannot be written.
   bool WriteJson(const std::string& path, std::string* error) const;

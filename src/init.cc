@@ -321,6 +321,8 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats) {
     s.bytesSent = comm->bytesSent.load();
     s.bytesReceived = comm->bytesReceived.load();
     s.collectives = comm->collectives.load();
+    s.callCheckBytesSent = comm->callCheckBytesSent.load();
+    s.nominalBytesSent = comm->nominalBytesSent.load();
     size_t n = stats->size < sizeof(s) ? stats->size : sizeof(s);
     std::memcpy(reinterpret_cast<char*>(stats) + sizeof(size_t), reinterpret_cast<char*>(&s) + sizeof(size_t),
                 n - sizeof(size_t));

@@ -16,6 +16,7 @@
 
 #include "ccoll.h"
 #include "child_process.h"
+#include "collectives/call_check.h"
 #include "core/comm.h"
 #include "core/params.h"
 #include "rank_harness.h"
@@ -713,6 +714,11 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
     CHECK(after[r].bytesSent >= before[r].bytesSent + 4000);
     CHECK(after[r].bytesReceived >= before[r].bytesReceived + 4000);
     CHECK(after[r].collectives == before[r].collectives + 1);
+    // Of those, the call check's one record on 2 ranks (none without the check); nothing computed instead of counted
+    // (only exact calls handed to NCCL are).
+    CHECK(after[r].callCheckBytesSent - before[r].callCheckBytesSent ==
+          (CallCheckOn() ? ccoll::kCallCheckRecordBytes : 0u));
+    CHECK(after[r].nominalBytesSent == 0);
   }
   CHECK(after[0].bytesSent == after[1].bytesReceived);
 

@@ -402,6 +402,20 @@ std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t,
     }
     if (!k.FromDevice(&out->data, dst, bytes)) out->Fail(ccUnhandledCudaError, "copy out");
     ccCompressorDestroy(comp);
+    // The traffic counters: what NCCL moved for an exact call is computed (nominal), all of it but the call check's
+    // records; a compressed call counts the wire slots it moves itself, and computes what it hands to NCCL (the
+    // sparsifiers' chosen chunks, PowerSGD's factors, scales and norms).
+    ccCommStats_t st;
+    st.size = sizeof(st);
+    if (ccCommGetStats(k.comm, &st) != ccSuccess) return out->Fail(ccInternalError, ccGetLastError(k.comm));
+    const uint64_t collectiveBytes = st.bytesSent - st.callCheckBytesSent;
+    const bool counted = spec.empty() ? st.nominalBytesSent == collectiveBytes && (n == 1 || collectiveBytes > 0)
+                                      : st.nominalBytesSent <= collectiveBytes;
+    if (!counted) {
+      out->Fail(ccInternalError, "stats: bytesSent " + std::to_string(st.bytesSent) + ", callCheckBytesSent " +
+                                     std::to_string(st.callCheckBytesSent) + ", nominalBytesSent " +
+                                     std::to_string(st.nominalBytesSent));
+    }
   });
 }
 

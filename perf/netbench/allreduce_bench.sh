@@ -14,7 +14,7 @@
 #            also q4r_b16 q8r_b16 randk_b16 topk_b16 powersgd_b16: those codecs on bfloat16 gradients)
 #   OUT=perf/netbench/results  TAG=<UTC date and time>  CCOLL_ENV="" (extra VAR=value for the ccoll ranks;
 #            OPENBLAS_NUM_THREADS=1 is added unless it names it)
-#   CPU_ONLY=1: afterwards run every ccoll row again as NP threads of one process (local transport, no network,
+#   CPU_ONLY=1 (the default; 0 leaves it out): afterwards run every ccoll row again as NP threads of one process (local transport, no network,
 #               -c 0): the CPU-only time column, which says whether a row is bound by the wire or by the cores
 #
 # Rows and what "size" means: size is the float32 gradient (size/4 elements). Every ccoll row but bf16 and *_b16
@@ -87,11 +87,13 @@ for r in $CODECS; do
   rows+=("$r")
 done
 skipped=()
-if [[ " ${rows[*]} " == *" powersgd "* ]]; then
+if [[ " ${rows[*]} " == *" powersgd"* ]]; then  # powersgd or powersgd_b16
   if ! "$perf_bin" -t 2 -b 64K -e 64K -n 1 -w 0 -c 0 -d float -z powersgd:rank=4 >"$raw/powersgd_probe.log" 2>&1; then
     echo "allreduce_bench.sh: -z powersgd:rank=4 not accepted by this build: row skipped ($(grep -m1 -iE 'error|invalid|fail' "$raw/powersgd_probe.log"))" >&2
     skipped+=("powersgd: not accepted by this build ($(grep -m1 -iE 'error|invalid|fail' "$raw/powersgd_probe.log" | cut -c1-150))")
-    rows=("${rows[@]/powersgd/}")
+    kept=()
+    for r in "${rows[@]}"; do [[ "$r" == powersgd* ]] || kept+=("$r"); done  # each powersgd row, whole names only
+    rows=("${kept[@]}")
   fi
 fi
 if [[ ! -x "$mpi_bin" ]] || ! command -v mpirun >/dev/null; then

@@ -50,6 +50,8 @@ class CommStats(ctypes.Structure):
         ("bytesSent", ctypes.c_uint64),
         ("bytesReceived", ctypes.c_uint64),
         ("collectives", ctypes.c_uint64),
+        ("callCheckBytesSent", ctypes.c_uint64),
+        ("nominalBytesSent", ctypes.c_uint64),
     ]
 
 

@@ -183,12 +183,14 @@ class Communicator:
         return self._size
 
     def stats(self):
-        """ccCommGetStats as a dict: bytes_sent, bytes_received, collectives since init."""
+        """ccCommGetStats as a dict: bytes_sent, bytes_received, collectives since init; of bytes_sent,
+        call_check_bytes_sent (the call check's records) and nominal_bytes_sent (computed, not counted)."""
         s = CommStats()
         s.size = ctypes.sizeof(CommStats)
         h = self._live()
         check(lib.ccCommGetStats(h, ctypes.byref(s)), h)
-        return {"bytes_sent": s.bytesSent, "bytes_received": s.bytesReceived, "collectives": s.collectives}
+        return {"bytes_sent": s.bytesSent, "bytes_received": s.bytesReceived, "collectives": s.collectives,
+                "call_check_bytes_sent": s.callCheckBytesSent, "nominal_bytes_sent": s.nominalBytesSent}
 
     def async_error(self):
         """ccCommGetAsyncError: 0 (ccSuccess), or the ccResult_t that ended the communicator."""

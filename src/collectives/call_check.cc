@@ -153,6 +153,7 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     sent.push_back(acc);
     CC_CHECK(io.Recv(Mod(r - dist, n), &in, sizeof(in), Tag(seq, step), &recv));
     CC_CHECK(io.Send(Mod(r + dist, n), &sent.back(), sizeof(Agreement), Tag(seq, step), &send));
+    comm->callCheckBytesSent.fetch_add(sizeof(Agreement), std::memory_order_relaxed);
     CC_CHECK(io.Wait(&recv));
     Combine(&acc, in);
   }

@@ -31,6 +31,7 @@ ccResult_t StreamExactCall(ccComm* comm, StreamKind kind, const void* send, void
       break;
   }
   comm->bytesSent.fetch_add(moved, std::memory_order_relaxed);
+  comm->nominalBytesSent.fetch_add(moved, std::memory_order_relaxed);
   comm->bytesReceived.fetch_add(moved, std::memory_order_relaxed);
   return ccSuccess;
 }

@@ -13,6 +13,7 @@
 #include "compress/cpu_clones.h"
 #include "compress/hadamard.h"
 #include "compress/rng.h"
+#include "core/params.h"
 
 // Helpers are forced inline so that they are compiled into each target clone (AVX2 or baseline) of their caller.
 #define CC_INLINE inline __attribute__((always_inline))
@@ -206,8 +207,7 @@ namespace {
 // CC_CPU_BASELINE=1 keeps to the scalar code (the bytes are the same: the tests run both).
 bool CpuHasAvx2() {
   static const bool has = [] {
-    const char* baseline = std::getenv("CC_CPU_BASELINE");
-    if (baseline != nullptr && std::strcmp(baseline, "1") == 0) return false;
+    if (ParamInt("CC_CPU_BASELINE") == 1) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();

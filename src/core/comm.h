@@ -81,6 +81,8 @@ struct ccComm {
   std::atomic<int> activeCalls{0};
 
   std::atomic<uint64_t> bytesSent{0};
+  std::atomic<uint64_t> callCheckBytesSent{0};  // of bytesSent (ccCommStats_t)
+  std::atomic<uint64_t> nominalBytesSent{0};    // of bytesSent (ccCommStats_t)
   std::atomic<uint64_t> bytesReceived{0};
   std::atomic<uint64_t> collectives{0};
 

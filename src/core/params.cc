@@ -39,6 +39,9 @@ const ParamDef kParams[] = {
      "Device buffers: 1 runs the compressed all-reduce's codecs on the GPU (only compressed messages cross to the "
      "host), and the exact collectives of thread ranks on the device buffers (device copies between the ranks, "
      "reduction kernels); 0 stages every device call through host memory and runs the CPU code (for comparison)."},
+    {"CC_CPU_BASELINE", ParamType::kInt, "0",
+     "1: the codecs' scalar CPU code instead of the AVX2 kernels (the same bytes; for testing and comparison). "
+     "Read once per process."},
     {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",
      "With CC_ALGO=auto, all-reduces of at most this many bytes use the tree, larger ones the ring."},
     {"CC_RANK", ParamType::kInt, "-1", "This rank, for ccCommInitFromEnv (launchers without MPI)."},
