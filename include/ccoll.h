@@ -349,16 +349,24 @@ typedef enum {
  * still refused: a rotation block must be a power of two, and [dtype] takes only the types its kind names below. A
  * parameter that does not apply to a kind is rejected with ccInvalidArgument. In a spec string, integers are decimal
  * (or hexadecimal after 0x), each name appears once, and a fraction too small for the parameter's unit (a clip below
- * 1e-6, an eps below 1e-12) is refused rather than rounded to 0.
+ * 1e-6, an eps below 1e-12) is refused rather than rounded to 0. Parameters with named values take the names in a
+ * spec string, not their numbers: mode=homomorphic|requant, rotation=none|rht, scale=fp32|bf16|fp16,
+ * rounding=nearest|stochastic|correlated, gather=exact|requant, dtype=bf16|fp16|f32.
  */
 typedef enum {
   ccParamBits = 100,           /**< [bits] quant: bits per element, 1..8. Default 4. */
   ccParamMode = 110,           /**< [mode] quant: ccQuantHomomorphic or ccQuantRequant. Default requant. */
-  ccParamRotation = 120,       /**< [rotation] quant: 0 none, 1 randomized Hadamard (rht). Default rht. */
+  ccParamRotation = 120,       /**< [rotation] quant: 0 none, 1 randomized Hadamard (rht). Default rht. The inverse
+                                    transform sums a block before it scales it: magnitudes above FLT_MAX / block
+                                    (3.3e35 at 1024) may overflow to non-finite values; such data needs rotation
+                                    none. */
   ccParamRotationBlock = 121,  /**< [block] quant: rotation block, a power of two in 2^6..2^14. Default 1024. */
   ccParamGroupSize = 130,      /**< [group] quant: elements per scale, 1..2^20; 0 = auto (requant 32,
                                     homomorphic the rotation block). */
-  ccParamScaleFormat = 131,    /**< [scale] quant: scale storage, 0 fp32, 1 bf16, 2 fp16. Default bf16. */
+  ccParamScaleFormat = 131,    /**< [scale] quant: scale storage, 0 fp32, 1 bf16, 2 fp16. Default bf16. fp16 has
+                                    fp16's range: a group whose largest magnitude (in requant mode, a partial sum's
+                                    on the ring) exceeds 65504 decodes to non-finite values on every rank, as an
+                                    fp16 sum overflows. */
   ccParamClipPpm = 140,        /**< [clip] quant: target clip probability in parts per million (the spec string
                                     takes a probability, e.g. clip=0.001); 0 = no clipping. Default 0. */
   ccParamRounding = 150,       /**< [rounding] quant: 0 nearest, 1 stochastic, 2 correlated (stratified across

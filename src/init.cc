@@ -99,8 +99,8 @@ CC_API const char* ccGetErrorString(ccResult_t result) {
     case ccUnhandledCudaError: return "unhandled cuda error (run with CC_DEBUG=INFO for details)";
     case ccSystemError: return "unhandled system error (run with CC_DEBUG=INFO for details)";
     case ccInternalError: return "internal error - please report this issue to the ccoll developers";
-    case ccInvalidArgument: return "invalid argument (run with CC_DEBUG=WARN for details)";
-    case ccInvalidUsage: return "invalid usage (run with CC_DEBUG=WARN for details)";
+    case ccInvalidArgument: return "invalid argument (ccGetLastError says which)";
+    case ccInvalidUsage: return "invalid usage (ccGetLastError says why)";
     case ccRemoteError: return "remote process exited or there was a network error";
     case ccInProgress: return "operation in progress";
     case ccTimeout: return "timed out waiting for a peer";

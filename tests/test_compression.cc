@@ -1237,6 +1237,35 @@ TEST_CASE("denormal inputs and a huge outlier give finite results, identical on 
   WARN(report);
 }
 
+// fp16 scales have fp16's range (ccoll.h, ccParamScaleFormat): every input below 65504, but the requant ring's partial
+// sums above it at some elements. Their groups decode to non-finite values, the same on every rank; bf16 scales
+// (the default) carry the same inputs.
+TEST_CASE("quant with fp16 scales: partial sums beyond fp16's range are non-finite on every rank, bf16 carries them",
+          "[numerics]") {
+  const int nranks = 4;
+  const size_t count = 4099;
+  Group g = MakeGroup(nranks, ccAlgoRing);
+  REQUIRE(g.status == ccSuccess);
+  Buffers in = CorrInput(nranks, count, 31);
+  for (auto& x : in) {
+    for (size_t i = 0; i < count; i += 97) x[i] = 5e4f;  // 4 ranks: sums of 2e5
+  }
+  const std::vector<double> exact = ExactReduce(in, ccAvg);
+  CallResult fp16 = RunOnce(g, "quant:bits=4,mode=requant,scale=fp16,rotation=none", in);
+  CHECK(FirstDifferentRank(fp16.out) == -1);
+  CHECK_FALSE(AllFinite(fp16.out[0]));
+  // The same elements rotated: spread over their 1024-element blocks, the scales stay within fp16's range here.
+  // bf16 scales have float's range.
+  for (const char* spec : {"quant:bits=4,mode=requant,scale=fp16", "quant:bits=4,mode=requant,scale=bf16,rotation=none"}) {
+    INFO(spec);
+    CallResult res = RunOnce(g, spec, in);
+    CHECK(FirstDifferentRank(res.out) == -1);
+    CHECK(AllFinite(res.out[0]));
+    CHECK(Vnmse(res.out[0], exact) < 0.5);  // a sanity bound (zeros score 1): without rotation, a 2e5 in every
+                                            // third group of 32 sets its scale (0.14 measured; rotated with fp16 scales 0.014)
+  }
+}
+
 // The CPU driver's rotation (vectorized, runtime-dispatched) against the host/device reference definition in
 // compress/hadamard.h, byte for byte: the CUDA kernels will be held to the same reference.
 // topk's chunk norms (compress/sparse_math.h): the documented order exactly (the GPU kernel's eight partial sums and
