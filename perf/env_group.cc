@@ -35,12 +35,12 @@ EnvGroup::~EnvGroup() {
 }
 
 ccResult_t EnvGroup::Collective(bool gather, const int64_t* in, size_t words, int64_t* out) {
-  const size_t outWords = gather ? words * static_cast<size_t>(nranks_) : words;
   if (!device_) {
     return gather ? ccAllGather(in, out, words, ccInt64, comm_, nullptr)
                   : ccAllReduce(in, out, words, ccInt64, ccSum, nullptr, comm_, nullptr);
   }
 #ifdef CCOLL_PERF_CUDA
+  const size_t outWords = gather ? words * static_cast<size_t>(nranks_) : words;
   const size_t need = words + outWords;
   if (need > deviceCapacity_) {
     cudaFree(deviceWords_);
