@@ -112,10 +112,11 @@ bool Report::Footer() {
       if (bound >= 0 && !(r.error <= bound)) ++tooLossy;  // a NaN error is above any bound
     }
   }
-  const bool ok = wrong == 0 && identical && intact && tooLossy == 0;
+  const bool exactOk = wrong == 0 && identical && intact;
+  const bool ok = exactOk && tooLossy == 0;
   if (anyChecked) {
     std::fprintf(out_, "# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
-                 wrong == 0 && identical && intact ? "OK" : "FAILED");
+                 exactOk ? "OK" : "FAILED");
     if (anyLossy && bound >= 0) {
       std::fprintf(out_, "# vNMSE above -E %-6g: %llu rows %s\n", bound, static_cast<unsigned long long>(tooLossy),
                    tooLossy == 0 ? "OK" : "FAILED");

@@ -154,8 +154,8 @@ inline double Vnmse(const std::vector<float>& out, const std::vector<double>& m,
   return num / den;
 }
 
-// CC_CHECK_CALLS (default 1): every call starts with the call-check agreement (ccoll::kCallCheckRecordBytes per record). Tests that
-// count bytes or expect a particular error read it here (ctest also runs some cases with CC_CHECK_CALLS=0).
+// CC_CHECK_CALLS (default 1): every call starts with the call-check agreement (ccoll::kCallCheckRecordBytes per
+// record). Tests that count bytes or expect a particular error read it here (ctest also runs some cases with CC_CHECK_CALLS=0).
 inline bool CallCheckOn() {
   const char* v = std::getenv("CC_CHECK_CALLS");
   return v == nullptr || std::string(v) != "0";
