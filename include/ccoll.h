@@ -255,6 +255,27 @@ CC_API ccResult_t ccCommDestroy(ccComm_t comm);
  */
 CC_API ccResult_t ccCommAbort(ccComm_t comm);
 
+/** The color of a rank that takes no part in the communicators ccCommSplit makes (it gets NULL). */
+#define CC_SPLIT_NOCOLOR (-1)
+
+/**
+ * Splits comm into disjoint communicators, like ncclCommSplit: ranks that pass the same color form one new
+ * communicator, ranked by key (ties by their rank in comm). Collective over comm: every rank of comm calls it, in
+ * the same order as its other calls on comm. The new communicators are independent of comm (destroy them
+ * separately, in any order) and work like any other; comm stays usable.
+ * @param comm     the parent; used once (two small exact all-gathers, counted in its ccCommGetStats).
+ * @param color    >= 0, or CC_SPLIT_NOCOLOR: this rank joins no new communicator and *newcomm is set to NULL.
+ * @param key      orders the ranks of one color: the smallest key is rank 0.
+ * @param newcomm  out: this rank's new communicator (NULL with CC_SPLIT_NOCOLOR, and on failure).
+ * @param config   may be NULL: the new communicator takes comm's transport, algorithm, timeout, blocking mode and
+ *                 CUDA device. Fields of config left CC_CONFIG_UNDEF_INT take comm's too. With blocking == 0 the call
+ *                 returns ccInProgress once the ranks have agreed, as ccCommInitRankConfig does.
+ * The rank of smallest key of each color opens the new group's bootstrap root, as ccGetUniqueId does
+ * (CC_SOCKET_IFNAME). A bad color, a NULL newcomm or a bad config on any rank makes the call fail on every rank
+ * (ccInvalidArgument; ccGetLastError names the rank), and no communicator is made.
+ */
+CC_API ccResult_t ccCommSplit(ccComm_t comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config);
+
 /** Writes the number of ranks of comm to *count. */
 CC_API ccResult_t ccCommCount(const ccComm_t comm, int* count);
 

@@ -299,6 +299,43 @@ TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte fo
   }
 }
 
+TEST_CASE("[gpu] communicators split from device-bound ones take device buffers: exact and compressed calls equal "
+          "the host calls", "[gpu][device][split]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 4;
+  Group parent = DeviceGroup(n);
+  REQUIRE(parent.status == ccSuccess);
+  Group pair[2];  // parent ranks 0 and 2, then 1 and 3
+  for (auto& p : pair) p.comms.assign(2, nullptr);
+  std::vector<RankResult> rc(n);
+  RunRanks(n, [&](int r) { rc[r] = Record(ccCommSplit(parent[r], r % 2, r, &pair[r % 2].comms[r / 2], nullptr),
+                                          parent[r]); });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << rc[r].error);
+    REQUIRE(rc[r].rc == ccSuccess);
+  }
+  const size_t count = 3 * 65537;
+  for (const Group& g : pair) {
+    Streams st(2);
+    const std::vector<Bytes> in = Inputs(2, count, ccFloat32, 17);
+    for (const char* spec : {"", "quant:bits=4,mode=requant"}) {
+      INFO("spec \"" << spec << "\"");
+      Compressors hostComps(*spec ? spec : "cast16", 2), devComps(*spec ? spec : "cast16", 2);
+      Issue onHost = [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, ccFloat32, ccAvg, *spec ? hostComps[r] : nullptr, g[r], stream);
+      };
+      Issue onDev = [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, ccFloat32, ccAvg, *spec ? devComps[r] : nullptr, g[r], stream);
+      };
+      Outcome host = OnHost(g, in, count * sizeof(float), onHost);
+      REQUIRE(host.Failure() == "");
+      Outcome dev = OnDevice(g, st, in, count * sizeof(float), onDev);
+      REQUIRE(dev.Failure() == "");
+      for (int r = 0; r < 2; ++r) CHECK(FirstDifference(dev.out[r], host.out[r]) == "");
+    }
+  }
+}
+
 TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equal the host calls",
           "[gpu][device][exact]") {
   SKIP_WITHOUT_DEVICE();

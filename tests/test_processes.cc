@@ -1,10 +1,11 @@
-// Exact collectives with ranks as processes (launched by mpirun; MPI only shares the unique id and compares
-// results across ranks). Every case checks the result against an fp64 reference computed from all ranks' inputs
-// (each rank can generate every rank's input) and checks that all ranks hold the same bytes.
+// Exact collectives, compressed calls and ccCommSplit with ranks as processes (launched by mpirun; MPI only shares
+// the unique id and compares results across ranks). Every case checks the result against an fp64 reference computed
+// from all ranks' inputs (each rank can generate every rank's input) and checks that all ranks hold the same bytes.
 //
 //   mpirun -np 4 test_processes        (UCX_TLS picks shared memory or TCP)
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -207,6 +208,57 @@ void CompressedCase(ccComm_t comm, const char* spec, double bound, size_t count 
                                                (same ? "" : ", ranks differ") + " " + ccGetLastError(comm));
 }
 
+// ccCommSplit across processes: ranks by parity, keys reversed, and with 3 or more ranks the last one takes no part.
+// Each new communicator sums its members' inputs exactly and gives them the same bytes of a compressed call; the
+// parent still works after.
+void SplitCase(ccComm_t comm) {
+  const bool apart = gRanks >= 3 && gRank == gRanks - 1;
+  const int color = apart ? CC_SPLIT_NOCOLOR : gRank % 2;
+  std::vector<int> members;  // parent ranks of this rank's color, in their new order (descending parent rank)
+  for (int r = gRanks - 1; r >= 0 && !apart; --r) {
+    if (r % 2 == color && !(gRanks >= 3 && r == gRanks - 1)) members.push_back(r);
+  }
+  ccComm_t sub = reinterpret_cast<ccComm_t>(0x1);
+  ccResult_t rc = ccCommSplit(comm, color, -gRank, &sub, nullptr);
+  Report(rc == ccSuccess && (apart ? sub == nullptr : sub != nullptr), std::string("split: ") + ccGetLastError(comm));
+  if (rc != ccSuccess) return;
+  int count = -1, rank = -1;
+  if (sub != nullptr) {
+    ccCommCount(sub, &count);
+    ccCommUserRank(sub, &rank);
+  }
+  const int want = apart ? -1 : static_cast<int>(std::find(members.begin(), members.end(), gRank) - members.begin());
+  Report(apart || (count == static_cast<int>(members.size()) && rank == want), "split: new rank and size");
+
+  // Exact sums within the group; the bytes compared among its members through every rank's hash.
+  const size_t n = (1u << 18) + 3;
+  std::vector<float> in(n), out(n, -1.0f);
+  for (size_t i = 0; i < n; ++i) in[i] = static_cast<float>(Input(gRank, i, ccSum, ccFloat32, 5));
+  bool ok = apart || ccAllReduce(in.data(), out.data(), n, ccFloat32, ccSum, nullptr, sub, nullptr) == ccSuccess;
+  for (size_t i = 0; ok && !apart && i < n; ++i) {
+    double ref = 0, mag = 0;
+    for (int m : members) {
+      ref += Input(m, i, ccSum, ccFloat32, 5);
+      mag += std::fabs(Input(m, i, ccSum, ccFloat32, 5));
+    }
+    ok = std::fabs(out[i] - ref) <= members.size() * Eps(ccFloat32) * (mag + std::fabs(ref));
+  }
+  Report(ok, std::string("split: exact sum within the group ") + (sub ? ccGetLastError(sub) : ""));
+  ccCompressor_t c = nullptr;
+  ok = apart || (ccCompressorCreateFromString(&c, "quant:bits=4,mode=requant") == ccSuccess &&
+                 ccAllReduce(in.data(), out.data(), n, ccFloat32, ccAvg, c, sub, nullptr) == ccSuccess);
+  ccCompressorDestroy(c);
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(out.data());
+  for (size_t i = 0; !apart && i < n * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  std::vector<uint64_t> hashes(gRanks);
+  MPI_Allgather(&h, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  for (int m : members) ok = ok && hashes[m] == h;
+  Report(ok, "split: a compressed call gives the group's members the same bytes");
+  Report(ccCommDestroy(sub) == ccSuccess, "split: destroy");
+  AllReduceCase(comm, "ring after split", 1023, ccFloat32, ccSum, false);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,6 +300,7 @@ int main(int argc, char** argv) {
     CompressedCase(comm, "quant:bits=4,mode=homomorphic", 0.1, (size_t{1} << 20) + 1029);
     CompressedCase(comm, "topk:density=0.5", 1.0);
     CompressedCase(comm, "randk:density=0.5", 1.0);
+    if (algo == ccAlgoRing) SplitCase(comm);
     ccCommStats_t stats;
     stats.size = sizeof(stats);
     Report(ccCommGetStats(comm, &stats) == ccSuccess && (gRanks == 1 || stats.bytesSent > 0), "stats");

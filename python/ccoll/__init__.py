@@ -12,14 +12,14 @@ is the library's ccGetLastError sentence. The PyTorch DDP communication hook is 
 import ctypes as _ctypes
 
 from ._library import lib as _lib, path as library_path
-from .communicator import ALGORITHMS, OPS, TRANSPORTS, Communicator, get_unique_id
+from .communicator import ALGORITHMS, OPS, SPLIT_NOCOLOR, TRANSPORTS, Communicator, get_unique_id
 from .compressor import QUANT_HOMOMORPHIC, QUANT_REQUANT, Compressor, Param, param_bounds
 from . import errors
 from .errors import (CcollError, CcollSystemError, CcollTimeoutError, CudaError, InProgressError, InternalError,
                      InvalidArgumentError, InvalidUsageError, RemoteError)
 
 __all__ = [
-    "ALGORITHMS", "OPS", "TRANSPORTS", "Communicator", "get_unique_id", "Compressor", "Param", "param_bounds",
+    "ALGORITHMS", "OPS", "SPLIT_NOCOLOR", "TRANSPORTS", "Communicator", "get_unique_id", "Compressor", "Param", "param_bounds",
     "QUANT_HOMOMORPHIC", "QUANT_REQUANT", "CcollError", "CcollSystemError", "CcollTimeoutError", "CudaError",
     "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "RemoteError", "version",
     "last_error", "library_path",

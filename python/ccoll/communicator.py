@@ -10,6 +10,7 @@ from .errors import InvalidArgumentError, check
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
 TRANSPORTS = {"auto": 0, "local": 1, "ucx": 2, "nccl": 3}
+SPLIT_NOCOLOR = -1  # CC_SPLIT_NOCOLOR
 
 
 def _enum(value, names, what, lo=_ints.INT_MIN):
@@ -171,6 +172,25 @@ class Communicator:
     def __repr__(self):
         state = "" if self._handle is not None else ", freed"
         return "<ccoll.Communicator rank %d of %d%s>" % (self._rank, self._size, state)
+
+    def split(self, color, key=None, timeout_ms=None, algorithm=None, transport=None, cuda_device=None):
+        """ccCommSplit: collective over this communicator. Ranks that pass the same color (an int >= 0) get a new
+        Communicator of their own, ranked by key (default: this rank), ties by rank here; color None
+        (CC_SPLIT_NOCOLOR) takes no part and returns None. The new one takes this one's configuration, except for
+        the arguments given; it is blocking like every Communicator of the binding. This one stays usable."""
+        if not hasattr(lib, "ccCommSplit"):
+            raise InvalidArgumentError("split: the loaded libccoll has no ccCommSplit (an older library)")
+        color = SPLIT_NOCOLOR if color is None else _ints.integer(color, "color")
+        key = self._rank if key is None else _ints.integer(key, "key")
+        config = _config(timeout_ms, algorithm, transport, cuda_device)
+        handle = ctypes.c_void_p()
+        h = self._live()
+        check(lib.ccCommSplit(h, color, key, ctypes.byref(handle), ctypes.byref(config)), h)
+        if handle.value is None:
+            return None
+        child = Communicator.__new__(Communicator)
+        child._adopt(handle)
+        return child
 
     # -- queries --------------------------------------------------------------------------------------------------
 

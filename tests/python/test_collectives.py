@@ -152,6 +152,46 @@ class TestFromEnv(unittest.TestCase):
         self.assertEqual(results, [(r, 3, 6) for r in range(3)])
 
 
+def split_rank(rank, nranks, uid, seed):
+    """Rank nranks-1 takes no part; the others split by parity, keys reversed. Returns the new rank and size, the
+    group's sum of float64 inputs, a bad color's error on every rank, and a sum on the parent after."""
+    x = np.random.default_rng([seed, rank]).standard_normal(1000)
+    with ranks.communicator(rank, nranks, uid) as comm:
+        sub = comm.split(None if rank == nranks - 1 else rank % 2, key=-rank)
+        place, total = None, None
+        if sub is not None:
+            with sub:
+                place = (sub.rank, sub.size)
+                total = sub.all_reduce(x.copy())
+        try:
+            comm.split(-5 if rank == 0 else 0)
+            error = None
+        except ccoll.CcollError as e:
+            error = (type(e).__name__, str(e))
+        return x, place, total, error, comm.all_reduce(x.copy())
+
+
+class TestSplit(unittest.TestCase):
+    def test_split(self):
+        nranks = 5
+        seed = np.random.SeedSequence().entropy % 2**32
+        results = ranks.run(nranks, split_rank, seed)
+        xs = [res[0] for res in results]
+        for r, (x, place, total, error, parent_sum) in enumerate(results):
+            if r == nranks - 1:
+                self.assertIsNone(place)
+            else:
+                members = sorted((q for q in range(nranks - 1) if q % 2 == r % 2), reverse=True)
+                self.assertEqual(place, (members.index(r), len(members)))
+                ref = np.sum([xs[q] for q in members], axis=0)
+                np.testing.assert_allclose(total, ref, rtol=0, atol=1e-12 * len(members) * np.abs(ref).max())
+                for q in members:
+                    self.assertEqual(results[q][2].tobytes(), total.tobytes())
+            self.assertEqual(error[0], "InvalidArgumentError")
+            self.assertIn("color -5" if r == 0 else "rank 0 of the parent communicator passed", error[1])
+            self.assertEqual(parent_sum.tobytes(), results[0][4].tobytes())
+
+
 # Correlated gradients, as the C tests use: rank r holds g + 0.5 * noise_r with g shared.
 def _corr_input(seed, rank, count):
     g = np.random.default_rng([seed, 1 << 20]).standard_normal(count)
