@@ -19,10 +19,10 @@ from .errors import (CcollError, CcollSystemError, CcollTimeoutError, CudaError,
                      InvalidArgumentError, InvalidUsageError, RemoteError)
 
 __all__ = [
-    "ALGORITHMS", "OPS", "SPLIT_NOCOLOR", "TRANSPORTS", "Communicator", "get_unique_id", "Compressor", "Param", "param_bounds",
-    "QUANT_HOMOMORPHIC", "QUANT_REQUANT", "CcollError", "CcollSystemError", "CcollTimeoutError", "CudaError",
-    "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "RemoteError", "version",
-    "last_error", "library_path",
+    "ALGORITHMS", "OPS", "SPLIT_NOCOLOR", "TRANSPORTS", "Communicator", "get_unique_id", "Compressor", "Param",
+    "param_bounds", "QUANT_HOMOMORPHIC", "QUANT_REQUANT", "CcollError", "CcollSystemError", "CcollTimeoutError",
+    "CudaError", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "RemoteError",
+    "version", "last_error", "library_path",
 ]
 
 
