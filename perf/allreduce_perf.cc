@@ -5,6 +5,8 @@
 // CC_RANK, CC_NRANKS and CC_ROOT and -t is not given, this process is one rank, made with ccCommInitFromEnv, and the
 // side channel is ccoll itself on that communicator (EnvGroup). Built with -DCCOLL_PERF_MPI (allreduce_perf_mpi) each
 // MPI process is one rank and the unique id travels by MPI (MpiGroup).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -17,6 +19,7 @@
 #include "group.h"
 #include "options.h"
 #include "report.h"
+#include "split_group.h"
 
 #ifdef CCOLL_PERF_CUDA
 #include "device_twins.h"
@@ -40,12 +43,13 @@ enum class Launch { kThreads, kMpi, kEnv };
 
 #ifdef CCOLL_PERF_MPI
 constexpr const char* kProgram = "allreduce_perf_mpi";
-constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagDevice;
+constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagDevice | ccperf::kFlagSplit;
 constexpr const char* kNotes =
     "Ranks are the MPI processes (mpirun -np N); the ccUniqueId is shared with MPI_Bcast.\n";
 #else
 constexpr const char* kProgram = "allreduce_perf";
-constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagThreads | ccperf::kFlagDevice;
+constexpr unsigned kFlags =
+    ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
 constexpr const char* kNotes =
     "Launch modes:\n"
     "  threads    (default, and whenever -t is given): -t ranks, each a thread of this process (local transport).\n"
@@ -254,42 +258,93 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
               "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
 }
 
-// Everything after the communicator exists: codec, header, the benchmark, teardown. Takes ownership of comm.
+// -M: this rank's communicator of color rank & mask, split from comm (which stays the side channel's, for EnvGroup).
+// *sub is null when there is no split. False (said by the lowest failing rank) when the split failed.
+// *seconds: the slowest rank's time in ccCommSplit, from a common barrier.
+bool SplitForBench(const ccperf::Options& o, ccperf::Group& group, ccComm_t comm, ccComm_t* sub, double* seconds) {
+  *sub = nullptr;
+  *seconds = 0;
+  if (o.splitMask == 0) return true;
+  const int color = static_cast<int>(static_cast<unsigned>(group.rank()) & o.splitMask);
+  group.Barrier();
+  const auto start = std::chrono::steady_clock::now();
+  ccResult_t r = ccCommSplit(comm, color, group.rank(), sub, nullptr);
+  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!Agree(group, r == ccSuccess, Failure("ccCommSplit", r, comm))) return false;
+  std::vector<double> all(static_cast<size_t>(group.nranks()));
+  group.AllGather(&mine, sizeof(mine), all.data());
+  *seconds = *std::max_element(all.begin(), all.end());
+  return true;
+}
+
+// Everything after the communicator exists: split (-M), codec, header, the benchmark, teardown. Takes ownership of
+// comm.
 int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccComm_t comm,
               std::function<SideBytes()> side, int argc, char** argv) {
-  const int rank = group.rank(), nranks = group.nranks();
+  const int rank = group.rank();
+  ccComm_t sub = nullptr;
+  double splitSeconds = 0;
+  if (!SplitForBench(o, group, comm, &sub, &splitSeconds)) {
+    ccCommDestroy(comm);
+    return 1;
+  }
+  std::unique_ptr<ccperf::SplitGroup> split;
+  if (sub != nullptr) split = std::make_unique<ccperf::SplitGroup>(group, o.splitMask);
+  ccperf::Group& benchGroup = split ? *split : group;  // the side channel of the communicator under test
+  ccComm_t tested = sub != nullptr ? sub : comm;
+  if (sub != nullptr) side = nullptr;  // the side channel's bytes are on comm, not on the communicator under test
+
   ccCompressor_t comp = nullptr;
   if (o.codec != "none") {
     ccResult_t r = ccCompressorCreateFromString(&comp, o.codec.c_str());
     if (!Agree(group, r == ccSuccess, Failure("ccCompressorCreateFromString", r, nullptr))) {
+      ccCommDestroy(sub);
       ccCommDestroy(comm);
       return 1;
     }
   }
 
-  ccperf::Report report(stdout);
+  // Rank 0 prints. With -M the first rank of every other communicator judges its own rows too, silently (its failures
+  // end the run with exit 1 and a line on stderr).
+  FILE* quiet = nullptr;
+  if (split && rank != 0 && split->rank() == 0) quiet = std::fopen("/dev/null", "w");
+  ccperf::Report report(quiet != nullptr ? quiet : stdout);
   if (rank == 0) {
-    PrintHeader(report, o, launch, nranks, argc, argv);
+    PrintHeader(report, o, launch, group.nranks(), argc, argv);
+    if (split) {
+      report.Line("split: -M 0x%x: %d communicators made by ccCommSplit in %.2f ms (color = rank & mask, key = rank), "
+                  "all running the benchmark at once; rows, nranks, bus bandwidth and peak RSS are those of rank 0's "
+                  "communicator (%d ranks)", o.splitMask, split->colors(), splitSeconds * 1e3, split->nranks());
+    }
     report.ColumnHeader();
   }
   ccperf::BenchSetup setup;
   setup.opts = o;
+  if (rank != 0) setup.opts.jsonPath.clear();  // rank 0's communicator's rows only
   setup.algoLabel = AlgoLabel(o);
   setup.codecLabel = o.codec;
   setup.exactCheck = comp == nullptr;
   setup.ranksShareProcess = launch == Launch::kThreads;
   setup.program = kProgram;
+  const bool reports = rank == 0 || quiet != nullptr;
   int code;
   {
-    CcollAllReducer reducer(comm, comp, o, std::move(side));  // owns comp (and each size's successor) from here
+    CcollAllReducer reducer(tested, comp, o, std::move(side));  // owns comp (and each size's successor) from here
     const bool usable = !o.device || reducer.UseDevice();
     if (!Agree(group, usable, reducer.LastError())) {
       code = 1;
     } else {
-      code = ccperf::RunAllReduceBench(setup, group, reducer, rank == 0 ? &report : nullptr);
+      code = ccperf::RunAllReduceBench(setup, benchGroup, reducer, reports ? &report : nullptr);
     }
   }
-  ccResult_t r = ccCommDestroy(comm);
+  if (quiet != nullptr) std::fclose(quiet);
+  if (split && code != 0 && split->rank() == 0 && rank != 0) {
+    std::fprintf(stderr, "%s: rank %d: the communicator of color %u failed its run or its checks (run it alone to see "
+                 "its rows)\n", kProgram, rank, split->color());
+  }
+  if (split) code = group.AllOk(code == 0) ? 0 : 1;
+  ccResult_t r = ccCommDestroy(sub);
+  if (r == ccSuccess) r = ccCommDestroy(comm);
   if (r != ccSuccess) {
     std::fprintf(stderr, "%s: rank %d: %s\n", kProgram, rank, Failure("ccCommDestroy", r, nullptr).c_str());
     code = 1;

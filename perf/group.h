@@ -22,7 +22,7 @@ class Group {
 
   // True on every rank when `ok` is true on every rank. Ranks call it at the same points, so one failing rank makes
   // all of them stop together instead of leaving the others waiting.
-  bool AllOk(bool ok);
+  virtual bool AllOk(bool ok);
   // Element-wise sum over ranks, added in rank order (the same bits on every rank and every run).
   void SumDoubles(double* values, size_t n);
   void SumU64(uint64_t* values, size_t n);

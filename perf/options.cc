@@ -48,6 +48,11 @@ void PrintUsage(const ProgramInfo& prog, FILE* f) {
                     "                             the inputs are copied in and the outputs out around the timed "
                     "calls; default 0\n");
   }
+  if (prog.flags & kFlagSplit) {
+    std::fprintf(f, "  -M, --split_mask <m>       split the ranks with ccCommSplit by color = rank & m (as nccl-tests'\n"
+                    "                             NCCL_TESTS_SPLIT_MASK; 0x1 makes two halves): every communicator\n"
+                    "                             runs the benchmark at once, the rows are rank 0's; default 0\n");
+  }
   std::fprintf(f,
                "  -I, --inplace <0|1>        1: sendbuff == recvbuff (timed iterations reduce the previous result,\n"
                "                             as in nccl-tests; the check starts from fresh inputs); default 0\n"
@@ -107,7 +112,8 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
       {"nthreads", required_argument, nullptr, 't'},   {"inplace", required_argument, nullptr, 'I'},
       {"seed", required_argument, nullptr, 'S'},       {"json", required_argument, nullptr, 'J'},
       {"dist", required_argument, nullptr, 'D'},       {"device", required_argument, nullptr, 'G'},
-      {"max_vnmse", required_argument, nullptr, 'E'},  {"help", no_argument, nullptr, 'h'},
+      {"max_vnmse", required_argument, nullptr, 'E'},  {"split_mask", required_argument, nullptr, 'M'},
+      {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
   auto fail = [&](const char* what, const char* value) {
     if (speak) {
@@ -120,7 +126,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
   opterr = speak ? 1 : 0;
   int c;
   long v;
-  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:G:E:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:G:E:M:h", kLong, nullptr)) != -1) {
     switch (c) {
       case 'b':
         if (!ParseBytes(optarg, &opts->minBytes)) return fail("-b (minbytes)", optarg);
@@ -196,6 +202,17 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
         const double x = std::strtod(optarg, &end);
         if (errno != 0 || *end != '\0' || *optarg == '\0' || !(x >= 0)) return fail("-E (max_vnmse)", optarg);
         opts->maxVnmse = x;
+        break;
+      }
+      case 'M': {
+        if (!(prog.flags & kFlagSplit)) return fail("-M (not taken by this program)", optarg);
+        errno = 0;
+        char* end = nullptr;
+        const unsigned long long m = std::strtoull(optarg, &end, 0);
+        if (errno != 0 || *end != '\0' || *optarg == '\0' || *optarg == '-' || m > 0xffffu) {
+          return fail("-M (split_mask)", optarg);
+        }
+        opts->splitMask = static_cast<unsigned>(m);
         break;
       }
       case 'h':

@@ -28,6 +28,7 @@ struct Options {
   std::string dist = "iid";   // -D: input distribution of float data (iid, corr, heavy)
   std::string jsonPath;       // empty: no JSON
   double maxVnmse = -1;       // -E: a codec row whose vNMSE is above it fails; negative: not judged
+  unsigned splitMask = 0;     // -M: ranks split by color = rank & mask (ccCommSplit); 0: no split
 };
 
 // Which of the optional flags a program takes; the common ones (-b -e -f -n -w -c -d -o -I -S -J -E -h) always apply.
@@ -36,6 +37,7 @@ enum OptionFlags : unsigned {
   kFlagCodec = 1u << 1,    // -z
   kFlagThreads = 1u << 2,  // -t
   kFlagDevice = 1u << 3,   // -G
+  kFlagSplit = 1u << 4,    // -M
 };
 
 struct ProgramInfo {
