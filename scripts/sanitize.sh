@@ -81,7 +81,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   t0=$(stamp)
   echo "== TSan: build ($TSAN_DIR)"
   configure "$TSAN_DIR" "thread"
-  thread_tests="test_collectives test_api test_compression test_internals"
+  thread_tests="test_collectives test_api test_split test_compression test_internals"
   grep -q "CCOLL_ENABLE_BLAS:BOOL=ON" "$TSAN_DIR/CMakeCache.txt" && thread_tests+=" test_lowrank"
   # The device proxy against the fake CUDA runtime (built when the CUDA headers are there): caller, proxy and
   # stream threads.
