@@ -312,9 +312,11 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   if (rank == 0) {
     PrintHeader(report, o, launch, group.nranks(), argc, argv);
     if (split) {
-      report.Line("split: -M 0x%x: %d communicators made by ccCommSplit in %.2f ms (color = rank & mask, key = rank), "
-                  "all running the benchmark at once; rows, nranks, bus bandwidth and peak RSS are those of rank 0's "
-                  "communicator (%d ranks)", o.splitMask, split->colors(), splitSeconds * 1e3, split->nranks());
+      report.Line("split: -M 0x%x: %d communicators made by ccCommSplit in %.2f ms (color = rank & mask, key = "
+                  "rank), all running the benchmark at once; rows, nranks and bus bandwidth are those of rank 0's "
+                  "communicator (%d ranks); peak RSS counts its processes (with -t: the one process, every "
+                  "communicator); the exit status is every communicator's",
+                  o.splitMask, split->colors(), splitSeconds * 1e3, split->nranks());
     }
     report.ColumnHeader();
   }
@@ -342,7 +344,13 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
     std::fprintf(stderr, "%s: rank %d: the communicator of color %u failed its run or its checks (run it alone to see "
                  "its rows)\n", kProgram, rank, split->color());
   }
-  if (split) code = group.AllOk(code == 0) ? 0 : 1;
+  if (split) {
+    const bool mine = code == 0;
+    code = group.AllOk(mine) ? 0 : 1;
+    if (rank == 0 && mine && code != 0) {
+      report.Line("FAILED: another communicator of the split failed (stderr says which)");
+    }
+  }
   ccResult_t r = ccCommDestroy(sub);
   if (r == ccSuccess) r = ccCommDestroy(comm);
   if (r != ccSuccess) {

@@ -11,6 +11,7 @@
 
 #include "api_guard.h"
 #include "ccoll.h"
+#include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
 
@@ -21,13 +22,15 @@ namespace {
 // A rank's verdict on its own arguments, in the first exchange.
 enum Verdict : int64_t { kArgsOk = 0, kBadColor = 1, kNullNewcomm = 2, kBadConfig = 3 };
 
-// What the first exchange carries per rank, as int64s.
+// What the first exchange carries per rank, as int64s, after kSplitMagic: a rank that made another all-gather of the
+// same size there (a mismatch the call check cannot see) is caught by its missing magic.
 struct Proposal {
   int64_t color;
   int64_t key;
   int64_t verdict;
 };
-constexpr size_t kProposalWords = 3;
+constexpr int64_t kSplitMagic = 0x53504c4954434321;  // "SPLITCC!"
+constexpr size_t kProposalWords = 4;
 
 // The second exchange: a group's first rank says whether it could open the group's bootstrap root, and the id.
 enum IdState : int64_t { kNotFirst = 0, kIdMade = 1, kIdFailed = 2 };
@@ -80,7 +83,18 @@ const char* VerdictText(int64_t v) {
   }
 }
 
-ccResult_t Split(ccComm* comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config) {
+// What a rank of a new group needs for ccCommInitRankConfig once the ranks have agreed.
+struct Joining {
+  bool member = false;  // false: CC_SPLIT_NOCOLOR
+  ccUniqueId id;
+  int nranks = 0;
+  int rank = 0;
+  ccConfig_t config;
+};
+
+// The exchanges on the parent (the caller holds its use), up to the new group's id; the init comes after, without
+// the parent, so that aborting the parent does not wait for the new group to form.
+ccResult_t Agree(ccComm* comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config, Joining* join) {
   // This rank's own arguments first; whatever is wrong is still taken to the exchange, so that every rank fails.
   std::string mineWrong;
   ccResult_t mineResult = ccSuccess;
@@ -95,23 +109,32 @@ ccResult_t Split(ccComm* comm, int color, int key, ccComm_t* newcomm, ccConfig_t
     mineResult = Fail(ccInvalidArgument, "ccCommSplit: color %d on rank %d is negative and not CC_SPLIT_NOCOLOR (-1)",
                       color, comm->rank);
   } else {
-    // The caller's struct as given (Inherit skips one without CC_CONFIG_INITIALIZER's size and magic), then merged.
+    // The caller's struct as given (Inherit skips one without CC_CONFIG_INITIALIZER's size and magic), then merged,
+    // then what the new communicator's setup would refuse on this rank alone (its peers would wait for it).
     ccResult_t r = config != nullptr ? ccoll::ResolveConfig(config, &resolved) : ccSuccess;
     if (r == ccSuccess) r = ccoll::ResolveConfig(&merged, &resolved);
     if (r != ccSuccess) {
-      verdict = kBadConfig;
       mineResult = Fail(r, "ccCommSplit: rank %d: %s", comm->rank, ccoll::LastError().c_str());
+    } else if ((r = ccoll::CheckTransportUsable(resolved, comm->rank)) != ccSuccess) {
+      mineResult = Fail(r, "ccCommSplit: %s", ccoll::LastError().c_str());  // the sentence names the rank
     }
+    if (r != ccSuccess) verdict = kBadConfig;
   }
   if (verdict != kArgsOk) mineWrong = ccoll::LastError();
   if (newcomm != nullptr) *newcomm = nullptr;
 
-  const int64_t proposal[kProposalWords] = {color, key, verdict};
+  const int64_t proposal[kProposalWords] = {kSplitMagic, color, key, verdict};
   std::vector<int64_t> words;
   CC_CHECK(Exchange(comm, proposal, kProposalWords, &words, "colors and keys"));
   std::vector<Proposal> all(static_cast<size_t>(comm->nranks));
   for (size_t r = 0; r < all.size(); ++r) {
-    all[r] = Proposal{words[r * kProposalWords], words[r * kProposalWords + 1], words[r * kProposalWords + 2]};
+    const int64_t* w = &words[r * kProposalWords];
+    if (w[0] != kSplitMagic) {
+      return Fail(ccInvalidUsage, "ccCommSplit: rank %zu of the parent communicator made another call (an all-gather "
+                  "of %zu int64, not ccCommSplit) where rank %d called ccCommSplit; every rank must call it", r,
+                  kProposalWords, comm->rank);
+    }
+    all[r] = Proposal{w[1], w[2], w[3]};
   }
   if (verdict != kArgsOk) {
     ccoll::SetLastError(mineWrong);
@@ -129,7 +152,8 @@ ccResult_t Split(ccComm* comm, int color, int key, ccComm_t* newcomm, ccConfig_t
   std::string idFailure;
   if (!members.empty() && members[0] == comm->rank) {
     ccUniqueId id;
-    if (ccGetUniqueId(&id) == ccSuccess) {
+    // The new group's root waits for its ranks as long as they will wait for it (the new communicator's timeout).
+    if (ccoll::BootstrapStartRoot(nullptr, nullptr, resolved.timeoutMs, &id) == ccSuccess) {
       idWords[0] = kIdMade;
       std::memcpy(&idWords[1], id.internal, CC_UNIQUE_ID_BYTES);
     } else {
@@ -150,11 +174,12 @@ ccResult_t Split(ccComm* comm, int color, int key, ccComm_t* newcomm, ccConfig_t
   }
   if (color == CC_SPLIT_NOCOLOR) return ccSuccess;
 
-  ccUniqueId id;
-  std::memcpy(id.internal, &words[static_cast<size_t>(members[0]) * kIdWords + 1], CC_UNIQUE_ID_BYTES);
-  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
-  ccConfig_t childConfig = merged;
-  return ccCommInitRankConfig(newcomm, static_cast<int>(members.size()), id, newRank, &childConfig);
+  join->member = true;
+  std::memcpy(join->id.internal, &words[static_cast<size_t>(members[0]) * kIdWords + 1], CC_UNIQUE_ID_BYTES);
+  join->nranks = static_cast<int>(members.size());
+  join->rank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
+  join->config = merged;
+  return ccSuccess;
 }
 
 }  // namespace
@@ -164,13 +189,18 @@ extern "C" {
 CC_API ccResult_t ccCommSplit(ccComm_t comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config) {
   return ccoll::Guarded("ccCommSplit", [&]() -> ccResult_t {
     if (newcomm != nullptr) *newcomm = nullptr;
-    ccoll::CommUse use(comm);
-    if (comm == nullptr) return Fail(ccInvalidArgument, "ccCommSplit: comm is NULL");
-    if (!use.ok()) {
-      return Fail(ccInvalidArgument, "ccCommSplit: comm %p is not a live communicator (destroyed, aborted or never "
-                  "initialized)", static_cast<void*>(comm));
+    Joining join;
+    {
+      ccoll::CommUse use(comm);
+      if (comm == nullptr) return Fail(ccInvalidArgument, "ccCommSplit: comm is NULL");
+      if (!use.ok()) {
+        return Fail(ccInvalidArgument, "ccCommSplit: comm %p is not a live communicator (destroyed, aborted or never "
+                    "initialized)", static_cast<void*>(comm));
+      }
+      CC_CHECK(Agree(comm, color, key, newcomm, config, &join));
     }
-    return Split(comm, color, key, newcomm, config);
+    if (!join.member) return ccSuccess;
+    return ccCommInitRankConfig(newcomm, join.nranks, join.id, join.rank, &join.config);
   });
 }
 

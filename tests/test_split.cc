@@ -267,9 +267,18 @@ TEST_CASE("bad input to ccCommSplit on one rank fails every rank at once, names 
   const int n = 3;
   Group g = Group::InitConfig(n, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 20000));
   REQUIRE(g.status == ccSuccess);
-  enum Bad { kColor, kNewcomm, kConfigMagic, kConfigValue };
-  const Bad bad = GENERATE(kColor, kNewcomm, kConfigMagic, kConfigValue);
+  enum Bad { kColor, kNewcomm, kConfigMagic, kConfigValue, kConfigNccl };
+  const Bad bad = GENERATE(kColor, kNewcomm, kConfigMagic, kConfigValue, kConfigNccl);
   CAPTURE(bad);
+  if (bad == kConfigNccl) {
+    // Transport nccl passes ResolveConfig, but without NCCL or a CUDA device the new communicator's setup refuses it
+    // on that rank alone; the split must see that before the others wait for it in the new group's bootstrap.
+    ccConfig_t nccl = CC_CONFIG_INITIALIZER;
+    nccl.transport = ccTransportNccl;
+    ccoll::CommConfig resolved;
+    REQUIRE(ccoll::ResolveConfig(&nccl, &resolved) == ccSuccess);
+    if (ccoll::CheckTransportUsable(resolved, 0) == ccSuccess) return;  // NCCL and a device: a valid config here
+  }
   const int culprit = 1;
   Split s(n);
   std::vector<double> seconds(n);
@@ -281,21 +290,50 @@ TEST_CASE("bad input to ccCommSplit on one rank fails every rank at once, names 
     if (r == culprit && bad == kNewcomm) out = nullptr;
     if (r == culprit && bad == kConfigMagic) config.magic = 0x1234;
     if (r == culprit && bad == kConfigValue) config.timeoutMs = -5;
+    if (r == culprit && bad == kConfigNccl) config.transport = ccTransportNccl;
     auto start = std::chrono::steady_clock::now();
     s.results[r] = Record(ccCommSplit(g[r], color, 0, out, &config), g[r]);
     seconds[r] = SecondsSince(start);
   });
-  const char* own = bad == kColor ? "color -2" : bad == kNewcomm ? "newcomm" : bad == kConfigMagic
-                                                                                  ? "CC_CONFIG_INITIALIZER"
-                                                                                  : "timeout -5";
+  const char* own = bad == kColor         ? "color -2"
+                    : bad == kNewcomm       ? "newcomm"
+                    : bad == kConfigMagic   ? "CC_CONFIG_INITIALIZER"
+                    : bad == kConfigValue   ? "timeout -5"
+                                            : "transport nccl";
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r << ": " << s.results[r].error);
-    CHECK(s.results[r].rc == ccInvalidArgument);
+    CHECK(s.results[r].rc == (r == culprit && bad == kConfigNccl ? ccInvalidUsage : ccInvalidArgument));
     CHECK(s.sub[r] == nullptr);
     CHECK(seconds[r] < 5.0);  // not the 20 s timeout
     CHECK(Contains(s.results[r].error, r == culprit ? own : "rank 1 of the parent communicator passed"));
   }
   CHECK(ParentWorks(g) == "");
+}
+
+TEST_CASE("a rank whose all-gather has the split's size where the others split: the others fail at once",
+          "[split][mismatch]") {
+  const int n = 3;
+  Group g = Group::InitConfig(n, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 20000));
+  REQUIRE(g.status == ccSuccess);
+  Split s(n);
+  std::vector<double> seconds(n);
+  RunRanks(n, [&](int r) {
+    auto start = std::chrono::steady_clock::now();
+    if (r == 1) {  // the same call as the split's first exchange: the call check cannot tell them apart
+      std::vector<int64_t> mine(4, 7), all(4 * n);
+      s.results[r] = Record(ccAllGather(mine.data(), all.data(), 4, ccInt64, g[r], nullptr), g[r]);
+    } else {
+      s.results[r] = Record(ccCommSplit(g[r], 0, 0, &s.sub[r], nullptr), g[r]);
+    }
+    seconds[r] = SecondsSince(start);
+  });
+  for (int r : {0, 2}) {
+    INFO("rank " << r << ": " << s.results[r].error);
+    CHECK(s.results[r].rc == ccInvalidUsage);
+    CHECK(Contains(s.results[r].error, "rank 1 of the parent communicator made another call"));
+    CHECK(s.sub[r] == nullptr);
+    CHECK(seconds[r] < 5.0);
+  }
 }
 
 TEST_CASE("ccCommSplit of a NULL or destroyed communicator is refused at once", "[split][args]") {

@@ -180,11 +180,17 @@ class Communicator:
         the arguments given; it is blocking like every Communicator of the binding. This one stays usable."""
         if not hasattr(lib, "ccCommSplit"):
             raise InvalidArgumentError("split: the loaded libccoll has no ccCommSplit (an older library)")
-        color = SPLIT_NOCOLOR if color is None else _ints.integer(color, "color")
-        key = self._rank if key is None else _ints.integer(key, "key")
-        config = _config(timeout_ms, algorithm, transport, cuda_device)
-        handle = ctypes.c_void_p()
         h = self._live()
+        handle = ctypes.c_void_p()
+        try:
+            color = SPLIT_NOCOLOR if color is None else _ints.integer(color, "color")
+            key = self._rank if key is None else _ints.integer(key, "key")
+            config = _config(timeout_ms, algorithm, transport, cuda_device)
+        except InvalidArgumentError:
+            # The other ranks are in the split: join it with a color the library refuses, so that they fail at once
+            # (naming this rank) instead of waiting for it until the timeout.
+            lib.ccCommSplit(h, -2, 0, ctypes.byref(handle), None)
+            raise
         check(lib.ccCommSplit(h, color, key, ctypes.byref(handle), ctypes.byref(config)), h)
         if handle.value is None:
             return None

@@ -207,21 +207,26 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
   return ccSuccess;
 }
 
+ccResult_t CheckTransportUsable(const CommConfig& config, int rank) {
+  if (config.transport == ccTransportNccl) {
+#ifndef CCOLL_HAVE_NCCL
+    return Fail(ccInvalidUsage, "rank %d: transport nccl was asked for, but this build of ccoll has no NCCL (configure "
+                "with CUDA, nccl.h and libnccl found)", rank);
+#endif
+    if (config.cudaDev < 0) {
+      return Fail(ccInvalidUsage, "rank %d: transport nccl needs a CUDA device, and there was none current at init "
+                  "(set ccConfig_t.cudaDev)", rank);
+    }
+  }
+  return ccSuccess;
+}
+
 ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   UniqueIdContent content;
   CC_CHECK(BootstrapParseId(id, &content));
   const int rank = comm->rank, n = comm->nranks;
   const ccTransport_t want = comm->config.transport;
-  if (want == ccTransportNccl) {
-#ifndef CCOLL_HAVE_NCCL
-    return Fail(ccInvalidUsage, "rank %d: transport nccl was asked for, but this build of ccoll has no NCCL (configure "
-                "with CUDA, nccl.h and libnccl found)", rank);
-#endif
-    if (comm->config.cudaDev < 0) {
-      return Fail(ccInvalidUsage, "rank %d: transport nccl needs a CUDA device, and there was none current at init "
-                  "(set ccConfig_t.cudaDev)", rank);
-    }
-  }
+  CC_CHECK(CheckTransportUsable(comm->config, rank));
   std::string key = Hex(content.secret, sizeof(content.secret)) + "@" + ToString(content.root);
   std::unique_ptr<LocalTransport> local;
   CC_CHECK(LocalTransport::Create(key, rank, n, &local));

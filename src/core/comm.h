@@ -39,6 +39,9 @@ struct CommConfig {
 // naming it, whether or not the config overrides it.
 ccResult_t ResolveConfig(const ccConfig_t* config, CommConfig* out);
 
+// What CommSetup refuses on this rank alone, before it joins the group: transport nccl without NCCL or a device.
+ccResult_t CheckTransportUsable(const CommConfig& config, int rank);
+
 const char* TransportName(ccTransport_t t);
 const char* AlgoName(ccAlgo_t a);
 

@@ -8,6 +8,7 @@ return; every check runs here in the parent.
 
 import os
 import socket
+import time
 import unittest
 
 import numpy as np
@@ -163,12 +164,15 @@ def split_rank(rank, nranks, uid, seed):
             with sub:
                 place = (sub.rank, sub.size)
                 total = sub.all_reduce(x.copy())
-        try:
-            comm.split(-5 if rank == 0 else 0)
-            error = None
-        except ccoll.CcollError as e:
-            error = (type(e).__name__, str(e))
-        return x, place, total, error, comm.all_reduce(x.copy())
+        errors = []
+        for bad in (-5, "x"):  # refused by the library, then by the binding before the call
+            start = time.monotonic()
+            try:
+                comm.split(bad if rank == 0 else 0)
+                errors.append(None)
+            except ccoll.CcollError as e:
+                errors.append((type(e).__name__, str(e), time.monotonic() - start))
+        return x, place, total, errors, comm.all_reduce(x.copy())
 
 
 class TestSplit(unittest.TestCase):
@@ -177,7 +181,7 @@ class TestSplit(unittest.TestCase):
         seed = np.random.SeedSequence().entropy % 2**32
         results = ranks.run(nranks, split_rank, seed)
         xs = [res[0] for res in results]
-        for r, (x, place, total, error, parent_sum) in enumerate(results):
+        for r, (x, place, total, errors, parent_sum) in enumerate(results):
             if r == nranks - 1:
                 self.assertIsNone(place)
             else:
@@ -187,8 +191,10 @@ class TestSplit(unittest.TestCase):
                 np.testing.assert_allclose(total, ref, rtol=0, atol=1e-12 * len(members) * np.abs(ref).max())
                 for q in members:
                     self.assertEqual(results[q][2].tobytes(), total.tobytes())
-            self.assertEqual(error[0], "InvalidArgumentError")
-            self.assertIn("color -5" if r == 0 else "rank 0 of the parent communicator passed", error[1])
+            for error, own in zip(errors, ("color -5", "color must be an integer")):
+                self.assertEqual(error[0], "InvalidArgumentError")
+                self.assertIn(own if r == 0 else "rank 0 of the parent communicator passed", error[1])
+                self.assertLess(error[2], 5.0, "not the timeout: every rank fails at once")
             self.assertEqual(parent_sum.tobytes(), results[0][4].tobytes())
 
 
