@@ -353,6 +353,14 @@ CC_API ccResult_t ccAllGather(const void* sendbuff, void* recvbuff, size_t sendc
 CC_API ccResult_t ccBroadcast(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype, int root,
                               ccComm_t comm, ccStream_t stream);
 
+/**
+ * Reduce: on root, recvbuff[i] = op over ranks of sendbuff[i], for i in [0, count), like ncclReduce. recvbuff is
+ * written on root only; the other ranks may pass NULL. In place on root when sendbuff == recvbuff. Exact (it takes no
+ * compressor): a pipelined chain along the ring that ends at root, each link carrying the buffer once.
+ */
+CC_API ccResult_t ccReduce(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype, ccRedOp_t op,
+                           int root, ccComm_t comm, ccStream_t stream);
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Compressors                                                                                                  */
 /* ------------------------------------------------------------------------------------------------------------ */

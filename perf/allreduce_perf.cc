@@ -41,22 +41,35 @@ using ccperf::Op;
 // How this process's ranks were started; decides the header and the peak-RSS line.
 enum class Launch { kThreads, kMpi, kEnv };
 
+// Built with -DCCOLL_PERF_REDUCE (reduce_perf): ccReduce into rank 0 instead of ccAllReduce, as nccl-tests'
+// reduce_perf (root 0).
+#ifdef CCOLL_PERF_REDUCE
+constexpr bool kReduce = true;
+#else
+constexpr bool kReduce = false;
+#endif
+
 #ifdef CCOLL_PERF_MPI
 constexpr const char* kProgram = "allreduce_perf_mpi";
 constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagDevice | ccperf::kFlagSplit;
 constexpr const char* kNotes =
     "Ranks are the MPI processes (mpirun -np N); the ccUniqueId is shared with MPI_Bcast.\n";
 #else
+#ifdef CCOLL_PERF_REDUCE
+constexpr const char* kProgram = "reduce_perf";
+constexpr unsigned kFlags = ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;  // exact; no -a, -z
+#else
 constexpr const char* kProgram = "allreduce_perf";
 constexpr unsigned kFlags =
     ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
+#endif
 constexpr const char* kNotes =
     "Launch modes:\n"
     "  threads    (default, and whenever -t is given): -t ranks, each a thread of this process (local transport).\n"
     "  processes  (CC_RANK, CC_NRANKS and CC_ROOT=host:port all set in the environment, and no -t): this process\n"
     "             is ONE rank, made with ccCommInitFromEnv (UCX between processes: UCX_TLS=sysv,self for shared\n"
     "             memory, tcp,self for TCP). Start every rank with the same arguments, for example\n"
-    "               perf/launch_local.sh -n 4 build/perf/allreduce_perf -b 1M -e 64M\n"
+    "               perf/launch_local.sh -n 4 build/perf/<this program> -b 1M -e 64M\n"
     "             The harness's own barriers and all-gathers run on the communicator under test (ccAllReduce and\n"
     "             ccAllGather of a few bytes, left out of wirebits); only rank 0 prints. A failure there makes the\n"
     "             rank abort the communicator and exit 1. CC_SECRET (the same string on every rank) is the\n"
@@ -143,9 +156,10 @@ class CcollAllReducer : public ccperf::AllReducer {
       stream = static_cast<ccStream_t>(twins_->stream());
     }
 #endif
-    ccResult_t r = ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
+    ccResult_t r = kReduce ? ccReduce(send, recv, count, dtype_, op_, 0, comm_, stream)
+                           : ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
     if (r == ccSuccess) return true;
-    error_ = Failure("ccAllReduce", r, comm_);
+    error_ = Failure(kReduce ? "ccReduce" : "ccAllReduce", r, comm_);
     return false;
   }
 #ifdef CCOLL_PERF_CUDA
@@ -200,6 +214,7 @@ bool Agree(ccperf::Group& group, bool ok, const std::string& message) {
 }
 
 std::string AlgoLabel(const ccperf::Options& o) {
+  if (kReduce) return "chain";
   if (!o.algo.empty()) return o.algo;
   const char* env = std::getenv("CC_ALGO");
   return env && *env ? env : "auto";
@@ -222,7 +237,8 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
                  char** argv) {
   int version = 0;
   ccGetVersion(&version);
-  report.Line("ccoll %s: all-reduce benchmark", kProgram);
+  report.Line("ccoll %s: %s benchmark", kProgram,
+              kReduce ? "reduce (ccReduce into rank 0: a pipelined chain along the ring)" : "all-reduce");
   report.CommandAndArgs(argc, argv, o, AlgoLabel(o));
   const char* defaultTransport = "auto (UCX between processes)";
   switch (launch) {
@@ -247,13 +263,13 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
                                         "the wait for the stream after the -n calls)"
                                       : "host memory");
   if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
-  report.Line("time: us per all-reduce, mean of -n iterations each rank timed from a common barrier to its last "
+  report.Line("time: us per call, mean of -n iterations each rank timed from a common barrier to its last "
               "call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = size / time "
-              "(logical bytes); busbw = algbw * 2(n-1)/n");
+              "(logical bytes); busbw = %s", kReduce ? "algbw (a reduce)" : "algbw * 2(n-1)/n");
   report.Line("wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
-              "the call check's records, mean over ranks) * 8 / (count * 2(n-1)/n): 32 for the exact float ring, the "
+              "the call check's records, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
               "compressed width for a codec; on NCCL the library computes (as a ring's) the bytes of the exact calls "
-              "it hands to NCCL, and the JSON rows say wirebits_measured false");
+              "it hands to NCCL, and the JSON rows say wirebits_measured false", kReduce ? "(n-1)/n" : "2(n-1)/n");
   report.Line("error: vNMSE vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance (exact), "
               "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
 }
@@ -326,6 +342,7 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   setup.algoLabel = AlgoLabel(o);
   setup.codecLabel = o.codec;
   setup.exactCheck = comp == nullptr;
+  setup.rootOnly = kReduce;
   setup.ranksShareProcess = launch == Launch::kThreads;
   setup.program = kProgram;
   const bool reports = rank == 0 || quiet != nullptr;

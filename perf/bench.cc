@@ -173,12 +173,12 @@ class RankRun {
     const double seconds = slowest / o_.iters;
     row.timeUs = seconds * 1e6;
     row.algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
-    row.busbw = row.algbw * 2.0 * (n - 1) / n;
+    row.busbw = s_.rootOnly ? row.algbw : row.algbw * 2.0 * (n - 1) / n;
     // Bits on the wire per element and per transmission: a rank's bytes sent, divided by the 2(n-1)/n elements a
-    // ring all-reduce sends per element. The exact ring gives the datatype's width (32 for float), a codec its
-    // compressed width (metadata included).
+    // ring all-reduce sends per element ((n-1)/n for a reduce). The exact ring gives the datatype's width (32 for
+    // float), a codec its compressed width (metadata included).
     const double eltBits = 8.0 * es_;
-    const double traffic = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+    const double traffic = n > 1 ? (s_.rootOnly ? 1.0 : 2.0) * (n - 1) / n : 1.0;
     if (wire[1] == static_cast<uint64_t>(n)) {
       row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) /
                                  (static_cast<double>(o_.iters) * static_cast<double>(count) * traffic)
@@ -203,7 +203,7 @@ class RankRun {
     FillInput(spec_, rank, send_.get(), count);
     if (!o_.inplace) FillPoison(o_.dtype, out, 0, count);
     FillPoison(o_.dtype, out, count, count + guard_);
-    const uint64_t sendHash = o_.inplace ? 0 : HashBytes(send_.get(), bytes);
+    const uint64_t sendHash = HashBytes(send_.get(), bytes);
     const size_t outBytes = (count + guard_) * es_;
     bool moved = reducer_.Upload(send_.get(), o_.inplace ? outBytes : bytes) &&
                  (o_.inplace || reducer_.Upload(out, outBytes));
@@ -215,8 +215,16 @@ class RankRun {
     if (!group_.AllOk(moved)) return false;
     const bool intact = o_.inplace || HashBytes(send_.get(), bytes) == sendHash;
     const std::vector<uint64_t> hashes = group_.GatherU64(HashBytes(out, bytes));
-    CheckResult cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1),
-                                 s_.exactCheck);
+    CheckResult cr;
+    if (!s_.rootOnly) {
+      cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1), s_.exactCheck);
+    } else if (rank == 0) {
+      cr = CheckOutput(spec_, n, out, 0, count, s_.exactCheck);
+    } else if (!o_.inplace) {
+      cr.wrong = CountNotPoison(o_.dtype, out, 0, count);  // a non-root's recvbuff is not written
+    } else {
+      cr.wrong = HashBytes(out, bytes) == sendHash ? 0 : count;  // in place, a non-root's buffer is only read
+    }
     double sq[2] = {cr.sqErr, cr.sqRef};
     uint64_t counts[2] = {cr.wrong + CountNotPoison(o_.dtype, out, count, count + guard_), intact ? 0u : 1u};
     group_.SumDoubles(sq, 2);
@@ -228,7 +236,7 @@ class RankRun {
     row->wrong = counts[0];
     row->sendIntact = counts[1] == 0;
     row->identical = true;
-    for (uint64_t h : hashes) row->identical = row->identical && h == hashes[0];
+    for (uint64_t h : hashes) row->identical = row->identical && (s_.rootOnly || h == hashes[0]);
     // Restore the inputs for the next size (out of place they were never changed unless the check failed).
     if (!o_.inplace && !row->sendIntact) {
       FillInput(spec_, rank, send_.get(), o_.maxBytes / es_);

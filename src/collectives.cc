@@ -41,7 +41,7 @@ using ccoll::Fail;
 
 namespace {
 
-enum class Kind { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+enum class Kind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
 
 const char* KindName(Kind k) {
   switch (k) {
@@ -49,6 +49,7 @@ const char* KindName(Kind k) {
     case Kind::kReduceScatter: return "ccReduceScatter";
     case Kind::kAllGather: return "ccAllGather";
     case Kind::kBroadcast: return "ccBroadcast";
+    case Kind::kReduce: return "ccReduce";
   }
   return "?";
 }
@@ -60,7 +61,7 @@ struct Call {
   size_t count;  // as the caller passed it
   int dtype;     // raw values until validated (see raw_enum.h)
   int op;        // ignored for all-gather and broadcast
-  int root;      // broadcast only
+  int root;      // broadcast and reduce only
   ccCompressor_t compressor;
   ccStream_t stream;
 };
@@ -176,7 +177,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
   }
   const ccDataType_t dtype = static_cast<ccDataType_t>(c.dtype);
   const size_t es = ccoll::DataTypeSize(dtype);
-  bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+  bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter || c.kind == Kind::kReduce;
   if (reduces && !ccoll::IsValidRedOp(c.op)) {
     return Fail(ccInvalidArgument, "%s: op %d is not a ccRedOp_t (rank %d)", fn, c.op, rank);
   }
@@ -188,15 +189,16 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
     return Fail(ccInvalidArgument, "%s: count %zu of %s%s overflows the address space (rank %d)", fn, c.count,
                 ccoll::DataTypeName(dtype), perRank ? " times nranks" : "", rank);
   }
+  const bool rooted = c.kind == Kind::kBroadcast || c.kind == Kind::kReduce;
   if (c.count > 0) {
     if ((c.kind != Kind::kBroadcast || rank == c.root) && c.send == nullptr) {
       return Fail(ccInvalidArgument, "%s: sendbuff is NULL but count is %zu on rank %d", fn, c.count, rank);
     }
-    if (c.recv == nullptr) {
+    if ((c.kind != Kind::kReduce || rank == c.root) && c.recv == nullptr) {
       return Fail(ccInvalidArgument, "%s: recvbuff is NULL but count is %zu on rank %d", fn, c.count, rank);
     }
   }
-  if (c.kind == Kind::kBroadcast && (c.root < 0 || c.root >= n)) {
+  if (rooted && (c.root < 0 || c.root >= n)) {
     return Fail(ccInvalidArgument, "%s: root %d is out of range for %d ranks (rank %d)", fn, c.root, n, rank);
   }
   if (c.compressor != nullptr) {
@@ -232,12 +234,14 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
     }
   }
   // Where the buffers live: both on the communicator's device (stream-ordered), or both in host memory (blocking).
+  // A non-root's sendbuff (broadcast) or recvbuff (reduce) is ignored.
   const bool needSend = c.count > 0 && (c.kind != Kind::kBroadcast || rank == c.root);
+  const bool needRecv = c.count > 0 && (c.kind != Kind::kReduce || rank == c.root);
   const int sendDev = needSend ? ccoll::PointerDevice(c.send) : -1;
-  const int recvDev = c.count > 0 ? ccoll::PointerDevice(c.recv) : -1;
+  const int recvDev = needRecv ? ccoll::PointerDevice(c.recv) : -1;
   *onDevice = sendDev >= 0 || recvDev >= 0;
   if (*onDevice) {
-    if ((needSend && sendDev < 0) || recvDev < 0) {
+    if ((needSend && sendDev < 0) || (needRecv && recvDev < 0)) {
       return Fail(ccInvalidUsage, "%s: %s is device memory but %s is host memory; both must be on the "
                   "communicator's device, or both in host memory (rank %d)", fn, sendDev >= 0 ? "sendbuff" : "recvbuff",
                   sendDev >= 0 ? "recvbuff" : "sendbuff", rank);
@@ -247,7 +251,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
                   "ccConfig_t.cudaDev) on rank %d", fn, rank);
     }
     const int dev = needSend ? sendDev : recvDev;
-    if ((needSend && sendDev != comm->config.cudaDev) || recvDev != comm->config.cudaDev) {
+    if ((needSend && sendDev != comm->config.cudaDev) || (needRecv && recvDev != comm->config.cudaDev)) {
       return Fail(ccInvalidUsage, "%s: buffers on CUDA device %d, but the communicator is bound to device %d (rank "
                   "%d)", fn, needSend && sendDev != comm->config.cudaDev ? dev : recvDev, comm->config.cudaDev, rank);
     }
@@ -295,7 +299,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
                   c.kind == Kind::kReduceScatter ? "sendbuff" : "recvbuff", rank);
     }
   }
-  if (!perRank && needSend && c.send != nullptr && c.send != c.recv) {  // a non-root's sendbuff is ignored
+  if (!perRank && needSend && needRecv && c.send != c.recv) {
     const char* s = static_cast<const char*>(c.send);
     const char* r = static_cast<const char*>(c.recv);
     size_t bytes = c.count * es;
@@ -325,7 +329,7 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
   *agreed = false;
   if (everyRankOnHost != nullptr) *everyRankOnHost = false;
   if (!comm->config.checkCalls || !comm->hostTransports) return ccSuccess;
-  const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter;
+  const bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter || c.kind == Kind::kReduce;
   int path = onStream ? ccoll::kPathStream : 0;
   if ((onStream || args.onDevice) && c.compressor != nullptr && c.compressor->kind == ccCompressPowerSGD) {
     path |= ccoll::kPathDeviceProducts;  // on the NCCL stream or in the proxy's device codec: cuBLAS
@@ -380,6 +384,7 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& checked, bool de
       case Kind::kReduceScatter: r = ccoll::RingReduceScatter(comm, args); break;
       case Kind::kAllGather: r = ccoll::RingAllGather(comm, args); break;
       case Kind::kBroadcast: r = ccoll::RingBroadcast(comm, args); break;
+      case Kind::kReduce: r = ccoll::RingReduce(comm, args); break;
     }
   }
   if (r != ccSuccess) return FailCommunicator(comm, c, r);
@@ -402,6 +407,7 @@ ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
       case Kind::kReduceScatter: kind = ccoll::StreamKind::kReduceScatter; break;
       case Kind::kAllGather: kind = ccoll::StreamKind::kAllGather; break;
       case Kind::kBroadcast: kind = ccoll::StreamKind::kBroadcast; break;
+      case Kind::kReduce: kind = ccoll::StreamKind::kReduce; break;
     }
     try {
       r = ccoll::StreamCollective(comm, kind, args, c.compressor, c.stream);
@@ -443,9 +449,11 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
   switch (c.kind) {
     case Kind::kAllReduce:
     case Kind::kBroadcast:
+    case Kind::kReduce:
       if (resident) break;  // nothing staged: the proxy runs the call on the device buffers
-      staged.stagingBytes = staged.outBytes = bytes;
-      staged.inBytes = c.kind == Kind::kAllReduce || comm->rank == args.root ? bytes : 0;
+      staged.stagingBytes = bytes;
+      staged.inBytes = c.kind != Kind::kBroadcast || comm->rank == args.root ? bytes : 0;
+      staged.outBytes = c.kind != Kind::kReduce || comm->rank == args.root ? bytes : 0;
       break;
     case Kind::kReduceScatter:
       if (resident) break;
@@ -618,6 +626,12 @@ CC_API ccResult_t ccBroadcast(const void* sendbuff, void* recvbuff, size_t count
                               ccComm_t comm, ccStream_t stream) {
   return Run(comm, Call{Kind::kBroadcast, sendbuff, recvbuff, count, ccoll::RawEnum(datatype), ccSum, root, nullptr,
                         stream});
+}
+
+CC_API ccResult_t ccReduce(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype, ccRedOp_t op,
+                           int root, ccComm_t comm, ccStream_t stream) {
+  return Run(comm, Call{Kind::kReduce, sendbuff, recvbuff, count, ccoll::RawEnum(datatype), ccoll::RawEnum(op), root,
+                        nullptr, stream});
 }
 
 }  // extern "C"

@@ -259,6 +259,23 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
        [&] { return ccBroadcast(send, recv, 7, ccFloat32, 0, c0, fakeStream); }, 0},
       {"broadcast partial overlap on the root", ccInvalidArgument, "overlap",
        [&] { return ccBroadcast(send, send + 1, 7, ccFloat32, 0, c0, nullptr); }, 0},
+      // ccReduce
+      {"reduce NULL comm", ccInvalidArgument, "comm",
+       [&] { return ccReduce(send, recv, 7, ccFloat32, ccSum, 0, nullptr, nullptr); }, -1},
+      {"reduce root 2 of 2 ranks", ccInvalidArgument, "root 2 is out of range",
+       [&] { return ccReduce(send, recv, 7, ccFloat32, ccSum, 2, c0, nullptr); }, 0},
+      {"reduce NULL recvbuff on the root", ccInvalidArgument, "recvbuff",
+       [&] { return ccReduce(send, nullptr, 7, ccFloat32, ccSum, 0, c0, nullptr); }, 0},
+      {"reduce NULL sendbuff on a non-root rank", ccInvalidArgument, "sendbuff",
+       [&] { return ccReduce(nullptr, recv, 7, ccFloat32, ccSum, 1, c0, nullptr); }, 0},
+      {"reduce op 5", ccInvalidArgument, "op",
+       [&] { return ccReduce(send, recv, 7, ccFloat32, op5, 0, c0, nullptr); }, 0},
+      {"reduce datatype 42", ccInvalidArgument, "datatype",
+       [&] { return ccReduce(send, recv, 7, bad42, ccSum, 0, c0, nullptr); }, 0},
+      {"reduce with a stream", ccInvalidUsage, "stream",
+       [&] { return ccReduce(send, recv, 7, ccFloat32, ccSum, 0, c0, fakeStream); }, 0},
+      {"reduce partial overlap on the root", ccInvalidArgument, "overlap",
+       [&] { return ccReduce(send, send + 1, 7, ccFloat32, ccSum, 0, c0, nullptr); }, 0},
   };
   // The peer's good call, at the same time: it must fail at once, naming the rank that refused, and write nothing.
   std::vector<float> peerSend(kElems, 1.0f), peerRecv(kElems);
@@ -329,14 +346,15 @@ TEST_CASE("NULL buffers are accepted when count is 0", "[api][args]") {
   const int nranks = GENERATE(1, 2, 3);
   Group g = Group::InitAll(nranks);
   REQUIRE(g.status == ccSuccess);
-  std::vector<std::vector<RankResult>> results(4, std::vector<RankResult>(nranks));
+  std::vector<std::vector<RankResult>> results(5, std::vector<RankResult>(nranks));
   RunRanks(nranks, [&](int r) {
     results[0][r] = Record(ccAllReduce(nullptr, nullptr, 0, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
     results[1][r] = Record(ccReduceScatter(nullptr, nullptr, 0, ccBfloat16, ccMax, g[r], nullptr), g[r]);
     results[2][r] = Record(ccAllGather(nullptr, nullptr, 0, ccInt64, g[r], nullptr), g[r]);
     results[3][r] = Record(ccBroadcast(nullptr, nullptr, 0, ccFloat16, nranks - 1, g[r], nullptr), g[r]);
+    results[4][r] = Record(ccReduce(nullptr, nullptr, 0, ccInt32, ccProd, nranks - 1, g[r], nullptr), g[r]);
   });
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 5; ++k) {
     for (int r = 0; r < nranks; ++r) {
       INFO("collective " << k << " rank " << r << ": " << results[k][r].error);
       CHECK(results[k][r].rc == ccSuccess);
@@ -802,7 +820,7 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
   CAPTURE(n);
   struct Case {
     const char* what;
-    int kind;  // 0 all-reduce, 1 broadcast, 2 compressed all-reduce, 3 all-gather on the odd rank
+    int kind;  // 0 all-reduce, 1 broadcast, 2 compressed all-reduce, 3 all-gather on the odd rank, 4 reduce
     ccRedOp_t op;
     int root;
     const char* spec;
@@ -813,7 +831,9 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
                                "root 0 on rank 0 but 2 on rank 2"},
                           Case{"quant bits=8 instead of 4", 2, ccSum, 0, "quant:bits=8", "compressor "},
                           Case{"all-gather instead of all-reduce", 3, ccSum, 0, nullptr,
-                               "collective all-reduce on rank 0 but all-gather on rank 2"}}) {
+                               "collective all-reduce on rank 0 but all-gather on rank 2"},
+                          Case{"reduce to root 1 instead of 0", 4, ccSum, 1, nullptr,
+                               "root 0 on rank 0 but 1 on rank 2"}}) {
     INFO(odd.what);
     Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, 5000));
     REQUIRE(g.status == ccSuccess);
@@ -828,6 +848,8 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
       ccResult_t rc;
       if (odd.kind == 1) {
         rc = ccBroadcast(in.data(), outs[r].data(), 1000, ccFloat32, me ? odd.root : 0, g[r], nullptr);
+      } else if (odd.kind == 4) {
+        rc = ccReduce(in.data(), outs[r].data(), 1000, ccFloat32, ccSum, me ? odd.root : 0, g[r], nullptr);
       } else if (odd.kind == 3 && me) {
         rc = ccAllGather(in.data(), outs[r].data(), 1000, ccFloat32, g[r], nullptr);
       } else {

@@ -533,6 +533,56 @@ std::string RunBroadcast(const std::vector<ccComm_t>& comms, const Case& c) {
   return "";
 }
 
+// ccReduce into c.root. Non-root ranks pass a recvbuff on even seeds (it must stay untouched) and NULL on odd ones.
+std::string RunReduce(const std::vector<ccComm_t>& comms, const Case& c) {
+  const int n = static_cast<int>(comms.size());
+  const size_t bytes = c.count * DtypeSize(c.dtype);
+  std::vector<Buf> input(n), send(n);
+  std::vector<std::vector<Buf>> out(c.runs, std::vector<Buf>(n));
+  std::vector<std::vector<RankResult>> results(c.runs, std::vector<RankResult>(n));
+  const bool nonRootNull = c.seed % 2 == 1;
+  RunRanks(n, [&](int r) {
+    input[r].Reset(bytes);
+    FillInput(c.dtype, c.op, c.seed, r, c.count, input[r].data());
+    for (int run = 0; run < c.runs; ++run) {
+      Buf& recv = out[run][r];
+      recv.Reset(bytes);
+      const void* src;
+      if (c.inPlace && r == c.root) {
+        std::memcpy(recv.data(), input[r].data(), bytes);
+        src = recv.data();
+      } else {
+        send[r] = input[r];
+        src = send[r].data();
+      }
+      void* dst = r == c.root || !nonRootNull ? recv.data() : nullptr;
+      results[run][r] = Record(ccReduce(src, dst, c.count, c.dtype, c.op, c.root, comms[r], nullptr), comms[r]);
+    }
+  });
+  std::string err;
+  for (int run = 0; run < c.runs; ++run) err += RankErrors(results[run], "ccReduce");
+  if (!err.empty()) return err;
+  Buf untouched;
+  untouched.Reset(bytes);
+  for (int r = 0; r < n; ++r) {
+    if (!(c.inPlace && r == c.root) && std::memcmp(send[r].data(), input[r].data(), bytes + kGuard) != 0) {
+      return "rank " + std::to_string(r) + " changed its sendbuff";
+    }
+    for (int run = 0; run < c.runs; ++run) {
+      if (!out[run][r].GuardIntact()) return "rank " + std::to_string(r) + " wrote past the end of recvbuff";
+      if (r != c.root && std::memcmp(out[run][r].data(), untouched.data(), bytes) != 0) {
+        return "rank " + std::to_string(r) + " (not the root) had its recvbuff written";
+      }
+      if (r == c.root && std::memcmp(out[run][r].data(), out[0][r].data(), bytes) != 0) {
+        return "run " + std::to_string(run) + " differs from run 0 on the root (not deterministic)";
+      }
+    }
+  }
+  std::vector<const void*> in(n);
+  for (int r = 0; r < n; ++r) in[r] = input[r].data();
+  return CheckReduce(c.dtype, c.op, in, out[0][c.root].data(), c.count);
+}
+
 // Communicators for one nranks: one group per all-reduce algorithm (selected by config, not by environment), and
 // one from ccCommInitAll for the other collectives.
 ccConfig_t AlgoConfig(ccAlgo_t algo) {
@@ -727,6 +777,38 @@ TEST_CASE("ccBroadcast from every root, in place and not", "[collectives][broadc
           std::string err = RunBroadcast(g.comms, c);
           INFO(Describe("ccBroadcast", nranks, "ring", c));
           REQUIRE(err == "");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ccReduce sweep: nranks x counts x dtypes x ops x roots x in-place", "[collectives][reduce]") {
+  const int nranks = GENERATE(from_range(std::begin(kNranks), std::end(kNranks)));
+  CAPTURE(nranks);
+  Group g = Group::InitAll(nranks);
+  INFO(g.error);
+  REQUIRE(g.status == ccSuccess);
+  int failures = 0, k = 0;
+  for (const DtypeInfo& dt : kDtypes) {
+    for (ccRedOp_t op : kOps) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{(1 << 16) + 3}}) {
+        for (bool inPlace : {false, true}) {
+          Case c;
+          c.dtype = dt.dtype;
+          c.op = op;
+          c.count = count;
+          c.inPlace = inPlace;
+          c.root = k % nranks;
+          c.seed = 4000 + static_cast<uint64_t>(k++);
+          std::string err = RunReduce(g.comms, c);
+          INFO(Describe("ccReduce", nranks, "ring", c));
+          CHECK(err == "");
+          if (!err.empty()) {
+            REQUIRE(++failures < kMaxFailures);
+            g = Group::InitAll(nranks);
+            REQUIRE(g.status == ccSuccess);
+          }
         }
       }
     }
@@ -1156,6 +1238,7 @@ TEST_CASE("collectives pipelined over many slices", "[collectives][slice]") {
       check(Describe("ccReduceScatter", nranks, "ring", c), RunReduceScatter(g.comms, c));
       check(Describe("ccAllGather", nranks, "ring", c), RunAllGather(g.comms, c));
       check(Describe("ccBroadcast", nranks, "ring", c), RunBroadcast(g.comms, c));
+      check(Describe("ccReduce", nranks, "ring", c), RunReduce(g.comms, c));
     }
   }
 }

@@ -336,7 +336,7 @@ TEST_CASE("[gpu] communicators split from device-bound ones take device buffers:
   }
 }
 
-TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equal the host calls",
+TEST_CASE("[gpu] reduce-scatter, all-gather, broadcast and reduce on device buffers equal the host calls",
           "[gpu][device][exact]") {
   SKIP_WITHOUT_DEVICE();
   for (int n : {2, 4}) {
@@ -355,6 +355,9 @@ TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equa
     Issue bc = [&](int r, const void* s, void* d, ccStream_t stream) {
       return ccBroadcast(s, d, count, ccFloat32, n - 1, g[r], stream);
     };
+    Issue rd = [&](int r, const void* s, void* d, ccStream_t stream) {  // non-roots' recvbuff must stay poisoned
+      return ccReduce(s, d, count, ccFloat32, ccAvg, 1, g[r], stream);
+    };
     struct {
       const char* name;
       const Issue* issue;
@@ -362,7 +365,8 @@ TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equa
       size_t outBytes;
     } calls[] = {{"reduce-scatter", &rs, &big, count * 4},
                  {"all-gather", &ag, &small, count * n * 4},
-                 {"broadcast", &bc, &small, count * 4}};
+                 {"broadcast", &bc, &small, count * 4},
+                 {"reduce", &rd, &small, count * 4}};
     for (const auto& c : calls) {
       INFO(c.name << ", " << n << " ranks");
       Outcome host = OnHost(g, *c.in, c.outBytes, *c.issue);
@@ -371,7 +375,7 @@ TEST_CASE("[gpu] reduce-scatter, all-gather and broadcast on device buffers equa
       Outcome dev = OnDevice(g, st, *c.in, c.outBytes, *c.issue);
       REQUIRE(dev.Failure() == "");
       for (int r = 0; r < n; ++r) CHECK(FirstDifference(dev.out[r], host.out[r]) == "");
-      CheckStayedOnDevice(copies, launches, n, c.issue == &rs);
+      CheckStayedOnDevice(copies, launches, n, c.issue == &rs || c.issue == &rd);
     }
   }
 }

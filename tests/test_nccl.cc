@@ -540,7 +540,7 @@ TEST_CASE("[nccl] exact collectives against fp64 references, the same bytes on e
   }
 }
 
-TEST_CASE("[nccl] reduce-scatter, all-gather and broadcast", "[gpu][nccl][exact]") {
+TEST_CASE("[nccl] reduce-scatter, all-gather, broadcast and reduce", "[gpu][nccl][exact]") {
   SKIP_WITHOUT_NCCL_DEVICE();
   const int n = 4;
   const size_t count = 5003;  // per rank
@@ -550,11 +550,12 @@ TEST_CASE("[nccl] reduce-scatter, all-gather and broadcast", "[gpu][nccl][exact]
   ccUniqueId id;
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
   const int root = 2;
-  // Each rank returns its reduce-scatter block, then its all-gather result, then what the broadcast gave it.
+  // Each rank returns its reduce-scatter block, then its all-gather result, then what the broadcast gave it, then the
+  // reduce's output (only the root's is written).
   std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
     Rank k(id, r, n);
     if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
-    DeviceBuffer big(count * n * 4), block(count * 4), gathered(count * n * 4);
+    DeviceBuffer big(count * n * 4), block(count * 4), gathered(count * n * 4), reduced(count * n * 4);
     if (!k.ToDevice(big.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
     Bytes rs, ag, bc;
     ccResult_t rc = ccReduceScatter(big.p, block.p, count, ccFloat32, ccSum, k.comm, k.s());
@@ -567,10 +568,16 @@ TEST_CASE("[nccl] reduce-scatter, all-gather and broadcast", "[gpu][nccl][exact]
     rc = ccBroadcast(big.p, big.p, count * n, ccFloat32, root, k.comm, k.s());
     if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
     k.FromDevice(&bc, big.p, count * n * 4);
+    Bytes rd;
+    if (!k.ToDevice(big.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
+    rc = ccReduce(big.p, reduced.p, count * n, ccFloat32, ccSum, root, k.comm, k.s());
+    if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+    k.FromDevice(&rd, reduced.p, count * n * 4);
     Settle(k, out);
     out->data = rs;
     out->data.insert(out->data.end(), ag.begin(), ag.end());
     out->data.insert(out->data.end(), bc.begin(), bc.end());
+    out->data.insert(out->data.end(), rd.begin(), rd.end());
   });
   REQUIRE(Failure(outs) == "");
   std::vector<double> ref, tol;
@@ -588,9 +595,11 @@ TEST_CASE("[nccl] reduce-scatter, all-gather and broadcast", "[gpu][nccl][exact]
     INFO("rank " << r);
     const Bytes ag(outs[r].data.begin() + count * 4, outs[r].data.begin() + count * 4 * (n + 1));
     CHECK(FirstDifference(ag, allBlocks) == "");
-    const Bytes bc(outs[r].data.begin() + count * 4 * (n + 1), outs[r].data.end());
+    const Bytes bc(outs[r].data.begin() + count * 4 * (n + 1), outs[r].data.begin() + count * 4 * (2 * n + 1));
     CHECK(FirstDifference(bc, in[root]) == "");
   }
+  const Bytes rd(outs[root].data.begin() + count * 4 * (2 * n + 1), outs[root].data.end());
+  CHECK(CheckAgainst(rd, ccFloat32, ref, tol) == "");
 }
 
 TEST_CASE("[nccl] compressed all-reduce: the host ring's bytes, the same on every rank, within its error bound",
@@ -1209,7 +1218,8 @@ TEST_CASE("[nccl] no elements and no host transport: every collective returns at
                               ccAllReduce(nullptr, nullptr, 0, ccFloat32, ccAvg, comp, k.comm, k.s()),
                               ccReduceScatter(nullptr, nullptr, 0, ccFloat32, ccSum, k.comm, k.s()),
                               ccAllGather(nullptr, nullptr, 0, ccFloat32, k.comm, k.s()),
-                              ccBroadcast(nullptr, nullptr, 0, ccFloat32, 0, k.comm, k.s())};
+                              ccBroadcast(nullptr, nullptr, 0, ccFloat32, 0, k.comm, k.s()),
+                              ccReduce(nullptr, nullptr, 0, ccFloat32, ccMax, 0, k.comm, k.s())};
     for (ccResult_t rc : rcs) {
       if (rc != ccSuccess) out->Fail(rc, ccGetLastError(k.comm));
     }

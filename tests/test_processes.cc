@@ -186,6 +186,21 @@ void OtherCollectives(ccComm_t comm, size_t count) {
     for (size_t i = 0; ok && i < count; ++i) ok = b[i] == static_cast<float>(root + i % 13);
     Report(ok, "broadcast root " + std::to_string(root) + " count " + std::to_string(count));
   }
+  // Reduce into every root; the others pass a recvbuff that must stay as it was.
+  for (int root = 0; root < gRanks; ++root) {
+    std::vector<float> in(count), out(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(Input(gRank, i, ccSum, t, 11 + root));
+    ok = ccReduce(in.data(), out.data(), count, t, ccSum, root, comm, nullptr) == ccSuccess;
+    for (size_t i = 0; ok && i < count; ++i) {
+      double ref = 0, mag = 0;
+      for (int r = 0; r < gRanks; ++r) {
+        ref += Input(r, i, ccSum, t, 11 + root);
+        mag += std::fabs(Input(r, i, ccSum, t, 11 + root));
+      }
+      ok = gRank == root ? std::fabs(out[i] - ref) <= gRanks * Eps(t) * (mag + std::fabs(ref)) : out[i] == -1.0f;
+    }
+    Report(ok, "reduce root " + std::to_string(root) + " count " + std::to_string(count));
+  }
 }
 
 // Compressed all-reduce across processes: every rank ends with the same bytes, and the error is that of the codec

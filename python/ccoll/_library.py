@@ -93,6 +93,8 @@ _PROTOTYPES = {
 }
 # Newer symbols: bound when the loaded library has them; the binding checks with hasattr(lib, name).
 _OPTIONAL_PROTOTYPES = {
+    "ccReduce": (_Result, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                           _Handle, ctypes.c_void_p]),
     "ccCommSplit": (_Result, [_Handle, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Handle), ctypes.POINTER(Config)]),
     "ccCompressorSetShapes": (_Result, [_Handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
                                         ctypes.POINTER(ctypes.c_int64)]),

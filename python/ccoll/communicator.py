@@ -265,6 +265,19 @@ class Communicator:
         check(lib.ccBroadcast(send.ptr, recv.ptr, send.count, send.dtype, root, h, send.stream), h)
         return recv.obj
 
+    def reduce(self, x, root=0, op="sum", out=None):
+        """ccReduce of x over the group into root: in place on root unless out is given. Returns the result buffer on
+        root and None on the other ranks, whose x is only read (and whose out, if given, is not written)."""
+        if not hasattr(lib, "ccReduce"):
+            raise InvalidArgumentError("reduce: the loaded libccoll has no ccReduce (an older library)")
+        root = _ints.integer(root, "root")
+        on_root = root == self._rank
+        send = _buffer.view(x, "reduce", writable=out is None and on_root)
+        recv = send if out is None else self._output(send, out, "reduce: out", send.count)
+        h = self._live()
+        check(lib.ccReduce(send.ptr, recv.ptr, send.count, send.dtype, _enum(op, OPS, "op"), root, h, send.stream), h)
+        return recv.obj if on_root else None
+
     def all_gather(self, x, out=None):
         """ccAllGather: returns out (new if None, shape (size, *x.shape)) with rank r's x at index r."""
         send = _buffer.view(x, "all_gather", writable=False)

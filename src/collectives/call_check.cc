@@ -39,15 +39,16 @@ uint64_t Fnv1a(const std::string& s) {
 }
 
 const char* KindText(uint64_t kind) {
-  static const char* names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast"};
-  return kind < 4 ? names[kind] : "unknown collective";
+  static const char* names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "reduce"};
+  return kind < 5 ? names[kind] : "unknown collective";
 }
 
 std::string Text(const CallDescriptor& d) {
   std::string s = std::string(KindText(d.kind)) + " of " + std::to_string(d.count) + " " +
                   DataTypeName(static_cast<ccDataType_t>(d.dtype));
-  if (d.kind <= 1) s += std::string(" ") + RedOpName(static_cast<ccRedOp_t>(d.op));
+  if (d.kind <= 1 || d.kind == 4) s += std::string(" ") + RedOpName(static_cast<ccRedOp_t>(d.op));
   if (d.kind == 3) s += " from root " + std::to_string(d.root);
+  if (d.kind == 4) s += " to root " + std::to_string(d.root);
   if (d.compressor != 0) {
     char buf[40];
     std::snprintf(buf, sizeof(buf), " (%016llx)", static_cast<unsigned long long>(d.compressor));

@@ -24,7 +24,7 @@ constexpr size_t kCallCheckRecordBytes = 240;
 
 // What a rank was called with.
 struct CallDescriptor {
-  int kind = 0;  // 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 broadcast
+  int kind = 0;  // 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 broadcast, 4 reduce
   uint64_t count = 0;
   int dtype = 0;
   int op = 0;

@@ -167,4 +167,51 @@ ccResult_t RingBroadcast(ccComm* comm, const CollArgs& a) {
   return io.WaitAll();
 }
 
+ccResult_t RingReduce(ccComm* comm, const CollArgs& a) {
+  const int n = comm->nranks, r = comm->rank;
+  const size_t es = a.eltSize;
+  CallBuffers mem(comm, a);
+  if (n == 1) {
+    CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
+    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));
+    return ccSuccess;
+  }
+  if (a.count == 0) return ccSuccess;
+  const uint64_t seq = ++comm->seq;
+  const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
+  const bool first = prev == a.root, isRoot = r == a.root;
+  const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
+  const size_t rounds = (a.count + sliceElems - 1) / sliceElems;
+  auto countOf = [&](size_t k) { return std::min(sliceElems, a.count - k * sliceElems); };
+  Inflight io(comm);
+  // Slice k lands in scratch slot k % 2 and is forwarded from there; the receive of slice k + 1 is posted before
+  // slice k is reduced, once the send of slice k - 1 (from that slot) is done.
+  Request* sends[2] = {nullptr, nullptr};
+  Request* recvs[2] = {nullptr, nullptr};
+  auto postRecv = [&](size_t k) -> ccResult_t {
+    CC_CHECK(io.Wait(&sends[k % 2]));
+    return io.Recv(prev, mem->Scratch(static_cast<int>(k % 2)), countOf(k) * es, Tag(seq, k), &recvs[k % 2]);
+  };
+  if (!first) CC_CHECK(postRecv(0));
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t off = k * sliceElems, cnt = countOf(k);
+    if (first) {  // the chain's start sends its own slices, up to two in flight
+      CC_CHECK(io.Wait(&sends[k % 2]));
+      CC_CHECK(io.Send(next, At(a.send, off, es), cnt * es, Tag(seq, k), &sends[k % 2]));
+      continue;
+    }
+    char* land = mem->Scratch(static_cast<int>(k % 2));
+    CC_CHECK(io.Wait(&recvs[k % 2]));
+    if (k + 1 < rounds) CC_CHECK(postRecv(k + 1));
+    if (isRoot) {
+      CC_CHECK(mem->Reduce(At(a.recv, off, es), land, At(a.send, off, es), cnt, a.dtype, a.op));
+      if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(At(a.recv, off, es), cnt, a.dtype, n));
+    } else {
+      CC_CHECK(mem->Reduce(land, land, At(a.send, off, es), cnt, a.dtype, a.op));
+      CC_CHECK(io.Send(next, land, cnt * es, Tag(seq, k), &sends[k % 2]));
+    }
+  }
+  return io.WaitAll();
+}
+
 }  // namespace ccoll

@@ -13,5 +13,8 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& args);
 ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& args);
 ccResult_t RingAllGather(ccComm* comm, const CollArgs& args);
 ccResult_t RingBroadcast(ccComm* comm, const CollArgs& args);
+// A pipelined chain along the ring that ends at args.root: root + 1 sends its slices, every rank after it adds its
+// own and forwards the partial sums, root adds its own last into recv. recv is written on root only.
+ccResult_t RingReduce(ccComm* comm, const CollArgs& args);
 
 }  // namespace ccoll

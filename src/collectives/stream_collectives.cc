@@ -29,6 +29,10 @@ ccResult_t StreamExactCall(ccComm* comm, StreamKind kind, const void* send, void
       CC_CHECK(t->Broadcast(send, recv, count, dtype, root, stream));
       moved = (n - 1) * bytes / n;
       break;
+    case StreamKind::kReduce:  // as a chain into root: every rank but root sends the buffer once
+      CC_CHECK(t->Reduce(send, recv, count, dtype, op, root, stream));
+      moved = (n - 1) * bytes / n;
+      break;
   }
   comm->bytesSent.fetch_add(moved, std::memory_order_relaxed);
   comm->nominalBytesSent.fetch_add(moved, std::memory_order_relaxed);

@@ -14,7 +14,7 @@ struct ccCompressor;
 
 namespace ccoll {
 
-enum class StreamKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+enum class StreamKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
 
 // Queues one validated call on `stream` (compressor: all-reduce only, or NULL), and tells the transport that a
 // collective's work is queued (StreamTransport::Queued).

@@ -393,6 +393,16 @@ ccResult_t NcclTransport::Broadcast(const void* send, void* recv, size_t count, 
   });
 }
 
+ccResult_t NcclTransport::Reduce(const void* send, void* recv, size_t count, ccDataType_t dtype, ccRedOp_t op,
+                                 int root, ccStream_t stream) {
+  Impl& m = *impl_;
+  return m.Enter("ncclReduce", [&](auto&& step) {
+    return step(ncclReduce(send, recv, count, static_cast<ncclDataType_t>(dtype), static_cast<ncclRedOp_t>(op), root,
+                           m.comm, CudaStream(stream)),
+                "ncclReduce");
+  });
+}
+
 void NcclTransport::Queued(ccStream_t stream) {
   Impl& m = *impl_;
   // The communicator's device: the legacy stream (stream 0) and a new event are the current device's.

@@ -52,6 +52,8 @@ class NcclTransport : public StreamTransport {
                        ccStream_t stream) override;
   ccResult_t Broadcast(const void* send, void* recv, size_t count, ccDataType_t dtype, int root,
                        ccStream_t stream) override;
+  ccResult_t Reduce(const void* send, void* recv, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
+                    ccStream_t stream) override;
   void Queued(ccStream_t stream) override;
   ccResult_t AsyncError(std::string* why) override;
   void Abort(const char* reason) override;

@@ -42,6 +42,9 @@ class StreamTransport {
                                ccStream_t stream) = 0;
   virtual ccResult_t Broadcast(const void* send, void* recv, size_t count, ccDataType_t dtype, int root,
                                ccStream_t stream) = 0;
+  // recv is written (and used) on root only.
+  virtual ccResult_t Reduce(const void* send, void* recv, size_t count, ccDataType_t dtype, ccRedOp_t op, int root,
+                            ccStream_t stream) = 0;
 
   // Called once a collective's work is queued on `stream`: the transport expects the stream to get past it within the
   // communicator's timeout, and reports a failure (AsyncError) when it does not. (A collective it cannot watch is

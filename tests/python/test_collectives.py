@@ -64,7 +64,10 @@ def others_rank(rank, nranks, uid, seed):
         b = rng.standard_normal(4099)
         root = nranks - 1
         bc = comm.broadcast(b.copy(), root=root)
-        return x, rs, g, ag, b, bc
+        d = rng.standard_normal(2049)
+        kept = d.copy()
+        rd = comm.reduce(d, root=1, op="avg")  # in place on root 1; the others' d is only read
+        return x, rs, g, ag, b, bc, d, rd, kept
 
 
 def _rounding_bound(dtype, inputs, nranks):
@@ -127,7 +130,8 @@ class TestExact(unittest.TestCase):
         seed = np.random.SeedSequence().entropy % 2**32
         results = ranks.run(nranks, others_rank, seed)
         xs = np.stack([res[0] for res in results]).astype(np.float64)
-        for r, (x, rs, g, ag, b, bc) in enumerate(results):
+        ds = np.stack([res[8] for res in results])
+        for r, (x, rs, g, ag, b, bc, d, rd, kept) in enumerate(results):
             self.assertEqual(rs.shape, (1001,))
             ref = xs[:, r].sum(axis=0)
             self.assertTrue(np.all(np.abs(rs - ref) <= _rounding_bound("float32", list(xs[:, r]), nranks)))
@@ -135,6 +139,12 @@ class TestExact(unittest.TestCase):
             for q in range(nranks):
                 np.testing.assert_array_equal(ag[q], results[q][2])
             self.assertEqual(bc.tobytes(), results[nranks - 1][4].tobytes())
+            if r == 1:
+                np.testing.assert_allclose(rd, ds.mean(axis=0), rtol=0, atol=1e-14 * np.abs(ds).sum(axis=0).max())
+                self.assertIs(rd, d)
+            else:
+                self.assertIsNone(rd)
+                self.assertEqual(d.tobytes(), kept.tobytes())
 
 
 def from_env_rank(rank, nranks, uid, root):
