@@ -272,9 +272,10 @@ CC_API ccResult_t ccCommAbort(ccComm_t comm);
  *                 returns ccInProgress once the ranks have agreed, as ccCommInitRankConfig does.
  * The rank of smallest key of each color opens the new group's bootstrap root, as ccGetUniqueId does
  * (CC_SOCKET_IFNAME). A bad color, a NULL newcomm or a config the new communicator would refuse on any rank (a bad
- * value, transport nccl without NCCL or a device) makes the call fail on every rank (ccInvalidArgument;
- * ccGetLastError names the rank), and no communicator is made. Once the ranks have agreed, each new communicator forms
- * on its own, as with ccCommInitRankConfig: ccCommAbort(comm) does not stop that part.
+ * value, transport nccl without NCCL or a device) makes the call fail on every rank (that rank with its own error,
+ * the others with ccInvalidArgument and a sentence naming it), and no communicator is made. Once the ranks have
+ * agreed, each new communicator forms on its own, as with ccCommInitRankConfig: ccCommAbort(comm) does not stop that
+ * part.
  */
 CC_API ccResult_t ccCommSplit(ccComm_t comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config);
 
