@@ -164,8 +164,10 @@ typedef struct {
   uint64_t callCheckBytesSent; /**< Of bytesSent: the call check's records (CC_CHECK_CALLS), ceil(log2 n) per call. */
   uint64_t nominalBytesSent;   /**< Of bytesSent: computed, not counted: the exact calls handed to NCCL (transport
                                     nccl; there also the parts of compressed calls that are exact all-reduces: the
-                                    sparsifiers' chunks, PowerSGD's factors, scales and norms), counted as a
-                                    ring's 2(n-1)/n of the buffer whatever algorithm NCCL chose. */
+                                    sparsifiers' chunks, PowerSGD's factors, scales and norms), counted as ring
+                                    schedules would send them whatever algorithm NCCL chose: 2(n-1)/n of the buffer
+                                    for an all-reduce, (n-1)/n for a broadcast or a reduce, n-1 blocks for a
+                                    reduce-scatter or an all-gather. */
 } ccCommStats_t;
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -315,10 +317,12 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  *   before ccCommDestroy, ccCommAbort, ccCompressorDestroy, ccCompressorSetParam or ccCompressorSetShapes of that
  *   compressor (which reset its state), and replay it on the stream the compressor's other calls use. Thread ranks
  *   sharing a device need a stream each, not the legacy default stream.
- * - Buffers may be NULL only when count is 0.
+ * - Buffers may be NULL only when count is 0, or where they are not read (ccBroadcast's sendbuff and ccReduce's
+ *   recvbuff off the root).
  * - Results are deterministic: the same inputs give the same bits on every run, and every rank ends with
- *   bitwise-identical output (floating-point sums are always added in the same order). Exact calls over transport
- *   nccl are NCCL's collectives: identical on every rank, reproducible as far as NCCL's algorithm choice is.
+ *   bitwise-identical output (floating-point sums are always added in the same order; ccReduce's output is the
+ *   root's alone). Exact calls over transport nccl are NCCL's collectives: identical on every rank, reproducible as
+ *   far as NCCL's algorithm choice is.
  * - On error nothing is written to recvbuff when the error is found before communication starts (argument
  *   checks); a failure during communication (timeout, dead peer) leaves recvbuff undefined.
  */

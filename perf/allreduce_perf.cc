@@ -238,7 +238,8 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
   int version = 0;
   ccGetVersion(&version);
   report.Line("ccoll %s: %s benchmark", kProgram,
-              kReduce ? "reduce (ccReduce into rank 0: a pipelined chain along the ring)" : "all-reduce");
+              kReduce ? "reduce (ccReduce into rank 0: a pipelined chain along the ring, or ncclReduce on "
+                        "transport nccl)" : "all-reduce");
   report.CommandAndArgs(argc, argv, o, AlgoLabel(o));
   const char* defaultTransport = "auto (UCX between processes)";
   switch (launch) {

@@ -119,12 +119,12 @@ class RankRun {
     void* out = o_.inplace ? send_.get() : recv_.get();
     for (int i = 0; i < times; ++i) {
       if (!reducer_.Run(send_.get(), out, count)) {
-        Complain("all-reduce of %zu bytes failed (%s): %s", bytes, phase, reducer_.LastError().c_str());
+        Complain("the call on %zu bytes failed (%s): %s", bytes, phase, reducer_.LastError().c_str());
         return false;
       }
     }
     if (!reducer_.Finish()) {
-      Complain("all-reduce of %zu bytes failed (%s, after the call returned): %s", bytes, phase,
+      Complain("the call on %zu bytes failed (%s, after it returned): %s", bytes, phase,
                reducer_.LastError().c_str());
       return false;
     }

@@ -89,7 +89,7 @@ void Report::AddRow(const Row& r) {
     std::fprintf(out_, "# ERROR: size %zu: the ranks' outputs are not bitwise identical\n", r.bytes);
   }
   if (r.checked && !r.sendIntact) {
-    std::fprintf(out_, "# ERROR: size %zu: an out-of-place all-reduce modified sendbuff\n", r.bytes);
+    std::fprintf(out_, "# ERROR: size %zu: an out-of-place call modified sendbuff\n", r.bytes);
   }
   std::fflush(out_);
 }

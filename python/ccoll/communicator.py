@@ -1,5 +1,6 @@
 """Communicator: one rank's view of a group, and the collectives on numpy arrays and torch tensors."""
 
+import contextlib
 import ctypes
 import threading
 
@@ -232,6 +233,19 @@ class Communicator:
 
     # -- collectives ----------------------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _arguments(self):
+        """Wraps a collective's checks in the binding. One that fails, before the library is called, would leave the
+        other ranks in the collective until the timeout: the rank joins it with a call the library refuses instead (an
+        all-reduce of datatype -1), so that with the call check (CC_CHECK_CALLS=1, the default) every rank fails at
+        once, naming this one; then it raises."""
+        try:
+            yield
+        except Exception:
+            if self._handle is not None:
+                lib.ccAllReduce(None, None, 1, -1, 0, None, self._handle, None)
+            raise
+
     def _output(self, send, out, what, count):
         """Describes `out`, which must match send's dtype and hold `count` elements."""
         recv = _buffer.view(out, what, writable=True)
@@ -248,58 +262,66 @@ class Communicator:
         compressor: None for the exact all-reduce, else this bucket's ccoll.Compressor (float32, bfloat16 or
             float16 data; op sum or avg).
         """
-        send = _buffer.view(x, "all_reduce", writable=out is None)
-        recv = send if out is None else self._output(send, out, "all_reduce: out", send.count)
-        comp = None if compressor is None else compressor._live()
         h = self._live()
-        check(lib.ccAllReduce(send.ptr, recv.ptr, send.count, send.dtype, _enum(op, OPS, "op"), comp, h, send.stream),
-              h)
+        with self._arguments():
+            send = _buffer.view(x, "all_reduce", writable=out is None)
+            recv = send if out is None else self._output(send, out, "all_reduce: out", send.count)
+            comp = None if compressor is None else compressor._live()
+            op = _enum(op, OPS, "op")
+        check(lib.ccAllReduce(send.ptr, recv.ptr, send.count, send.dtype, op, comp, h, send.stream), h)
         return recv.obj
 
     def broadcast(self, x, root=0, out=None):
         """ccBroadcast of root's x to every rank; in place unless out is given. Returns the result buffer."""
-        send = _buffer.view(x, "broadcast", writable=out is None)
-        recv = send if out is None else self._output(send, out, "broadcast: out", send.count)
         h = self._live()
-        root = _ints.integer(root, "root")
+        with self._arguments():
+            send = _buffer.view(x, "broadcast", writable=out is None)
+            recv = send if out is None else self._output(send, out, "broadcast: out", send.count)
+            root = _ints.integer(root, "root")
         check(lib.ccBroadcast(send.ptr, recv.ptr, send.count, send.dtype, root, h, send.stream), h)
         return recv.obj
 
     def reduce(self, x, root=0, op="sum", out=None):
         """ccReduce of x over the group into root: in place on root unless out is given. Returns the result buffer on
         root and None on the other ranks, whose x is only read (and whose out, if given, is not written)."""
-        if not hasattr(lib, "ccReduce"):
-            raise InvalidArgumentError("reduce: the loaded libccoll has no ccReduce (an older library)")
-        root = _ints.integer(root, "root")
-        on_root = root == self._rank
-        send = _buffer.view(x, "reduce", writable=out is None and on_root)
-        recv = send if out is None else self._output(send, out, "reduce: out", send.count)
         h = self._live()
-        check(lib.ccReduce(send.ptr, recv.ptr, send.count, send.dtype, _enum(op, OPS, "op"), root, h, send.stream), h)
+        with self._arguments():
+            if not hasattr(lib, "ccReduce"):
+                raise InvalidArgumentError("reduce: the loaded libccoll has no ccReduce (an older library)")
+            root = _ints.integer(root, "root")
+            on_root = root == self._rank
+            send = _buffer.view(x, "reduce", writable=out is None and on_root)
+            # Off root the library ignores recvbuff, and so does the binding: out is not looked at there.
+            recv = send if out is None or not on_root else self._output(send, out, "reduce: out", send.count)
+            op = _enum(op, OPS, "op")
+        check(lib.ccReduce(send.ptr, recv.ptr, send.count, send.dtype, op, root, h, send.stream), h)
         return recv.obj if on_root else None
 
     def all_gather(self, x, out=None):
         """ccAllGather: returns out (new if None, shape (size, *x.shape)) with rank r's x at index r."""
-        send = _buffer.view(x, "all_gather", writable=False)
-        if out is None:
-            out = _buffer.empty_like(send, (self._size,) + tuple(x.shape))
-        recv = self._output(send, out, "all_gather: out", send.count * self._size)
         h = self._live()
+        with self._arguments():
+            send = _buffer.view(x, "all_gather", writable=False)
+            if out is None:
+                out = _buffer.empty_like(send, (self._size,) + tuple(x.shape))
+            recv = self._output(send, out, "all_gather: out", send.count * self._size)
         check(lib.ccAllGather(send.ptr, recv.ptr, send.count, send.dtype, h, send.stream), h)
         return recv.obj
 
     def reduce_scatter(self, x, op="sum", out=None):
         """ccReduceScatter: x holds size blocks; returns out (new if None) with the reduction of block `rank`.
         A new out has shape x.shape[1:] when x.shape[0] == size, else (x.size // size,)."""
-        send = _buffer.view(x, "reduce_scatter", writable=False)
-        if send.count % self._size != 0:
-            raise InvalidArgumentError("reduce_scatter: %d elements do not split into %d equal blocks" % (
-                send.count, self._size))
-        count = send.count // self._size
-        if out is None:
-            shape = tuple(x.shape[1:]) if len(x.shape) > 1 and x.shape[0] == self._size else (count,)
-            out = _buffer.empty_like(send, shape)
-        recv = self._output(send, out, "reduce_scatter: out", count)
         h = self._live()
-        check(lib.ccReduceScatter(send.ptr, recv.ptr, count, send.dtype, _enum(op, OPS, "op"), h, send.stream), h)
+        with self._arguments():
+            send = _buffer.view(x, "reduce_scatter", writable=False)
+            if send.count % self._size != 0:
+                raise InvalidArgumentError("reduce_scatter: %d elements do not split into %d equal blocks" % (
+                    send.count, self._size))
+            count = send.count // self._size
+            if out is None:
+                shape = tuple(x.shape[1:]) if len(x.shape) > 1 and x.shape[0] == self._size else (count,)
+                out = _buffer.empty_like(send, shape)
+            recv = self._output(send, out, "reduce_scatter: out", count)
+            op = _enum(op, OPS, "op")
+        check(lib.ccReduceScatter(send.ptr, recv.ptr, count, send.dtype, op, h, send.stream), h)
         return recv.obj

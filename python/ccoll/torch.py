@@ -22,9 +22,10 @@ than 0 (auto), itself.
 
 A failed hook call ends the communicator, as NCCL's abort does: when a hook call raises, or with async_op one of the
 worker's calls fails, the communicator is aborted (with async_op after the calls submitted before the failure), so
-the peers' calls fail at once (RemoteError) instead of waiting CC_TIMEOUT_MS, and every later call on this rank fails
-too, naming the first failure; a bucket is never reduced with another rank's other bucket. Make a new communicator
-and state to go on. Every hook call first checks the communicator's async error (a CUDA call's failure found after
+the peers' calls fail at once (RemoteError, or InvalidUsageError naming this rank where the binding refused the call
+before the library ran it) instead of waiting CC_TIMEOUT_MS, and every later call on this rank fails too, naming the
+first failure; a bucket is never reduced with another rank's other bucket. Make a new communicator and state to go
+on. Every hook call first checks the communicator's async error (a CUDA call's failure found after
 the call returned, ccCommGetAsyncError) and raises it: a bucket whose all-reduce failed on the device is used for at
 most the step in which it failed.
 

@@ -67,7 +67,10 @@ def others_rank(rank, nranks, uid, seed):
         d = rng.standard_normal(2049)
         kept = d.copy()
         rd = comm.reduce(d, root=1, op="avg")  # in place on root 1; the others' d is only read
-        return x, rs, g, ag, b, bc, d, rd, kept
+        # Out of place: off root the library ignores recvbuff, and so does the binding (even one of another size).
+        out = np.empty(2049) if rank == 1 else np.empty(3)
+        rd2 = comm.reduce(kept.copy(), root=1, op="avg", out=out)
+        return x, rs, g, ag, b, bc, d, rd, kept, rd2
 
 
 def _rounding_bound(dtype, inputs, nranks):
@@ -131,7 +134,7 @@ class TestExact(unittest.TestCase):
         results = ranks.run(nranks, others_rank, seed)
         xs = np.stack([res[0] for res in results]).astype(np.float64)
         ds = np.stack([res[8] for res in results])
-        for r, (x, rs, g, ag, b, bc, d, rd, kept) in enumerate(results):
+        for r, (x, rs, g, ag, b, bc, d, rd, kept, rd2) in enumerate(results):
             self.assertEqual(rs.shape, (1001,))
             ref = xs[:, r].sum(axis=0)
             self.assertTrue(np.all(np.abs(rs - ref) <= _rounding_bound("float32", list(xs[:, r]), nranks)))
@@ -142,8 +145,10 @@ class TestExact(unittest.TestCase):
             if r == 1:
                 np.testing.assert_allclose(rd, ds.mean(axis=0), rtol=0, atol=1e-14 * np.abs(ds).sum(axis=0).max())
                 self.assertIs(rd, d)
+                self.assertEqual(rd2.tobytes(), rd.tobytes())
             else:
                 self.assertIsNone(rd)
+                self.assertIsNone(rd2)
                 self.assertEqual(d.tobytes(), kept.tobytes())
 
 
@@ -206,6 +211,43 @@ class TestSplit(unittest.TestCase):
                 self.assertIn(own if r == 0 else "rank 0 of the parent communicator passed", error[1])
                 self.assertLess(error[2], 5.0, "not the timeout: every rank fails at once")
             self.assertEqual(parent_sum.tobytes(), results[0][4].tobytes())
+
+
+def refused_rank(rank, nranks, uid):
+    """Rank 1's arguments fail the binding's own checks (an op name, then a read-only buffer the root must write):
+    every rank must fail at once, and the communicator must stay usable."""
+    out = []
+    with ranks.communicator(rank, nranks, uid) as comm:
+        x = np.ones(1000, np.float32)
+        readonly = np.ones(1000, np.float32)
+        readonly.setflags(write=False)
+        for call in (lambda: comm.all_reduce(x.copy(), op="bogus" if rank == 1 else "sum"),
+                     lambda: comm.reduce(readonly if rank == 1 else x.copy(), root=1)):
+            start = time.monotonic()
+            try:
+                call()
+                out.append(None)
+            except ccoll.CcollError as e:
+                out.append((type(e).__name__, str(e), time.monotonic() - start))
+        out.append(comm.all_reduce(x.copy())[0])
+    return out
+
+
+class TestRefusedInTheBinding(unittest.TestCase):
+    def test_every_rank_fails_at_once(self):
+        nranks = 3
+        results = ranks.run(nranks, refused_rank)
+        for r, (bad_op, bad_buffer, after) in enumerate(results):
+            for error, own in ((bad_op, "op \"bogus\""), (bad_buffer, "read-only")):
+                self.assertIsNotNone(error, "rank %d" % r)
+                self.assertLess(error[2], 5.0, "rank %d waited for the timeout" % r)
+                if r == 1:
+                    self.assertEqual(error[0], "InvalidArgumentError")
+                    self.assertIn(own, error[1])
+                else:
+                    self.assertEqual(error[0], "InvalidUsageError")
+                    self.assertIn("rank 1 refused the call", error[1])
+            self.assertEqual(after, nranks)
 
 
 # Correlated gradients, as the C tests use: rank r holds g + 0.5 * noise_r with g shared.
