@@ -8,16 +8,22 @@
 #include "core/error.h"
 
 namespace ccoll {
+namespace {
+
+// A group of one: the result is the rank's own count elements (an average over one rank divides by 1).
+ccResult_t OneRank(CallBuffers& mem, const CollArgs& a, size_t count) {
+  CC_CHECK(mem->Copy(a.recv, a.send, count * a.eltSize));
+  if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, count, a.dtype, 1));
+  return ccSuccess;
+}
+
+}  // namespace
 
 ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = a.eltSize;
   CallBuffers mem(comm, a);
-  if (n == 1) {
-    CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
-    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));
-    return ccSuccess;
-  }
+  if (n == 1) return OneRank(mem, a, a.count);
   const uint64_t seq = ++comm->seq;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
@@ -72,11 +78,7 @@ ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& a) {
   const size_t es = a.eltSize;
   const size_t block = a.count;  // elements each rank ends with
   CallBuffers mem(comm, a);
-  if (n == 1) {
-    CC_CHECK(mem->Copy(a.recv, a.send, block * es));
-    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, block, a.dtype, n));
-    return ccSuccess;
-  }
+  if (n == 1) return OneRank(mem, a, block);
   const uint64_t seq = ++comm->seq;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
@@ -171,11 +173,7 @@ ccResult_t RingReduce(ccComm* comm, const CollArgs& a) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = a.eltSize;
   CallBuffers mem(comm, a);
-  if (n == 1) {
-    CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
-    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));
-    return ccSuccess;
-  }
+  if (n == 1) return OneRank(mem, a, a.count);
   if (a.count == 0) return ccSuccess;
   const uint64_t seq = ++comm->seq;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
