@@ -41,8 +41,8 @@ using ccperf::Op;
 // How this process's ranks were started; decides the header and the peak-RSS line.
 enum class Launch { kThreads, kMpi, kEnv };
 
-// Built with -DCCOLL_PERF_REDUCE (reduce_perf): ccReduce into rank 0 instead of ccAllReduce, as nccl-tests'
-// reduce_perf (root 0).
+// Built with -DCCOLL_PERF_REDUCE (reduce_perf): ccReduce into -r (default 0) instead of ccAllReduce, as nccl-tests'
+// reduce_perf.
 #ifdef CCOLL_PERF_REDUCE
 constexpr bool kReduce = true;
 #else
@@ -57,7 +57,8 @@ constexpr const char* kNotes =
 #else
 #ifdef CCOLL_PERF_REDUCE
 constexpr const char* kProgram = "reduce_perf";
-constexpr unsigned kFlags = ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;  // exact; no -a, -z
+constexpr unsigned kFlags =  // exact: no -a, -z
+    ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;
 #else
 constexpr const char* kProgram = "allreduce_perf";
 constexpr unsigned kFlags =
@@ -116,7 +117,8 @@ class CcollAllReducer : public ccperf::AllReducer {
   // comp: a compressor made from the -z spec (null: exact). A compressor is one bucket's state, so every size gets a
   // fresh one, made at its first (warmup) call.
   CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<SideBytes()> side)
-      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)), side_(std::move(side)) {}
+      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)), root_(o.root),
+        side_(std::move(side)) {}
   ~CcollAllReducer() override {
     Finish();
     ccCompressorDestroy(comp_);
@@ -156,7 +158,7 @@ class CcollAllReducer : public ccperf::AllReducer {
       stream = static_cast<ccStream_t>(twins_->stream());
     }
 #endif
-    ccResult_t r = kReduce ? ccReduce(send, recv, count, dtype_, op_, 0, comm_, stream)
+    ccResult_t r = kReduce ? ccReduce(send, recv, count, dtype_, op_, root_, comm_, stream)
                            : ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
     if (r == ccSuccess) return true;
     error_ = Failure(kReduce ? "ccReduce" : "ccAllReduce", r, comm_);
@@ -194,6 +196,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   size_t bucket_ = 0;  // the count comp_ serves (0: not used yet)
   ccDataType_t dtype_;
   ccRedOp_t op_;
+  int root_;  // reduce_perf
   std::function<SideBytes()> side_;
   std::string error_;
 #ifdef CCOLL_PERF_CUDA
@@ -237,9 +240,12 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
                  char** argv) {
   int version = 0;
   ccGetVersion(&version);
-  report.Line("ccoll %s: %s benchmark", kProgram,
-              kReduce ? "reduce (ccReduce into rank 0: a pipelined chain along the ring, or ncclReduce on "
-                        "transport nccl)" : "all-reduce");
+  if (kReduce) {
+    report.Line("ccoll %s: reduce benchmark (ccReduce into rank %d, -r: a pipelined chain along the ring, or "
+                "ncclReduce on transport nccl)", kProgram, o.root);
+  } else {
+    report.Line("ccoll %s: all-reduce benchmark", kProgram);
+  }
   report.CommandAndArgs(argc, argv, o, AlgoLabel(o));
   const char* defaultTransport = "auto (UCX between processes)";
   switch (launch) {
@@ -351,7 +357,11 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   {
     CcollAllReducer reducer(tested, comp, o, std::move(side));  // owns comp (and each size's successor) from here
     const bool usable = !o.device || reducer.UseDevice();
-    if (!Agree(group, usable, reducer.LastError())) {
+    const std::string rootError = "-r " + std::to_string(o.root) + " is not a rank of the communicator under test (" +
+                                  std::to_string(benchGroup.nranks()) + " ranks)";
+    if (!Agree(group, o.root < benchGroup.nranks(), rootError)) {
+      code = 2;
+    } else if (!Agree(group, usable, reducer.LastError())) {
       code = 1;
     } else {
       code = ccperf::RunAllReduceBench(setup, benchGroup, reducer, reports ? &report : nullptr);

@@ -218,7 +218,7 @@ class RankRun {
     CheckResult cr;
     if (!s_.rootOnly) {
       cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1), s_.exactCheck);
-    } else if (rank == 0) {
+    } else if (rank == o_.root) {
       cr = CheckOutput(spec_, n, out, 0, count, s_.exactCheck);
     } else if (!o_.inplace) {
       cr.wrong = CountNotPoison(o_.dtype, out, 0, count);  // a non-root's recvbuff is not written

@@ -36,8 +36,8 @@ struct BenchSetup {
   std::string algoLabel;      // the "algo" column
   std::string codecLabel;     // the "codec" column
   bool exactCheck = true;     // false for lossy codecs: #wrong counts only non-finite elements
-  // A reduce into rank 0 (reduce_perf): only rank 0's output is the result, checked whole; the others' recvbuff must
-  // stay as it was. busbw = algbw, and each element crosses (n-1)/n links on average (a chain into the root).
+  // A reduce into opts.root (reduce_perf): only the root's output is the result, checked whole; the others' recvbuff
+  // must stay as it was. busbw = algbw, and each element crosses (n-1)/n links on average (a chain into the root).
   bool rootOnly = false;
   bool ranksShareProcess = true;  // for the peak RSS line: one process, or one per rank
   const char* program = "";   // prefix of error messages

@@ -48,10 +48,14 @@ void PrintUsage(const ProgramInfo& prog, FILE* f) {
                     "                             the inputs are copied in and the outputs out around the timed "
                     "calls; default 0\n");
   }
+  if (prog.flags & kFlagRoot) {
+    std::fprintf(f, "  -r, --root <r>             the root rank (of the communicator under test); default 0\n");
+  }
   if (prog.flags & kFlagSplit) {
-    std::fprintf(f, "  -M, --split_mask <m>       split the ranks with ccCommSplit by color = rank & m (as nccl-tests'\n"
-                    "                             NCCL_TESTS_SPLIT_MASK; 0x1 makes two halves): every communicator\n"
-                    "                             runs the benchmark at once, the rows are rank 0's; default 0\n");
+    std::fprintf(f,
+                 "  -M, --split_mask <m>       split the ranks with ccCommSplit by color = rank & m (as nccl-tests'\n"
+                 "                             NCCL_TESTS_SPLIT_MASK; 0x1 makes two halves; m < 0x10000): every\n"
+                 "                             communicator runs the benchmark at once, the rows are rank 0's; default 0\n");
   }
   std::fprintf(f,
                "  -I, --inplace <0|1>        1: sendbuff == recvbuff (timed iterations reduce the previous result,\n"
@@ -113,7 +117,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
       {"seed", required_argument, nullptr, 'S'},       {"json", required_argument, nullptr, 'J'},
       {"dist", required_argument, nullptr, 'D'},       {"device", required_argument, nullptr, 'G'},
       {"max_vnmse", required_argument, nullptr, 'E'},  {"split_mask", required_argument, nullptr, 'M'},
-      {"help", no_argument, nullptr, 'h'},
+      {"root", required_argument, nullptr, 'r'},      {"help", no_argument, nullptr, 'h'},
       {nullptr, 0, nullptr, 0}};
   auto fail = [&](const char* what, const char* value) {
     if (speak) {
@@ -126,7 +130,7 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
   opterr = speak ? 1 : 0;
   int c;
   long v;
-  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:G:E:M:h", kLong, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:d:o:a:z:t:I:S:J:D:G:E:M:r:h", kLong, nullptr)) != -1) {
     switch (c) {
       case 'b':
         if (!ParseBytes(optarg, &opts->minBytes)) return fail("-b (minbytes)", optarg);
@@ -215,6 +219,11 @@ ParseResult ParseOptions(int argc, char** argv, const ProgramInfo& prog, bool sp
         opts->splitMask = static_cast<unsigned>(m);
         break;
       }
+      case 'r':
+        if (!(prog.flags & kFlagRoot)) return fail("-r (not taken by this program)", optarg);
+        if (!ParseInt(optarg, 0, 4095, &v)) return fail("-r (root)", optarg);
+        opts->root = static_cast<int>(v);
+        break;
       case 'h':
         if (speak) PrintUsage(prog, stdout);
         return ParseResult::kExitOk;

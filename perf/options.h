@@ -29,6 +29,7 @@ struct Options {
   std::string jsonPath;       // empty: no JSON
   double maxVnmse = -1;       // -E: a codec row whose vNMSE is above it fails; negative: not judged
   unsigned splitMask = 0;     // -M: ranks split by color = rank & mask (ccCommSplit); 0: no split
+  int root = 0;               // -r: the root of a rooted collective (reduce_perf)
 };
 
 // Which of the optional flags a program takes; the common ones (-b -e -f -n -w -c -d -o -I -S -J -E -h) always apply.
@@ -38,6 +39,7 @@ enum OptionFlags : unsigned {
   kFlagThreads = 1u << 2,  // -t
   kFlagDevice = 1u << 3,   // -G
   kFlagSplit = 1u << 4,    // -M
+  kFlagRoot = 1u << 5,     // -r
 };
 
 struct ProgramInfo {
