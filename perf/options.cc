@@ -55,7 +55,8 @@ void PrintUsage(const ProgramInfo& prog, FILE* f) {
     std::fprintf(f,
                  "  -M, --split_mask <m>       split the ranks with ccCommSplit by color = rank & m (as nccl-tests'\n"
                  "                             NCCL_TESTS_SPLIT_MASK; 0x1 makes two halves; m < 0x10000): every\n"
-                 "                             communicator runs the benchmark at once, the rows are rank 0's; default 0\n");
+                 "                             communicator runs the benchmark at once, the rows are rank 0's;\n"
+                 "                             default 0\n");
   }
   std::fprintf(f,
                "  -I, --inplace <0|1>        1: sendbuff == recvbuff (timed iterations reduce the previous result,\n"
