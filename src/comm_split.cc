@@ -92,8 +92,8 @@ struct Joining {
   ccConfig_t config;
 };
 
-// The exchanges on the parent (the caller holds its use), up to the new group's id; the init comes after, without
-// the parent, so that aborting the parent does not wait for the new group to form.
+// The exchanges on the parent (the caller holds its use and has set *newcomm to NULL), up to the new group's id; the
+// init comes after, without the parent, so that aborting the parent does not wait for the new group to form.
 ccResult_t Agree(ccComm* comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config, Joining* join) {
   // This rank's own arguments first; whatever is wrong is still taken to the exchange, so that every rank fails.
   std::string mineWrong;
@@ -121,7 +121,6 @@ ccResult_t Agree(ccComm* comm, int color, int key, ccComm_t* newcomm, ccConfig_t
     if (r != ccSuccess) verdict = kBadConfig;
   }
   if (verdict != kArgsOk) mineWrong = ccoll::LastError();
-  if (newcomm != nullptr) *newcomm = nullptr;
 
   const int64_t proposal[kProposalWords] = {kSplitMagic, color, key, verdict};
   std::vector<int64_t> words;

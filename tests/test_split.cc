@@ -73,22 +73,22 @@ void SplitAndCheckPlaces(const Group& g, const std::vector<int>& colors, const s
   }
 }
 
-// An exact float64 sum of `count` elements on every new communicator at once; "" when each member holds the sum of
-// its group's inputs.
-std::string SumsWithinGroups(const Split& s, const std::vector<int>& colors, const std::vector<int>& keys,
-                             size_t count) {
+// An exact float64 sum of `count` elements on every communicator of comms at once (one per parent rank; a NULL one
+// takes no part); "" when each holds the sum of its group's inputs, its group being the parent ranks of its color.
+std::string SumsWithinGroups(const std::vector<ccComm_t>& comms, const std::vector<int>& colors,
+                             const std::vector<int>& keys, size_t count) {
   const int n = static_cast<int>(colors.size());
   std::vector<std::vector<double>> out(n, std::vector<double>(count, -1.0));
   std::vector<RankResult> results(n);
   RunRanks(n, [&](int r) {
-    if (s.sub[r] == nullptr) return;
+    if (comms[r] == nullptr) return;
     std::vector<double> in(count);
     for (size_t i = 0; i < count; ++i) in[i] = Input(r, i);
-    results[r] = Record(ccAllReduce(in.data(), out[r].data(), count, ccFloat64, ccSum, nullptr, s.sub[r], nullptr),
-                        s.sub[r]);
+    results[r] = Record(ccAllReduce(in.data(), out[r].data(), count, ccFloat64, ccSum, nullptr, comms[r], nullptr),
+                        comms[r]);
   });
   for (int r = 0; r < n; ++r) {
-    if (s.sub[r] == nullptr) continue;
+    if (comms[r] == nullptr) continue;
     if (results[r].rc != ccSuccess) return "parent rank " + std::to_string(r) + ": " + results[r].error;
     const std::vector<int> members = Expected(colors, keys, colors[r]);
     for (size_t i = 0; i < count; ++i) {
@@ -103,25 +103,15 @@ std::string SumsWithinGroups(const Split& s, const std::vector<int>& colors, con
   return "";
 }
 
-// The parent's own exact sum still works (ranks 0..n-1 contribute Input(r, i)).
+std::string SumsWithinGroups(const Split& s, const std::vector<int>& colors, const std::vector<int>& keys,
+                             size_t count) {
+  return SumsWithinGroups(s.sub, colors, keys, count);
+}
+
+// The parent's own exact sum still works: one group of every rank, in the parent's order.
 std::string ParentWorks(const Group& g, size_t count = 513) {
-  const int n = g.size();
-  std::vector<std::vector<double>> out(n, std::vector<double>(count, -1.0));
-  std::vector<RankResult> results(n);
-  RunRanks(n, [&](int r) {
-    std::vector<double> in(count);
-    for (size_t i = 0; i < count; ++i) in[i] = Input(r, i);
-    results[r] = Record(ccAllReduce(in.data(), out[r].data(), count, ccFloat64, ccSum, nullptr, g[r], nullptr), g[r]);
-  });
-  for (int r = 0; r < n; ++r) {
-    if (results[r].rc != ccSuccess) return "parent rank " + std::to_string(r) + ": " + results[r].error;
-    for (size_t i = 0; i < count; ++i) {
-      double want = 0;
-      for (int m = 0; m < n; ++m) want += Input(m, i);
-      if (out[r][i] != want) return "parent rank " + std::to_string(r) + " element " + std::to_string(i);
-    }
-  }
-  return "";
+  const std::vector<int> one(static_cast<size_t>(g.size()), 0);
+  return SumsWithinGroups(g.comms, one, one, count);
 }
 
 }  // namespace
