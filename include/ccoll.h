@@ -392,10 +392,12 @@ typedef enum {
 typedef enum {
   ccParamBits = 100,           /**< [bits] quant: bits per element, 1..8. Default 4. */
   ccParamMode = 110,           /**< [mode] quant: ccQuantHomomorphic or ccQuantRequant. Default requant. */
-  ccParamRotation = 120,       /**< [rotation] quant: 0 none, 1 randomized Hadamard (rht). Default rht. The inverse
-                                    transform sums a block before it scales it: magnitudes above FLT_MAX / block
-                                    (3.3e35 at 1024) may overflow to non-finite values; such data needs rotation
-                                    none. */
+  ccParamRotation = 120,       /**< [rotation] quant: 0 none, 1 randomized Hadamard (rht). Default rht. A rotated
+                                    value can reach sqrt(block) times a block's largest magnitude (where the
+                                    block's signs line up with the random ones), so magnitudes (of the ranks' sum)
+                                    above FLT_MAX / sqrt(block) (1.1e37 at 1024) may overflow to non-finite values;
+                                    such data needs rotation none. The inverse stays within float's range wherever
+                                    its result does. */
   ccParamRotationBlock = 121,  /**< [block] quant: rotation block, a power of two in 2^6..2^14. Default 1024. */
   ccParamGroupSize = 130,      /**< [group] quant: elements per scale, 1..2^20; 0 = auto (requant 32,
                                     homomorphic the rotation block). */

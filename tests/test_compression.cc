@@ -1268,8 +1268,46 @@ TEST_CASE("quant with fp16 scales: partial sums beyond fp16's range are non-fini
   }
 }
 
-// The CPU driver's rotation (vectorized, runtime-dispatched) against the host/device reference definition in
-// compress/hadamard.h, byte for byte: the CUDA kernels will be held to the same reference.
+// The rotation's range (ccoll.h, ccParamRotation): the inverse transform takes out an exact power of two before its
+// sums, so a rank sum that float holds comes back finite. Scaling every input by 2^121 (so that the ranks' sums
+// reach 4e37, above FLT_MAX / sqrt(block), where the unnormalized transform used to overflow) must scale every
+// output by exactly 2^121: a power of two commutes with every rounding of the codec, the sums and the scales.
+TEST_CASE("quant with rotation: inputs scaled by 2^121 give outputs scaled by exactly 2^121, finite",
+          "[numerics][rotation]") {
+  const int nranks = 4;
+  const size_t count = 40000;  // two blocks of 16384 and a tail of smaller blocks; 39 of 1024 and a tail
+  Group g = MakeGroup(nranks, ccAlgoRing);
+  REQUIRE(g.status == ccSuccess);
+  const Buffers in = CorrInput(nranks, count, 47);
+  const float up = std::ldexp(1.0f, 121);
+  Buffers big = in;
+  for (auto& x : big) {
+    for (float& v : x) v *= up;
+  }
+  const std::vector<double> exact = ExactReduce(in, ccAvg);
+  for (const char* spec : {"quant:bits=4,mode=requant", "quant:bits=4,mode=requant,block=16384,scale=fp32",
+                           "quant:bits=8,mode=homomorphic", "quant:bits=4,mode=homomorphic,block=16384"}) {
+    INFO(spec);
+    CallResult small = RunOnce(g, spec, in);
+    CallResult large = RunOnce(g, spec, big);
+    CHECK(FirstDifferentRank(large.out) == -1);
+    CHECK(AllFinite(large.out[0]));
+    double sumMax = 0.0;
+    for (double v : exact) sumMax = std::max(sumMax, std::fabs(v) * nranks * static_cast<double>(up));
+    CHECK(sumMax > std::numeric_limits<float>::max() / 128.0);  // the inputs reach the range this is about
+    size_t differ = 0, first = count;
+    for (size_t i = 0; i < count; ++i) {
+      if (ccoll::FloatBits(large.out[0][i]) != ccoll::FloatBits(small.out[0][i] * up)) {
+        ++differ;
+        first = std::min(first, i);
+      }
+    }
+    INFO(differ << " outputs differ from 2^121 times the unscaled ones, the first at " << first);
+    CHECK(differ == 0);
+    CHECK(Vnmse(small.out[0], exact) < 0.1);
+  }
+}
+
 // topk's chunk norms (compress/sparse_math.h): the documented order exactly (the GPU kernel's eight partial sums and
 // butterfly give the same bytes, and test_gpu holds it to them), accurate against a long double sum, and +inf for a
 // chunk that is not finite.
@@ -1708,8 +1746,11 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
     INFO("config " << config << ": group " << group << " bits " << bits << " format " << static_cast<int>(format)
                    << " block " << block << " rotate " << rotate << " nin " << nin << " clip " << clipK << " count "
                    << count << " off " << off << " len " << len);
+    // Now and then near the ends of float's range: values up to 2e37 (the inverse rotation's prescale) or 1e-28.
+    const int exponent = config % 13 == 4 ? 112 : config % 13 == 9 ? -95 : 0;
+    CAPTURE(exponent);
     std::vector<float> input(count);
-    for (auto& x : input) x = normal(gen);
+    for (auto& x : input) x = std::ldexp(normal(gen), exponent);
     if (config % 11 == 0) input[off + len / 2] = std::numeric_limits<float>::infinity();
     const size_t bytes = (len + group - 1) / group * static_cast<size_t>(ccoll::ScaleBytes(format)) +
                          ccoll::PackedBytes(len, bits);
@@ -1718,7 +1759,7 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
     std::vector<std::vector<uint8_t>> in(2, std::vector<uint8_t>(bytes));
     for (int k = 0; k < nin; ++k) {
       std::vector<float> other(len);
-      for (auto& x : other) x = 2.0f * normal(gen);
+      for (auto& x : other) x = std::ldexp(2.0f * normal(gen), exponent);
       ccoll::EncodeRequantSlice(other.data(), len, off, group, bits, format, 0.0f, rule, codes.data(), in[k].data());
     }
     const void* wires[2] = {in[0].data(), in[1].data()};
@@ -1810,8 +1851,11 @@ TEST_CASE("homomorphic lane tile kernels, run on the CPU thread by thread, give 
     INFO("config " << config << ": group " << group << " bits " << bits << " laneBits " << laneBits << " format "
                    << static_cast<int>(format) << " block " << block << " rotate " << rotate << " nin " << nin
                    << " clip " << clipK << " count " << count << " off " << off << " len " << len);
+    // Now and then near the ends of float's range: values up to 2e37 (the inverse rotation's prescale) or 1e-28.
+    const int exponent = config % 13 == 4 ? 112 : config % 13 == 9 ? -95 : 0;
+    CAPTURE(exponent);
     std::vector<float> input(count);
-    for (auto& x : input) x = normal(gen);
+    for (auto& x : input) x = std::ldexp(normal(gen), exponent);
     if (config % 11 == 0) input[off + len / 2] = std::numeric_limits<float>::infinity();
     std::vector<float> local = input;
     if (rotate) ccoll::RotateForward(input.data(), local.data(), count, block, signKey);
@@ -1835,7 +1879,7 @@ TEST_CASE("homomorphic lane tile kernels, run on the CPU thread by thread, give 
     std::vector<std::vector<uint8_t>> in(2, std::vector<uint8_t>(bytes));
     for (int k = 0; k < nin; ++k) {
       std::vector<float> other(len);
-      for (auto& x : other) x = normal(gen);
+      for (auto& x : other) x = std::ldexp(normal(gen), exponent);
       ccoll::EncodeLanesSlice(other.data(), len, off, group, agreed.data(), bits, laneBits, rule, codes.data(),
                               in[k].data());
     }

@@ -192,23 +192,29 @@ TEST_CASE("[gpu] a copy from pool host memory is queued, and reads the memory wh
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
+// Also at the ends of float's range: inputs scaled by 2^112 (up to 2e37: the inverse's prescale keeps its sums finite)
+// and by 2^-140 (the prescale makes denormals, which neither side flushes).
 TEST_CASE("[gpu] rotation: the kernels equal the CPU driver byte for byte", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
   for (size_t block : {size_t{64}, size_t{1024}, size_t{16384}}) {
     for (size_t count : {size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{4099}, size_t{(1 << 18) + 5}}) {
-      INFO("block " << block << " count " << count);
-      const std::vector<float> in = Inputs(count, count + block, false);
-      std::vector<float> cpu(count);
-      ccoll::RotateForward(in.data(), cpu.data(), count, block, 0x1234u);
-      Dev<float> din(count), dout(count);
-      din.Put(in);
-      REQUIRE(ccoll::gpu::RotateForward(din.p, dout.p, count, block, 0x1234u, nullptr) == ccSuccess);
-      std::vector<float> gpu = dout.Get();
-      CHECK(SameBytes(cpu.data(), gpu.data(), count * sizeof(float)));
-      ccoll::RotateInverse(cpu.data(), count, block, 0x1234u, 0.25f);
-      REQUIRE(ccoll::gpu::RotateInverse(dout.p, count, block, 0x1234u, 0.25f, nullptr, nullptr) == ccSuccess);
-      gpu = dout.Get();
-      CHECK(SameBytes(cpu.data(), gpu.data(), count * sizeof(float)));
+      for (int exponent : {0, 112, -140}) {
+        INFO("block " << block << " count " << count << " inputs times 2^" << exponent);
+        std::vector<float> in = Inputs(count, count + block, false);
+        for (float& v : in) v = std::ldexp(v, exponent);
+        std::vector<float> cpu(count);
+        ccoll::RotateForward(in.data(), cpu.data(), count, block, 0x1234u);
+        Dev<float> din(count), dout(count);
+        din.Put(in);
+        REQUIRE(ccoll::gpu::RotateForward(din.p, dout.p, count, block, 0x1234u, nullptr) == ccSuccess);
+        std::vector<float> gpu = dout.Get();
+        CHECK(SameBytes(cpu.data(), gpu.data(), count * sizeof(float)));
+        ccoll::RotateInverse(cpu.data(), count, block, 0x1234u, 0.25f);
+        REQUIRE(ccoll::gpu::RotateInverse(dout.p, count, block, 0x1234u, 0.25f, nullptr, nullptr) == ccSuccess);
+        gpu = dout.Get();
+        CHECK(SameBytes(cpu.data(), gpu.data(), count * sizeof(float)));
+        if (exponent == 112) CHECK(std::all_of(gpu.begin(), gpu.end(), [](float v) { return std::isfinite(v); }));
+      }
     }
   }
 }

@@ -1,9 +1,10 @@
-// Randomized Hadamard rotation, the reference definition (host/device element math; the CPU driver in
-// quant_cpu.cc and the CUDA kernels must produce the same bytes): x <- H D x / sqrt(B) on blocks of B = 2^k elements (D: random signs shared by all
-// ranks, H: the Walsh-Hadamard matrix). It is orthonormal, so it preserves norms and the sum of rotated vectors is
-// the rotation of the sum; it spreads outliers over the block, which makes per-group scales tight. The inverse is
-// x <- D H x / sqrt(B). A buffer whose length is not a multiple of B ends in smaller power-of-two blocks (down to
-// 1 element, which is only sign-flipped), so every length works and forward/inverse decompose it the same way.
+// Randomized Hadamard rotation, the reference definition (host/device element math; the CPU driver in quant_cpu.cc
+// and the CUDA kernels must produce the same bytes): x <- H D x / sqrt(B) on blocks of B = 2^k elements (D: random
+// signs shared by all ranks, H: the Walsh-Hadamard matrix). It is orthonormal, so it preserves norms and the sum of
+// rotated vectors is the rotation of the sum; it spreads outliers over the block, which makes per-group scales
+// tight. The inverse is x <- D H x / sqrt(B), with an exact power of two taken out before H and put back after it
+// (UnrotateBlock). A buffer whose length is not a multiple of B ends in smaller power-of-two blocks (down to 1
+// element, which is only sign-flipped), so every length works and forward/inverse decompose it the same way.
 #pragma once
 
 #include <cmath>
@@ -50,10 +51,28 @@ CC_HD void RotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey) {
   Fwht(x, len);
 }
 
-// The inverse, with `scale` folded in (the average's 1/n): transform, then multiply by +-scale/sqrt(len).
+// The inverse takes out 2^-floor(log2(len) / 2) before the transform and puts it back in the final factor, so that
+// the transform's sums stay within about sqrt(2) of the block's largest result instead of reaching sqrt(len) times
+// it (an overflow above FLT_MAX / sqrt(len)). Both are exact powers of two: wherever no value is below float's
+// normal range, the bytes are those of the plain transform followed by +-scale/sqrt(len).
+CC_HD float UnrotatePrescale(size_t len) {
+  int half = 0;
+  while ((size_t{1} << (2 * (half + 1))) <= len) ++half;
+  return 1.0f / static_cast<float>(uint32_t{1} << half);
+}
+
+// The final factor of the inverse: scale/sqrt(len) rounded, times 2^floor(log2(len) / 2) (exact).
+CC_HD float UnrotateFactor(size_t len, float scale) {
+  return scale / std::sqrt(static_cast<float>(len)) / UnrotatePrescale(len);
+}
+
+// The inverse, with `scale` folded in (the average's 1/n): multiply by UnrotatePrescale, transform, then multiply by
+// +-UnrotateFactor. This order of operations is the contract.
 CC_HD void UnrotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey, float scale) {
+  const float p = UnrotatePrescale(len);
+  for (size_t j = 0; j < len; ++j) x[j] = x[j] * p;
   Fwht(x, len);
-  const float f = scale / std::sqrt(static_cast<float>(len));
+  const float f = UnrotateFactor(len, scale);
   for (size_t j = 0; j < len; ++j) x[j] = x[j] * (SignBit(signKey, base + j) ? -f : f);
 }
 

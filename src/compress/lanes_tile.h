@@ -216,7 +216,8 @@ CC_HD void DecodeLaneUnits(const DecodeArgs& a, const DecodeTile& d, uint32_t* x
     for (size_t j = j0; j < j1; ++j) {
       grid.At(a.off + e0 + j);
       const uint32_t c = GetBits(sum, static_cast<int>(j) * a.laneBits, a.laneBits);
-      x[Pad(static_cast<uint32_t>(a.off + e0 + j - d.base))] = FloatBits(grid.SumValue(c, nranks));
+      const size_t i = a.off + e0 + j;
+      x[Pad(static_cast<uint32_t>(i - d.base))] = StagedDecode(d, i, grid.SumValue(c, nranks));
     }
   }
 }

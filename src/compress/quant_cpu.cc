@@ -711,14 +711,15 @@ CC_AVX2_INLINE void Butterfly(__m256& a, __m256& b) {
 }
 
 // The stages h = 1 .. 4 kVecs of one chunk of 8 kVecs floats held in registers (kVecs 4 or 8): Wht8 on each
-// vector, then the stages across vectors. kSignIn: signs and f applied to the inputs (forward); kSignOut: to the
-// outputs (inverse, when the chunk is the whole block).
+// vector, then the stages across vectors. kSignIn: signs and f applied to the inputs (forward); otherwise the inputs
+// are multiplied by p (the inverse's prescale). kSignOut: signs and f applied to the outputs (inverse, when the
+// chunk is the whole block).
 template <int kVecs, bool kSignIn, bool kSignOut>
-CC_AVX2_INLINE void WhtChunk(const float* in, float* out, size_t i0, const uint32_t* words, __m256 f) {
+CC_AVX2_INLINE void WhtChunk(const float* in, float* out, size_t i0, const uint32_t* words, __m256 p, __m256 f) {
   __m256 v[kVecs];
   for (int k = 0; k < kVecs; ++k) {
     __m256 x = _mm256_loadu_ps(in + 8 * k);
-    if (kSignIn) x = SignScale8(x, words, i0 + 8 * k, f);
+    x = kSignIn ? SignScale8(x, words, i0 + 8 * k, f) : _mm256_mul_ps(x, p);
     v[k] = Wht8(x);
   }
   for (int h = 1; h < kVecs; h <<= 1) {
@@ -740,24 +741,25 @@ CC_AVX2 void RotateBlockForwardAvx2(const float* in, float* out, size_t len, uin
   SignWords(base, len / 32, key, words);
   const __m256 f = _mm256_set1_ps(fs);
   if (len == 32) {
-    WhtChunk<4, true, false>(in, out, 0, words, f);
+    WhtChunk<4, true, false>(in, out, 0, words, f, f);
     return;
   }
-  for (size_t i = 0; i < len; i += 64) WhtChunk<8, true, false>(in + i, out + i, i, words, f);
+  for (size_t i = 0; i < len; i += 64) WhtChunk<8, true, false>(in + i, out + i, i, words, f, f);
   WhtUpper<false>(out, len, 64, words, fs);
 }
 
-// Inverse rotation of one block (in place): len >= 32 and a power of two, base a multiple of 32.
-CC_AVX2 void RotateBlockInverseAvx2(float* x, size_t len, uint64_t base, uint32_t key, float fs) {
+// Inverse rotation of one block (in place): len >= 32 and a power of two, base a multiple of 32. The prescale ps
+// rides along with the first pass's loads.
+CC_AVX2 void RotateBlockInverseAvx2(float* x, size_t len, uint64_t base, uint32_t key, float ps, float fs) {
   alignas(32) uint32_t words[16384 / 32];
   SignWords(base, len / 32, key, words);
-  const __m256 f = _mm256_set1_ps(fs);
+  const __m256 p = _mm256_set1_ps(ps), f = _mm256_set1_ps(fs);
   if (len == 32) {
-    WhtChunk<4, false, true>(x, x, 0, words, f);
+    WhtChunk<4, false, true>(x, x, 0, words, p, f);
   } else if (len == 64) {
-    WhtChunk<8, false, true>(x, x, 0, words, f);
+    WhtChunk<8, false, true>(x, x, 0, words, p, f);
   } else {
-    for (size_t i = 0; i < len; i += 64) WhtChunk<8, false, false>(x + i, x + i, i, words, f);
+    for (size_t i = 0; i < len; i += 64) WhtChunk<8, false, false>(x + i, x + i, i, words, p, f);
     WhtUpper<true>(x, len, 64, words, fs);
   }
 }
@@ -782,13 +784,14 @@ CC_HOT void RotateBlockForward(const float* in, float* out, size_t len, uint64_t
 }
 
 CC_HOT void RotateBlockInverse(float* x, size_t len, uint64_t base, uint32_t signKey, float scale) {
-  const float f = scale / std::sqrt(static_cast<float>(len));
+  const float p = UnrotatePrescale(len), f = UnrotateFactor(len, scale);
 #ifdef CC_HAVE_AVX2_KERNELS
   if (len >= 32 && len <= 16384 && base % 32 == 0 && CpuHasAvx2()) {
-    avx2::RotateBlockInverseAvx2(x, len, base, signKey, f);
+    avx2::RotateBlockInverseAvx2(x, len, base, signKey, p, f);
     return;
   }
 #endif
+  for (size_t j = 0; j < len; ++j) x[j] = x[j] * p;
   Wht(x, len);
   ApplySigns(x, x, len, base, signKey, f);
 }

@@ -29,7 +29,8 @@ constexpr int kThreads = 256;
 unsigned Blocks(size_t items) { return static_cast<unsigned>((items + kThreads - 1) / kThreads); }
 
 // One thread block per rotation block of `len` elements starting at base + blockIdx.x * len: signs (forward) or
-// signs and scale (inverse) around the Walsh-Hadamard butterflies, stage by stage as Fwht does them.
+// UnrotateBlock's prescale, then signs and scale (inverse) around the Walsh-Hadamard butterflies, stage by stage as
+// Fwht does them.
 // done (full blocks only; may be null): one flag per block of the launch, and a marked block is left as it is.
 __global__ void RotateKernel(const float* in, float* out, size_t base, size_t len, uint32_t key, bool inverse,
                              float scale, const uint8_t* done) {
@@ -40,7 +41,8 @@ __global__ void RotateKernel(const float* in, float* out, size_t base, size_t le
     const float f = 1.0f / sqrtf(static_cast<float>(len));
     for (size_t j = threadIdx.x; j < len; j += blockDim.x) x[j] = in[off + j] * (SignBit(key, off + j) ? -f : f);
   } else {
-    for (size_t j = threadIdx.x; j < len; j += blockDim.x) x[j] = in[off + j];
+    const float p = UnrotatePrescale(len);
+    for (size_t j = threadIdx.x; j < len; j += blockDim.x) x[j] = in[off + j] * p;
   }
   __syncthreads();
   // len <= kMaxBlock and h a power of two: pair p's first element is (p / h) * 2h + p % h = p + (p & ~(h - 1)),
@@ -58,7 +60,7 @@ __global__ void RotateKernel(const float* in, float* out, size_t base, size_t le
   if (!inverse) {
     for (size_t j = threadIdx.x; j < len; j += blockDim.x) out[off + j] = x[j];
   } else {
-    const float f = scale / sqrtf(static_cast<float>(len));
+    const float f = UnrotateFactor(len, scale);
     for (size_t j = threadIdx.x; j < len; j += blockDim.x) out[off + j] = x[j] * (SignBit(key, off + j) ? -f : f);
   }
 }

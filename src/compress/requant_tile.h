@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "compress/bitpack.h"
+#include "compress/hadamard.h"
 #include "compress/host_device.h"
 #include "compress/quant_cpu.h"
 #include "compress/quant_math.h"
@@ -570,10 +571,17 @@ CC_HD DecodeArgs RotatedBack(DecodeArgs a, size_t count, size_t block, uint32_t 
   return a;
 }
 
-// Tile t: buffer elements [lo, hi) of the slice, staged at word Pad(i - base); blocks [f0, f1) are rotated back.
+// Tile t: buffer elements [lo, hi) of the slice, staged at word Pad(i - base); blocks [f0, f1) are rotated back, and
+// their values are staged times `prescale` (UnrotateBlock's).
 struct DecodeTile {
   size_t lo = 0, hi = 0, base = 0, f0 = 0, f1 = 0;
+  float prescale = 1.0f;
 };
+
+// The word staged for decoded value v of buffer element i.
+CC_HD uint32_t StagedDecode(const DecodeTile& d, size_t i, float v) {
+  return FloatBits(i >= d.f0 && i < d.f1 ? v * d.prescale : v);
+}
 
 CC_HD size_t DecodeTiles(const DecodeArgs& a) {
   if (!a.rotate) {
@@ -601,6 +609,7 @@ CC_HD DecodeTile DecodeTileOf(const DecodeArgs& a, size_t t) {
   const size_t end = d.hi < fullEnd ? d.hi : fullEnd;
   d.f1 = end & ~(a.block - 1);
   if (d.f1 < d.f0) d.f1 = d.f0;
+  d.prescale = UnrotatePrescale(a.block);
   return d;
 }
 
@@ -636,7 +645,10 @@ CC_UNROLL
 CC_UNROLL
         for (unsigned b = 0; b < kLoadBatch; ++b) {
           const size_t e = f + b * T;
-          if (e < e1) x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = FloatBits(DequantizeCode(c[b], step, s));
+          if (e < e1) {
+            const float v = DequantizeCode(c[b], step, s);
+            x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = StagedDecode(d, a.off + e, v);
+          }
         }
       }
       continue;
@@ -645,7 +657,8 @@ CC_UNROLL
     BitReader r(codes + bit / 8);
     if (bit % 8 != 0) r.Get(static_cast<int>(bit % 8));
     for (size_t e = e0; e < e1; ++e) {
-      x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = FloatBits(DequantizeCode(r.Get(a.bits), step, s));
+      const float v = DequantizeCode(r.Get(a.bits), step, s);
+      x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = StagedDecode(d, a.off + e, v);
     }
   }
 }
@@ -662,7 +675,7 @@ CC_HD void DecodeRotate(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, i
 
 // Last: the tile's values out, coalesced; the rotated-back ones with their signs and scale (UnrotateBlock's order).
 CC_HD void DecodeStore(const DecodeArgs& a, const DecodeTile& d, const uint32_t* x, unsigned tid, unsigned threads) {
-  const float f = a.rotate ? a.scale / sqrtf(static_cast<float>(a.block)) : 1.0f;
+  const float f = a.rotate ? UnrotateFactor(a.block, a.scale) : 1.0f;
   for (size_t i = d.lo + tid; i < d.hi; i += threads) {
     float v = BitsFloat(x[Pad(static_cast<uint32_t>(i - d.base))]);
     if (i >= d.f0 && i < d.f1) v = v * (SignBit(a.signKey, i) ? -f : f);
