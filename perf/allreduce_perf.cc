@@ -3,8 +3,8 @@
 // How ranks start is separate from what a rank does: RunOnComm runs on every rank against a Group and the rank's
 // communicator. The default build starts -t ranks as threads of this process (ThreadGroup); when a launcher set
 // CC_RANK, CC_NRANKS and CC_ROOT and -t is not given, this process is one rank, made with ccCommInitFromEnv, and the
-// side channel is ccoll itself on that communicator (EnvGroup). Built with -DCCOLL_PERF_MPI (allreduce_perf_mpi) each
-// MPI process is one rank and the unique id travels by MPI (MpiGroup).
+// side channel is ccoll itself on that communicator (EnvGroup). Built with -DCCOLL_PERF_MPI (allreduce_perf_mpi,
+// reduce_perf_mpi) each MPI process is one rank and the unique id travels by MPI (MpiGroup).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,8 +50,13 @@ constexpr bool kReduce = false;
 #endif
 
 #ifdef CCOLL_PERF_MPI
+#ifdef CCOLL_PERF_REDUCE
+constexpr const char* kProgram = "reduce_perf_mpi";
+constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;  // exact: no -a, -z
+#else
 constexpr const char* kProgram = "allreduce_perf_mpi";
 constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagDevice | ccperf::kFlagSplit;
+#endif
 constexpr const char* kNotes =
     "Ranks are the MPI processes (mpirun -np N); the ccUniqueId is shared with MPI_Bcast.\n";
 #else
