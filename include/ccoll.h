@@ -76,17 +76,25 @@ typedef enum {
 
 /**
  * Datatypes. Values match NCCL's ncclDataType_t; the ones not listed are reserved and rejected.
+ * Integer sums and products wrap around (modulo 2^bits, as unsigned arithmetic does); ccAvg of integers is the
+ * wrapped sum divided by the number of ranks, rounded toward zero.
  * 16-bit floats are reduced in float32 and rounded back to nearest even; a NaN result is written as the one quiet NaN
  * of the type (ccBfloat16 0x7fc0, ccFloat16 0x7e00), its sign and payload dropped, so that CPUs and GPUs write the
  * same bits (a GPU's arithmetic NaN is 0x7fffffff).
  */
 typedef enum {
+  ccInt8 = 0,     /**< 8-bit two's complement integer. */
+  ccUint8 = 1,    /**< 8-bit unsigned integer. */
   ccInt32 = 2,    /**< 32-bit two's complement integer. */
+  ccUint32 = 3,   /**< 32-bit unsigned integer. */
   ccInt64 = 4,    /**< 64-bit two's complement integer. */
+  ccUint64 = 5,   /**< 64-bit unsigned integer. */
   ccFloat16 = 6,  /**< IEEE 754 binary16. */
   ccFloat32 = 7,  /**< IEEE 754 binary32. */
   ccFloat64 = 8,  /**< IEEE 754 binary64. */
   ccBfloat16 = 9, /**< bfloat16: the upper half of a binary32. */
+  ccChar = ccInt8,       /**< Alias of ccInt8. */
+  ccInt = ccInt32,       /**< Alias of ccInt32. */
   ccFloat = ccFloat32,   /**< Alias of ccFloat32. */
   ccHalf = ccFloat16,    /**< Alias of ccFloat16. */
   ccDouble = ccFloat64   /**< Alias of ccFloat64. */

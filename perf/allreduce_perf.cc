@@ -90,6 +90,10 @@ ccDataType_t ToCc(DType t) {
     case DType::kFloat64: return ccFloat64;
     case DType::kInt32: return ccInt32;
     case DType::kInt64: return ccInt64;
+    case DType::kInt8: return ccInt8;
+    case DType::kUint8: return ccUint8;
+    case DType::kUint32: return ccUint32;
+    case DType::kUint64: return ccUint64;
   }
   return ccFloat32;
 }

@@ -13,6 +13,10 @@ const DTypeInfo kTypes[] = {
     {DType::kFloat64, "double", 8, true, 0x1p-53, 0x1p-1074},
     {DType::kInt32, "int32", 4, false, 0, 0},
     {DType::kInt64, "int64", 8, false, 0, 0},
+    {DType::kInt8, "int8", 1, false, 0, 0},
+    {DType::kUint8, "uint8", 1, false, 0, 0},
+    {DType::kUint32, "uint32", 4, false, 0, 0},
+    {DType::kUint64, "uint64", 8, false, 0, 0},
 };
 
 std::string Lower(std::string s) {
@@ -52,7 +56,9 @@ bool ParseDType(const std::string& text, DType* out) {
       {"fp16", DType::kFloat16},     {"f16", DType::kFloat16},     {"bfloat16", DType::kBfloat16},
       {"bf16", DType::kBfloat16},    {"double", DType::kFloat64},  {"float64", DType::kFloat64},
       {"fp64", DType::kFloat64},     {"f64", DType::kFloat64},     {"int32", DType::kInt32},
-      {"int", DType::kInt32},        {"int64", DType::kInt64},
+      {"int", DType::kInt32},        {"int64", DType::kInt64},     {"int8", DType::kInt8},
+      {"char", DType::kInt8},        {"uint8", DType::kUint8},     {"uint32", DType::kUint32},
+      {"uint64", DType::kUint64},
   };
   for (const Alias& a : kAliases) {
     if (s == a.name) {

@@ -10,7 +10,7 @@
 
 namespace ccperf {
 
-enum class DType { kFloat32, kFloat16, kBfloat16, kFloat64, kInt32, kInt64 };
+enum class DType { kFloat32, kFloat16, kBfloat16, kFloat64, kInt32, kInt64, kInt8, kUint8, kUint32, kUint64 };
 enum class Op { kSum, kProd, kMax, kMin, kAvg };
 
 struct DTypeInfo {
@@ -88,7 +88,8 @@ inline float HalfBitsToFloat(uint16_t h) {
   return f;
 }
 
-// Element i of a buffer of type t as a double (integers exactly up to 2^53, which the perf inputs never exceed).
+// Element i of a buffer of type t as a double (64-bit integers rounded beyond 2^53; the checks compare integers in
+// their own type).
 inline double LoadAsDouble(DType t, const void* buf, size_t i) {
   switch (t) {
     case DType::kFloat32: return static_cast<const float*>(buf)[i];
@@ -97,6 +98,10 @@ inline double LoadAsDouble(DType t, const void* buf, size_t i) {
     case DType::kFloat64: return static_cast<const double*>(buf)[i];
     case DType::kInt32: return static_cast<const int32_t*>(buf)[i];
     case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+    case DType::kInt8: return static_cast<const int8_t*>(buf)[i];
+    case DType::kUint8: return static_cast<const uint8_t*>(buf)[i];
+    case DType::kUint32: return static_cast<const uint32_t*>(buf)[i];
+    case DType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(buf)[i]);
   }
   return 0;
 }

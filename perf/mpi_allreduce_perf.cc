@@ -26,9 +26,13 @@ bool ToMpi(DType t, MPI_Datatype* out, std::string* why) {
     case DType::kFloat64: *out = MPI_DOUBLE; return true;
     case DType::kInt32: *out = MPI_INT32_T; return true;
     case DType::kInt64: *out = MPI_INT64_T; return true;
+    case DType::kInt8: *out = MPI_INT8_T; return true;
+    case DType::kUint8: *out = MPI_UINT8_T; return true;
+    case DType::kUint32: *out = MPI_UINT32_T; return true;
+    case DType::kUint64: *out = MPI_UINT64_T; return true;
     default: break;
   }
-  *why = std::string("MPI has no ") + ccperf::Info(t).name + " datatype (use float, double, int32 or int64)";
+  *why = std::string("MPI has no ") + ccperf::Info(t).name + " datatype (use float, double or an integer type)";
   return false;
 }
 

@@ -29,7 +29,8 @@ void PrintUsage(const ProgramInfo& prog, FILE* f) {
                "  -w, --warmup_iters <n>     untimed iterations before each size's timed ones; default 5\n"
                "  -c, --check <0|1>          check every result against an fp64 reference (after timing); "
                "default 1\n"
-               "  -d, --datatype <type>      float, half, bfloat16, double, int32, int64; default float\n"
+               "  -d, --datatype <type>      float, half, bfloat16, double, int8, uint8, int32, uint32, int64,\n"
+               "                             uint64; default float\n"
                "  -o, --op <op>              sum, prod, max, min, avg; default sum\n");
   if (prog.flags & kFlagAlgo) {
     std::fprintf(f, "  -a, --algo <algo>          ring, tree or auto (ccConfig_t.algorithm); default: not set, "

@@ -162,6 +162,7 @@ void Store(void* buf, size_t i, ccDataType_t t, int v) {
     case ccInt64: static_cast<int64_t*>(buf)[i] = v; break;
     case ccFloat16: static_cast<uint16_t*>(buf)[i] = ToHalf(static_cast<float>(v)); break;
     case ccBfloat16: static_cast<uint16_t*>(buf)[i] = ToBf16(static_cast<float>(v)); break;
+    default: break;  // the soak draws only kTypes
   }
 }
 
@@ -173,6 +174,7 @@ double Load(const void* buf, size_t i, ccDataType_t t) {
     case ccInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
     case ccFloat16: return FromHalf(static_cast<const uint16_t*>(buf)[i]);
     case ccBfloat16: return FromBf16(static_cast<const uint16_t*>(buf)[i]);
+    default: break;  // the soak draws only kTypes
   }
   return 0;
 }

@@ -39,8 +39,12 @@ inline Value Input(const InputSpec& spec, uint64_t seedMix, int rank, size_t ind
   const uint64_t h = Mix(Key(seedMix, rank, index));
   Value v{0, 0};
   switch (spec.dtype) {
+    case DType::kInt8:
+    case DType::kUint8:
     case DType::kInt32:
+    case DType::kUint32:
     case DType::kInt64:
+    case DType::kUint64:
       v.i = spec.op == Op::kProd ? static_cast<int64_t>(h % 5) - 2 : static_cast<int64_t>(h % 201) - 100;
       v.f = static_cast<double>(v.i);
       return v;
@@ -100,9 +104,20 @@ T IntReference(const InputSpec& spec, uint64_t seedMix, int nranks, size_t i) {
   switch (spec.op) {
     case Op::kMax:
     case Op::kMin: return best;
-    case Op::kAvg: return static_cast<T>(static_cast<T>(acc) / static_cast<T>(nranks));
+    case Op::kAvg: {  // divided in 64 bits: nranks need not fit in T
+      const T sum = static_cast<T>(acc);
+      if (std::is_signed<T>::value) return static_cast<T>(static_cast<int64_t>(sum) / nranks);
+      return static_cast<T>(static_cast<uint64_t>(sum) / static_cast<uint64_t>(nranks));
+    }
     default: return static_cast<T>(acc);
   }
+}
+
+// One rank's inputs in an integer type that may wrap them (the 8-bit and unsigned types).
+template <typename T>
+void FillInts(const InputSpec& spec, uint64_t seedMix, int rank, void* buf, size_t count) {
+  auto* p = static_cast<T*>(buf);
+  for (size_t i = 0; i < count; ++i) p[i] = WrapInt<T>(Input(spec, seedMix, rank, i).i);
 }
 
 template <typename T>
@@ -201,6 +216,10 @@ void FillInput(const InputSpec& spec, int rank, void* buf, size_t count) {
       for (size_t i = 0; i < count; ++i) p[i] = Input(spec, seedMix, rank, i).i;
       break;
     }
+    case DType::kInt8: FillInts<int8_t>(spec, seedMix, rank, buf, count); break;
+    case DType::kUint8: FillInts<uint8_t>(spec, seedMix, rank, buf, count); break;
+    case DType::kUint32: FillInts<uint32_t>(spec, seedMix, rank, buf, count); break;
+    case DType::kUint64: FillInts<uint64_t>(spec, seedMix, rank, buf, count); break;
   }
 }
 
@@ -230,6 +249,10 @@ CheckResult CheckOutput(const InputSpec& spec, int nranks, const void* out, size
   switch (spec.dtype) {
     case DType::kInt32: return CheckInts(spec, nranks, static_cast<const int32_t*>(out), begin, end);
     case DType::kInt64: return CheckInts(spec, nranks, static_cast<const int64_t*>(out), begin, end);
+    case DType::kInt8: return CheckInts(spec, nranks, static_cast<const int8_t*>(out), begin, end);
+    case DType::kUint8: return CheckInts(spec, nranks, static_cast<const uint8_t*>(out), begin, end);
+    case DType::kUint32: return CheckInts(spec, nranks, static_cast<const uint32_t*>(out), begin, end);
+    case DType::kUint64: return CheckInts(spec, nranks, static_cast<const uint64_t*>(out), begin, end);
     default: return CheckFloats(spec, nranks, out, begin, end, exact);
   }
 }

@@ -22,7 +22,13 @@ inline std::string FirstDifference(const Bytes& a, const Bytes& b) {
   return "first difference at byte " + std::to_string(d.first - a.begin()) + " of " + std::to_string(a.size());
 }
 
-// Random inputs: floats of both signs for float types, small integers for int32 and int64, as raw bytes.
+inline size_t SizeOf(ccDataType_t t) {
+  if (t == ccInt8 || t == ccUint8) return 1;
+  return t == ccFloat64 || t == ccInt64 || t == ccUint64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4;
+}
+
+// Random inputs: floats of both signs for float types, small integers for int32 and int64, any bits for the 8-bit
+// and unsigned integers (their sums and products wrap, as documented), as raw bytes.
 inline std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> normal;
@@ -53,6 +59,14 @@ inline std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64
         b.assign(reinterpret_cast<char*>(v.data()), reinterpret_cast<char*>(v.data() + count));
         break;
       }
+      case ccInt8:
+      case ccUint8:
+      case ccUint32:
+      case ccUint64: {
+        b.resize(count * SizeOf(dtype));
+        for (auto& x : b) x = static_cast<char>(gen());
+        break;
+      }
       case ccFloat16: {  // finite normal halves of both signs, |x| in [2^-5, 2^6)
         std::vector<uint16_t> v(count);
         for (auto& x : v) {
@@ -78,8 +92,5 @@ inline std::vector<Bytes> Inputs(int n, size_t count, ccDataType_t dtype, uint64
   return in;
 }
 
-inline size_t SizeOf(ccDataType_t t) {
-  return t == ccFloat64 || t == ccInt64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4;
-}
 
 }  // namespace cctest

@@ -157,7 +157,7 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
   auto fakeStream = reinterpret_cast<ccStream_t>(&dummyObject);
   const size_t kHuge = SIZE_MAX;
   const size_t kHugePerRank = size_t{1} << 60;  // times nranks times 4 bytes overflows
-  const auto bad3 = static_cast<ccDataType_t>(3);
+  const auto bad10 = static_cast<ccDataType_t>(10);  // reserved: NCCL's float8 e4m3
   const auto bad42 = static_cast<ccDataType_t>(42);
   const auto badNeg = static_cast<ccDataType_t>(-1);
   const auto op5 = static_cast<ccRedOp_t>(5);
@@ -172,8 +172,8 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
        [&] { return ccAllReduce(send, nullptr, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce NULL sendbuff", ccInvalidArgument, "sendbuff",
        [&] { return ccAllReduce(nullptr, recv, 7, ccFloat32, ccSum, nullptr, c0, nullptr); }, 0},
-      {"allreduce datatype 3", ccInvalidArgument, "datatype",
-       [&] { return ccAllReduce(send, recv, 7, bad3, ccSum, nullptr, c0, nullptr); }, 0},
+      {"allreduce datatype 10", ccInvalidArgument, "datatype",
+       [&] { return ccAllReduce(send, recv, 7, bad10, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce datatype 42", ccInvalidArgument, "datatype",
        [&] { return ccAllReduce(send, recv, 7, bad42, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce datatype -1", ccInvalidArgument, "datatype",
@@ -230,8 +230,8 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
        [&] { return ccAllGather(send, nullptr, 7, ccFloat32, c0, nullptr); }, 0},
       {"allgather NULL sendbuff", ccInvalidArgument, "sendbuff",
        [&] { return ccAllGather(nullptr, recv, 7, ccFloat32, c0, nullptr); }, 0},
-      {"allgather datatype 3", ccInvalidArgument, "datatype",
-       [&] { return ccAllGather(send, recv, 7, bad3, c0, nullptr); }, 0},
+      {"allgather datatype 10", ccInvalidArgument, "datatype",
+       [&] { return ccAllGather(send, recv, 7, bad10, c0, nullptr); }, 0},
       {"allgather count overflow once multiplied by nranks", ccInvalidArgument, "count",
        [&] { return ccAllGather(send, recv, kHugePerRank, ccFloat32, c0, nullptr); }, 0},
       {"allgather with a stream", ccInvalidUsage, "stream",

@@ -97,8 +97,12 @@ constexpr bool kExactSums = !std::is_same<T, B16>::value;
 template <typename Fn>
 void WithType(ccDataType_t dtype, Fn&& fn) {
   switch (dtype) {
+    case ccInt8: fn(int8_t{}); break;
+    case ccUint8: fn(uint8_t{}); break;
     case ccInt32: fn(int32_t{}); break;
+    case ccUint32: fn(uint32_t{}); break;
     case ccInt64: fn(int64_t{}); break;
+    case ccUint64: fn(uint64_t{}); break;
     case ccFloat16: fn(F16{}); break;
     case ccBfloat16: fn(B16{}); break;
     case ccFloat32: fn(float{}); break;
@@ -111,8 +115,11 @@ struct DtypeInfo {
   const char* name;
   size_t size;
 };
-const DtypeInfo kDtypes[] = {{ccInt32, "int32", 4},     {ccInt64, "int64", 8},     {ccFloat16, "float16", 2},
-                             {ccBfloat16, "bfloat16", 2}, {ccFloat32, "float32", 4}, {ccFloat64, "float64", 8}};
+const DtypeInfo kDtypes[] = {{ccInt8, "int8", 1},       {ccUint8, "uint8", 1},     {ccInt32, "int32", 4},
+                             {ccUint32, "uint32", 4},   {ccInt64, "int64", 8},     {ccUint64, "uint64", 8},
+                             {ccFloat16, "float16", 2}, {ccBfloat16, "bfloat16", 2}, {ccFloat32, "float32", 4},
+                             {ccFloat64, "float64", 8}};
+constexpr size_t kNumDtypes = sizeof(kDtypes) / sizeof(kDtypes[0]);
 const ccRedOp_t kOps[] = {ccSum, ccProd, ccMax, ccMin, ccAvg};
 const int kNranks[] = {1, 2, 3, 4, 5, 8};
 const size_t kSmallCounts[] = {0, 1, 7, 1023};
@@ -210,7 +217,7 @@ T GenValue(ccRedOp_t op, uint64_t h) {
     }
   }
   if constexpr (kIsInt<T>) {
-    return static_cast<T>(v);
+    return static_cast<T>(static_cast<int64_t>(v));  // negative values wrap in the unsigned types
   } else {
     return FromDouble<T>(v);
   }
@@ -241,8 +248,10 @@ template <typename T>
 std::string Show(T v) {
   std::ostringstream s;
   s.precision(17);
-  if constexpr (kIsInt<T>) {
+  if constexpr (kIsInt<T> && std::is_signed<T>::value) {
     s << static_cast<long long>(v);
+  } else if constexpr (kIsInt<T>) {
+    s << static_cast<unsigned long long>(v);
   } else {
     s << ToDouble(v);
   }
@@ -257,19 +266,21 @@ std::string CheckReduceTyped(ccRedOp_t op, const std::vector<const void*>& in, c
   for (size_t i = 0; i < count; ++i) {
     auto x = [&](int q) { return static_cast<const T*>(in[q])[i]; };
     if constexpr (kIsInt<T>) {
-      int64_t acc = x(0);
+      // Sums and products modulo 2^64, which narrow to the type's wrap-around; max and min in the type's order.
+      uint64_t wrapped = static_cast<uint64_t>(x(0));
+      T ordered = x(0);
       for (int q = 1; q < n; ++q) {
-        int64_t v = x(q);
+        const T v = x(q);
         switch (op) {
           case ccSum:
-          case ccAvg: acc += v; break;
-          case ccProd: acc *= v; break;
-          case ccMax: acc = v > acc ? v : acc; break;
-          case ccMin: acc = v < acc ? v : acc; break;
+          case ccAvg: wrapped += static_cast<uint64_t>(v); break;
+          case ccProd: wrapped *= static_cast<uint64_t>(v); break;
+          case ccMax: ordered = v > ordered ? v : ordered; break;
+          case ccMin: ordered = v < ordered ? v : ordered; break;
         }
       }
-      if (op == ccAvg) acc /= n;  // C++ division truncates toward zero, as the API says
-      T want = static_cast<T>(acc);
+      T want = op == ccMax || op == ccMin ? ordered : static_cast<T>(wrapped);
+      if (op == ccAvg) want = static_cast<T>(want / static_cast<T>(n));  // truncates toward zero, as the API says
       if (o[i] != want) {
         return "element " + std::to_string(i) + ": got " + Show(o[i]) + ", want " + Show(want);
       }
@@ -644,6 +655,8 @@ TEST_CASE("ccAllReduce sweep: 2^20+3 elements, every dtype, sum, avg and max, ri
     REQUIRE(g.status == ccSuccess);
     int k = 0;
     for (const DtypeInfo& dt : kDtypes) {
+      // uint8 and uint32 move and slice as int8 and int32 do; the small sweep checks their arithmetic.
+      if (dt.dtype == ccUint8 || dt.dtype == ccUint32) continue;
       for (ccRedOp_t op : {ccSum, ccAvg, ccMax}) {
         Case c;
         c.dtype = dt.dtype;
@@ -766,7 +779,7 @@ TEST_CASE("ccBroadcast from every root, in place and not", "[collectives][broadc
     for (const DtypeInfo& dt : kDtypes) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, kLargeRsCount}) {
         // The large count for one dtype per root.
-        if (count == kLargeRsCount && dt.dtype != kDtypes[root % 6].dtype) continue;
+        if (count == kLargeRsCount && dt.dtype != kDtypes[root % kNumDtypes].dtype) continue;
         for (bool inPlace : {false, true}) {
           Case c;
           c.dtype = dt.dtype;
@@ -963,7 +976,7 @@ std::vector<Step> MakeProgram(uint64_t seed, int steps, int nranks) {
     uint64_t h = Hash(seed, 999, static_cast<uint64_t>(i));
     Step s;
     s.coll = static_cast<Coll>(h % 4);
-    s.c.dtype = kDtypes[(h >> 8) % 6].dtype;
+    s.c.dtype = kDtypes[(h >> 8) % kNumDtypes].dtype;
     s.c.op = kOps[(h >> 16) % 5];
     // Mostly small, sometimes above the auto tree/ring threshold.
     s.c.count = (h >> 24) % 8 == 0 ? 20000 + (h >> 32) % 5000 : (h >> 32) % 300;

@@ -410,7 +410,7 @@ void Put(T v, char* at) {
 }
 
 // Finite random elements of dtype as raw bytes: floats of both signs over a wide range (16-bit types rounded from
-// them), integers small enough for products.
+// them), int32 and int64 small enough for products, any bits for the 8-bit and unsigned integers (which wrap).
 std::vector<char> RawInputs(ccDataType_t dtype, size_t count, uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::normal_distribution<double> normal;
@@ -421,8 +421,12 @@ std::vector<char> RawInputs(ccDataType_t dtype, size_t count, uint64_t seed) {
     char* at = out.data() + i * es;
     const int64_t small = static_cast<int64_t>(gen() % 21) - 10;
     switch (dtype) {
+      case ccInt8: Put(static_cast<uint8_t>(gen()), at); break;
+      case ccUint8: Put(static_cast<uint8_t>(gen()), at); break;
       case ccInt32: Put(static_cast<int32_t>(small), at); break;
+      case ccUint32: Put(static_cast<uint32_t>(gen()), at); break;
       case ccInt64: Put(small * 100, at); break;
+      case ccUint64: Put(static_cast<uint64_t>(gen()), at); break;
       case ccFloat16: Put(ccoll::FloatToHalf(static_cast<float>(x)).bits, at); break;
       case ccBfloat16: Put(ccoll::FloatToBf16(static_cast<float>(x)).bits, at); break;
       case ccFloat32: Put(static_cast<float>(x), at); break;
@@ -434,7 +438,8 @@ std::vector<char> RawInputs(ccDataType_t dtype, size_t count, uint64_t seed) {
 
 TEST_CASE("[gpu] exact reductions: the kernels equal the host loops byte for byte", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
-  for (ccDataType_t dtype : {ccInt32, ccInt64, ccFloat16, ccFloat32, ccFloat64, ccBfloat16}) {
+  for (ccDataType_t dtype : {ccInt8, ccUint8, ccInt32, ccUint32, ccInt64, ccUint64, ccFloat16, ccFloat32, ccFloat64,
+                             ccBfloat16}) {
     for (ccRedOp_t op : {ccSum, ccProd, ccMax, ccMin, ccAvg}) {
       for (size_t count : {size_t{1}, size_t{1000}, size_t{(1 << 21) + 3}}) {  // the last: a grid-stride loop
         INFO(ccoll::DataTypeName(dtype) << " " << ccoll::RedOpName(op) << " count " << count);

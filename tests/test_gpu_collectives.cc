@@ -271,7 +271,8 @@ TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte fo
   const Case cases[] = {{ccFloat32, ccSum}, {ccFloat32, ccAvg}, {ccFloat32, ccMax}, {ccFloat32, ccProd},
                         {ccFloat64, ccSum}, {ccFloat64, ccMin}, {ccInt32, ccSum},   {ccInt32, ccMin},
                         {ccInt64, ccProd},  {ccBfloat16, ccSum}, {ccBfloat16, ccAvg}, {ccFloat16, ccSum},
-                        {ccFloat16, ccMax}};
+                        {ccFloat16, ccMax}, {ccInt8, ccSum},     {ccUint8, ccProd},   {ccUint32, ccAvg},
+                        {ccUint64, ccMax}};
   for (int n : {1, 2, 4}) {
     Group g = DeviceGroup(n);
     REQUIRE(g.status == ccSuccess);

@@ -285,6 +285,10 @@ double ToDouble(const char* p, ccDataType_t t) {
     case ccFloat64: { double v; std::memcpy(&v, p, 8); return v; }
     case ccInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
     case ccInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case ccInt8: { int8_t v; std::memcpy(&v, p, 1); return v; }
+    case ccUint8: { uint8_t v; std::memcpy(&v, p, 1); return v; }
+    case ccUint32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+    case ccUint64: { uint64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
     case ccBfloat16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
@@ -310,7 +314,9 @@ std::vector<double> Values(const Bytes& b, ccDataType_t t) {
   return v;
 }
 
-bool IsInt(ccDataType_t t) { return t == ccInt32 || t == ccInt64; }
+bool IsInt(ccDataType_t t) {
+  return t == ccInt8 || t == ccUint8 || t == ccInt32 || t == ccUint32 || t == ccInt64 || t == ccUint64;
+}
 
 // The fp64 reduction of the ranks' inputs, and a bound on the error of a correct result element by element.
 void Reference(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, std::vector<double>* ref,
@@ -518,9 +524,12 @@ TEST_CASE("[nccl] exact collectives against fp64 references, the same bytes on e
     ccDataType_t dtype;
     ccRedOp_t op;
   };
+  // The 8-bit and unsigned inputs are any bits, so their sums wrap: max and min compare them here (test_collectives
+  // checks their wrapping sums and products on the host ring, test_gpu the kernels).
   const Case cases[] = {{ccFloat32, ccSum}, {ccFloat32, ccAvg}, {ccFloat32, ccMax}, {ccFloat64, ccSum},
                         {ccFloat64, ccProd}, {ccInt32, ccSum},  {ccInt32, ccAvg},   {ccInt64, ccMin},
-                        {ccBfloat16, ccSum}, {ccFloat16, ccAvg}};
+                        {ccBfloat16, ccSum}, {ccFloat16, ccAvg}, {ccInt8, ccMax},   {ccUint8, ccMin},
+                        {ccUint32, ccMax},   {ccUint64, ccMin}};
   int variant = 0;
   for (int n : {4, 3}) {
     for (const Case& k : cases) {

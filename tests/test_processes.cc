@@ -27,28 +27,36 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Input of `rank` at index i: small multiples of 1/8 (exact in every float type), or near 1 for products.
-bool IsInt(ccDataType_t t) { return t == ccInt32 || t == ccInt64; }
+bool IsUnsigned(ccDataType_t t) { return t == ccUint8 || t == ccUint32 || t == ccUint64; }
+bool IsInt(ccDataType_t t) { return t == ccInt8 || t == ccInt32 || t == ccInt64 || IsUnsigned(t); }
 
-// Input of `rank` at index i: small integers for integer types, small multiples of 1/8 (exact in every float type)
-// otherwise, and values in {-1, 1, 2} for products.
+// Input of `rank` at index i: small integers for integer types (0..32 unsigned, -16..16 for int8, so that sums
+// over 4 ranks fit), small multiples of 1/8 (exact in every float type) otherwise, and values in {-1, 1, 2} for
+// products ({1, 2} unsigned).
 double Input(int rank, size_t i, ccRedOp_t op, ccDataType_t t, uint64_t salt) {
   uint64_t h = Mix((static_cast<uint64_t>(rank) << 40) ^ i ^ (salt << 20));
-  if (op == ccProd) return (h % 4 == 0) ? 2.0 : ((h % 4 == 1) ? -1.0 : 1.0);
+  if (op == ccProd) return (h % 4 == 0) ? 2.0 : ((h % 4 == 1 && !IsUnsigned(t)) ? -1.0 : 1.0);
+  if (IsUnsigned(t)) return static_cast<double>(h % 33);
   int v = static_cast<int>(h % 65) - 32;
+  if (t == ccInt8) return v / 2;
   return IsInt(t) ? v : v / 8.0;
 }
 
 size_t Size(ccDataType_t t) {
   switch (t) {
-    case ccInt32: case ccFloat32: return 4;
-    case ccInt64: case ccFloat64: return 8;
+    case ccInt8: case ccUint8: return 1;
+    case ccInt32: case ccUint32: case ccFloat32: return 4;
+    case ccInt64: case ccUint64: case ccFloat64: return 8;
     default: return 2;
   }
 }
 
 void Store(void* buf, size_t i, ccDataType_t t, double v) {
   switch (t) {
+    case ccInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
+    case ccUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
+    case ccUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(v); break;
+    case ccUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(v); break;
     case ccInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
     case ccInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
     case ccFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
@@ -60,6 +68,10 @@ void Store(void* buf, size_t i, ccDataType_t t, double v) {
 
 double Load(const void* buf, size_t i, ccDataType_t t) {
   switch (t) {
+    case ccInt8: return static_cast<const int8_t*>(buf)[i];
+    case ccUint8: return static_cast<const uint8_t*>(buf)[i];
+    case ccUint32: return static_cast<const uint32_t*>(buf)[i];
+    case ccUint64: return static_cast<double>(static_cast<const uint64_t*>(buf)[i]);
     case ccInt32: return static_cast<const int32_t*>(buf)[i];
     case ccInt64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
     case ccFloat32: return static_cast<const float*>(buf)[i];
@@ -125,6 +137,8 @@ void Report(bool okHere, const std::string& what) {
 
 const char* Name(ccDataType_t t) {
   switch (t) {
+    case ccInt8: return "int8"; case ccUint8: return "uint8"; case ccUint32: return "uint32";
+    case ccUint64: return "uint64";
     case ccInt32: return "int32"; case ccInt64: return "int64"; case ccFloat16: return "float16";
     case ccFloat32: return "float32"; case ccFloat64: return "float64"; case ccBfloat16: return "bfloat16";
   }
@@ -280,7 +294,8 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
   MPI_Comm_size(MPI_COMM_WORLD, &gRanks);
-  const ccDataType_t types[] = {ccInt32, ccInt64, ccFloat16, ccFloat32, ccFloat64, ccBfloat16};
+  const ccDataType_t types[] = {ccInt8,    ccUint8,   ccInt32,   ccUint32,  ccInt64,
+                                ccUint64,  ccFloat16, ccFloat32, ccFloat64, ccBfloat16};
   const ccRedOp_t ops[] = {ccSum, ccProd, ccMax, ccMin, ccAvg};
   const size_t counts[] = {0, 1, 7, 1023, (1u << 20) + 3};
   for (int algo = ccAlgoRing; algo <= ccAlgoTree; ++algo) {

@@ -17,18 +17,22 @@ import numpy as np
 
 from .errors import InvalidArgumentError
 
-INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 2, 4, 6, 7, 8, 9
+INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 _NUMPY_DTYPES = {
+    np.dtype(np.int8): INT8,
+    np.dtype(np.uint8): UINT8,
     np.dtype(np.int32): INT32,
+    np.dtype(np.uint32): UINT32,
     np.dtype(np.int64): INT64,
+    np.dtype(np.uint64): UINT64,
     np.dtype(np.float16): FLOAT16,
     np.dtype(np.float32): FLOAT32,
     np.dtype(np.float64): FLOAT64,
 }
 
-DTYPE_NAMES = {INT32: "int32", INT64: "int64", FLOAT16: "float16", FLOAT32: "float32", FLOAT64: "float64",
-               BFLOAT16: "bfloat16"}
+DTYPE_NAMES = {INT8: "int8", UINT8: "uint8", INT32: "int32", UINT32: "uint32", INT64: "int64", UINT64: "uint64",
+               FLOAT16: "float16", FLOAT32: "float32", FLOAT64: "float64", BFLOAT16: "bfloat16"}
 
 
 class Buffer:
@@ -41,8 +45,12 @@ class Buffer:
 
 
 def _torch_dtypes(torch):
-    return {torch.int32: INT32, torch.int64: INT64, torch.float16: FLOAT16, torch.float32: FLOAT32,
-            torch.float64: FLOAT64, torch.bfloat16: BFLOAT16}
+    types = {torch.int8: INT8, torch.uint8: UINT8, torch.int32: INT32, torch.int64: INT64, torch.float16: FLOAT16,
+             torch.float32: FLOAT32, torch.float64: FLOAT64, torch.bfloat16: BFLOAT16}
+    for name, dtype in (("uint32", UINT32), ("uint64", UINT64)):  # torch 2.3 and later
+        if hasattr(torch, name):
+            types[getattr(torch, name)] = dtype
+    return types
 
 
 def _torch_module():
@@ -74,8 +82,8 @@ def view(obj, what, writable):
     if isinstance(obj, np.ndarray):
         dtype = _NUMPY_DTYPES.get(obj.dtype)
         if dtype is None:
-            raise InvalidArgumentError("%s: numpy dtype %s is not supported by ccoll (int32, int64, float16, float32, "
-                                       "float64)" % (what, obj.dtype))
+            raise InvalidArgumentError("%s: numpy dtype %s is not supported by ccoll (int8, uint8, int32, uint32, int64, "
+                                       "uint64, float16, float32, float64)" % (what, obj.dtype))
         if not obj.flags.c_contiguous:
             raise InvalidArgumentError("%s: the array is not C-contiguous (ccoll reads and writes it in place; pass "
                                        "numpy.ascontiguousarray(x))" % what)
@@ -92,8 +100,9 @@ def view(obj, what, writable):
                 what, obj.device))
         dtype = _torch_dtypes(torch).get(obj.dtype)
         if dtype is None:
-            raise InvalidArgumentError("%s: torch dtype %s is not supported by ccoll (int32, int64, float16, bfloat16, "
-                                       "float32, float64)" % (what, obj.dtype))
+            raise InvalidArgumentError("%s: torch dtype %s is not supported by ccoll (int8, uint8, int32, int64, "
+                                       "float16, bfloat16, float32, float64; uint32 and uint64 where torch has them)"
+                                       % (what, obj.dtype))
         lazy = _lazy_views(obj)
         if lazy and writable:
             raise InvalidArgumentError("%s: a lazy %s view (x.is_%s()) cannot receive the result: ccoll would write "

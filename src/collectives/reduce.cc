@@ -33,8 +33,12 @@ void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks) {
 
 size_t DataTypeSize(ccDataType_t dtype) {
   switch (dtype) {
+    case ccInt8: return 1;
+    case ccUint8: return 1;
     case ccInt32: return 4;
+    case ccUint32: return 4;
     case ccInt64: return 8;
+    case ccUint64: return 8;
     case ccFloat16: return 2;
     case ccFloat32: return 4;
     case ccFloat64: return 8;
@@ -45,8 +49,12 @@ size_t DataTypeSize(ccDataType_t dtype) {
 
 const char* DataTypeName(ccDataType_t dtype) {
   switch (dtype) {
+    case ccInt8: return "int8";
+    case ccUint8: return "uint8";
     case ccInt32: return "int32";
+    case ccUint32: return "uint32";
     case ccInt64: return "int64";
+    case ccUint64: return "uint64";
     case ccFloat16: return "float16";
     case ccFloat32: return "float32";
     case ccFloat64: return "float64";
@@ -70,8 +78,12 @@ bool IsValidRedOp(int op) { return op >= ccSum && op <= ccAvg; }
 
 bool IsValidDataType(int dtype) {
   switch (dtype) {
+    case ccInt8:
+    case ccUint8:
     case ccInt32:
+    case ccUint32:
     case ccInt64:
+    case ccUint64:
     case ccFloat16:
     case ccFloat32:
     case ccFloat64:

@@ -45,7 +45,8 @@ void LaunchReduce(void* dst, const void* a, const void* b, size_t count, Op op, 
 }  // namespace
 
 ccResult_t LoadReduceKernels() {
-  const ccDataType_t types[] = {ccInt32, ccInt64, ccFloat16, ccFloat32, ccFloat64, ccBfloat16};
+  const ccDataType_t types[] = {ccInt8,    ccUint8,   ccInt32,   ccUint32,  ccInt64,
+                                ccUint64,  ccFloat16, ccFloat32, ccFloat64, ccBfloat16};
   const ccRedOp_t ops[] = {ccSum, ccProd, ccMax, ccMin};  // (ccAvg is ccSum's kernel)
   ccResult_t r = ccSuccess;
   for (ccDataType_t dtype : types) {

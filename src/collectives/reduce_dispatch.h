@@ -12,8 +12,12 @@ namespace ccoll {
 template <typename Fn>
 void DispatchType(ccDataType_t dtype, Fn&& fn) {
   switch (dtype) {
+    case ccInt8: fn(int8_t{}); break;
+    case ccUint8: fn(uint8_t{}); break;
     case ccInt32: fn(int32_t{}); break;
+    case ccUint32: fn(uint32_t{}); break;
     case ccInt64: fn(int64_t{}); break;
+    case ccUint64: fn(uint64_t{}); break;
     case ccFloat16: fn(Half{}); break;
     case ccFloat32: fn(float{}); break;
     case ccFloat64: fn(double{}); break;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "compress/float16.h"
 #include "compress/host_device.h"
@@ -29,13 +30,34 @@ struct Arith<Bf16> {
   static CC_HD Bf16 Store(float v) { return FloatToBf16(v); }
 };
 
+// Integer sums and products wrap (modulo 2^bits) instead of overflowing into undefined behaviour: they are computed
+// in an unsigned type at least as wide as unsigned int (so that nothing is promoted to int), then narrowed.
+template <typename C>
+struct Wrapping {
+  using W = typename std::common_type<typename std::make_unsigned<C>::type, unsigned>::type;
+  static CC_HD C Sum(C a, C b) { return static_cast<C>(static_cast<W>(a) + static_cast<W>(b)); }
+  static CC_HD C Prod(C a, C b) { return static_cast<C>(static_cast<W>(a) * static_cast<W>(b)); }
+};
+
 struct OpSum {
   template <typename C>
-  CC_HD C operator()(C a, C b) const { return a + b; }
+  CC_HD C operator()(C a, C b) const {
+    if constexpr (std::is_integral<C>::value) {
+      return Wrapping<C>::Sum(a, b);
+    } else {
+      return a + b;
+    }
+  }
 };
 struct OpProd {
   template <typename C>
-  CC_HD C operator()(C a, C b) const { return a * b; }
+  CC_HD C operator()(C a, C b) const {
+    if constexpr (std::is_integral<C>::value) {
+      return Wrapping<C>::Prod(a, b);
+    } else {
+      return a * b;
+    }
+  }
 };
 struct OpMax {
   template <typename C>
@@ -46,28 +68,17 @@ struct OpMin {
   CC_HD C operator()(C a, C b) const { return b < a ? b : a; }
 };
 
-// Integer sums wrap (two's complement) instead of overflowing into undefined behaviour.
-template <>
-CC_HD int32_t OpSum::operator()(int32_t a, int32_t b) const {
-  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
-}
-template <>
-CC_HD int64_t OpSum::operator()(int64_t a, int64_t b) const {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-template <>
-CC_HD int32_t OpProd::operator()(int32_t a, int32_t b) const {
-  return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
-}
-template <>
-CC_HD int64_t OpProd::operator()(int64_t a, int64_t b) const {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-}
-
-// Division of a finished sum by the number of ranks (ccAvg).
+// Division of a finished sum by the number of ranks (ccAvg); integers round toward zero, and are divided in 64 bits
+// (nranks need not fit in an 8-bit type).
 template <typename C>
 CC_HD C DivideByRanks(C sum, int nranks) {
-  return sum / static_cast<C>(nranks);
+  if constexpr (std::is_integral<C>::value && std::is_signed<C>::value) {
+    return static_cast<C>(static_cast<int64_t>(sum) / static_cast<int64_t>(nranks));
+  } else if constexpr (std::is_integral<C>::value) {
+    return static_cast<C>(static_cast<uint64_t>(sum) / static_cast<uint64_t>(nranks));
+  } else {
+    return sum / static_cast<C>(nranks);
+  }
 }
 
 }  // namespace ccoll

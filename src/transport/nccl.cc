@@ -20,7 +20,9 @@
 namespace ccoll {
 
 // ccoll's enums were given NCCL's values, so that a port is a rename; the casts below rely on it.
-static_assert(ccInt32 == static_cast<int>(ncclInt32) && ccInt64 == static_cast<int>(ncclInt64) &&
+static_assert(ccInt8 == static_cast<int>(ncclInt8) && ccUint8 == static_cast<int>(ncclUint8) &&
+                  ccInt32 == static_cast<int>(ncclInt32) && ccUint32 == static_cast<int>(ncclUint32) &&
+                  ccInt64 == static_cast<int>(ncclInt64) && ccUint64 == static_cast<int>(ncclUint64) &&
                   ccFloat16 == static_cast<int>(ncclFloat16) && ccFloat32 == static_cast<int>(ncclFloat32) &&
                   ccFloat64 == static_cast<int>(ncclFloat64) && ccBfloat16 == static_cast<int>(ncclBfloat16),
               "ccDataType_t values are NCCL's");

@@ -54,6 +54,22 @@ def exact_rank(rank, nranks, uid, seed):
     return out, error
 
 
+WRAPPING = ["int8", "uint8", "uint32", "uint64"]
+
+
+def wrapping_rank(rank, nranks, uid, seed):
+    """Any bits of the 8-bit and unsigned integer types, every op: sums and products wrap."""
+    out = {}
+    with ranks.communicator(rank, nranks, uid) as comm:
+        for dtype in WRAPPING:
+            info = np.iinfo(dtype)
+            x = np.random.default_rng([seed, rank, WRAPPING.index(dtype)]).integers(
+                info.min, info.max, 1001, dtype=dtype, endpoint=True)
+            for op in ccoll.OPS:
+                out[(dtype, op)] = (x, comm.all_reduce(x.copy(), op=op))
+    return out
+
+
 def others_rank(rank, nranks, uid, seed):
     rng = np.random.default_rng([seed, rank])
     with ranks.communicator(rank, nranks, uid, algorithm="ring") as comm:
@@ -127,6 +143,26 @@ class TestExact(unittest.TestCase):
 
     def test_exact_4_ranks(self):
         self.check_exact(4)
+
+    def test_wrapping_integers(self):
+        nranks = 3
+        seed = np.random.SeedSequence().entropy % 2**32
+        results = ranks.run(nranks, wrapping_rank, seed)
+        for (dtype, op), (_, got) in results[0].items():
+            with self.subTest(dtype=dtype, op=op, seed=seed):
+                stack = np.stack([results[r][(dtype, op)][0] for r in range(nranks)])
+                if op in ("max", "min"):
+                    want = getattr(stack, op)(axis=0)
+                elif op == "prod":
+                    want = np.prod(stack, axis=0, dtype=dtype)  # numpy's integer products wrap too
+                else:
+                    want = np.sum(stack, axis=0, dtype=dtype)
+                    if op == "avg":  # the wrapped sum divided by nranks, toward zero
+                        want = (np.sign(want) * (np.abs(want.astype(object)) // nranks)).astype(dtype)
+                self.assertEqual(got.dtype, np.dtype(dtype))
+                np.testing.assert_array_equal(got, want)
+                for r in range(1, nranks):
+                    self.assertEqual(results[r][(dtype, op)][1].tobytes(), got.tobytes())
 
     def test_reduce_scatter_all_gather_broadcast(self):
         nranks = 3

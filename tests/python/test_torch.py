@@ -78,6 +78,12 @@ def _tensor_checks(comm, rank, seed):
     out["compressed_bf16"] = (yb.dtype == torch.bfloat16, _raw(yb), _raw(y32.to(torch.bfloat16)))
     gathered = comm.all_gather(torch.full((2, 3), rank, dtype=torch.int64))
     out["all_gather"] = (type(gathered).__name__, gathered.numpy())
+    # 8-bit tensors (masks, quantized values): any bits, a wrapping sum.
+    for name in ("int8", "uint8"):
+        info = np.iinfo(name)
+        g8 = torch.Generator().manual_seed(seed + 2000 + rank)
+        x8 = torch.randint(info.min, info.max + 1, (1001,), generator=g8, dtype=getattr(torch, name))
+        out[name] = (x8.numpy(), comm.all_reduce(x8.clone()).numpy())
     errors = {}
     try:
         comm.all_reduce(torch.zeros(4, 4)[:, 0])
@@ -233,6 +239,10 @@ class TestTorch(unittest.TestCase):
         kind, gathered = self.results[1]["tensors"]["all_gather"]
         self.assertEqual(kind, "Tensor")
         np.testing.assert_array_equal(gathered, np.arange(NRANKS).reshape(NRANKS, 1, 1) * np.ones((1, 2, 3)))
+        for name in ("int8", "uint8"):
+            inputs = np.stack([self.results[r]["tensors"][name][0] for r in range(NRANKS)])
+            for r in range(NRANKS):
+                np.testing.assert_array_equal(self.results[r]["tensors"][name][1], np.sum(inputs, axis=0, dtype=name))
 
     def test_tensor_compressed_bfloat16(self):
         for r in range(NRANKS):
