@@ -51,17 +51,17 @@ CC_HD void RotateBlock(float* x, size_t len, uint64_t base, uint32_t signKey) {
   Fwht(x, len);
 }
 
-// The inverse takes out 2^-floor(log2(len) / 2) before the transform and puts it back in the final factor, so that
-// the transform's sums stay within about sqrt(2) of the block's largest result instead of reaching sqrt(len) times
-// it (an overflow above FLT_MAX / sqrt(len)). Both are exact powers of two: wherever no value is below float's
-// normal range, the bytes are those of the plain transform followed by +-scale/sqrt(len).
+// The inverse takes out 2^-ceil(log2(len) / 2) before the transform and puts it back in the final factor, so that
+// the transform's sums stay within the block's largest result (sqrt(len) times it, without: an overflow above
+// FLT_MAX / sqrt(len)). Both are exact powers of two: wherever no value is below float's normal range, the bytes are
+// those of the plain transform followed by +-scale/sqrt(len).
 CC_HD float UnrotatePrescale(size_t len) {
   int half = 0;
-  while ((size_t{1} << (2 * (half + 1))) <= len) ++half;
+  while ((size_t{1} << (2 * half)) < len) ++half;
   return 1.0f / static_cast<float>(uint32_t{1} << half);
 }
 
-// The final factor of the inverse: scale/sqrt(len) rounded, times 2^floor(log2(len) / 2) (exact).
+// The final factor of the inverse: scale/sqrt(len) rounded, times 2^ceil(log2(len) / 2) (exact).
 CC_HD float UnrotateFactor(size_t len, float scale) {
   return scale / std::sqrt(static_cast<float>(len)) / UnrotatePrescale(len);
 }
