@@ -38,17 +38,10 @@ struct Value {
 inline Value Input(const InputSpec& spec, uint64_t seedMix, int rank, size_t index) {
   const uint64_t h = Mix(Key(seedMix, rank, index));
   Value v{0, 0};
-  switch (spec.dtype) {
-    case DType::kInt8:
-    case DType::kUint8:
-    case DType::kInt32:
-    case DType::kUint32:
-    case DType::kInt64:
-    case DType::kUint64:
-      v.i = spec.op == Op::kProd ? static_cast<int64_t>(h % 5) - 2 : static_cast<int64_t>(h % 201) - 100;
-      v.f = static_cast<double>(v.i);
-      return v;
-    default: break;
+  if (!Info(spec.dtype).isFloat) {
+    v.i = spec.op == Op::kProd ? static_cast<int64_t>(h % 5) - 2 : static_cast<int64_t>(h % 201) - 100;
+    v.f = static_cast<double>(v.i);
+    return v;
   }
   double x = Gaussianish(h);
   if (spec.op == Op::kProd) {
@@ -113,7 +106,7 @@ T IntReference(const InputSpec& spec, uint64_t seedMix, int nranks, size_t i) {
   }
 }
 
-// One rank's inputs in an integer type that may wrap them (the 8-bit and unsigned types).
+// One rank's inputs in an integer type, wrapped into it (the 8-bit and unsigned types wrap the negative ones).
 template <typename T>
 void FillInts(const InputSpec& spec, uint64_t seedMix, int rank, void* buf, size_t count) {
   auto* p = static_cast<T*>(buf);
@@ -206,16 +199,8 @@ void FillInput(const InputSpec& spec, int rank, void* buf, size_t count) {
       for (size_t i = 0; i < count; ++i) p[i] = Input(spec, seedMix, rank, i).f;
       break;
     }
-    case DType::kInt32: {
-      auto* p = static_cast<int32_t*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] = static_cast<int32_t>(Input(spec, seedMix, rank, i).i);
-      break;
-    }
-    case DType::kInt64: {
-      auto* p = static_cast<int64_t*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] = Input(spec, seedMix, rank, i).i;
-      break;
-    }
+    case DType::kInt32: FillInts<int32_t>(spec, seedMix, rank, buf, count); break;
+    case DType::kInt64: FillInts<int64_t>(spec, seedMix, rank, buf, count); break;
     case DType::kInt8: FillInts<int8_t>(spec, seedMix, rank, buf, count); break;
     case DType::kUint8: FillInts<uint8_t>(spec, seedMix, rank, buf, count); break;
     case DType::kUint32: FillInts<uint32_t>(spec, seedMix, rank, buf, count); break;
