@@ -34,6 +34,7 @@
 #include "core/device_proxy.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "group.h"
 #include "raw_enum.h"
 
 using ccoll::CollArgs;
@@ -443,30 +444,30 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;
   staged.stream = c.stream;
-  staged.in = args.send;
-  staged.out = args.recv;
+  void* in = const_cast<void*>(args.send);
   size_t hostSend = 0, hostRecv = 0;  // offsets of the host schedule's buffers in the staging buffer
-  switch (c.kind) {
-    case Kind::kAllReduce:
-    case Kind::kBroadcast:
-    case Kind::kReduce:
-      if (resident) break;  // nothing staged: the proxy runs the call on the device buffers
-      staged.stagingBytes = bytes;
-      staged.inBytes = c.kind != Kind::kBroadcast || comm->rank == args.root ? bytes : 0;
-      staged.outBytes = c.kind != Kind::kReduce || comm->rank == args.root ? bytes : 0;
-      break;
-    case Kind::kReduceScatter:
-      if (resident) break;
-      staged.stagingBytes = staged.inBytes = n * bytes;
-      staged.outBytes = bytes;
-      staged.outOffset = hostRecv = mine;
-      break;
-    case Kind::kAllGather:
-      if (resident) break;
-      staged.stagingBytes = staged.outBytes = n * bytes;
-      staged.inBytes = bytes;
-      staged.inOffset = hostSend = mine;
-      break;
+  if (!resident) {  // (resident: nothing staged, the proxy runs the call on the device buffers)
+    switch (c.kind) {
+      case Kind::kAllReduce:
+      case Kind::kBroadcast:
+      case Kind::kReduce:
+        staged.stagingBytes = bytes;
+        if (c.kind != Kind::kBroadcast || comm->rank == args.root) staged.ins.push_back({in, 0, bytes});
+        if (c.kind != Kind::kReduce || comm->rank == args.root) staged.outs.push_back({args.recv, 0, bytes});
+        break;
+      case Kind::kReduceScatter:
+        staged.stagingBytes = n * bytes;
+        staged.ins.push_back({in, 0, n * bytes});
+        staged.outs.push_back({args.recv, mine, bytes});
+        hostRecv = mine;
+        break;
+      case Kind::kAllGather:
+        staged.stagingBytes = n * bytes;
+        staged.ins.push_back({in, mine, bytes});
+        staged.outs.push_back({args.recv, 0, n * bytes});
+        hostSend = mine;
+        break;
+    }
   }
   // The compressor counts the queued call until the work is gone (run, skipped, or never queued), so that
   // destroying or changing it waits for the call.
@@ -537,6 +538,10 @@ ccResult_t RefuseOrFail(ccComm* comm, const Call& c, ccResult_t r) {
 ccResult_t Run(ccComm* comm, const Call& c) {
   const char* fn = KindName(c.kind);
   return ccoll::Guarded(fn, [&]() -> ccResult_t {
+    if (ccoll::InGroup()) {  // made, with its checks, at ccGroupEnd
+      ccoll::GroupAddCall(comm, [comm, c] { return Run(comm, c); });
+      return ccSuccess;
+    }
     ccoll::CommUse use(comm);
     if (comm == nullptr) return Fail(ccInvalidArgument, "%s: comm is NULL", fn);
     if (!use.ok()) {

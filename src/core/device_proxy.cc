@@ -219,8 +219,9 @@ struct DeviceProxy::Impl {
       s.host = static_cast<char*>(fresh);
       s.bytes = bytes;
     }
-    if (call.inBytes > 0) {
-      CC_CUDA(cudaMemcpyAsync(s.host + call.inOffset, call.in, call.inBytes, cudaMemcpyDeviceToHost, stream),
+    for (const StagedCopy& in : call.ins) {
+      if (in.bytes == 0) continue;
+      CC_CUDA(cudaMemcpyAsync(s.host + in.offset, in.device, in.bytes, cudaMemcpyDeviceToHost, stream),
               "cudaMemcpyAsync (device to staging)");
     }
     CC_CUDA(cudaEventRecord(s.in, stream), "cudaEventRecord");
@@ -234,8 +235,9 @@ struct DeviceProxy::Impl {
     // From here the call is queued: the proxy runs it whatever happens below (the peers expect it).
     s.used = true;
     CC_CUDA(LaunchStreamWait(flagDevice, ticket, stream), "the stream wait kernel launch");
-    if (call.outBytes > 0) {
-      CC_CUDA(cudaMemcpyAsync(call.out, s.host + call.outOffset, call.outBytes, cudaMemcpyHostToDevice, stream),
+    for (const StagedCopy& out : call.outs) {
+      if (out.bytes == 0) continue;
+      CC_CUDA(cudaMemcpyAsync(out.device, s.host + out.offset, out.bytes, cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync (staging to device)");
     }
     CC_CUDA(cudaEventRecord(s.done, stream), "cudaEventRecord");

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "ccoll.h"
 
@@ -24,16 +25,19 @@ struct ccComm;
 
 namespace ccoll {
 
-// What one device call moves: inBytes from `in` (device) to staging + inOffset before the host work, outBytes from
-// staging + outOffset to `out` (device) after it. The staging buffer holds stagingBytes.
+// One copy of a device call: `bytes` bytes between device memory at `device` and the staging buffer + `offset`.
+struct StagedCopy {
+  void* device = nullptr;
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+// What one device call moves: each of `ins` from the device into staging before the host work, each of `outs` from
+// staging to the device after it, in order. The staging buffer holds stagingBytes.
 struct StagedCall {
   ccStream_t stream = nullptr;
-  const void* in = nullptr;
-  size_t inBytes = 0;
-  size_t inOffset = 0;
-  void* out = nullptr;
-  size_t outBytes = 0;
-  size_t outOffset = 0;
+  std::vector<StagedCopy> ins;
+  std::vector<StagedCopy> outs;
   size_t stagingBytes = 0;
 };
 
