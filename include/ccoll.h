@@ -170,12 +170,12 @@ typedef struct {
   uint64_t bytesReceived;  /**< Payload bytes this rank has received from peers since init. */
   uint64_t collectives;    /**< Collectives this rank has completed since init. */
   uint64_t callCheckBytesSent; /**< Of bytesSent: the call check's records (CC_CHECK_CALLS), ceil(log2 n) per call. */
-  uint64_t nominalBytesSent;   /**< Of bytesSent: computed, not counted: the exact calls handed to NCCL (transport
-                                    nccl; there also the parts of compressed calls that are exact all-reduces: the
-                                    sparsifiers' chunks, PowerSGD's factors, scales and norms), counted as ring
-                                    schedules would send them whatever algorithm NCCL chose: 2(n-1)/n of the buffer
-                                    for an all-reduce, (n-1)/n for a broadcast or a reduce, n-1 blocks for a
-                                    reduce-scatter or an all-gather. */
+  uint64_t nominalBytesSent;   /**< Of bytesSent: computed, not counted: what is handed to NCCL (transport nccl):
+                                    the exact calls, the sends, and the parts of compressed calls that are exact
+                                    all-reduces (the sparsifiers' chunks, PowerSGD's factors, scales and norms),
+                                    counted as ring schedules would send them whatever algorithm NCCL chose: 2(n-1)/n
+                                    of the buffer for an all-reduce, (n-1)/n for a broadcast or a reduce, n-1 blocks
+                                    for a reduce-scatter or an all-gather, the buffer for a send. */
 } ccCommStats_t;
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -373,6 +373,48 @@ CC_API ccResult_t ccBroadcast(const void* sendbuff, void* recvbuff, size_t count
  */
 CC_API ccResult_t ccReduce(const void* sendbuff, void* recvbuff, size_t count, ccDataType_t datatype, ccRedOp_t op,
                            int root, ccComm_t comm, ccStream_t stream);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Point-to-point and groups                                                                                    */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/**
+ * Point-to-point, like ncclSend and ncclRecv: count elements from this rank's sendbuff to rank peer, which receives
+ * them with a matching ccRecv. The k-th ccSend from rank a to rank b matches the k-th ccRecv at b from a, and the
+ * two must have the same byte count (count times the datatype's size): a mismatch is ccInvalidUsage on both ranks
+ * and fails the communicator, as any failure during communication does. Nothing is reduced and nothing is
+ * compressed; the call is not checked across ranks (point-to-point calls are not collective).
+ * - Host buffers: the call blocks until sendbuff may be reused (ccSend) or recvbuff holds the data (ccRecv). A send
+ *   may wait for its receive to be posted, so two ranks that exchange data must put their send and receive in one
+ *   group (ccGroupStart / ccGroupEnd), as with NCCL.
+ * - Device buffers: stream-ordered, as the collectives are. Over transport nccl they are ncclSend and ncclRecv;
+ *   otherwise they are staged through host memory by the communicator's proxy thread.
+ * - A send to this rank itself (peer == rank) must be in a group with its receive; it is a copy.
+ * - Bad arguments (a NULL buffer with count > 0, a peer out of range, an unknown datatype, host buffers with a
+ *   stream) return ccInvalidArgument or ccInvalidUsage before anything moves.
+ */
+CC_API ccResult_t ccSend(const void* sendbuff, size_t count, ccDataType_t datatype, int peer, ccComm_t comm,
+                         ccStream_t stream);
+CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, int peer, ccComm_t comm,
+                         ccStream_t stream);
+
+/**
+ * Groups, like ncclGroupStart and ncclGroupEnd. Between them, this thread's ccSend, ccRecv and collective calls are
+ * only recorded; ccGroupEnd issues them and returns when they are done (host buffers) or queued (device buffers).
+ * - The sends and receives of one communicator progress together: posted at once, then waited for, so their order
+ *   inside the group does not matter. Then its collectives run, in call order.
+ * - Calls on several communicators (one thread driving the ranks of ccCommInitAll) run side by side, one thread per
+ *   communicator, so that they do not wait for one another.
+ * - Groups nest; only the outermost ccGroupEnd issues the calls.
+ * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once and makes ccGroupEnd
+ *   return it too, without issuing any call of the group. A collective's arguments are checked when ccGroupEnd makes
+ *   it (a refusal reaches the other ranks through the call check, as outside a group). ccGroupEnd returns the first
+ *   failure of the group's calls (with its sentence in ccGetLastError(NULL)); each communicator's failures are
+ *   recorded on it as outside a group. ccGroupEnd without ccGroupStart is ccInvalidUsage.
+ * - Sends and receives of one communicator in one group take either host buffers or device buffers on one stream.
+ */
+CC_API ccResult_t ccGroupStart(void);
+CC_API ccResult_t ccGroupEnd(void);
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Compressors                                                                                                  */

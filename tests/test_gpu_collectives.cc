@@ -381,6 +381,67 @@ TEST_CASE("[gpu] reduce-scatter, all-gather, broadcast and reduce on device buff
   }
 }
 
+// ccSend and ccRecv on device buffers, staged by the proxy: a ring exchange and a send to the rank itself in one group,
+// equal to the same group on host buffers (itself checked against the senders' bytes in test_p2p).
+TEST_CASE("[gpu] point-to-point in a group on device buffers equals the host group", "[gpu][device][p2p]") {
+  SKIP_WITHOUT_DEVICE();
+  for (int n : {1, 2, 4}) {
+    Group g = DeviceGroup(n);
+    REQUIRE(g.status == ccSuccess);
+    Streams st(n);
+    const size_t count = 30011, half = count / 2;
+    const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 31 + n);
+    Issue p2p = [&](int r, const void* s, void* d, ccStream_t stream) {
+      char* out = static_cast<char*>(d);
+      ccGroupStart();
+      ccRecv(out, count, ccFloat32, (r + n - 1) % n, g[r], stream);
+      ccSend(s, count, ccFloat32, (r + 1) % n, g[r], stream);
+      ccSend(static_cast<const char*>(s) + 4, half, ccFloat32, r, g[r], stream);
+      ccRecv(out + count * 4, half, ccFloat32, r, g[r], stream);
+      return ccGroupEnd();
+    };
+    INFO(n << " ranks");
+    Outcome host = OnHost(g, in, (count + half) * 4, p2p);
+    REQUIRE(host.Failure() == "");
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(std::memcmp(host.out[r].data(), in[(r + n - 1) % n].data(), count * 4) == 0);
+      REQUIRE(std::memcmp(host.out[r].data() + count * 4, in[r].data() + 4, half * 4) == 0);
+    }
+    Outcome dev = OnDevice(g, st, in, (count + half) * 4, p2p);
+    REQUIRE(dev.Failure() == "");
+    for (int r = 0; r < n; ++r) CHECK(FirstDifference(dev.out[r], host.out[r]) == "");
+  }
+}
+
+TEST_CASE("[gpu] point-to-point on device buffers: bad calls are refused before anything moves", "[gpu][device][p2p]") {
+  SKIP_WITHOUT_DEVICE();
+  Group g = DeviceGroup(2);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(2);
+  void* dev = nullptr;
+  REQUIRE(cudaMalloc(&dev, 64) == cudaSuccess);
+  float host[16] = {};
+  // Host and device buffers of one communicator in one group.
+  REQUIRE(ccGroupStart() == ccSuccess);
+  REQUIRE(ccSend(dev, 16, ccFloat32, 0, g[0], st[0]) == ccSuccess);
+  REQUIRE(ccRecv(host, 16, ccFloat32, 0, g[0], nullptr) == ccSuccess);
+  REQUIRE(ccGroupEnd() == ccInvalidUsage);
+  CHECK(Contains(ccGetLastError(nullptr), "mixes host and device buffers"));
+  // Two streams.
+  REQUIRE(ccGroupStart() == ccSuccess);
+  REQUIRE(ccSend(dev, 16, ccFloat32, 0, g[0], st[0]) == ccSuccess);
+  REQUIRE(ccRecv(dev, 16, ccFloat32, 0, g[0], st[1]) == ccSuccess);
+  REQUIRE(ccGroupEnd() == ccInvalidUsage);
+  CHECK(Contains(ccGetLastError(nullptr), "mixes streams"));
+  ccResult_t async = ccSuccess;
+  REQUIRE(ccCommGetAsyncError(g[0], &async) == ccSuccess);
+  CHECK(async == ccSuccess);
+  // A device send to the rank itself outside a group.
+  CHECK(ccSend(dev, 16, ccFloat32, 0, g[0], st[0]) == ccInvalidUsage);
+  CHECK(Contains(ccGetLastError(g[0]), "both must be in one ccGroupStart/ccGroupEnd"));
+  cudaFree(dev);
+}
+
 // Ranks 0 and 1 on host buffers, 2 and 3 on device buffers: the local transport copies between the two kinds with
 // the device side's copier, and within each kind (with CC_CHECKSUM=1, the messages from 0 to 1 carry a CRC that is
 // checked, those with a device side none). The result is the all-host call's, byte for byte, on every rank.

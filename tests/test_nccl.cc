@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -609,6 +610,74 @@ TEST_CASE("[nccl] reduce-scatter, all-gather, broadcast and reduce", "[gpu][nccl
   }
   const Bytes rd(outs[root].data.begin() + count * 4 * (2 * n + 1), outs[root].data.end());
   CHECK(CheckAgainst(rd, ccFloat32, ref, tol) == "");
+}
+
+// ccSend and ccRecv over transport nccl: one group per rank with an all-to-all (a different size per pair, the sends
+// to the rank itself included) and, between groups, blocking-order sends and receives on the stream.
+TEST_CASE("[nccl] point-to-point: an all-to-all group and ordered sends deliver the senders' bytes",
+          "[gpu][nccl][p2p]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  const int n = 3;
+  const uint64_t seed = FreshSeed();
+  INFO("seed " << seed);
+  auto countOf = [](int from, int to) { return size_t{1000} + static_cast<size_t>(from * 7 + to); };
+  std::vector<std::vector<Bytes>> in(n);
+  for (int r = 0; r < n; ++r) {
+    for (int p = 0; p < n; ++p) in[r].push_back(Inputs(1, countOf(r, p), ccInt32, seed + r * n + p)[0]);
+  }
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  // Each rank returns what it received from ranks 0..n-1, then what rank 0 sent it in two ordered sends.
+  std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+    Rank k(id, r, n);
+    if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+    std::vector<std::unique_ptr<DeviceBuffer>> send, recv;
+    for (int p = 0; p < n; ++p) {
+      send.push_back(std::make_unique<DeviceBuffer>(countOf(r, p) * 4));
+      recv.push_back(std::make_unique<DeviceBuffer>(countOf(p, r) * 4));
+      if (!k.ToDevice(send.back()->p, in[r][p])) return out->Fail(ccUnhandledCudaError, "copy in");
+    }
+    ccGroupStart();
+    for (int p = n - 1; p >= 0; --p) ccRecv(recv[p]->p, countOf(p, r), ccInt32, p, k.comm, k.s());
+    for (int p = 0; p < n; ++p) ccSend(send[p]->p, countOf(r, p), ccInt32, p, k.comm, k.s());
+    ccResult_t rc = ccGroupEnd();
+    if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(nullptr));
+    // Ordered: rank 0 sends its two first buffers to every other rank, one call each (stream-ordered, no group).
+    DeviceBuffer first(countOf(0, 0) * 4), second(countOf(0, 1) * 4);
+    for (int p = 1; p < n && r == 0 && rc == ccSuccess; ++p) {
+      rc = ccSend(send[0]->p, countOf(0, 0), ccInt32, p, k.comm, k.s());
+      if (rc == ccSuccess) rc = ccSend(send[1]->p, countOf(0, 1), ccInt32, p, k.comm, k.s());
+    }
+    if (r != 0) {
+      rc = ccRecv(first.p, countOf(0, 0), ccInt32, 0, k.comm, k.s());
+      if (rc == ccSuccess) rc = ccRecv(second.p, countOf(0, 1), ccInt32, 0, k.comm, k.s());
+    }
+    if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+    for (int p = 0; p < n; ++p) {
+      Bytes got;
+      k.FromDevice(&got, recv[p]->p, countOf(p, r) * 4);
+      out->data.insert(out->data.end(), got.begin(), got.end());
+    }
+    if (r != 0) {
+      Bytes a, b;
+      k.FromDevice(&a, first.p, countOf(0, 0) * 4);
+      k.FromDevice(&b, second.p, countOf(0, 1) * 4);
+      out->data.insert(out->data.end(), a.begin(), a.end());
+      out->data.insert(out->data.end(), b.begin(), b.end());
+    }
+    Settle(k, out);
+  });
+  REQUIRE(Failure(outs) == "");
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r);
+    Bytes expect;
+    for (int p = 0; p < n; ++p) expect.insert(expect.end(), in[p][r].begin(), in[p][r].end());
+    if (r != 0) {
+      expect.insert(expect.end(), in[0][0].begin(), in[0][0].end());
+      expect.insert(expect.end(), in[0][1].begin(), in[0][1].end());
+    }
+    CHECK(FirstDifference(outs[r].data, expect) == "");
+  }
 }
 
 TEST_CASE("[nccl] compressed all-reduce: the host ring's bytes, the same on every rank, within its error bound",

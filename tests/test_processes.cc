@@ -15,6 +15,7 @@
 
 #include "ccoll.h"
 #include "compress/float16.h"
+#include "core/comm.h"
 
 namespace {
 
@@ -290,6 +291,82 @@ void SplitCase(ccComm_t comm) {
 
 }  // namespace
 
+// Rank `from`'s bytes for rank `to`, message k: any bits.
+std::vector<unsigned char> P2PBytes(int from, int to, int k, size_t bytes) {
+  std::vector<unsigned char> b(bytes);
+  const uint64_t key = (uint64_t(from) << 40) ^ (uint64_t(to) << 24) ^ (uint64_t(k) << 56);
+  for (size_t i = 0; i < bytes; ++i) b[i] = static_cast<unsigned char>(Mix(key ^ i));
+  return b;
+}
+
+// ccSend and ccRecv between processes over UCX: a ring exchange and an all-to-all (sends to the rank itself
+// included) in groups, ordered blocking sends, and exchanges between all-reduces whose call numbers cross the one UCX
+// would read as point-to-point's (the tag carries 24 bits of it).
+void PointToPointCase(ccComm_t comm) {
+  const int n = gRanks, r = gRank;
+  bool ok = true;
+  std::string why;
+  auto fail = [&](const std::string& w) {
+    if (ok) why = w;
+    ok = false;
+  };
+  for (size_t bytes : {size_t{1}, size_t{1023}, (size_t{1} << 22) + 3}) {
+    const auto in = P2PBytes(r, (r + 1) % n, 0, bytes);
+    std::vector<unsigned char> out(bytes, 0);
+    ccGroupStart();
+    ccSend(in.data(), bytes, ccUint8, (r + 1) % n, comm, nullptr);
+    ccRecv(out.data(), bytes, ccUint8, (r + n - 1) % n, comm, nullptr);
+    if (ccGroupEnd() != ccSuccess) fail(std::string("ring group: ") + ccGetLastError(nullptr));
+    if (out != P2PBytes((r + n - 1) % n, r, 0, bytes)) fail("ring bytes at " + std::to_string(bytes));
+  }
+  // All-to-all: a size per pair.
+  auto countOf = [](int from, int to) { return size_t{4000} + size_t(from) * 13 + size_t(to); };
+  std::vector<std::vector<unsigned char>> in(n), out(n);
+  ccGroupStart();
+  for (int p = 0; p < n; ++p) {
+    in[p] = P2PBytes(r, p, 1, countOf(r, p) * 4);
+    out[p].assign(countOf(p, r) * 4, 0);
+    ccSend(in[p].data(), countOf(r, p), ccFloat32, p, comm, nullptr);
+    ccRecv(out[p].data(), countOf(p, r), ccFloat32, p, comm, nullptr);
+  }
+  if (ccGroupEnd() != ccSuccess) fail(std::string("all-to-all group: ") + ccGetLastError(nullptr));
+  for (int p = 0; p < n; ++p) {
+    if (out[p] != P2PBytes(p, r, 1, countOf(p, r) * 4)) fail("all-to-all bytes from " + std::to_string(p));
+  }
+  // Ordered: rank 0 sends three messages (small, large, small) to every other rank, one blocking call each.
+  const size_t sizes[] = {16, size_t{1} << 20, 3};
+  for (int k = 0; k < 3 && n > 1; ++k) {
+    if (r == 0) {
+      for (int p = 1; p < n; ++p) {
+        const auto b = P2PBytes(0, p, 2 + k, sizes[k]);
+        if (ccSend(b.data(), sizes[k], ccInt8, p, comm, nullptr) != ccSuccess) fail(ccGetLastError(comm));
+      }
+    } else {
+      std::vector<unsigned char> b(sizes[k], 0);
+      if (ccRecv(b.data(), sizes[k], ccInt8, 0, comm, nullptr) != ccSuccess) fail(ccGetLastError(comm));
+      if (b != P2PBytes(0, r, 2 + k, sizes[k])) fail("ordered message " + std::to_string(k));
+    }
+  }
+  // Between all-reduces whose call numbers cross 0xffffff (set alike on every rank).
+  comm->seq = 0xfffff8;
+  for (int k = 0; k < 12 && ok; ++k) {
+    std::vector<int64_t> x(1000, r + k);
+    if (ccAllReduce(x.data(), x.data(), x.size(), ccInt64, ccSum, nullptr, comm, nullptr) != ccSuccess) {
+      fail(std::string("all-reduce: ") + ccGetLastError(comm));
+    }
+    if (x[999] != int64_t(n) * (n - 1) / 2 + int64_t(n) * k) fail("all-reduce value");
+    const auto a = P2PBytes(r, (r + 1) % n, 10 + k, 777);
+    std::vector<unsigned char> b(777, 0);
+    ccGroupStart();
+    ccRecv(b.data(), 777, ccUint8, (r + n - 1) % n, comm, nullptr);
+    ccSend(a.data(), 777, ccUint8, (r + 1) % n, comm, nullptr);
+    if (ccGroupEnd() != ccSuccess) fail(std::string("exchange: ") + ccGetLastError(nullptr));
+    if (b != P2PBytes((r + n - 1) % n, r, 10 + k, 777)) fail("exchange bytes " + std::to_string(k));
+  }
+  if (comm->seq <= 0xffffff) fail("the call numbers did not cross 0xffffff");
+  Report(ok, "point-to-point: " + why);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
@@ -331,6 +408,7 @@ int main(int argc, char** argv) {
     CompressedCase(comm, "topk:density=0.5", 1.0);
     CompressedCase(comm, "randk:density=0.5", 1.0);
     if (algo == ccAlgoRing) SplitCase(comm);
+    if (algo == ccAlgoRing) PointToPointCase(comm);
     ccCommStats_t stats;
     stats.size = sizeof(stats);
     Report(ccCommGetStats(comm, &stats) == ccSuccess && (gRanks == 1 || stats.bytesSent > 0), "stats");

@@ -142,7 +142,7 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   if (anyDeviceCodec != nullptr) *anyDeviceCodec = mine.deviceCodec != 0;
   const int n = comm->nranks, r = comm->rank;
   if (n == 1) return ccSuccess;
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   Agreement acc = Start(mine, r);
   std::vector<Agreement> sent;  // step k's send reads sent[k] until it completes
   sent.reserve(32);

@@ -42,7 +42,7 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, WireKind kind, float* work
                           size_t slot, int depth) {
   const int n = comm->nranks, r = comm->rank;
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
   const size_t rounds = (PartSize(count, n, 0) + sliceElems - 1) / sliceElems;
   const uint64_t steps = 2 * static_cast<uint64_t>(n - 1);  // messages per slice: reduce-scatter, then all-gather
@@ -169,7 +169,7 @@ ccResult_t CompressedRing(ccComm* comm, Codec& codec, WireKind kind, float* work
 ccResult_t CompressedTree(ccComm* comm, Codec& codec, WireKind kind, float* work, size_t count, char* wire,
                           size_t slot) {
   const int n = comm->nranks;
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / sizeof(float));
   TreeNode nodes[2];
   DoubleBinaryTree(n, comm->rank, nodes);

@@ -24,7 +24,7 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
   const size_t es = a.eltSize;
   CallBuffers mem(comm, a);
   if (n == 1) return OneRank(mem, a, a.count);
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
   const size_t rounds = (PartSize(a.count, n, 0) + sliceElems - 1) / sliceElems;
@@ -79,7 +79,7 @@ ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& a) {
   const size_t block = a.count;  // elements each rank ends with
   CallBuffers mem(comm, a);
   if (n == 1) return OneRank(mem, a, block);
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
   const size_t rounds = (block + sliceElems - 1) / sliceElems;
@@ -117,7 +117,7 @@ ccResult_t RingAllGather(ccComm* comm, const CollArgs& a) {
   CallBuffers mem(comm, a);
   CC_CHECK(mem->Copy(At(a.recv, r * block, es), a.send, block * es));
   if (n == 1) return ccSuccess;
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
   const size_t rounds = (block + sliceElems - 1) / sliceElems;
@@ -145,7 +145,7 @@ ccResult_t RingBroadcast(ccComm* comm, const CollArgs& a) {
   CallBuffers mem(comm, a);
   if (r == a.root) CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
   if (n == 1 || a.count == 0) return ccSuccess;
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const bool last = next == a.root;
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
@@ -175,7 +175,7 @@ ccResult_t RingReduce(ccComm* comm, const CollArgs& a) {
   CallBuffers mem(comm, a);
   if (n == 1) return OneRank(mem, a, a.count);
   if (a.count == 0) return ccSuccess;
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const bool first = prev == a.root, isRoot = r == a.root;
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);

@@ -31,7 +31,7 @@ ccResult_t TreeAllReduce(ccComm* comm, const CollArgs& a) {
     if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));
     return ccSuccess;
   }
-  const uint64_t seq = ++comm->seq;
+  const uint64_t seq = comm->NextSeq();
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
   TreeNode nodes[2];
   DoubleBinaryTree(n, comm->rank, nodes);

@@ -71,6 +71,17 @@ struct ccComm {
   char* ScratchSlot(int i) { return scratch.data() + static_cast<size_t>(i) * config.sliceBytes; }
 
   uint64_t seq = 0;  // collectives started on this rank; the high bits of every tag
+  // The seq of the next collective. Skips the values that UCX (which carries 24 bits of seq) would read as
+  // kPointToPointSeq, the seq of every point-to-point message.
+  uint64_t NextSeq() {
+    ++seq;
+    if ((seq & 0xffffff) == kPointToPointSeq) ++seq;
+    return seq;
+  }
+  static constexpr uint64_t kPointToPointSeq = 0xffffff;
+  // Point-to-point messages (collectives/p2p.h) sent to and received from each peer: their tags' index. Sized at
+  // the first one; touched only by the thread that runs this communicator's calls.
+  std::vector<uint64_t> p2pSent, p2pReceived;
   // Work of the running call that its schedule's waits run piece by piece (Inflight::Wait), set by IdleScope; only
   // the thread running the call touches it.
   ccoll::IdleWork* idleWork = nullptr;

@@ -128,8 +128,8 @@ void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
   } else if (!sizeOk) {
     char msg[256];
     std::snprintf(msg, sizeof(msg),
-                  "rank %d sent %zu bytes but rank %d expects %zu bytes (tag %llu): the ranks called the "
-                  "collective with different counts, datatypes or collectives",
+                  "rank %d sent %zu bytes but rank %d expects %zu bytes (tag %llu): the ranks called with "
+                  "different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)",
                   send->self, send->bytes, recv->self, recv->bytes, static_cast<unsigned long long>(send->tag));
     for (LocalRequest* r : {send, recv}) {
       r->state = State::kError;

@@ -81,7 +81,7 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
                              : got < sizeof(WireHeader) ? std::string("a message shorter than a wire header")
                                                         : std::to_string(got - sizeof(WireHeader)) + " bytes";
     return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
-                "called the collective with different counts, datatypes or collectives", rank, r.bytes, r.peer,
+                "called with different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)", rank, r.bytes, r.peer,
                 static_cast<unsigned long long>(r.tag), what.c_str());
   }
   if (r.status != UCS_OK) {

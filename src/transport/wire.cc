@@ -43,6 +43,8 @@ const char* WireKindName(WireKind kind) {
       return "data message";
     case kWireCallCheck:
       return "call-check record";
+    case kWirePointToPoint:
+      return "point-to-point message";
     case kWireCodecBase + ccCompressCast16:
       return "cast16 payload";
     case kWireCodecBase + ccCompressQuant:

@@ -21,6 +21,7 @@ constexpr uint8_t kWireFlagCrc = 1;  // `crc` holds the payload's CRC32C
 using WireKind = uint16_t;
 constexpr WireKind kWireData = 1;           // elements of the user's datatype (exact collectives, metadata)
 constexpr WireKind kWireCallCheck = 2;      // the call check's agreement record
+constexpr WireKind kWirePointToPoint = 3;   // a ccSend's elements
 constexpr WireKind kWireCodecBase = 0x100;  // + ccCompressorKind_t: one codec's messages
 
 struct WireHeader {

@@ -1,0 +1,129 @@
+// C API entry points ccGroupStart and ccGroupEnd, and the recording of the calls made between them.
+#include "group.h"
+
+#include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "api_guard.h"
+#include "core/error.h"
+#include "p2p.h"
+
+namespace ccoll {
+namespace {
+
+// What the group holds for one communicator, in call order.
+struct Batch {
+  ccComm* comm = nullptr;
+  std::vector<GroupedTransfer> transfers;
+  std::vector<std::function<ccResult_t()>> calls;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<Batch> batches;  // by first use of the communicator
+  ccResult_t failed = ccSuccess;
+  std::string failure;  // the first failed call's sentence
+};
+
+thread_local GroupState gGroup;
+
+Batch& BatchOf(ccComm* comm) {
+  for (Batch& b : gGroup.batches) {
+    if (b.comm == comm) return b;
+  }
+  gGroup.batches.push_back(Batch{});
+  gGroup.batches.back().comm = comm;
+  return gGroup.batches.back();
+}
+
+struct Outcome {
+  ccResult_t result = ccSuccess;
+  std::string error;
+};
+
+// The transfers together, then each collective; every call is made, and the first failure is the batch's.
+Outcome RunBatch(const Batch& b) {
+  Outcome o;
+  auto note = [&o](ccResult_t r) {
+    if (r != ccSuccess && o.result == ccSuccess) {
+      o.result = r;
+      o.error = LastError();
+    }
+  };
+  if (!b.transfers.empty()) note(Guarded("ccGroupEnd", [&] { return IssueTransfers(b.comm, b.transfers); }));
+  for (const auto& call : b.calls) note(call());
+  return o;
+}
+
+}  // namespace
+
+bool InGroup() { return gGroup.depth > 0; }
+
+void GroupAddTransfer(ccComm* comm, const GroupedTransfer& t) { BatchOf(comm).transfers.push_back(t); }
+
+void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call) { BatchOf(comm).calls.push_back(std::move(call)); }
+
+void GroupFail(ccResult_t r) {
+  if (gGroup.failed != ccSuccess) return;
+  gGroup.failed = r;
+  gGroup.failure = LastError();
+}
+
+}  // namespace ccoll
+
+extern "C" {
+
+CC_API ccResult_t ccGroupStart(void) {
+  return ccoll::Guarded("ccGroupStart", [] {
+    ++ccoll::gGroup.depth;
+    return ccSuccess;
+  });
+}
+
+CC_API ccResult_t ccGroupEnd(void) {
+  using ccoll::gGroup;
+  return ccoll::Guarded("ccGroupEnd", []() -> ccResult_t {
+    if (gGroup.depth == 0) return ccoll::Fail(ccInvalidUsage, "ccGroupEnd: this thread has no open ccGroupStart");
+    if (--gGroup.depth > 0) return ccSuccess;
+    std::vector<ccoll::Batch> batches = std::move(gGroup.batches);
+    gGroup.batches.clear();
+    const ccResult_t failed = gGroup.failed;
+    const std::string failure = std::move(gGroup.failure);
+    gGroup.failed = ccSuccess;
+    gGroup.failure.clear();
+    if (failed != ccSuccess) {
+      return ccoll::Fail(failed, "ccGroupEnd: a call of the group failed its checks, so none was issued (%s)",
+                         failure.c_str());
+    }
+    // One communicator: its calls run here. Several: one thread each, so that the ranks of one process (driven by
+    // this thread) do not wait for one another. A thread that cannot start leaves its batch to this thread, after.
+    std::vector<ccoll::Outcome> outcomes(batches.size());
+    std::vector<std::thread> threads;
+    std::vector<size_t> inline_;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      if (batches.size() == 1) {
+        inline_.push_back(i);
+        continue;
+      }
+      try {
+        threads.emplace_back([&batches, &outcomes, i] { outcomes[i] = ccoll::RunBatch(batches[i]); });
+      } catch (const std::system_error&) {
+        inline_.push_back(i);
+      }
+    }
+    for (size_t i : inline_) outcomes[i] = ccoll::RunBatch(batches[i]);
+    for (std::thread& t : threads) t.join();
+    for (const ccoll::Outcome& o : outcomes) {
+      if (o.result != ccSuccess) {
+        ccoll::SetLastError(o.error);
+        return o.result;
+      }
+    }
+    return ccSuccess;
+  });
+}
+
+}  // extern "C"

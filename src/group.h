@@ -1,0 +1,30 @@
+// ccGroupStart / ccGroupEnd: between them, this thread's calls are recorded per communicator and issued at the
+// outermost ccGroupEnd: each communicator's sends and receives together (p2p.h), then its collectives in call order;
+// several communicators side by side, one thread each.
+#pragma once
+
+#include <functional>
+
+#include "ccoll.h"
+#include "collectives/p2p.h"
+
+namespace ccoll {
+
+// Whether this thread is inside a group.
+bool InGroup();
+
+// One recorded send or receive; the entry point checked its arguments.
+struct GroupedTransfer {
+  PointToPoint op;
+  bool onDevice = false;
+  ccStream_t stream = nullptr;
+};
+
+// Records a send or receive on comm.
+void GroupAddTransfer(ccComm* comm, const GroupedTransfer& t);
+// Records a collective call on comm; `call` runs it at ccGroupEnd (with its own checks then).
+void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call);
+// A call of the group failed its checks with r (its sentence in LastError): ccGroupEnd returns r and issues nothing.
+void GroupFail(ccResult_t r);
+
+}  // namespace ccoll

@@ -1,0 +1,231 @@
+// C API entry points ccSend and ccRecv: arguments checked here, before anything moves; then the transfer is issued
+// at once, or recorded for ccGroupEnd inside a group.
+#include "p2p.h"
+
+#include <string>
+#include <vector>
+
+#include "api_guard.h"
+#include "collectives/p2p.h"
+#include "collectives/reduce.h"
+#include "core/comm.h"
+#include "core/device_proxy.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "raw_enum.h"
+#ifdef CCOLL_HAVE_CUDA
+#include "collectives/device_prepare.h"
+#endif
+
+using ccoll::Fail;
+
+namespace ccoll {
+namespace {
+
+// Whether the communicator can take a call: its init has finished and it has not failed.
+ccResult_t Usable(ccComm* comm, const char* fn) {
+  const int async = comm->AsyncError();
+  if (async == ccInProgress) {
+    return Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished (poll "
+                "ccCommGetAsyncError)", fn, comm->rank);
+  }
+  if (async != ccSuccess) {
+    return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
+                comm->rank, ResultName(static_cast<ccResult_t>(async)));
+  }
+  return ccSuccess;
+}
+
+// A failure once transfers were posted: the peers' matching transfers are out of step, so the communicator is done
+// for (its peers fail at once instead of waiting for the timeout).
+ccResult_t FailCommunicator(ccComm* comm, const char* fn, ccResult_t r) {
+  const std::string prefix = std::string(fn) + ": ";
+  const std::string sentence = LastError().rfind(prefix, 0) == 0 ? LastError() : prefix + LastError();
+  SetLastError(sentence);
+  comm->RecordError(sentence);
+  comm->failedInStep = false;
+  comm->asyncError = r;
+  comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
+  return r;
+}
+
+// Refused before anything moved: the communicator stays usable, and the sentence is recorded on it.
+ccResult_t Refuse(ccComm* comm, const char* fn, ccResult_t r) {
+  const std::string prefix = std::string(fn) + ": ";
+  if (LastError().rfind(prefix, 0) != 0) SetLastError(prefix + LastError());
+  comm->RecordError(LastError());
+  return r;
+}
+
+std::vector<PointToPoint> Ops(const std::vector<GroupedTransfer>& transfers) {
+  std::vector<PointToPoint> ops;
+  for (const GroupedTransfer& t : transfers) ops.push_back(t.op);
+  return ops;
+}
+
+// Device buffers of a communicator without a stream transport: the proxy thread runs the transfers on a staging
+// buffer (the sends' data first, then room for the receives), in order with the communicator's other device calls.
+// *queued: the proxy holds the call (it runs it whatever failed after).
+ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<GroupedTransfer>& transfers, bool* queued) {
+  *queued = false;
+  ccStream_t stream = transfers.front().stream;
+  CC_CHECK(DeviceProxy::RefuseCapture(comm->rank, stream));  // before anything a capture forbids
+#ifdef CCOLL_HAVE_CUDA
+  CC_CHECK(PrepareDevice(comm->config.cudaDev));  // before any stream of the device waits for the proxy
+#endif
+  DeviceProxy* proxy = nullptr;
+  CC_CHECK(comm->DeviceProxyOf(&proxy));
+  StagedCall staged;
+  staged.stream = stream;
+  std::vector<PointToPoint> ops = Ops(transfers);
+  std::vector<size_t> offsets;
+  size_t at = 0;
+  for (const PointToPoint& op : ops) {
+    offsets.push_back(at);
+    (op.send ? staged.ins : staged.outs).push_back(StagedCopy{op.buf, at, op.bytes});
+    at += (op.bytes + 63) / 64 * 64;  // each transfer on a cache line of its own
+  }
+  staged.stagingBytes = at;
+  const std::string name = fn;
+  return proxy->Enqueue(staged, [comm, ops, offsets, name](char* staging) {
+    if (staging == nullptr) return;  // skipped
+    std::vector<PointToPoint> run = ops;
+    for (size_t i = 0; i < run.size(); ++i) run[i].buf = staging + offsets[i];
+    Guarded(name.c_str(), [&] {
+      const ccResult_t r = RunPointToPoint(comm, run);
+      return r == ccSuccess ? r : FailCommunicator(comm, name.c_str(), r);
+    });
+  }, queued);
+}
+
+}  // namespace
+
+ccResult_t IssueTransfers(ccComm* comm, const std::vector<GroupedTransfer>& transfers) {
+  const char* fn = transfers.size() == 1 ? (transfers[0].op.send ? "ccSend" : "ccRecv") : "ccGroupEnd";
+  CommUse use(comm);
+  if (!use.ok()) {
+    return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed or aborted since the call)", fn,
+                static_cast<void*>(comm));
+  }
+  CC_CHECK(Usable(comm, fn));
+  const GroupedTransfer& first = transfers.front();
+  for (const GroupedTransfer& t : transfers) {
+    if (t.onDevice != first.onDevice || t.stream != first.stream) {
+      return Refuse(comm, fn, Fail(ccInvalidUsage, "rank %d: the sends and receives of one communicator in one "
+                                   "group take host buffers, or device buffers on one stream; this group mixes %s",
+                                   comm->rank, t.onDevice != first.onDevice ? "host and device buffers" : "streams"));
+    }
+  }
+  const std::vector<PointToPoint> ops = Ops(transfers);
+  ccResult_t r = CheckSelfPairs(*comm, ops);
+  if (r != ccSuccess) return Refuse(comm, fn, r);
+  if (first.onDevice && comm->streamTransport) {
+    r = QueuePointToPoint(comm, ops, first.stream);
+    return r == ccSuccess ? r : FailCommunicator(comm, fn, r);
+  }
+  if (first.onDevice) {
+    bool queued = false;
+    r = EnqueueStaged(comm, fn, transfers, &queued);
+    if (r != ccSuccess && !queued) return Refuse(comm, fn, r);
+    if (r != ccSuccess) comm->RecordError(LastError());
+    return r;
+  }
+  comm->DrainDevice();  // device calls queued earlier run first
+  const int async = comm->AsyncError();
+  if (async != ccSuccess) {
+    return Fail(static_cast<ccResult_t>(async), "%s: rank %d: a device call queued earlier failed (%s); destroy the "
+                "communicator", fn, comm->rank, ResultName(static_cast<ccResult_t>(async)));
+  }
+  r = RunPointToPoint(comm, ops);
+  return r == ccSuccess ? r : FailCommunicator(comm, fn, r);
+}
+
+namespace {
+
+// Checks one ccSend or ccRecv, then issues it or records it in the group.
+ccResult_t Transfer(bool send, void* buf, size_t count, int rawDtype, int peer, ccComm* comm, ccStream_t stream) {
+  const char* fn = send ? "ccSend" : "ccRecv";
+  const char* name = send ? "sendbuff" : "recvbuff";
+  ccResult_t r = [&]() -> ccResult_t {
+    if (comm == nullptr) return Fail(ccInvalidArgument, "%s: comm is NULL", fn);
+    CommUse use(comm);
+    if (!use.ok()) {
+      return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed, aborted or never "
+                  "initialized)", fn, static_cast<void*>(comm));
+    }
+    CC_CHECK(Usable(comm, fn));
+    const int rank = comm->rank;
+    if (!IsValidDataType(rawDtype)) {
+      return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn,
+                  rawDtype, rank);
+    }
+    const ccDataType_t dtype = static_cast<ccDataType_t>(rawDtype);
+    const size_t es = DataTypeSize(dtype);
+    if (count > (static_cast<size_t>(1) << 62) / es) {
+      return Fail(ccInvalidArgument, "%s: count %zu of %s overflows the address space (rank %d)", fn, count,
+                  DataTypeName(dtype), rank);
+    }
+    if (count > 0 && buf == nullptr) {
+      return Fail(ccInvalidArgument, "%s: %s is NULL but count is %zu on rank %d", fn, name, count, rank);
+    }
+    if (peer < 0 || peer >= comm->nranks) {
+      return Fail(ccInvalidArgument, "%s: peer %d is out of range for %d ranks (rank %d)", fn, peer, comm->nranks,
+                  rank);
+    }
+    GroupedTransfer t;
+    t.op = PointToPoint{send, peer, buf, count * es};
+    t.stream = stream;
+    if (count > 0) {
+      const int dev = PointerDevice(buf);
+      t.onDevice = dev >= 0;
+      if (t.onDevice && comm->config.cudaDev < 0) {
+        return Fail(ccInvalidUsage, "%s: %s is device memory, but the communicator is bound to no CUDA device (set "
+                    "ccConfig_t.cudaDev) on rank %d", fn, name, rank);
+      }
+      if (t.onDevice && dev != comm->config.cudaDev) {
+        return Fail(ccInvalidUsage, "%s: %s is on CUDA device %d, but the communicator is bound to device %d (rank "
+                    "%d)", fn, name, dev, comm->config.cudaDev, rank);
+      }
+      if (!t.onDevice && stream != nullptr) {
+        return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
+      }
+      if (!t.onDevice && !comm->hostTransports && peer != rank) {
+        return Fail(ccInvalidUsage, "%s: host buffers, but this communicator (transport nccl, in a build without "
+                    "UCX) carries only device buffers between processes (rank %d)", fn, rank);
+      }
+    }
+    if (count == 0) return ccSuccess;  // nothing to move: the matching call of the same byte count moves nothing too
+    if (InGroup()) {
+      GroupAddTransfer(comm, t);
+      return ccSuccess;
+    }
+    if (peer == rank) {
+      return Fail(ccInvalidUsage, "%s: peer %d is this rank itself: a send to itself completes only with its receive, "
+                  "so both must be in one ccGroupStart/ccGroupEnd", fn, peer);
+    }
+    return IssueTransfers(comm, {t});
+  }();
+  if (r != ccSuccess && InGroup()) GroupFail(r);
+  return r;
+}
+
+}  // namespace
+}  // namespace ccoll
+
+extern "C" {
+
+CC_API ccResult_t ccSend(const void* sendbuff, size_t count, ccDataType_t datatype, int peer, ccComm_t comm,
+                         ccStream_t stream) {
+  return ccoll::Guarded("ccSend", [&] {
+    return ccoll::Transfer(true, const_cast<void*>(sendbuff), count, ccoll::RawEnum(datatype), peer, comm, stream);
+  });
+}
+
+CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, int peer, ccComm_t comm,
+                         ccStream_t stream) {
+  return ccoll::Guarded("ccRecv", [&] {
+    return ccoll::Transfer(false, recvbuff, count, ccoll::RawEnum(datatype), peer, comm, stream);
+  });
+}
+
+}  // extern "C"
