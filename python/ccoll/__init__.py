@@ -4,6 +4,9 @@
     uid = ccoll.get_unique_id()                       # on one rank; hand the 128 bytes to the others
     with ccoll.Communicator(nranks, uid, rank) as comm, ccoll.Compressor("quant:bits=4") as comp:
         comm.all_reduce(grad, op="avg", compressor=comp)   # numpy array or torch tensor, in place
+        with ccoll.group():                                # point-to-point, as ncclGroupStart/End
+            comm.send(x, peer=(rank + 1) % nranks)
+            comm.recv(y, peer=(rank - 1) % nranks)
 
 All logic is in the C library; this package only maps types. Every failure raises a ccoll.CcollError whose message
 is the library's ccGetLastError sentence. The PyTorch DDP communication hook is ccoll.torch (imported on first use).
@@ -13,6 +16,7 @@ import ctypes as _ctypes
 
 from ._library import lib as _lib, path as library_path
 from .communicator import ALGORITHMS, OPS, SPLIT_NOCOLOR, TRANSPORTS, Communicator, get_unique_id
+from .group import group
 from .compressor import QUANT_HOMOMORPHIC, QUANT_REQUANT, Compressor, Param, param_bounds
 from . import errors
 from .errors import (CcollError, CcollSystemError, CcollTimeoutError, CudaError, InProgressError, InternalError,
@@ -22,7 +26,7 @@ __all__ = [
     "ALGORITHMS", "OPS", "SPLIT_NOCOLOR", "TRANSPORTS", "Communicator", "get_unique_id", "Compressor", "Param",
     "param_bounds", "QUANT_HOMOMORPHIC", "QUANT_REQUANT", "CcollError", "CcollSystemError", "CcollTimeoutError",
     "CudaError", "InProgressError", "InternalError", "InvalidArgumentError", "InvalidUsageError", "RemoteError",
-    "version", "last_error", "library_path",
+    "version", "last_error", "library_path", "group",
 ]
 
 

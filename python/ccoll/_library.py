@@ -98,6 +98,10 @@ _OPTIONAL_PROTOTYPES = {
     "ccCommSplit": (_Result, [_Handle, ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Handle), ctypes.POINTER(Config)]),
     "ccCompressorSetShapes": (_Result, [_Handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
                                         ctypes.POINTER(ctypes.c_int64)]),
+    "ccSend": (_Result, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _Handle, ctypes.c_void_p]),
+    "ccRecv": (_Result, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _Handle, ctypes.c_void_p]),
+    "ccGroupStart": (_Result, []),
+    "ccGroupEnd": (_Result, []),
 }
 
 

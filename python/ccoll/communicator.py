@@ -4,7 +4,7 @@ import contextlib
 import ctypes
 import threading
 
-from . import _buffer, _ints
+from . import _buffer, _ints, group as _group
 from ._library import CC_UNIQUE_ID_BYTES, CommStats, UniqueId, lib, new_config
 from .errors import InvalidArgumentError, check
 
@@ -325,3 +325,27 @@ class Communicator:
             op = _enum(op, OPS, "op")
         check(lib.ccReduceScatter(send.ptr, recv.ptr, count, send.dtype, op, h, send.stream), h)
         return recv.obj
+
+    # -- point-to-point -------------------------------------------------------------------------------------------
+
+    def _transfer(self, x, peer, send):
+        what = "send" if send else "recv"
+        h = self._live()
+        if not hasattr(lib, "ccSend"):
+            raise InvalidArgumentError("%s: the loaded libccoll has no ccSend (an older library)" % what)
+        buf = _buffer.view(x, what, writable=not send)
+        peer = _ints.integer(peer, "peer")
+        _group.keep(buf.obj)
+        fn = lib.ccSend if send else lib.ccRecv
+        check(fn(buf.ptr, buf.count, buf.dtype, peer, h, buf.stream), h)
+        return buf.obj
+
+    def send(self, x, peer):
+        """ccSend of x to rank `peer`, which receives it with recv (the same number of bytes). Outside ccoll.group()
+        it returns once x may be reused; a send and a receive that two ranks exchange go in one group. A send to this
+        rank itself goes in a group with its receive."""
+        self._transfer(x, peer, True)
+
+    def recv(self, x, peer):
+        """ccRecv into x (in place) from rank `peer`; returns x. The k-th recv from a rank gets its k-th send."""
+        return self._transfer(x, peer, False)

@@ -188,6 +188,69 @@ class TestExact(unittest.TestCase):
                 self.assertEqual(d.tobytes(), kept.tobytes())
 
 
+def _p2p_bytes(seed, frm, to, k, count, dtype):
+    rng = np.random.default_rng([seed, frm, to, k])
+    return rng.integers(0, 256, count * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype)
+
+
+def p2p_rank(rank, nranks, uid, seed):
+    nxt, prv = (rank + 1) % nranks, (rank - 1) % nranks
+    with ccoll.Communicator(nranks, uid, rank, timeout_ms=ranks.RANK_TIMEOUT_MS) as comm:
+        out = {}
+        # A ring exchange in a group, two dtypes and a size past one ring slice.
+        for dtype, count in (("float32", 70001), ("int8", 5)):
+            y = np.zeros(count, dtype)
+            with ccoll.group():
+                got = comm.recv(y, peer=prv)
+                comm.send(_p2p_bytes(seed, rank, nxt, 0, count, dtype), peer=nxt)
+            out[("ring", dtype)] = (got is y, y)
+        # An all-to-all with the send to itself, in one group.
+        ys = [np.zeros(100 + 10 * p + rank, "float64") for p in range(nranks)]
+        with ccoll.group():
+            for p in range(nranks):
+                comm.send(_p2p_bytes(seed, rank, p, 1, 100 + 10 * rank + p, "float64"), peer=p)
+                comm.recv(ys[p], peer=p)
+        out["all-to-all"] = ys
+        # An exception inside a group issues none of its calls; a bad peer raises before anything moves.
+        try:
+            with ccoll.group():
+                comm.send(_p2p_bytes(seed, rank, nxt, 2, 8, "int32"), peer=nxt)
+                raise ValueError("left the group")
+        except ValueError:
+            pass
+        try:
+            comm.send(np.zeros(4, "int32"), peer=nranks)
+            out["bad peer"] = None
+        except ccoll.InvalidArgumentError as e:
+            out["bad peer"] = str(e)
+        # Blocking, outside a group: rank 0 sends to rank 1 (the first message between them since the ring).
+        if rank == 0:
+            comm.send(_p2p_bytes(seed, 0, 1, 3, 8, "int32"), peer=1)
+        elif rank == 1:
+            out["ordered"] = comm.recv(np.zeros(8, "int32"), peer=0)
+        return out
+
+
+class TestPointToPoint(unittest.TestCase):
+    def test_send_recv_and_groups(self):
+        nranks = 3
+        seed = np.random.SeedSequence().entropy % 2**32
+        results = ranks.run(nranks, p2p_rank, seed)
+        for r, out in enumerate(results):
+            with self.subTest(rank=r, seed=seed):
+                prv = (r - 1) % nranks
+                for dtype, count in (("float32", 70001), ("int8", 5)):
+                    same, y = out[("ring", dtype)]
+                    self.assertTrue(same, "recv returns the buffer it received into")
+                    self.assertEqual(y.tobytes(), _p2p_bytes(seed, prv, r, 0, count, dtype).tobytes())
+                for p in range(nranks):
+                    self.assertEqual(out["all-to-all"][p].tobytes(),
+                                     _p2p_bytes(seed, p, r, 1, 100 + 10 * p + r, "float64").tobytes())
+                self.assertIn("ccSend: peer 3 is out of range for 3 ranks", out["bad peer"])
+                if r == 1:  # message 3, not the discarded message 2
+                    self.assertEqual(out["ordered"].tobytes(), _p2p_bytes(seed, 0, 1, 3, 8, "int32").tobytes())
+
+
 def from_env_rank(rank, nranks, uid, root):
     # Before any ccoll call in this process: the library reads its environment once.
     os.environ.update({"CC_RANK": str(rank), "CC_NRANKS": str(nranks), "CC_ROOT": root, "CC_SECRET": "py-test"})
