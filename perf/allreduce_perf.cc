@@ -42,17 +42,26 @@ using ccperf::Op;
 enum class Launch { kThreads, kMpi, kEnv };
 
 // Built with -DCCOLL_PERF_REDUCE (reduce_perf): ccReduce into -r (default 0) instead of ccAllReduce, as nccl-tests'
-// reduce_perf.
+// reduce_perf. With -DCCOLL_PERF_SENDRECV (sendrecv_perf): in one group, ccSend to rank + 1 and ccRecv from rank - 1,
+// as nccl-tests' sendrecv_perf.
 #ifdef CCOLL_PERF_REDUCE
 constexpr bool kReduce = true;
 #else
 constexpr bool kReduce = false;
 #endif
+#ifdef CCOLL_PERF_SENDRECV
+constexpr bool kSendRecv = true;
+#else
+constexpr bool kSendRecv = false;
+#endif
 
 #ifdef CCOLL_PERF_MPI
-#ifdef CCOLL_PERF_REDUCE
+#if defined(CCOLL_PERF_REDUCE)
 constexpr const char* kProgram = "reduce_perf_mpi";
 constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;  // exact: no -a, -z
+#elif defined(CCOLL_PERF_SENDRECV)
+constexpr const char* kProgram = "sendrecv_perf_mpi";
+constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit;
 #else
 constexpr const char* kProgram = "allreduce_perf_mpi";
 constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagDevice | ccperf::kFlagSplit;
@@ -60,10 +69,13 @@ constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFl
 constexpr const char* kNotes =
     "Ranks are the MPI processes (mpirun -np N); the ccUniqueId is shared with MPI_Bcast.\n";
 #else
-#ifdef CCOLL_PERF_REDUCE
+#if defined(CCOLL_PERF_REDUCE)
 constexpr const char* kProgram = "reduce_perf";
 constexpr unsigned kFlags =  // exact: no -a, -z
     ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;
+#elif defined(CCOLL_PERF_SENDRECV)
+constexpr const char* kProgram = "sendrecv_perf";
+constexpr unsigned kFlags = ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
 #else
 constexpr const char* kProgram = "allreduce_perf";
 constexpr unsigned kFlags =
@@ -167,6 +179,7 @@ class CcollAllReducer : public ccperf::AllReducer {
       stream = static_cast<ccStream_t>(twins_->stream());
     }
 #endif
+    if (kSendRecv) return SendRecv(send, recv, count, stream);
     ccResult_t r = kReduce ? ccReduce(send, recv, count, dtype_, op_, root_, comm_, stream)
                            : ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
     if (r == ccSuccess) return true;
@@ -187,6 +200,28 @@ class CcollAllReducer : public ccperf::AllReducer {
   }
 #endif
   std::string LastError() override { return error_; }
+  // sendrecv_perf: send to the next rank, receive from the previous one, in one group.
+  bool SendRecv(const void* send, void* recv, size_t count, ccStream_t stream) {
+    int n = 1, rank = 0;
+    ccCommCount(comm_, &n);
+    ccCommUserRank(comm_, &rank);
+    ccGroupStart();
+    ccResult_t r = ccSend(send, count, dtype_, (rank + 1) % n, comm_, stream);
+    const char* call = "ccSend";
+    if (r == ccSuccess) {
+      r = ccRecv(recv, count, dtype_, (rank + n - 1) % n, comm_, stream);
+      call = "ccRecv";
+    }
+    if (r != ccSuccess) {
+      error_ = Failure(call, r, comm_);
+      ccGroupEnd();  // issues nothing after a refused call
+      return false;
+    }
+    r = ccGroupEnd();
+    if (r == ccSuccess) return true;
+    error_ = Failure("ccGroupEnd", r, nullptr);
+    return false;
+  }
   // The call check's records (CC_CHECK_CALLS) are a fixed cost per call, not the all-reduce's: left out.
   bool BytesSent(uint64_t* bytes, uint64_t* nominal) override {
     ccCommStats_t st;
@@ -227,6 +262,7 @@ bool Agree(ccperf::Group& group, bool ok, const std::string& message) {
 
 std::string AlgoLabel(const ccperf::Options& o) {
   if (kReduce) return "chain";
+  if (kSendRecv) return "p2p";
   if (!o.algo.empty()) return o.algo;
   const char* env = std::getenv("CC_ALGO");
   return env && *env ? env : "auto";
@@ -252,6 +288,9 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
   if (kReduce) {
     report.Line("ccoll %s: reduce benchmark (ccReduce into rank %d, -r: a pipelined chain along the ring, or "
                 "ncclReduce on transport nccl)", kProgram, o.root);
+  } else if (kSendRecv) {
+    report.Line("ccoll %s: point-to-point benchmark (in one group, ccSend to rank + 1 and ccRecv from rank - 1; "
+                "ncclSend and ncclRecv on transport nccl)", kProgram);
   } else {
     report.Line("ccoll %s: all-reduce benchmark", kProgram);
   }
@@ -281,13 +320,19 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
   if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
   report.Line("time: us per call, mean of -n iterations each rank timed from a common barrier to its last "
               "call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = size / time "
-              "(logical bytes); busbw = %s", kReduce ? "algbw (a reduce)" : "algbw * 2(n-1)/n");
+              "(logical bytes); busbw = %s", kReduce ? "algbw (a reduce)" : kSendRecv ? "algbw (one link per element)"
+                                                                                 : "algbw * 2(n-1)/n");
   report.Line("wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
               "the call check's records, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
               "compressed width for a codec; on NCCL the library computes (as a ring's) the bytes of the exact calls "
-              "it hands to NCCL, and the JSON rows say wirebits_measured false", kReduce ? "(n-1)/n" : "2(n-1)/n");
-  report.Line("error: vNMSE vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance (exact), "
-              "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
+              "it hands to NCCL, and the JSON rows say wirebits_measured false",
+              kReduce ? "(n-1)/n" : kSendRecv ? "1" : "2(n-1)/n");
+  if (kSendRecv) {
+    report.Line("#wrong: elements not bitwise equal to the previous rank's input; inputs: -D %s", o.dist.c_str());
+  } else {
+    report.Line("error: vNMSE vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance (exact), "
+                "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
+  }
 }
 
 // -M: this rank's communicator of color rank & mask, split from comm (which stays the side channel's, for EnvGroup).
@@ -359,6 +404,7 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   setup.codecLabel = o.codec;
   setup.exactCheck = comp == nullptr;
   setup.rootOnly = kReduce;
+  setup.shift = kSendRecv;
   setup.ranksShareProcess = launch == Launch::kThreads;
   setup.program = kProgram;
   const bool reports = rank == 0 || quiet != nullptr;
@@ -369,6 +415,9 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
     const std::string rootError = "-r " + std::to_string(o.root) + " is not a rank of the communicator under test (" +
                                   std::to_string(benchGroup.nranks()) + " ranks)";
     if (!Agree(group, o.root < benchGroup.nranks(), rootError)) {
+      code = 2;
+    } else if (!Agree(group, !(kSendRecv && o.inplace), "-I 1: a send and a receive of one buffer at once would "
+                      "overwrite what is being sent; sendrecv_perf runs out of place only")) {
       code = 2;
     } else if (!Agree(group, usable, reducer.LastError())) {
       code = 1;

@@ -165,7 +165,7 @@ class RankRun {
     row.bytes = bytes;
     row.count = count;
     row.type = Info(o_.dtype).name;
-    row.redop = OpName(o_.op);
+    row.redop = s_.shift ? "none" : OpName(o_.op);
     row.algo = s_.algoLabel;
     row.codec = s_.codecLabel;
     row.nranks = n;
@@ -173,12 +173,12 @@ class RankRun {
     const double seconds = slowest / o_.iters;
     row.timeUs = seconds * 1e6;
     row.algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
-    row.busbw = s_.rootOnly ? row.algbw : row.algbw * 2.0 * (n - 1) / n;
+    row.busbw = s_.rootOnly || s_.shift ? row.algbw : row.algbw * 2.0 * (n - 1) / n;
     // Bits on the wire per element and per transmission: a rank's bytes sent, divided by the 2(n-1)/n elements a
-    // ring all-reduce sends per element ((n-1)/n for a reduce). The exact ring gives the datatype's width (32 for
-    // float), a codec its compressed width (metadata included).
+    // ring all-reduce sends per element ((n-1)/n for a reduce, 1 for a send to the next rank). The exact ring gives
+    // the datatype's width (32 for float), a codec its compressed width (metadata included).
     const double eltBits = 8.0 * es_;
-    const double traffic = n > 1 ? (s_.rootOnly ? 1.0 : 2.0) * (n - 1) / n : 1.0;
+    const double traffic = s_.shift ? 1.0 : n > 1 ? (s_.rootOnly ? 1.0 : 2.0) * (n - 1) / n : 1.0;
     if (wire[1] == static_cast<uint64_t>(n)) {
       row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) /
                                  (static_cast<double>(o_.iters) * static_cast<double>(count) * traffic)
@@ -216,7 +216,9 @@ class RankRun {
     const bool intact = o_.inplace || HashBytes(send_.get(), bytes) == sendHash;
     const std::vector<uint64_t> hashes = group_.GatherU64(HashBytes(out, bytes));
     CheckResult cr;
-    if (!s_.rootOnly) {
+    if (s_.shift) {
+      cr.wrong = CountDifferent(out, (rank + n - 1) % n, count);
+    } else if (!s_.rootOnly) {
       cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1), s_.exactCheck);
     } else if (rank == o_.root) {
       cr = CheckOutput(spec_, n, out, 0, count, s_.exactCheck);
@@ -236,13 +238,25 @@ class RankRun {
     row->wrong = counts[0];
     row->sendIntact = counts[1] == 0;
     row->identical = true;
-    for (uint64_t h : hashes) row->identical = row->identical && (s_.rootOnly || h == hashes[0]);
+    for (uint64_t h : hashes) row->identical = row->identical && (s_.rootOnly || s_.shift || h == hashes[0]);
     // Restore the inputs for the next size (out of place they were never changed unless the check failed).
     if (!o_.inplace && !row->sendIntact) {
       FillInput(spec_, rank, send_.get(), o_.maxBytes / es_);
       reducer_.Upload(send_.get(), o_.maxBytes / es_ * es_);
     }
     return true;
+  }
+
+  // Elements of out[0, count) that differ from rank `from`'s input, bit for bit.
+  uint64_t CountDifferent(const void* out, int from, size_t count) {
+    Buffer expect = Allocate(count * es_);
+    if (!expect) return count;
+    FillInput(spec_, from, expect.get(), count);
+    uint64_t wrong = 0;
+    const char* a = static_cast<const char*>(out);
+    const char* b = static_cast<const char*>(expect.get());
+    for (size_t i = 0; i < count; ++i) wrong += std::memcmp(a + i * es_, b + i * es_, es_) != 0 ? 1 : 0;
+    return wrong;
   }
 
   const BenchSetup& s_;

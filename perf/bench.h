@@ -39,6 +39,9 @@ struct BenchSetup {
   // A reduce into opts.root (reduce_perf): only the root's output is the result, checked whole; the others' recvbuff
   // must stay as it was. busbw = algbw, and each element crosses (n-1)/n links on average (a chain into the root).
   bool rootOnly = false;
+  // Point-to-point (sendrecv_perf): each rank's output is the previous rank's input (rank - 1 mod n), byte for byte.
+  // Run sends to the next rank and receives from the previous one; busbw = algbw (each element crosses one link).
+  bool shift = false;
   bool ranksShareProcess = true;  // for the peak RSS line: one process, or one per rank
   const char* program = "";   // prefix of error messages
 };
