@@ -380,16 +380,21 @@ CC_API ccResult_t ccReduce(const void* sendbuff, void* recvbuff, size_t count, c
 
 /**
  * Point-to-point, like ncclSend and ncclRecv: count elements from this rank's sendbuff to rank peer, which receives
- * them with a matching ccRecv. The k-th ccSend from rank a to rank b matches the k-th ccRecv at b from a, and the
- * two must have the same byte count (count times the datatype's size): a mismatch is ccInvalidUsage on both ranks
- * and fails the communicator, as any failure during communication does. Nothing is reduced and nothing is
- * compressed; the call is not checked across ranks (point-to-point calls are not collective).
+ * them with a matching ccRecv. The k-th ccSend from rank a to rank b matches the k-th ccRecv at b from a (a call of
+ * count 0 is a message too), and the two must have the same byte count (count times the datatype's size). Nothing is
+ * reduced and nothing is compressed; the call is not checked across ranks (point-to-point calls are not collective).
+ * - A size mismatch is ccInvalidUsage on the receiving rank and fails its communicator, as any failure during
+ *   communication does. Between thread ranks the sender gets it too; over UCX a send completes once its data has
+ *   left, so the sender learns of the failure only in a later call that needs the receiver (ccTimeout, as with a
+ *   dead peer). Over transport nccl, matching sizes is NCCL's, as for ncclSend and ncclRecv.
  * - Host buffers: the call blocks until sendbuff may be reused (ccSend) or recvbuff holds the data (ccRecv). A send
  *   may wait for its receive to be posted, so two ranks that exchange data must put their send and receive in one
  *   group (ccGroupStart / ccGroupEnd), as with NCCL.
- * - Device buffers: stream-ordered, as the collectives are. Over transport nccl they are ncclSend and ncclRecv;
- *   otherwise they are staged through host memory by the communicator's proxy thread.
- * - A send to this rank itself (peer == rank) must be in a group with its receive; it is a copy.
+ * - Device buffers: stream-ordered, as the collectives are. Over transport nccl they are ncclSend and ncclRecv, and
+ *   host buffers are refused there (NCCL orders its messages apart from the host transports); otherwise they are
+ *   staged through host memory by the communicator's proxy thread, and may meet host buffers on the peer.
+ * - A send to this rank itself (peer == rank) must be in a group with its receive; it is a copy. The calls of a group
+ *   run at once: a buffer that one of them writes must not overlap another's.
  * - Bad arguments (a NULL buffer with count > 0, a peer out of range, an unknown datatype, host buffers with a
  *   stream) return ccInvalidArgument or ccInvalidUsage before anything moves.
  */
@@ -407,7 +412,8 @@ CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, in
  *   communicator, so that they do not wait for one another.
  * - Groups nest; only the outermost ccGroupEnd issues the calls.
  * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once and makes ccGroupEnd
- *   return it too, without issuing any call of the group. A collective's arguments are checked when ccGroupEnd makes
+ *   return it too, without issuing any call of the group. So does what ccGroupEnd refuses before anything moves (a
+ *   communicator destroyed or failed since, mixed buffers or streams, a send to this rank without its receive). A collective's arguments are checked when ccGroupEnd makes
  *   it (a refusal reaches the other ranks through the call check, as outside a group). ccGroupEnd returns the first
  *   failure of the group's calls (with its sentence in ccGetLastError(NULL)); each communicator's failures are
  *   recorded on it as outside a group. ccGroupEnd without ccGroupStart is ccInvalidUsage.

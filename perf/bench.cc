@@ -71,7 +71,11 @@ class RankRun {
         failed = true;
         break;
       }
-      if (o_.stepFactor < 2 || bytes > o_.maxBytes / o_.stepFactor) break;
+      if (bytes == 0 && o_.maxBytes > 0) {  // (a factor would never leave 0)
+        bytes = 1;
+        continue;
+      }
+      if (o_.stepFactor < 2 || bytes == 0 || bytes > o_.maxBytes / o_.stepFactor) break;
       bytes *= o_.stepFactor;
     }
     // Gather everyone's high-water mark while the buffers are still held.

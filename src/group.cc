@@ -98,6 +98,15 @@ CC_API ccResult_t ccGroupEnd(void) {
       return ccoll::Fail(failed, "ccGroupEnd: a call of the group failed its checks, so none was issued (%s)",
                          failure.c_str());
     }
+    // What can be refused before anything moves is, for every communicator, before any of them starts.
+    for (const ccoll::Batch& b : batches) {
+      if (b.transfers.empty()) continue;
+      const ccResult_t r = ccoll::CheckTransfers(b.comm, b.transfers);
+      if (r != ccSuccess) {
+        return ccoll::Fail(r, "ccGroupEnd: refused, so no call of the group was issued: %s",
+                           ccoll::LastError().c_str());
+      }
+    }
     // One communicator: its calls run here. Several: one thread each, so that the ranks of one process (driven by
     // this thread) do not wait for one another. A thread that cannot start leaves its batch to this thread, after.
     std::vector<ccoll::Outcome> outcomes(batches.size());

@@ -66,9 +66,9 @@ std::vector<PointToPoint> Ops(const std::vector<GroupedTransfer>& transfers) {
 // Device buffers of a communicator without a stream transport: the proxy thread runs the transfers on a staging
 // buffer (the sends' data first, then room for the receives), in order with the communicator's other device calls.
 // *queued: the proxy holds the call (it runs it whatever failed after).
-ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<GroupedTransfer>& transfers, bool* queued) {
+ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<PointToPoint>& ops, ccStream_t stream,
+                         bool* queued) {
   *queued = false;
-  ccStream_t stream = transfers.front().stream;
   CC_CHECK(DeviceProxy::RefuseCapture(comm->rank, stream));  // before anything a capture forbids
 #ifdef CCOLL_HAVE_CUDA
   CC_CHECK(PrepareDevice(comm->config.cudaDev));  // before any stream of the device waits for the proxy
@@ -77,7 +77,6 @@ ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<Grouped
   CC_CHECK(comm->DeviceProxyOf(&proxy));
   StagedCall staged;
   staged.stream = stream;
-  std::vector<PointToPoint> ops = Ops(transfers);
   std::vector<size_t> offsets;
   size_t at = 0;
   for (const PointToPoint& op : ops) {
@@ -100,32 +99,68 @@ ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<Grouped
 
 }  // namespace
 
-ccResult_t IssueTransfers(ccComm* comm, const std::vector<GroupedTransfer>& transfers) {
-  const char* fn = transfers.size() == 1 ? (transfers[0].op.send ? "ccSend" : "ccRecv") : "ccGroupEnd";
+namespace {
+
+const char* NameOf(const std::vector<GroupedTransfer>& transfers) {
+  return transfers.size() == 1 ? (transfers[0].op.send ? "ccSend" : "ccRecv") : "ccGroupEnd";
+}
+
+// Where the transfers run: the buffers' kind and stream of those that move bytes (which must agree), or, when none
+// does, device buffers on the given stream where one is given or the communicator queues on streams.
+ccResult_t Placement(ccComm* comm, const std::vector<GroupedTransfer>& transfers, bool* onDevice, ccStream_t* stream) {
+  const GroupedTransfer* first = nullptr;
+  for (const GroupedTransfer& t : transfers) {
+    if (t.op.bytes == 0) continue;
+    if (first == nullptr) {
+      first = &t;
+    } else if (t.onDevice != first->onDevice || t.stream != first->stream) {
+      return Fail(ccInvalidUsage, "rank %d: the sends and receives of one communicator in one group take host "
+                  "buffers, or device buffers on one stream; this group mixes %s", comm->rank,
+                  t.onDevice != first->onDevice ? "host and device buffers" : "streams");
+    }
+  }
+  *stream = first != nullptr ? first->stream : transfers.front().stream;
+  *onDevice = first != nullptr ? first->onDevice : *stream != nullptr || comm->streamTransport != nullptr;
+  if (comm->streamTransport && !*onDevice) {
+    return Fail(ccInvalidUsage, "rank %d: transport nccl sends and receives device buffers only (NCCL matches its "
+                "messages in an order of its own, apart from the host transports')", comm->rank);
+  }
+  return ccSuccess;
+}
+
+}  // namespace
+
+ccResult_t CheckTransfers(ccComm* comm, const std::vector<GroupedTransfer>& transfers) {
+  const char* fn = NameOf(transfers);
   CommUse use(comm);
   if (!use.ok()) {
     return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed or aborted since the call)", fn,
                 static_cast<void*>(comm));
   }
   CC_CHECK(Usable(comm, fn));
-  const GroupedTransfer& first = transfers.front();
-  for (const GroupedTransfer& t : transfers) {
-    if (t.onDevice != first.onDevice || t.stream != first.stream) {
-      return Refuse(comm, fn, Fail(ccInvalidUsage, "rank %d: the sends and receives of one communicator in one "
-                                   "group take host buffers, or device buffers on one stream; this group mixes %s",
-                                   comm->rank, t.onDevice != first.onDevice ? "host and device buffers" : "streams"));
-    }
-  }
+  bool onDevice = false;
+  ccStream_t stream = nullptr;
+  ccResult_t r = Placement(comm, transfers, &onDevice, &stream);
+  if (r == ccSuccess) r = CheckSelfPairs(*comm, Ops(transfers));
+  return r == ccSuccess ? r : Refuse(comm, fn, r);
+}
+
+ccResult_t IssueTransfers(ccComm* comm, const std::vector<GroupedTransfer>& transfers) {
+  const char* fn = NameOf(transfers);
+  CommUse use(comm);  // (CheckTransfers refuses a communicator that is not live)
+  CC_CHECK(CheckTransfers(comm, transfers));
+  bool onDevice = false;
+  ccStream_t stream = nullptr;
+  CC_CHECK(Placement(comm, transfers, &onDevice, &stream));
   const std::vector<PointToPoint> ops = Ops(transfers);
-  ccResult_t r = CheckSelfPairs(*comm, ops);
-  if (r != ccSuccess) return Refuse(comm, fn, r);
-  if (first.onDevice && comm->streamTransport) {
-    r = QueuePointToPoint(comm, ops, first.stream);
+  ccResult_t r = ccSuccess;
+  if (onDevice && comm->streamTransport) {
+    r = QueuePointToPoint(comm, ops, stream);
     return r == ccSuccess ? r : FailCommunicator(comm, fn, r);
   }
-  if (first.onDevice) {
+  if (onDevice) {
     bool queued = false;
-    r = EnqueueStaged(comm, fn, transfers, &queued);
+    r = EnqueueStaged(comm, fn, ops, stream, &queued);
     if (r != ccSuccess && !queued) return Refuse(comm, fn, r);
     if (r != ccSuccess) comm->RecordError(LastError());
     return r;
@@ -175,7 +210,7 @@ ccResult_t Transfer(bool send, void* buf, size_t count, int rawDtype, int peer, 
     GroupedTransfer t;
     t.op = PointToPoint{send, peer, buf, count * es};
     t.stream = stream;
-    if (count > 0) {
+    if (count > 0) {  // (a message of no bytes is still one of the k-th matches; it goes where the others go)
       const int dev = PointerDevice(buf);
       t.onDevice = dev >= 0;
       if (t.onDevice && comm->config.cudaDev < 0) {
@@ -194,7 +229,6 @@ ccResult_t Transfer(bool send, void* buf, size_t count, int rawDtype, int peer, 
                     "UCX) carries only device buffers between processes (rank %d)", fn, rank);
       }
     }
-    if (count == 0) return ccSuccess;  // nothing to move: the matching call of the same byte count moves nothing too
     if (InGroup()) {
       GroupAddTransfer(comm, t);
       return ccSuccess;

@@ -9,8 +9,12 @@
 
 namespace ccoll {
 
-// Every transfer is on host buffers, or every one on device buffers with one stream (else ccInvalidUsage). A failure
-// once anything moved fails the communicator.
+// What can be refused before anything moves: a communicator that is gone or failed, transfers that mix host and
+// device buffers or streams (those of no bytes go where the others go), host buffers on transport nccl, sends to this
+// rank itself without their receives. Recorded on comm.
+ccResult_t CheckTransfers(ccComm* comm, const std::vector<GroupedTransfer>& transfers);
+
+// CheckTransfers, then issues them. A failure once anything moved fails the communicator.
 ccResult_t IssueTransfers(ccComm* comm, const std::vector<GroupedTransfer>& transfers);
 
 }  // namespace ccoll

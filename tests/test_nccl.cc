@@ -653,6 +653,13 @@ TEST_CASE("[nccl] point-to-point: an all-to-all group and ordered sends deliver 
       if (rc == ccSuccess) rc = ccRecv(second.p, countOf(0, 1), ccInt32, 0, k.comm, k.s());
     }
     if (rc != ccSuccess) return out->Fail(rc, ccGetLastError(k.comm));
+    // Host buffers are refused on transport nccl (NCCL orders its messages apart from the host transports'), before
+    // anything moves.
+    int32_t host[4] = {0, 0, 0, 0};
+    if (ccSend(host, 4, ccInt32, (r + 1) % n, k.comm, nullptr) != ccInvalidUsage ||
+        std::string(ccGetLastError(k.comm)).find("device buffers only") == std::string::npos) {
+      return out->Fail(ccInternalError, std::string("a host send was not refused: ") + ccGetLastError(k.comm));
+    }
     for (int p = 0; p < n; ++p) {
       Bytes got;
       k.FromDevice(&got, recv[p]->p, countOf(p, r) * 4);

@@ -302,6 +302,20 @@ TEST_CASE("a group with a refused call issues none of its calls", "[p2p][errors]
   });
   REQUIRE(FirstFailure(results) == "");
   REQUIRE(std::memcmp(out, b, sizeof(b)) == 0);
+  // A refusal at ccGroupEnd on one communicator (rank 0's send to itself has no receive) issues nothing on the
+  // others either: rank 1's receive is not posted, so it does not wait out the timeout.
+  {
+    const auto start = std::chrono::steady_clock::now();
+    REQUIRE(ccGroupStart() == ccSuccess);
+    REQUIRE(ccRecv(out, 3, ccFloat32, 0, g[1], nullptr) == ccSuccess);
+    REQUIRE(ccSend(a, 3, ccFloat32, 0, g[0], nullptr) == ccSuccess);
+    REQUIRE(ccGroupEnd() == ccInvalidUsage);
+    REQUIRE(Contains(ccGetLastError(nullptr), "no call of the group was issued"));
+    REQUIRE(SecondsSince(start) < 5.0);
+    ccResult_t async = ccSuccess;
+    REQUIRE(ccCommGetAsyncError(g[1], &async) == ccSuccess);
+    REQUIRE(async == ccSuccess);
+  }
   // Nested groups issue at the outermost end.
   float self2[3] = {0, 0, 0};
   REQUIRE(ccGroupStart() == ccSuccess);
@@ -314,7 +328,27 @@ TEST_CASE("a group with a refused call issues none of its calls", "[p2p][errors]
   REQUIRE(std::memcmp(self2, a, sizeof(a)) == 0);
 }
 
-TEST_CASE("a send and a receive of different sizes fail both ranks, and a missing peer is a timeout", "[p2p][errors]") {
+TEST_CASE("a send and a receive of different sizes fail both ranks, and a missing peer is a timeout",
+          "[p2p][errors]") {
+  SECTION("a message of no elements is one of the matches") {
+    Group g = Group::InitAll(2);
+    REQUIRE(g.status == ccSuccess);
+    int32_t a[5] = {1, 2, 3, 4, 5}, b[5] = {0, 0, 0, 0, 0};
+    std::vector<RankResult> results(2);
+    RunRanks(2, [&](int r) {  // rank 0 sends 0 then 5 elements; rank 1 receives 5 first
+      ccResult_t rc = r == 0 ? ccSend(nullptr, 0, ccInt32, 1, g[r], nullptr) : ccRecv(b, 5, ccInt32, 0, g[r], nullptr);
+      if (rc == ccSuccess) {
+        rc = r == 0 ? ccSend(a, 5, ccInt32, 1, g[r], nullptr) : ccRecv(b, 5, ccInt32, 0, g[r], nullptr);
+      }
+      results[r] = Record(rc, g[r]);
+    });
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r << ": " << results[r].error);
+      REQUIRE(results[r].rc == ccInvalidUsage);
+      REQUIRE(Contains(results[r].error, "rank 0 sent 0 bytes but rank 1 expects 20 bytes"));
+    }
+    REQUIRE(b[0] == 0);
+  }
   SECTION("sizes") {
     Group g = Group::InitAll(2);
     REQUIRE(g.status == ccSuccess);

@@ -333,9 +333,9 @@ void PointToPointCase(ccComm_t comm) {
   for (int p = 0; p < n; ++p) {
     if (out[p] != P2PBytes(p, r, 1, countOf(p, r) * 4)) fail("all-to-all bytes from " + std::to_string(p));
   }
-  // Ordered: rank 0 sends three messages (small, large, small) to every other rank, one blocking call each.
-  const size_t sizes[] = {16, size_t{1} << 20, 3};
-  for (int k = 0; k < 3 && n > 1; ++k) {
+  // Ordered: rank 0 sends four messages (small, large, empty, small) to every other rank, one blocking call each.
+  const size_t sizes[] = {16, size_t{1} << 20, 0, 3};
+  for (int k = 0; k < 4 && n > 1; ++k) {
     if (r == 0) {
       for (int p = 1; p < n; ++p) {
         const auto b = P2PBytes(0, p, 2 + k, sizes[k]);

@@ -16,7 +16,7 @@ import ctypes as _ctypes
 
 from ._library import lib as _lib, path as library_path
 from .communicator import ALGORITHMS, OPS, SPLIT_NOCOLOR, TRANSPORTS, Communicator, get_unique_id
-from .group import group
+from ._group import group
 from .compressor import QUANT_HOMOMORPHIC, QUANT_REQUANT, Compressor, Param, param_bounds
 from . import errors
 from .errors import (CcollError, CcollSystemError, CcollTimeoutError, CudaError, InProgressError, InternalError,

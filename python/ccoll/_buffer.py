@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from . import _group
 from .errors import InvalidArgumentError
 
 INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
@@ -78,7 +79,13 @@ def _written_by_library(obj):
 
 def view(obj, what, writable):
     """Describes obj (numpy.ndarray or torch.Tensor) for a collective; `what` names it in error messages.
-    writable: the library writes into obj."""
+    writable: the library writes into obj. Inside ccoll.group() the buffer is held until the group ends."""
+    buf = _view(obj, what, writable)
+    _group.keep(buf.obj)
+    return buf
+
+
+def _view(obj, what, writable):
     if isinstance(obj, np.ndarray):
         dtype = _NUMPY_DTYPES.get(obj.dtype)
         if dtype is None:

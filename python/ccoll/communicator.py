@@ -4,7 +4,7 @@ import contextlib
 import ctypes
 import threading
 
-from . import _buffer, _ints, group as _group
+from . import _buffer, _group, _ints
 from ._library import CC_UNIQUE_ID_BYTES, CommStats, UniqueId, lib, new_config
 from .errors import InvalidArgumentError, check
 
@@ -267,6 +267,7 @@ class Communicator:
             send = _buffer.view(x, "all_reduce", writable=out is None)
             recv = send if out is None else self._output(send, out, "all_reduce: out", send.count)
             comp = None if compressor is None else compressor._live()
+            _group.keep(compressor)
             op = _enum(op, OPS, "op")
         check(lib.ccAllReduce(send.ptr, recv.ptr, send.count, send.dtype, op, comp, h, send.stream), h)
         return recv.obj
@@ -333,9 +334,12 @@ class Communicator:
         h = self._live()
         if not hasattr(lib, "ccSend"):
             raise InvalidArgumentError("%s: the loaded libccoll has no ccSend (an older library)" % what)
-        buf = _buffer.view(x, what, writable=not send)
-        peer = _ints.integer(peer, "peer")
-        _group.keep(buf.obj)
+        try:
+            buf = _buffer.view(x, what, writable=not send)
+            peer = _ints.integer(peer, "peer")
+        except Exception:
+            _group.fail()  # as a refusal by the library: the open group issues nothing
+            raise
         fn = lib.ccSend if send else lib.ccRecv
         check(fn(buf.ptr, buf.count, buf.dtype, peer, h, buf.stream), h)
         return buf.obj

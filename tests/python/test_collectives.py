@@ -223,6 +223,22 @@ def p2p_rank(rank, nranks, uid, seed):
             out["bad peer"] = None
         except ccoll.InvalidArgumentError as e:
             out["bad peer"] = str(e)
+        # A send the binding refuses (a non-contiguous array) inside a group: the group issues nothing either.
+        try:
+            with ccoll.group():
+                comm.send(_p2p_bytes(seed, rank, nxt, 2, 8, "int32"), peer=nxt)
+                try:
+                    comm.send(np.zeros((4, 4), "int32")[:, 0], peer=nxt)
+                except ccoll.InvalidArgumentError:
+                    pass
+            out["binding refusal"] = None
+        except ccoll.CcollError as e:
+            out["binding refusal"] = str(e)
+        # Collectives in a group on temporaries: the binding holds them until the group ends.
+        with ccoll.group():
+            gathered = comm.all_gather(np.full(4, rank, np.int32))
+            summed = comm.all_reduce(np.full(3, float(rank + 1)))
+        out["gathered"], out["summed"] = gathered, summed
         # Blocking, outside a group: rank 0 sends to rank 1 (the first message between them since the ring).
         if rank == 0:
             comm.send(_p2p_bytes(seed, 0, 1, 3, 8, "int32"), peer=1)
@@ -247,6 +263,9 @@ class TestPointToPoint(unittest.TestCase):
                     self.assertEqual(out["all-to-all"][p].tobytes(),
                                      _p2p_bytes(seed, p, r, 1, 100 + 10 * p + r, "float64").tobytes())
                 self.assertIn("ccSend: peer 3 is out of range for 3 ranks", out["bad peer"])
+                self.assertIn("none was issued", out["binding refusal"])
+                np.testing.assert_array_equal(out["gathered"], np.repeat(np.arange(nranks), 4).reshape(nranks, 4))
+                np.testing.assert_array_equal(out["summed"], np.full(3, nranks * (nranks + 1) / 2))
                 if r == 1:  # message 3, not the discarded message 2
                     self.assertEqual(out["ordered"].tobytes(), _p2p_bytes(seed, 0, 1, 3, 8, "int32").tobytes())
 

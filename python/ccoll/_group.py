@@ -5,8 +5,9 @@
         comm.recv(y, peer=(rank - 1) % size)
 
 Inside the block, this thread's sends, receives and collectives are only recorded; leaving it issues them and returns
-when they are done (host buffers) or queued (CUDA tensors). The buffers passed inside are kept alive until then. An
-exception inside the block leaves it without issuing anything.
+when they are done (host buffers) or queued (CUDA tensors). The buffers and compressors passed inside are kept alive
+until then. An exception inside the block, or a send or receive the binding refuses inside it, leaves it without
+issuing anything (as a send the library refuses does).
 """
 
 import contextlib
@@ -45,11 +46,17 @@ def group():
     try:
         yield
     except BaseException:
-        # A refused call (a NULL communicator) marks the group failed: its end issues nothing.
-        lib.ccSend(None, 1, -1, 0, None, None)
+        fail()
         _end(outer, raise_error=False)
         raise
     _end(outer, raise_error=True)
+
+
+def fail():
+    """Makes this thread's open group (if any) issue nothing at its end, as a send the library refused does: the
+    binding refused one itself (or the block raised). The library is told with a send it refuses (NULL comm)."""
+    if depth() > 0:
+        lib.ccSend(None, 1, -1, 0, None, None)
 
 
 def _end(outer, raise_error):
