@@ -367,6 +367,49 @@ void PointToPointCase(ccComm_t comm) {
   Report(ok, "point-to-point: " + why);
 }
 
+// Over UCX a message longer than a slice travels as slices after its length: a receive of another length (here both
+// many slices long) fails with the two lengths, instead of taking the first slices. On a communicator of its own,
+// which the failure ends; the sender, whose data left, gets success or a timeout, never a hang.
+void PointToPointMismatchCase(int seconds) {
+  if (gRanks < 2) return;
+  ccUniqueId id;
+  if (gRank == 0 && ccGetUniqueId(&id) != ccSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = seconds * 1000;
+  ccComm_t comm = nullptr;
+  if (ccCommInitRankConfig(&comm, gRanks, id, gRank, &config) != ccSuccess) {
+    Report(false, std::string("mismatch init: ") + ccGetLastError(nullptr));
+    return;
+  }
+  std::vector<char> buf(size_t{2} << 20, 1);
+  bool ok = true;
+  std::string why;
+  // Every endpoint connected first: torn down after the failure, one never connected would try to connect to peers
+  // that are gone (UCX's tcp logs each refusal).
+  if (ccAllReduce(buf.data(), buf.data(), 8, ccInt8, ccMax, nullptr, comm, nullptr) != ccSuccess) {
+    ok = false;
+    why = std::string("all-reduce: ") + ccGetLastError(comm);
+  }
+  if (ok && gRank == 0) {
+    const ccResult_t rc = ccSend(buf.data(), size_t{2} << 20, ccInt8, 1, comm, nullptr);
+    if (rc != ccSuccess && rc != ccTimeout) {
+      ok = false;
+      why = std::string("sender: ") + ccGetLastError(comm);
+    }
+  } else if (ok && gRank == 1) {
+    const ccResult_t rc = ccRecv(buf.data(), size_t{1} << 20, ccInt8, 0, comm, nullptr);
+    const std::string e = ccGetLastError(comm);
+    const std::string want = "rank 0 sent 2097152 bytes but rank 1 expects 1048576 bytes";
+    if (rc != ccInvalidUsage || e.find(want) == std::string::npos) {
+      ok = false;
+      why = "receiver: " + std::string(ccGetErrorString(rc)) + ": " + e;
+    }
+  }
+  Report(ok, "point-to-point size mismatch: " + why);  // (a barrier: every rank is done before any tears down)
+  ccCommAbort(comm);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
@@ -409,6 +452,7 @@ int main(int argc, char** argv) {
     CompressedCase(comm, "randk:density=0.5", 1.0);
     if (algo == ccAlgoRing) SplitCase(comm);
     if (algo == ccAlgoRing) PointToPointCase(comm);
+    if (algo == ccAlgoRing) PointToPointMismatchCase(3);
     ccCommStats_t stats;
     stats.size = sizeof(stats);
     Report(ccCommGetStats(comm, &stats) == ccSuccess && (gRanks == 1 || stats.bytesSent > 0), "stats");

@@ -46,19 +46,43 @@ ccResult_t RunPointToPoint(ccComm* comm, const std::vector<PointToPoint>& ops) {
     const PointToPoint* from = selfSends[selfRecvs++];
     if (op.bytes > 0) std::memmove(op.buf, from->buf, op.bytes);
   }
+  // Over a network, a message longer than a slice travels as slices (UCX's tcp moves one large message at a third of
+  // the rate of slices in flight), after an 8-byte message with its length, which the receiver checks: slices of two
+  // different lengths would otherwise pair up without an error.
+  const size_t slice = comm->config.sliceBytes;
+  auto sliced = [&](const PointToPoint& op) { return op.bytes > slice && comm->peers[op.peer]->RunsIdleWork(); };
   Inflight io(comm, kWirePointToPoint);
-  std::vector<Request*> reqs(ops.size(), nullptr);
+  std::vector<uint64_t> lengths(ops.size(), 0);  // a sliced send's length, or the length a sliced receive got
+  std::vector<Request*> lengthReqs(ops.size(), nullptr);
   for (int pass = 0; pass < 2; ++pass) {  // receives first, so that a send can find its peer's receive posted
     for (size_t i = 0; i < ops.size(); ++i) {
       const PointToPoint& op = ops[i];
       if (op.peer == comm->rank || op.send != (pass == 1)) continue;
-      if (op.send) {
-        const uint64_t tag = Tag(ccComm::kPointToPointSeq, comm->p2pSent[op.peer]++);
-        CC_CHECK(io.Send(op.peer, op.buf, op.bytes, tag, &reqs[i]));
-      } else {
-        const uint64_t tag = Tag(ccComm::kPointToPointSeq, comm->p2pReceived[op.peer]++);
-        CC_CHECK(io.Recv(op.peer, op.buf, op.bytes, tag, &reqs[i]));
+      uint64_t& counter = op.send ? comm->p2pSent[op.peer] : comm->p2pReceived[op.peer];
+      auto post = [&](void* buf, size_t bytes, Request** req) {
+        const uint64_t tag = Tag(ccComm::kPointToPointSeq, counter++);
+        return op.send ? io.Send(op.peer, buf, bytes, tag, req) : io.Recv(op.peer, buf, bytes, tag, req);
+      };
+      if (!sliced(op)) {
+        Request* req = nullptr;
+        CC_CHECK(post(op.buf, op.bytes, &req));
+        continue;
       }
+      if (op.send) lengths[i] = op.bytes;
+      CC_CHECK(post(&lengths[i], sizeof(uint64_t), &lengthReqs[i]));
+      for (size_t at = 0; at < op.bytes; at += slice) {
+        Request* req = nullptr;
+        CC_CHECK(post(static_cast<char*>(op.buf) + at, op.bytes - at < slice ? op.bytes - at : slice, &req));
+      }
+    }
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {  // the lengths first: a receive of another length fails at once
+    if (lengthReqs[i] == nullptr) continue;  // not sliced
+    CC_CHECK(io.Wait(&lengthReqs[i]));
+    if (!ops[i].send && lengths[i] != ops[i].bytes) {
+      return Fail(ccInvalidUsage, "rank %d sent %llu bytes but rank %d expects %zu bytes (a point-to-point message): "
+                  "a ccSend and its ccRecv differ in size", ops[i].peer, static_cast<unsigned long long>(lengths[i]),
+                  comm->rank, ops[i].bytes);
     }
   }
   return io.WaitAll();
