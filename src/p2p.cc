@@ -37,7 +37,7 @@ ccResult_t Usable(ccComm* comm, const char* fn) {
 }
 
 // A failure once transfers were posted: the peers' matching transfers are out of step, so the communicator is done
-// for (its peers fail at once instead of waiting for the timeout).
+// for (aborted: thread-rank peers fail at once; peers over UCX find out by their timeout).
 ccResult_t FailCommunicator(ccComm* comm, const char* fn, ccResult_t r) {
   const std::string prefix = std::string(fn) + ": ";
   const std::string sentence = LastError().rfind(prefix, 0) == 0 ? LastError() : prefix + LastError();
@@ -64,7 +64,8 @@ std::vector<PointToPoint> Ops(const std::vector<GroupedTransfer>& transfers) {
 }
 
 // Device buffers of a communicator without a stream transport: the proxy thread runs the transfers on a staging
-// buffer (the sends' data first, then room for the receives), in order with the communicator's other device calls.
+// buffer (each transfer at its own offset, in call order: sends copied in before, receives copied out after), in
+// order with the communicator's other device calls.
 // *queued: the proxy holds the call (it runs it whatever failed after).
 ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<PointToPoint>& ops, ccStream_t stream,
                          bool* queued) {
