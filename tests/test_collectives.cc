@@ -732,6 +732,8 @@ TEST_CASE("ccReduceScatter with 2^18+1 elements per rank", "[collectives][reduce
   REQUIRE(g.status == ccSuccess);
   int k = 0;
   for (const DtypeInfo& dt : kDtypes) {
+    // uint8 and uint32 move and slice as int8 and int32 do; the small sweep checks their arithmetic.
+    if (dt.dtype == ccUint8 || dt.dtype == ccUint32) continue;
     for (ccRedOp_t op : kOps) {
       Case c;
       c.dtype = dt.dtype;
