@@ -25,8 +25,9 @@ struct PointToPoint {
 ccResult_t CheckSelfPairs(const ccComm& comm, const std::vector<PointToPoint>& ops);
 
 // Copies each pair of a send to this rank and its receive, posts every other receive, then every send, and waits
-// for all of them (so the order of `ops` does not matter to the peers). CheckSelfPairs first. A failure leaves the
-// transfers to the caller's communicator to abort (Inflight).
+// for all of them (so the order of `ops` does not matter to the peers). Over a network a message longer than a slice
+// goes as slices, after its length, which the receiver checks. CheckSelfPairs first. A failure leaves the transfers
+// to the caller's communicator to abort (Inflight).
 ccResult_t RunPointToPoint(ccComm* comm, const std::vector<PointToPoint>& ops);
 
 // The same on device buffers through the communicator's stream transport (transport nccl): queued on `stream` as one
