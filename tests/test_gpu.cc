@@ -192,6 +192,57 @@ TEST_CASE("[gpu] a copy from pool host memory is queued, and reads the memory wh
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
+// Pinned scratch (the staging, the codecs' host scratch) freed in a stream's order: another stream does not get it
+// while the stream has not got past the free, and without host memory pools (cudaHostAlloc) a free neither
+// synchronizes the device (cudaFreeHost would: a destroy would wait for every held stream) nor loses the block: it is
+// handed out again once its stream has passed the free. ctest runs this with and without host pools.
+TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream before the stream passes the free",
+          "[gpu][scratch]") {
+  SKIP_WITHOUT_DEVICE();
+  REQUIRE(ccoll::PrepareDevice(0) == ccSuccess);
+  cudaMemPool_t hostPool = nullptr;
+  REQUIRE(ccoll::PinnedHostPool(0, &hostPool) == ccSuccess);
+  cudaStream_t held = nullptr, other = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  uint64_t* word = nullptr;
+  uint64_t* onDevice = nullptr;
+  REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
+  REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, held) == cudaSuccess);
+  std::atomic<bool> done{false}, released{false};
+  std::thread releaser([&] {  // lets the stream go after 2 s at the latest, so that a synchronization cannot hang
+    for (int i = 0; i < 200 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    released = true;
+    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+  });
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  CHECK(ccoll::AllocateScratch(0, true, 8192, held, &a) == ccSuccess);
+  ccoll::FreeScratch(0, true, a, held);
+  CHECK(ccoll::AllocateScratch(0, true, 8192, other, &b) == ccSuccess);
+  CHECK(b != a);
+  ccoll::FreeScratch(0, true, b, other);
+  CHECK(cudaStreamSynchronize(other) == cudaSuccess);
+  CHECK(ccoll::AllocateScratch(0, true, 4096, other, &c) == ccSuccess);
+  CHECK(c != a);
+  if (hostPool == nullptr) CHECK(c == b);  // b's stream has passed its free
+  const bool early = !released.load();
+  done = true;
+  releaser.join();
+  CHECK(early);  // none of it waited for the held stream
+  REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
+  void* d = nullptr;
+  CHECK(ccoll::AllocateScratch(0, true, 8192, other, &d) == ccSuccess);
+  if (hostPool == nullptr) CHECK(d == a);  // now a's has too
+  ccoll::FreeScratch(0, true, c, other);
+  ccoll::FreeScratch(0, true, d, other);
+  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+  ccoll::ReturnWaitWord(0, word);
+  REQUIRE(cudaStreamDestroy(held) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
+}
+
 // Also at the ends of float's range: inputs scaled by 2^112 (up to 2e37: the inverse's prescale keeps its sums finite)
 // and by 2^-140 (the prescale makes denormals, which neither side flushes).
 TEST_CASE("[gpu] rotation: the kernels equal the CPU driver byte for byte", "[gpu]") {

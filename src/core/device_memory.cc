@@ -16,6 +16,15 @@ namespace {
 constexpr size_t kLine = 64;           // one wait word per cache line
 constexpr size_t kWordsPerSlab = 256;  // proxies of one device before a second slab is needed
 
+// A block of pinned host memory from cudaHostAlloc (a device without host memory pools) that FreeScratch kept
+// instead of freeing it: cudaFreeHost would synchronize the device, and so wait for any stream held by its own
+// earlier work. It is handed out again once `freed` (recorded where it was freed) has completed.
+struct CachedBlock {
+  void* p;
+  size_t bytes;
+  cudaEvent_t freed;
+};
+
 // Everything of one device, under gMutex. Never freed: the memory lives as long as the process.
 struct DeviceMemory {
   cudaMemPool_t devicePool = nullptr;
@@ -24,6 +33,8 @@ struct DeviceMemory {
   cudaMemPool_t hostPool = nullptr;  // nullptr: none (see PinnedHostPool)
   std::vector<uint64_t*> freeWords;  // host addresses
   std::map<uint64_t*, uint64_t*> deviceAddress;  // every word's device address
+  std::map<void*, size_t> pinnedBytes;   // no host pool: every block from cudaHostAlloc, and its size
+  std::vector<CachedBlock> pinnedCache;  // those of them that FreeScratch kept
 };
 
 std::mutex gMutex;
@@ -136,6 +147,57 @@ ccResult_t AddWordSlab(DeviceMemory& m) {
   return ccSuccess;
 }
 
+// Without a host pool: the smallest kept block of at least `bytes` whose stream has passed its free, else a fresh one
+// from cudaHostAlloc (which may synchronize the device).
+ccResult_t TakePinned(int device, size_t bytes, void** p) {
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    std::vector<CachedBlock>& cache = Devices()[device].pinnedCache;
+    DeviceScope scope(device);
+    size_t best = cache.size();
+    for (size_t i = 0; i < cache.size(); ++i) {
+      if (cache[i].bytes < bytes || (best < cache.size() && cache[best].bytes <= cache[i].bytes)) continue;
+      const cudaError_t e = cudaEventQuery(cache[i].freed);
+      if (e == cudaSuccess) {
+        best = i;
+      } else if (e != cudaErrorNotReady) {
+        cudaGetLastError();  // (not handed out; tried again next time)
+      }
+    }
+    if (best < cache.size()) {
+      *p = cache[best].p;
+      cudaEventDestroy(cache[best].freed);
+      cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(best));
+      return ccSuccess;
+    }
+  }
+  CC_CHECK(gpu::CudaResult(cudaHostAlloc(p, bytes, cudaHostAllocPortable), "cudaHostAlloc"));
+  std::lock_guard<std::mutex> lock(gMutex);
+  Devices()[device].pinnedBytes[*p] = bytes;
+  return ccSuccess;
+}
+
+// Without a host pool: keeps p for TakePinned, once `stream`'s work queued so far is done. Where the event cannot be
+// made or recorded (or p is not TakePinned's), cudaFreeHost frees it at once (after a device synchronization).
+void KeepPinned(int device, void* p, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  DeviceMemory& m = Devices()[device];
+  DeviceScope scope(device);
+  const auto known = m.pinnedBytes.find(p);
+  cudaEvent_t freed = nullptr;
+  cudaError_t e = known == m.pinnedBytes.end() ? cudaErrorInvalidValue
+                                               : cudaEventCreateWithFlags(&freed, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(freed, stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (freed != nullptr) cudaEventDestroy(freed);
+    if (known != m.pinnedBytes.end()) m.pinnedBytes.erase(known);
+    cudaFreeHost(p);
+    return;
+  }
+  m.pinnedCache.push_back(CachedBlock{p, known->second, freed});
+}
+
 }  // namespace
 
 ccResult_t PrepareDeviceMemory(int device) {
@@ -163,7 +225,7 @@ ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream
       pool = m.devicePool;
     }
   }
-  if (pool == nullptr) return gpu::CudaResult(cudaHostAlloc(p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+  if (pool == nullptr) return TakePinned(device, bytes, p);
   return gpu::CudaResult(cudaMallocFromPoolAsync(p, bytes, pool, stream), "cudaMallocFromPoolAsync");
 }
 
@@ -177,7 +239,7 @@ void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream) {
   if (pooled) {
     cudaFreeAsync(p, stream);
   } else {
-    cudaFreeHost(p);
+    KeepPinned(device, p, stream);
   }
 }
 

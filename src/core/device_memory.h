@@ -28,17 +28,19 @@ ccResult_t PrepareDeviceMemory(int device);
 ccResult_t DevicePool(int device, cudaMemPool_t* pool);
 
 // The pool of pinned host memory for `device` (every device that has host memory pools reads and writes it), or
-// nullptr where the device has none (cudaDevAttrHostMemoryPoolsSupported): callers then use cudaHostAlloc and
-// cudaFreeHost (a warning says so once). Memory freed to the pools stays in them: ccoll's pinned memory is given back
-// to the system only at exit.
+// nullptr where the device has none (cudaDevAttrHostMemoryPoolsSupported): AllocateScratch then takes pinned memory
+// from cudaHostAlloc (a warning says so once). Memory freed to the pools stays in them: ccoll's pinned memory is
+// given back to the system only at exit.
 ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
 
 // `bytes` of ccoll's memory for `device`, in the order of `stream`: device memory from the device pool, or pinned host
 // memory (pinnedHost) from the host pool, or from cudaHostAlloc where the device has none. The host and other streams
 // may use it once the stream has got there. Freed with FreeScratch.
 ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream_t stream, void** p);
-// Frees what AllocateScratch gave, after the work queued on `stream` (a free to the pool), or at once (cudaFreeHost,
-// for pinned memory that came from cudaHostAlloc).
+// Frees what AllocateScratch gave, after the work queued on `stream`: to its pool, or, for pinned memory that came
+// from cudaHostAlloc, to a cache of such blocks that AllocateScratch hands out again once `stream` has got past the
+// free. Never with cudaFreeHost, which synchronizes the device: a destroy would wait for every stream of the device,
+// even one held by its own earlier work, without a bound.
 void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream);
 
 // A non-blocking stream of `device` for frees to the pools once nothing uses the memory (a destructor's), made with
