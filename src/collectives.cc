@@ -100,21 +100,6 @@ bool KeepsMemory(const ccCompressor& comp) {
   return fed && comp.Get(ccParamErrorFeedback) != 0;
 }
 
-// Whether the communicator can take a call: its init has finished and it has not failed.
-ccResult_t Usable(ccComm* comm, const Call& c) {
-  const char* fn = KindName(c.kind);
-  int async = comm->AsyncError();
-  if (async == ccInProgress) {
-    return Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished "
-                "(poll ccCommGetAsyncError)", fn, comm->rank);
-  }
-  if (async != ccSuccess) {
-    return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
-                comm->rank, ccoll::ResultName(static_cast<ccResult_t>(async)));
-  }
-  return ccSuccess;
-}
-
 // One call's use of its compressor (ccCompressor::user): taken when the call is validated, given back when the call is
 // done, which for a device call is when the proxy has run it (EnqueueOnDevice takes it over), and for a stream-ordered
 // one (transport nccl) when it is queued: its kernels then wait on the device for the compressor's last call, on
@@ -354,18 +339,6 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
   return r;
 }
 
-// A failure in the middle of a collective leaves the group out of step: the communicator is done for.
-ccResult_t FailCommunicator(ccComm* comm, const Call& c, ccResult_t r) {
-  const std::string prefix = std::string(KindName(c.kind)) + ": ";
-  std::string sentence = ccoll::LastError().rfind(prefix, 0) == 0 ? ccoll::LastError() : prefix + ccoll::LastError();
-  ccoll::SetLastError(sentence);
-  comm->RecordError(sentence);
-  comm->failedInStep = false;
-  comm->asyncError = r;
-  comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
-  return r;
-}
-
 // Runs a validated call: the cross-rank call check, then the schedule. `deferred`: a device call on the proxy
 // thread, whose caller has already returned, so that every error becomes the communicator's async error.
 ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& checked, bool deferred) {
@@ -388,7 +361,7 @@ ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& checked, bool de
       case Kind::kReduce: r = ccoll::RingReduce(comm, args); break;
     }
   }
-  if (r != ccSuccess) return FailCommunicator(comm, c, r);
+  if (r != ccSuccess) return comm->FailInCall(KindName(c.kind), r);
   comm->collectives.fetch_add(1, std::memory_order_relaxed);
   return ccSuccess;
 }
@@ -416,7 +389,7 @@ ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
       r = Fail(ccSystemError, "%s: rank %d: %s", KindName(c.kind), comm->rank, e.what());
     }
   }
-  if (r != ccSuccess) return FailCommunicator(comm, c, r);
+  if (r != ccSuccess) return comm->FailInCall(KindName(c.kind), r);
   comm->collectives.fetch_add(1, std::memory_order_relaxed);
   return ccSuccess;
 }
@@ -530,7 +503,7 @@ ccResult_t Refuse(ccComm* comm, const Call& c, ccResult_t r) {
 // call, so the communicator is failed, as after a failure in a call.
 ccResult_t RefuseOrFail(ccComm* comm, const Call& c, ccResult_t r) {
   if (r != ccInvalidUsage && comm->nranks > 1 && (!comm->config.checkCalls || !comm->hostTransports)) {
-    return FailCommunicator(comm, c, r);
+    return comm->FailInCall(KindName(c.kind), r);
   }
   return Refuse(comm, c, r);
 }
@@ -548,7 +521,7 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed, aborted or never "
                   "initialized)", fn, static_cast<void*>(comm));
     }
-    ccResult_t r = Usable(comm, c);
+    ccResult_t r = comm->CheckUsable(KindName(c.kind));
     // A communicator that failed in step refuses its calls, and its peers learn it in the call check instead of
     // waiting for this rank until the timeout.
     if (r != ccSuccess && comm->failedInStep && comm->AsyncError() != ccInProgress) return Refuse(comm, c, r);
@@ -591,7 +564,7 @@ ccResult_t Run(ccComm* comm, const Call& c) {
       r = EnqueueOnDevice(comm, c, args, &compressorUse, &queued);
       if (r == ccSuccess) return r;
       if (!queued && r != ccTimeout) return RefuseOrFail(comm, c, r);
-      if (!queued) return FailCommunicator(comm, c, r);
+      if (!queued) return comm->FailInCall(KindName(c.kind), r);
       comm->RecordError(ccoll::LastError());
       return r;
     }

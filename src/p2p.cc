@@ -22,33 +22,6 @@ using ccoll::Fail;
 namespace ccoll {
 namespace {
 
-// Whether the communicator can take a call: its init has finished and it has not failed.
-ccResult_t Usable(ccComm* comm, const char* fn) {
-  const int async = comm->AsyncError();
-  if (async == ccInProgress) {
-    return Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished (poll "
-                "ccCommGetAsyncError)", fn, comm->rank);
-  }
-  if (async != ccSuccess) {
-    return Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
-                comm->rank, ResultName(static_cast<ccResult_t>(async)));
-  }
-  return ccSuccess;
-}
-
-// A failure once transfers were posted: the peers' matching transfers are out of step, so the communicator is done
-// for (aborted: thread-rank peers fail at once; peers over UCX find out by their timeout).
-ccResult_t FailCommunicator(ccComm* comm, const char* fn, ccResult_t r) {
-  const std::string prefix = std::string(fn) + ": ";
-  const std::string sentence = LastError().rfind(prefix, 0) == 0 ? LastError() : prefix + LastError();
-  SetLastError(sentence);
-  comm->RecordError(sentence);
-  comm->failedInStep = false;
-  comm->asyncError = r;
-  comm->Abort(("rank " + std::to_string(comm->rank) + " failed: " + sentence).c_str());
-  return r;
-}
-
 // Refused before anything moved: the communicator stays usable, and the sentence is recorded on it.
 ccResult_t Refuse(ccComm* comm, const char* fn, ccResult_t r) {
   const std::string prefix = std::string(fn) + ": ";
@@ -93,7 +66,7 @@ ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<PointTo
     for (size_t i = 0; i < run.size(); ++i) run[i].buf = staging + offsets[i];
     Guarded(name.c_str(), [&] {
       const ccResult_t r = RunPointToPoint(comm, run);
-      return r == ccSuccess ? r : FailCommunicator(comm, name.c_str(), r);
+      return r == ccSuccess ? r : comm->FailInCall(name.c_str(), r);
     });
   }, queued);
 }
@@ -138,7 +111,7 @@ ccResult_t CheckTransfers(ccComm* comm, const std::vector<GroupedTransfer>& tran
     return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed or aborted since the call)", fn,
                 static_cast<void*>(comm));
   }
-  CC_CHECK(Usable(comm, fn));
+  CC_CHECK(comm->CheckUsable(fn));
   bool onDevice = false;
   ccStream_t stream = nullptr;
   ccResult_t r = Placement(comm, transfers, &onDevice, &stream);
@@ -157,7 +130,7 @@ ccResult_t IssueTransfers(ccComm* comm, const std::vector<GroupedTransfer>& tran
   ccResult_t r = ccSuccess;
   if (onDevice && comm->streamTransport) {
     r = QueuePointToPoint(comm, ops, stream);
-    return r == ccSuccess ? r : FailCommunicator(comm, fn, r);
+    return r == ccSuccess ? r : comm->FailInCall(fn, r);
   }
   if (onDevice) {
     bool queued = false;
@@ -173,7 +146,7 @@ ccResult_t IssueTransfers(ccComm* comm, const std::vector<GroupedTransfer>& tran
                 "communicator", fn, comm->rank, ResultName(static_cast<ccResult_t>(async)));
   }
   r = RunPointToPoint(comm, ops);
-  return r == ccSuccess ? r : FailCommunicator(comm, fn, r);
+  return r == ccSuccess ? r : comm->FailInCall(fn, r);
 }
 
 namespace {
@@ -189,7 +162,7 @@ ccResult_t Transfer(bool send, void* buf, size_t count, int rawDtype, int peer, 
       return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed, aborted or never "
                   "initialized)", fn, static_cast<void*>(comm));
     }
-    CC_CHECK(Usable(comm, fn));
+    CC_CHECK(comm->CheckUsable(fn));
     const int rank = comm->rank;
     if (!IsValidDataType(rawDtype)) {
       return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn,

@@ -483,3 +483,28 @@ void ccComm::RecordError(const std::string& sentence) {
   std::lock_guard<std::mutex> lock(errorMutex);
   lastError = sentence;
 }
+
+ccResult_t ccComm::CheckUsable(const char* fn) {
+  const int async = AsyncError();
+  if (async == ccInProgress) {
+    return ccoll::Fail(ccInvalidUsage, "%s: rank %d: the communicator's non-blocking init has not finished (poll "
+                "ccCommGetAsyncError)", fn, rank);
+  }
+  if (async != ccSuccess) {
+    return ccoll::Fail(static_cast<ccResult_t>(async), "%s: rank %d: the communicator failed earlier (%s); destroy it", fn,
+                rank, ccoll::ResultName(static_cast<ccResult_t>(async)));
+  }
+  return ccSuccess;
+}
+
+ccResult_t ccComm::FailInCall(const char* fn, ccResult_t r) {
+  const std::string prefix = std::string(fn) + ": ";
+  const std::string& last = ccoll::LastError();
+  const std::string sentence = last.rfind(prefix, 0) == 0 ? last : prefix + last;
+  ccoll::SetLastError(sentence);
+  RecordError(sentence);
+  failedInStep = false;
+  asyncError = r;
+  Abort(("rank " + std::to_string(rank) + " failed: " + sentence).c_str());
+  return r;
+}

@@ -119,6 +119,13 @@ struct ccComm {
   // is then recorded, with its sentence as the last error).
   ccResult_t AsyncError();
   void RecordError(const std::string& sentence);
+  // Whether the communicator can take a call of `fn` (its name, for the error sentence): its init has finished and it
+  // has not failed.
+  ccResult_t CheckUsable(const char* fn);
+  // A failure of a call of `fn` once something moved: the peers are out of step, so the communicator is done for.
+  // Records the last error, prefixed with `fn` once, as the communicator's and makes `r` its async error; aborts (peers
+  // of this process fail at once; those over UCX find out by their timeout). Returns r.
+  ccResult_t FailInCall(const char* fn, ccResult_t r);
   // The device proxy, created on first use for config.cudaDev.
   ccResult_t DeviceProxyOf(ccoll::DeviceProxy** out);
   // Blocks until the device calls queued so far have run (a host call must not overtake them).
