@@ -36,6 +36,18 @@ inline RankResult Record(ccResult_t rc, ccComm_t comm = nullptr) {
   return r;
 }
 
+// "" when every rank succeeded, else the first failure as "rank r: result name: sentence". R: anything with an rc
+// and an error sentence (RankResult, or a test's own record of a rank's call).
+template <typename R>
+std::string FirstFailure(const std::vector<R>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (results[r].rc != ccSuccess) {
+      return "rank " + std::to_string(r) + ": " + ccGetErrorString(results[r].rc) + ": " + results[r].error;
+    }
+  }
+  return "";
+}
+
 // A config with the fields tests usually set; the rest stay "not set".
 inline ccConfig_t MakeConfig(int algorithm = CC_CONFIG_UNDEF_INT, int timeoutMs = CC_CONFIG_UNDEF_INT) {
   ccConfig_t config = CC_CONFIG_INITIALIZER;

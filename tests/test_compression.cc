@@ -148,12 +148,7 @@ struct CallResult {
   uint64_t bytesSent = 0;  // summed over ranks, during the call
 
   // "" when every rank returned ccSuccess, else the first failure.
-  std::string Failure() const {
-    for (size_t r = 0; r < rc.size(); ++r) {
-      if (rc[r].rc != ccSuccess) return "rank " + std::to_string(r) + ": " + rc[r].error;
-    }
-    return "";
-  }
+  std::string Failure() const { return cctest::FirstFailure(rc); }
 };
 
 // One ccAllReduce on every rank of g with compressor comps[r] on rank r. In place: the input is copied into the

@@ -79,12 +79,7 @@ using Issue = std::function<ccResult_t(int r, const void* send, void* recv, ccSt
 struct Outcome {
   std::vector<Bytes> out;
   std::vector<RankResult> rc;
-  std::string Failure() const {
-    for (size_t r = 0; r < rc.size(); ++r) {
-      if (rc[r].rc != ccSuccess) return "rank " + std::to_string(r) + ": " + rc[r].error;
-    }
-    return "";
-  }
+  std::string Failure() const { return cctest::FirstFailure(rc); }
 };
 
 Outcome OnHost(const Group& g, const std::vector<Bytes>& in, size_t outBytes, const Issue& issue) {

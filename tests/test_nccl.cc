@@ -47,6 +47,7 @@ namespace {
 using cctest::Bytes;
 using cctest::Contains;
 using cctest::FirstDifference;
+using cctest::FirstFailure;
 using cctest::Inputs;
 using cctest::SizeOf;
 
@@ -144,16 +145,6 @@ std::vector<RankOut> RunRanks(int n, const Body& body, int seconds = 180) {
   }
   munmap(shared, stride * n);
   return outs;
-}
-
-// "" when every rank succeeded, else the first failure.
-std::string Failure(const std::vector<RankOut>& outs) {
-  for (size_t r = 0; r < outs.size(); ++r) {
-    if (outs[r].rc != ccSuccess) {
-      return "rank " + std::to_string(r) + ": " + ccGetErrorString(outs[r].rc) + ": " + outs[r].error;
-    }
-  }
-  return "";
 }
 
 // Whether a CUDA device is there, asked in a child process when ranks are processes (this one must not touch CUDA
@@ -470,7 +461,7 @@ std::vector<Bytes> HostRing(const std::vector<std::vector<Bytes>>& inputs, ccDat
     if (!err.empty()) return out->Fail(ccInternalError, err);
     for (const Bytes& b : mine) out->data.insert(out->data.end(), b.begin(), b.end());
   });
-  REQUIRE(Failure(one) == "");
+  REQUIRE(FirstFailure(one) == "");
   for (int r = 0; r < n && !one[0].data.empty(); ++r) {
     outs.emplace_back(one[0].data.begin() + r * bytes, one[0].data.begin() + (r + 1) * bytes);
   }
@@ -540,7 +531,7 @@ TEST_CASE("[nccl] exact collectives against fp64 references, the same bytes on e
         INFO(n << " ranks, dtype " << k.dtype << ", op " << k.op << ", count " << count << ", seed " << seed);
         const std::vector<Bytes> in = Inputs(n, count, k.dtype, seed);
         std::vector<RankOut> outs = NcclAllReduce(in, k.dtype, k.op, "", inPlace);
-        REQUIRE(Failure(outs) == "");
+        REQUIRE(FirstFailure(outs) == "");
         std::vector<double> ref, tol;
         Reference(in, k.dtype, k.op, &ref, &tol);
         CHECK(CheckAgainst(outs[0].data, k.dtype, ref, tol) == "");
@@ -589,7 +580,7 @@ TEST_CASE("[nccl] reduce-scatter, all-gather, broadcast and reduce", "[gpu][nccl
     out->data.insert(out->data.end(), bc.begin(), bc.end());
     out->data.insert(out->data.end(), rd.begin(), rd.end());
   });
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   std::vector<double> ref, tol;
   Reference(in, ccFloat32, ccSum, &ref, &tol);
   Bytes allBlocks;
@@ -674,7 +665,7 @@ TEST_CASE("[nccl] point-to-point: an all-to-all group and ordered sends deliver 
     }
     Settle(k, out);
   });
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
     Bytes expect;
@@ -714,7 +705,7 @@ TEST_CASE("[nccl] compressed all-reduce: the host ring's bytes, the same on ever
         const std::vector<Bytes> in = Inputs(n, count, t, seed);
         const int calls = 2;  // the second call has fresh randomness (the compressor's call counter)
         std::vector<RankOut> outs = NcclAllReduce(in, t, ccAvg, spec, count % 2 == 1, calls);
-        REQUIRE(Failure(outs) == "");
+        REQUIRE(FirstFailure(outs) == "");
         CHECK(SameOnAllRanks(outs) == "");
         std::vector<double> mean, tol;
         Reference(in, t, ccAvg, &mean, &tol);
@@ -768,7 +759,7 @@ TEST_CASE("[nccl] topk and randk: the host path's chunks and values, call after 
       INFO(spec << ", dtype " << t << ", input seed " << seed);
       const std::vector<Bytes> in = Inputs(n, count, t, seed);
       std::vector<RankOut> outs = NcclAllReduce(in, t, ccAvg, spec, false, calls);
-      REQUIRE(Failure(outs) == "");
+      REQUIRE(FirstFailure(outs) == "");
       CHECK(SameOnAllRanks(outs) == "");
       const std::vector<Bytes> host = HostRing(in, t, ccAvg, spec, calls);
       CHECK(CloseTo(outs[0].data, host[0], t, t == ccBfloat16 ? std::max(k.bound, 1e-4) : k.bound) == "");
@@ -779,7 +770,7 @@ TEST_CASE("[nccl] topk and randk: the host path's chunks and values, call after 
   const float inf = INFINITY;
   std::memcpy(in[2].data() + 4 * 1234, &inf, 4);
   std::vector<RankOut> outs = NcclAllReduce(in, ccFloat32, ccSum, "randk:density=0.1", true);
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   for (const RankOut& o : outs) {
     const std::vector<double> v = Values(o.data, ccFloat32);
     CHECK(std::all_of(v.begin(), v.end(), [](double x) { return std::isnan(x); }));
@@ -835,7 +826,7 @@ TEST_CASE("[nccl] powersgd: a rank-2 average recovered, the host path's result c
     INFO("wire " << wire);
     std::vector<RankOut> outs = NcclAllReduce(lowRank, ccFloat32, ccAvg, "powersgd:rank=2,dtype=" + wire + shapes,
                                               false, 3);
-    REQUIRE(Failure(outs) == "");
+    REQUIRE(FirstFailure(outs) == "");
     CHECK(SameOnAllRanks(outs) == "");
     std::vector<double> mean, tol;
     Reference(lowRank, ccFloat32, ccAvg, &mean, &tol);
@@ -848,7 +839,7 @@ TEST_CASE("[nccl] powersgd: a rank-2 average recovered, the host path's result c
   const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
   const std::string spec = "powersgd:rank=4" + shapes;
   std::vector<RankOut> outs = NcclAllReduce(in, ccFloat32, ccAvg, spec, true, 3);
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   CHECK(SameOnAllRanks(outs) == "");
   const std::vector<Bytes> host = HostRing(in, ccFloat32, ccAvg, spec, 3);
   if (!host.empty()) CHECK(CloseTo(outs[0].data, host[0], ccFloat32, 1e-8) == "");
@@ -859,7 +850,7 @@ TEST_CASE("[nccl] one rank: exact and compressed calls copy", "[gpu][nccl]") {
   const std::vector<Bytes> in = Inputs(1, 777, ccFloat32, FreshSeed());
   for (const std::string spec : {"", "quant:bits=4"}) {
     std::vector<RankOut> outs = NcclAllReduce(in, ccFloat32, ccAvg, spec, false);
-    REQUIRE(Failure(outs) == "");
+    REQUIRE(FirstFailure(outs) == "");
     CHECK(FirstDifference(outs[0].data, in[0]) == "");
   }
 }
@@ -900,7 +891,7 @@ TEST_CASE("[nccl] one rank: a compressed call captured before any other holds a 
     if (graph != nullptr) cudaGraphDestroy(graph);
     ccCompressorDestroy(comp);
   });
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   CHECK(FirstDifference(outs[0].data, in[0]) == "");
 }
 
@@ -925,9 +916,9 @@ TEST_CASE("[nccl] the legacy default stream (stream NULL) carries compressed cal
     INFO(k.spec);
     const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
     std::vector<RankOut> own = NcclAllReduce(in, ccFloat32, ccAvg, k.spec, false, 2);
-    REQUIRE(Failure(own) == "");
+    REQUIRE(FirstFailure(own) == "");
     std::vector<RankOut> legacy = NcclAllReduce(in, ccFloat32, ccAvg, k.spec, false, 2, 0);
-    REQUIRE(Failure(legacy) == "");
+    REQUIRE(FirstFailure(legacy) == "");
     CHECK(SameOnAllRanks(legacy) == "");
     for (int r = 0; r < n; ++r) {
       INFO("rank " << r);
@@ -978,7 +969,7 @@ TEST_CASE("[nccl] stream order: the call returns while its stream is held; work 
     Settle(k, out);
     ccCompressorDestroy(comp);
   });
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   CHECK(SameOnAllRanks(outs) == "");
   std::vector<double> ref, tol;
   Reference(in, ccFloat32, ccSum, &ref, &tol);
@@ -1033,7 +1024,7 @@ TEST_CASE("[nccl] one rank's compressor on two communicators and two streams: th
     }
     ccCompressorDestroy(comp);
   });
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   CHECK(SameOnAllRanks(outs) == "");
   // The host path, both calls with one compressor per rank: its second call's result is what B's must be.
   const size_t bytes = count * 4;
@@ -1129,7 +1120,7 @@ TEST_CASE("[nccl] CUDA graph capture: captured calls replay with new inputs", "[
       ccCompressorDestroy(twin);
       ccCompressorDestroy(comp);
     });
-    REQUIRE(Failure(outs) == "");
+    REQUIRE(FirstFailure(outs) == "");
     const size_t b = count * 4;
     for (int i = 0; i < replays; ++i) {
       INFO("replay " << i);
@@ -1199,7 +1190,7 @@ TEST_CASE("[nccl] bad usage gets a clear error", "[gpu][nccl][errors]") {
     if (rc != ccSuccess) out->Fail(rc, ccGetLastError(k.comm));
     Settle(k, out);
   });
-  CHECK(Failure(outs) == "");
+  CHECK(FirstFailure(outs) == "");
 }
 
 #ifdef CCOLL_FAKE_NCCL
@@ -1275,7 +1266,7 @@ TEST_CASE("[nccl] a scratch allocation that fails on one rank: no rank queues th
     k.FromDevice(&out->data, buf.p, count * 4);
     ccCompressorDestroy(comp);
   });
-  REQUIRE(Failure(outs) == "");
+  REQUIRE(FirstFailure(outs) == "");
   if (!checked) return;  // checked above: each peer's error within the timeout
   CHECK(SameOnAllRanks(outs) == "");
   std::vector<double> mean, tol;
@@ -1311,7 +1302,7 @@ TEST_CASE("[nccl] no elements and no host transport: every collective returns at
     Settle(k, out);
     ccCompressorDestroy(comp);
   });
-  CHECK(Failure(outs) == "");
+  CHECK(FirstFailure(outs) == "");
 }
 #endif
 

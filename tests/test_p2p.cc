@@ -21,6 +21,7 @@
 using cctest::Bytes;
 using cctest::Contains;
 using cctest::FirstDifference;
+using cctest::FirstFailure;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -38,16 +39,6 @@ Bytes RandomBytes(size_t n, uint64_t seed) {
   Bytes b(n);
   for (char& c : b) c = static_cast<char>(gen());
   return b;
-}
-
-// The first rank whose result is not success, as "rank r: sentence", or "".
-std::string FirstFailure(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    if (results[r].rc != ccSuccess) {
-      return "rank " + std::to_string(r) + ": " + ccGetErrorString(results[r].rc) + ": " + results[r].error;
-    }
-  }
-  return "";
 }
 
 }  // namespace
