@@ -126,6 +126,8 @@ bool Report::Footer() {
     }
     if (!identical) std::fprintf(out_, "# Ranks bitwise identical: NO (FAILED)\n");
     if (!intact) std::fprintf(out_, "# Send buffers intact    : NO (FAILED)\n");
+  } else if (rows_.empty()) {
+    std::fprintf(out_, "# Out of bounds values : N/A (no size ran)\n");
   } else {
     std::fprintf(out_, "# Out of bounds values : N/A (check disabled with -c 0)\n");
   }
