@@ -8,8 +8,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -136,6 +138,38 @@ const char* OpName(ccRedOp_t op) {
   }
   return "?";
 }
+// The datatypes the sweeps run: every one, or those that CCTEST_DTYPES names (a comma-separated list of the names
+// above; an unknown name stops the test). The sanitizer builds narrow the sweeps with it (scripts/sanitize.sh): the
+// normal build runs every datatype's arithmetic, and what a sanitizer adds depends on element sizes and code paths,
+// which fewer datatypes cover.
+const std::vector<DtypeInfo>& SweepDtypes() {
+  static const std::vector<DtypeInfo> chosen = [] {
+    const char* env = std::getenv("CCTEST_DTYPES");
+    if (env == nullptr || *env == '\0') return std::vector<DtypeInfo>(std::begin(kDtypes), std::end(kDtypes));
+    std::vector<DtypeInfo> v;
+    std::stringstream list(env);
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      const DtypeInfo* found = nullptr;
+      for (const DtypeInfo& i : kDtypes) {
+        if (name == i.name) found = &i;
+      }
+      if (found == nullptr) {
+        std::fprintf(stderr, "CCTEST_DTYPES=%s: no datatype is called '%s'\n", env, name.c_str());
+        std::abort();
+      }
+      v.push_back(*found);
+    }
+    if (v.empty()) {
+      std::fprintf(stderr, "CCTEST_DTYPES=%s names no datatype\n", env);
+      std::abort();
+    }
+    std::fprintf(stderr, "CCTEST_DTYPES: the sweeps run %s only\n", env);
+    return v;
+  }();
+  return chosen;
+}
+
 const char* DtypeName(ccDataType_t d) {
   for (const auto& i : kDtypes) {
     if (i.dtype == d) return i.name;
@@ -617,7 +651,7 @@ TEST_CASE("ccAllReduce sweep: nranks x small counts x dtypes x ops x ring/tree x
     Group g = Group::InitConfig(nranks, AlgoConfig(algo));
     INFO(g.error);
     REQUIRE(g.status == ccSuccess);
-    for (const DtypeInfo& dt : kDtypes) {
+    for (const DtypeInfo& dt : SweepDtypes()) {
       for (ccRedOp_t op : kOps) {
         for (size_t count : kSmallCounts) {
           for (bool inPlace : {false, true}) {
@@ -654,7 +688,7 @@ TEST_CASE("ccAllReduce sweep: 2^20+3 elements, every dtype, sum, avg and max, ri
     INFO(g.error);
     REQUIRE(g.status == ccSuccess);
     int k = 0;
-    for (const DtypeInfo& dt : kDtypes) {
+    for (const DtypeInfo& dt : SweepDtypes()) {
       // uint8 and uint32 move and slice as int8 and int32 do; the small sweep checks their arithmetic.
       if (dt.dtype == ccUint8 || dt.dtype == ccUint32) continue;
       for (ccRedOp_t op : {ccSum, ccAvg, ccMax}) {
@@ -701,7 +735,7 @@ TEST_CASE("ccReduceScatter sweep: nranks x recvcounts x dtypes x ops x in-place"
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
   int failures = 0;
-  for (const DtypeInfo& dt : kDtypes) {
+  for (const DtypeInfo& dt : SweepDtypes()) {
     for (ccRedOp_t op : kOps) {
       for (size_t count : kSmallCounts) {
         for (bool inPlace : {false, true}) {
@@ -731,7 +765,7 @@ TEST_CASE("ccReduceScatter with 2^18+1 elements per rank", "[collectives][reduce
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
   int k = 0;
-  for (const DtypeInfo& dt : kDtypes) {
+  for (const DtypeInfo& dt : SweepDtypes()) {
     // uint8 and uint32 move and slice as int8 and int32 do; the small sweep checks their arithmetic.
     if (dt.dtype == ccUint8 || dt.dtype == ccUint32) continue;
     for (ccRedOp_t op : kOps) {
@@ -755,7 +789,7 @@ TEST_CASE("ccAllGather sweep: nranks x sendcounts x dtypes x in-place", "[collec
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
   int k = 0;
-  for (const DtypeInfo& dt : kDtypes) {
+  for (const DtypeInfo& dt : SweepDtypes()) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, kLargeRsCount}) {
       for (bool inPlace : {false, true}) {
         if (count == kLargeRsCount && (k++ % 2) == 0) continue;  // the large count for half of the cases
@@ -778,10 +812,10 @@ TEST_CASE("ccBroadcast from every root, in place and not", "[collectives][broadc
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
   for (int root = 0; root < nranks; ++root) {
-    for (const DtypeInfo& dt : kDtypes) {
+    for (const DtypeInfo& dt : SweepDtypes()) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, kLargeRsCount}) {
         // The large count for one dtype per root.
-        if (count == kLargeRsCount && dt.dtype != kDtypes[root % kNumDtypes].dtype) continue;
+        if (count == kLargeRsCount && dt.dtype != SweepDtypes()[root % SweepDtypes().size()].dtype) continue;
         for (bool inPlace : {false, true}) {
           Case c;
           c.dtype = dt.dtype;
@@ -805,7 +839,7 @@ TEST_CASE("ccReduce sweep: nranks x counts x dtypes x ops x roots x in-place", "
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
   int failures = 0, k = 0;
-  for (const DtypeInfo& dt : kDtypes) {
+  for (const DtypeInfo& dt : SweepDtypes()) {
     for (ccRedOp_t op : kOps) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{(1 << 16) + 3}}) {
         for (bool inPlace : {false, true}) {
@@ -1222,7 +1256,7 @@ TEST_CASE("collectives pipelined over many slices", "[collectives][slice]") {
     INFO(g.error);
     REQUIRE(g.status == ccSuccess);
     int k = 0;
-    for (const DtypeInfo& dt : kDtypes) {
+    for (const DtypeInfo& dt : SweepDtypes()) {
       for (ccRedOp_t op : {ccSum, ccAvg, ccMax, ccProd}) {
         for (size_t count : {size_t{33}, size_t{1023}, size_t{4099}}) {
           Case c;
@@ -1241,7 +1275,7 @@ TEST_CASE("collectives pipelined over many slices", "[collectives][slice]") {
   Group g = Group::InitAll(nranks);
   REQUIRE(g.status == ccSuccess);
   int k = 0;
-  for (const DtypeInfo& dt : kDtypes) {
+  for (const DtypeInfo& dt : SweepDtypes()) {
     for (size_t count : {size_t{33}, size_t{1023}}) {
       Case c;
       c.dtype = dt.dtype;
