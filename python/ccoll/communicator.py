@@ -353,3 +353,33 @@ class Communicator:
     def recv(self, x, peer):
         """ccRecv into x (in place) from rank `peer`; returns x. The k-th recv from a rank gets its k-th send."""
         return self._transfer(x, peer, False)
+
+    def all_to_all(self, x, out=None):
+        """All-to-all in equal blocks (torch.distributed.all_to_all_single without split sizes): x holds size blocks,
+        block p going to rank p; returns out (new if None, x's shape), whose block p came from rank p. The sends and
+        receives go in one group (NCCL has no all-to-all call either), inside an open ccoll.group() too. Out of place
+        only. As with send and recv, a rank that refuses the call leaves its peers' receives to fail by the timeout."""
+        h = self._live()
+        if not hasattr(lib, "ccSend"):
+            raise InvalidArgumentError("all_to_all: the loaded libccoll has no ccSend (an older library)")
+        try:
+            send = _buffer.view(x, "all_to_all", writable=False)
+            if send.count % self._size != 0:
+                raise InvalidArgumentError("all_to_all: %d elements do not split into %d equal blocks" % (
+                    send.count, self._size))
+            if out is None:
+                out = _buffer.empty_like(send, tuple(x.shape))
+            recv = self._output(send, out, "all_to_all: out", send.count)
+            nbytes = send.count * _buffer.ITEMSIZE[send.dtype]
+            if send.count > 0 and recv.ptr < send.ptr + nbytes and send.ptr < recv.ptr + nbytes:
+                raise InvalidArgumentError("all_to_all: out overlaps x (the call runs out of place only)")
+        except Exception:
+            _group.fail()  # inside an open group: as a refusal by the library, the group issues nothing
+            raise
+        block = send.count // self._size
+        step = block * _buffer.ITEMSIZE[send.dtype]
+        with _group.group():
+            for peer in range(self._size):
+                check(lib.ccSend(send.ptr + peer * step, block, send.dtype, peer, h, send.stream), h)
+                check(lib.ccRecv(recv.ptr + peer * step, block, recv.dtype, peer, h, recv.stream), h)
+        return recv.obj

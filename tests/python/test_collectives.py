@@ -247,7 +247,62 @@ def p2p_rank(rank, nranks, uid, seed):
         return out
 
 
+def _a2a_block(seed, frm, to, k, count, dtype):
+    """The block rank `frm` sends to rank `to` in all-to-all number k."""
+    return _p2p_bytes(seed, frm, to, 10 + k, count, dtype)
+
+
+def all_to_all_rank(rank, nranks, uid, seed):
+    with ccoll.Communicator(nranks, uid, rank, timeout_ms=ranks.RANK_TIMEOUT_MS) as comm:
+        out = {}
+        # A new output of x's shape; then a given one, 1-D; then empty blocks.
+        x = np.stack([_a2a_block(seed, rank, p, 0, 1000, "float32") for p in range(nranks)])
+        out["new"] = comm.all_to_all(x)
+        x = np.concatenate([_a2a_block(seed, rank, p, 1, 7, "int64") for p in range(nranks)])
+        y = np.zeros_like(x)
+        out["given"] = (comm.all_to_all(x, out=y) is y, y)
+        out["empty"] = comm.all_to_all(np.zeros(0, np.float64)).shape
+        # Refused by the binding on every rank, before anything moved: blocks of unequal size, out overlapping x.
+        errors = []
+        for bad in (lambda: comm.all_to_all(np.zeros(nranks + 1, np.int32)),
+                    lambda: comm.all_to_all(x, out=x),
+                    lambda: comm.all_to_all(x, out=np.zeros(len(x), np.int32))):
+            try:
+                bad()
+                errors.append(None)
+            except ccoll.InvalidArgumentError as e:
+                errors.append(str(e))
+        out["errors"] = errors
+        # Inside an open group, with a collective: both issued when the group ends.
+        x = np.stack([_a2a_block(seed, rank, p, 2, 3, "int8") for p in range(nranks)])
+        with ccoll.group():
+            grouped = comm.all_to_all(x)
+            summed = comm.all_reduce(np.full(2, rank + 1, np.int32))
+        out["grouped"], out["summed"] = grouped, summed
+        return out
+
+
 class TestPointToPoint(unittest.TestCase):
+    def test_all_to_all(self):
+        nranks = 3
+        seed = np.random.SeedSequence().entropy % 2**32
+        results = ranks.run(nranks, all_to_all_rank, seed)
+        for r, out in enumerate(results):
+            with self.subTest(rank=r, seed=seed):
+                self.assertEqual(out["new"].shape, (nranks, 1000))
+                same, given = out["given"]
+                self.assertTrue(same, "all_to_all returns the out it was given")
+                for p in range(nranks):
+                    self.assertEqual(out["new"][p].tobytes(), _a2a_block(seed, p, r, 0, 1000, "float32").tobytes())
+                    self.assertEqual(given[7 * p:7 * (p + 1)].tobytes(), _a2a_block(seed, p, r, 1, 7, "int64").tobytes())
+                    self.assertEqual(out["grouped"][p].tobytes(), _a2a_block(seed, p, r, 2, 3, "int8").tobytes())
+                self.assertEqual(out["empty"], (0,))
+                unequal, overlap, dtype = out["errors"]
+                self.assertIn("%d elements do not split into %d equal blocks" % (nranks + 1, nranks), unequal)
+                self.assertIn("out overlaps x", overlap)
+                self.assertIn("dtype int32 differs from the input's int64", dtype)
+                np.testing.assert_array_equal(out["summed"], np.full(2, nranks * (nranks + 1) // 2))
+
     def test_send_recv_and_groups(self):
         nranks = 3
         seed = np.random.SeedSequence().entropy % 2**32

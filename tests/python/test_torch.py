@@ -78,6 +78,10 @@ def _tensor_checks(comm, rank, seed):
     out["compressed_bf16"] = (yb.dtype == torch.bfloat16, _raw(yb), _raw(y32.to(torch.bfloat16)))
     gathered = comm.all_gather(torch.full((2, 3), rank, dtype=torch.int64))
     out["all_gather"] = (type(gathered).__name__, gathered.numpy())
+    # all_to_all on a bfloat16 tensor (a dtype numpy lacks): block p to rank p, as a new tensor of x's shape.
+    blocks = torch.arange(NRANKS * 4, dtype=torch.bfloat16).reshape(NRANKS, 4) + 10 * rank
+    exchanged = comm.all_to_all(blocks)
+    out["all_to_all"] = (type(exchanged).__name__, exchanged.dtype == torch.bfloat16, exchanged.to(torch.float32).numpy())
     # 8-bit tensors (masks, quantized values): any bits, a wrapping sum.
     for name in ("int8", "uint8"):
         info = np.iinfo(name)
@@ -236,6 +240,12 @@ class TestTorch(unittest.TestCase):
         vnmse = np.sum((y - m) ** 2) / np.sum(m ** 2)
         self.assertLess(vnmse, 0.06)
         self.assertGreater(vnmse, 0.0)
+        for r in range(NRANKS):
+            kind, is_bf16, exchanged = self.results[r]["tensors"]["all_to_all"]
+            self.assertEqual(kind, "Tensor")
+            self.assertTrue(is_bf16)
+            expect = np.stack([np.arange(4 * r, 4 * r + 4) + 10 * p for p in range(NRANKS)]).astype(np.float32)
+            np.testing.assert_array_equal(exchanged, expect)
         kind, gathered = self.results[1]["tensors"]["all_gather"]
         self.assertEqual(kind, "Tensor")
         np.testing.assert_array_equal(gathered, np.arange(NRANKS).reshape(NRANKS, 1, 1) * np.ones((1, 2, 3)))
