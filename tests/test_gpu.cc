@@ -195,7 +195,9 @@ TEST_CASE("[gpu] a copy from pool host memory is queued, and reads the memory wh
 // Pinned scratch (the staging, the codecs' host scratch) freed in a stream's order: another stream does not get it
 // while the stream has not got past the free, and without host memory pools (cudaHostAlloc) a free neither
 // synchronizes the device (cudaFreeHost would: a destroy would wait for every held stream) nor loses the block: it is
-// handed out again once its stream has passed the free. ctest runs this with and without host pools.
+// handed out again, for its size, once its stream has passed the free. The blocks are allocated before the stream is
+// held (an allocation may synchronize the device), and of a size no ccoll buffer has (ccoll asks for powers of two),
+// so that only these blocks are in play. ctest runs this with and without host pools.
 TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream before the stream passes the free",
           "[gpu][scratch]") {
   SKIP_WITHOUT_DEVICE();
@@ -205,6 +207,13 @@ TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream b
   cudaStream_t held = nullptr, other = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  const size_t bytes = 3 * 4096 + 64;
+  void* a = nullptr;
+  void* b = nullptr;
+  REQUIRE(ccoll::AllocateScratch(0, true, bytes, held, &a) == ccSuccess);
+  REQUIRE(ccoll::AllocateScratch(0, true, bytes, other, &b) == ccSuccess);
+  REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
   uint64_t* word = nullptr;
   uint64_t* onDevice = nullptr;
   REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
@@ -215,25 +224,20 @@ TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream b
     released = true;
     __atomic_store_n(word, 1, __ATOMIC_RELEASE);
   });
-  void* a = nullptr;
-  void* b = nullptr;
-  void* c = nullptr;
-  CHECK(ccoll::AllocateScratch(0, true, 8192, held, &a) == ccSuccess);
   ccoll::FreeScratch(0, true, a, held);
-  CHECK(ccoll::AllocateScratch(0, true, 8192, other, &b) == ccSuccess);
-  CHECK(b != a);
   ccoll::FreeScratch(0, true, b, other);
   CHECK(cudaStreamSynchronize(other) == cudaSuccess);
-  CHECK(ccoll::AllocateScratch(0, true, 4096, other, &c) == ccSuccess);
+  void* c = nullptr;
+  CHECK(ccoll::AllocateScratch(0, true, bytes, other, &c) == ccSuccess);
   CHECK(c != a);
-  if (hostPool == nullptr) CHECK(c == b);  // b's stream has passed its free
+  if (hostPool == nullptr) CHECK(c == b);  // b's stream has passed its free (and a fresh block would be neither)
   const bool early = !released.load();
   done = true;
   releaser.join();
   CHECK(early);  // none of it waited for the held stream
   REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
   void* d = nullptr;
-  CHECK(ccoll::AllocateScratch(0, true, 8192, other, &d) == ccSuccess);
+  CHECK(ccoll::AllocateScratch(0, true, bytes, other, &d) == ccSuccess);
   if (hostPool == nullptr) CHECK(d == a);  // now a's has too
   ccoll::FreeScratch(0, true, c, other);
   ccoll::FreeScratch(0, true, d, other);

@@ -33,8 +33,8 @@ struct DeviceMemory {
   cudaMemPool_t hostPool = nullptr;  // nullptr: none (see PinnedHostPool)
   std::vector<uint64_t*> freeWords;  // host addresses
   std::map<uint64_t*, uint64_t*> deviceAddress;  // every word's device address
-  std::map<void*, size_t> pinnedBytes;   // no host pool: every block from cudaHostAlloc, and its size
-  std::vector<CachedBlock> pinnedCache;  // those of them that FreeScratch kept
+  std::map<void*, size_t> pinnedBytes;   // no host pool: the blocks from cudaHostAlloc in use, and their sizes
+  std::vector<CachedBlock> pinnedCache;  // and those that FreeScratch kept
 };
 
 std::mutex gMutex;
@@ -147,28 +147,26 @@ ccResult_t AddWordSlab(DeviceMemory& m) {
   return ccSuccess;
 }
 
-// Without a host pool: the smallest kept block of at least `bytes` whose stream has passed its free, else a fresh one
-// from cudaHostAlloc (which may synchronize the device).
+// Without a host pool: a kept block of exactly `bytes` whose stream has passed its free, else a fresh one from
+// cudaHostAlloc (which may synchronize the device). Exactly: ccoll asks for powers of two times 256 or 4096 bytes, so
+// a block goes to another user of its own size, and a small buffer never holds a large block for good.
 ccResult_t TakePinned(int device, size_t bytes, void** p) {
   {
     std::lock_guard<std::mutex> lock(gMutex);
-    std::vector<CachedBlock>& cache = Devices()[device].pinnedCache;
+    DeviceMemory& m = Devices()[device];
+    std::vector<CachedBlock>& cache = m.pinnedCache;
     DeviceScope scope(device);
-    size_t best = cache.size();
     for (size_t i = 0; i < cache.size(); ++i) {
-      if (cache[i].bytes < bytes || (best < cache.size() && cache[best].bytes <= cache[i].bytes)) continue;
+      if (cache[i].bytes != bytes) continue;
       const cudaError_t e = cudaEventQuery(cache[i].freed);
       if (e == cudaSuccess) {
-        best = i;
-      } else if (e != cudaErrorNotReady) {
-        cudaGetLastError();  // (not handed out; tried again next time)
+        *p = cache[i].p;
+        cudaEventDestroy(cache[i].freed);
+        cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(i));
+        m.pinnedBytes[*p] = bytes;
+        return ccSuccess;
       }
-    }
-    if (best < cache.size()) {
-      *p = cache[best].p;
-      cudaEventDestroy(cache[best].freed);
-      cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(best));
-      return ccSuccess;
+      if (e != cudaErrorNotReady) cudaGetLastError();  // (this query's error; the block is tried again next time)
     }
   }
   CC_CHECK(gpu::CudaResult(cudaHostAlloc(p, bytes, cudaHostAllocPortable), "cudaHostAlloc"));
@@ -177,25 +175,33 @@ ccResult_t TakePinned(int device, size_t bytes, void** p) {
   return ccSuccess;
 }
 
-// Without a host pool: keeps p for TakePinned, once `stream`'s work queued so far is done. Where the event cannot be
-// made or recorded (or p is not TakePinned's), cudaFreeHost frees it at once (after a device synchronization).
+// Without a host pool: keeps p for TakePinned, once `stream`'s work queued so far is done (the stream must not be
+// capturing a graph; no caller frees on one). Where the event cannot be made or recorded, cudaFreeHost frees p at
+// once, after a device synchronization, and outside gMutex (a proxy thread that a waiting stream needs may take it).
 void KeepPinned(int device, void* p, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(gMutex);
-  DeviceMemory& m = Devices()[device];
-  DeviceScope scope(device);
-  const auto known = m.pinnedBytes.find(p);
-  cudaEvent_t freed = nullptr;
-  cudaError_t e = known == m.pinnedBytes.end() ? cudaErrorInvalidValue
-                                               : cudaEventCreateWithFlags(&freed, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventRecord(freed, stream);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    DeviceMemory& m = Devices()[device];
+    const auto known = m.pinnedBytes.find(p);
+    if (known == m.pinnedBytes.end()) {
+      CC_WARN("CUDA device %d: pinned block %p freed but not ccoll's (or freed twice): left alone", device, p);
+      return;
+    }
+    DeviceScope scope(device);
+    cudaEvent_t freed = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&freed, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(freed, stream);
+    if (e == cudaSuccess) {
+      m.pinnedCache.push_back(CachedBlock{p, known->second, freed});
+      m.pinnedBytes.erase(known);  // (back when it is handed out again)
+      return;
+    }
+    cudaGetLastError();  // (the failed call's error)
     if (freed != nullptr) cudaEventDestroy(freed);
-    if (known != m.pinnedBytes.end()) m.pinnedBytes.erase(known);
-    cudaFreeHost(p);
-    return;
+    m.pinnedBytes.erase(known);
   }
-  m.pinnedCache.push_back(CachedBlock{p, known->second, freed});
+  DeviceScope scope(device);
+  cudaFreeHost(p);
 }
 
 }  // namespace

@@ -37,10 +37,11 @@ ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
 // memory (pinnedHost) from the host pool, or from cudaHostAlloc where the device has none. The host and other streams
 // may use it once the stream has got there. Freed with FreeScratch.
 ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream_t stream, void** p);
-// Frees what AllocateScratch gave, after the work queued on `stream`: to its pool, or, for pinned memory that came
-// from cudaHostAlloc, to a cache of such blocks that AllocateScratch hands out again once `stream` has got past the
-// free. Never with cudaFreeHost, which synchronizes the device: a destroy would wait for every stream of the device,
-// even one held by its own earlier work, without a bound.
+// Frees what AllocateScratch gave, after the work queued on `stream` (which must not be capturing a graph): to its
+// pool, or, for pinned memory that came from cudaHostAlloc, to a cache of such blocks that AllocateScratch hands out
+// again, for the same size, once `stream` has got past the free. Not with cudaFreeHost, which synchronizes the device:
+// a destroy would wait for every stream of the device, even one held by its own earlier work, without a bound (only
+// where the event that marks the free cannot be recorded).
 void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream);
 
 // A non-blocking stream of `device` for frees to the pools once nothing uses the memory (a destructor's), made with
