@@ -110,13 +110,13 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   export CCTEST_DTYPES=int8,bfloat16,float32,int64
   regex="^($(echo "$thread_tests" | sed 's/ /|/g'))\\."
   # Not under TSan: the cases that repeat the smaller cases' code paths on 2^18 or 2^20 elements (codec and reduction
-  # arithmetic, statistics over many trials). Instrumented, every memory access is 5-15 times slower: they are
-  # CPU-bound for many minutes and time out, while adding no interleaving the smaller cases lack. ASan+UBSan runs
-  # them. Nor the 16-bit data sweep (every codec twice over, on the same threads as the float32 cases), the fake
-  # runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the thread-rank tests cover) and its rerun of
-  # the exact device cases with CC_CHECKSUM=1, the device cases with allocations and loads synchronizing the
-  # device or without host memory pools (the same threads as without), and the fake NCCL's rerun of every case
-  # without the call check (the same threads, less the check's).
+  # arithmetic, statistics over many trials). Instrumented, every memory access is 5-15 times slower: they are CPU-bound
+  # for many minutes and time out, while adding no interleaving the smaller cases lack. ASan+UBSan runs them (but the
+  # statistics of stochastic rounding: see above). Nor the 16-bit data sweep (every codec twice over, on the same
+  # threads as the float32 cases), the fake runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the
+  # thread-rank tests cover) and its rerun of the exact device cases with CC_CHECKSUM=1, the device cases with
+  # allocations and loads synchronizing the device or without host memory pools (the same threads as without), and the
+  # fake NCCL's rerun of every case without the call check (the same threads, less the check's).
   heavy='2\^18|2\^20|every codec and mode|rounding are unbiased|bfloat16 and float16 data|with CC_DEVICE_KERNELS=0'
   heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without host memory pools'
   heavy+='|every case with CC_CHECK_CALLS=0'
