@@ -43,7 +43,8 @@ enum class Launch { kThreads, kMpi, kEnv };
 
 // Built with -DCCOLL_PERF_REDUCE (reduce_perf): ccReduce into -r (default 0) instead of ccAllReduce, as nccl-tests'
 // reduce_perf. With -DCCOLL_PERF_SENDRECV (sendrecv_perf): in one group, ccSend to rank + 1 and ccRecv from rank - 1,
-// as nccl-tests' sendrecv_perf.
+// as nccl-tests' sendrecv_perf. With -DCCOLL_PERF_ALLTOALL (alltoall_perf): in one group, a ccSend of block p to rank
+// p and a ccRecv of block p from rank p for every rank p, as nccl-tests' alltoall_perf.
 #ifdef CCOLL_PERF_REDUCE
 constexpr bool kReduce = true;
 #else
@@ -54,6 +55,11 @@ constexpr bool kSendRecv = true;
 #else
 constexpr bool kSendRecv = false;
 #endif
+#ifdef CCOLL_PERF_ALLTOALL
+constexpr bool kAllToAll = true;
+#else
+constexpr bool kAllToAll = false;
+#endif
 
 #ifdef CCOLL_PERF_MPI
 #if defined(CCOLL_PERF_REDUCE)
@@ -61,6 +67,9 @@ constexpr const char* kProgram = "reduce_perf_mpi";
 constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;  // exact: no -a, -z
 #elif defined(CCOLL_PERF_SENDRECV)
 constexpr const char* kProgram = "sendrecv_perf_mpi";
+constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit;
+#elif defined(CCOLL_PERF_ALLTOALL)
+constexpr const char* kProgram = "alltoall_perf_mpi";
 constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit;
 #else
 constexpr const char* kProgram = "allreduce_perf_mpi";
@@ -75,6 +84,9 @@ constexpr unsigned kFlags =  // exact: no -a, -z
     ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;
 #elif defined(CCOLL_PERF_SENDRECV)
 constexpr const char* kProgram = "sendrecv_perf";
+constexpr unsigned kFlags = ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
+#elif defined(CCOLL_PERF_ALLTOALL)
+constexpr const char* kProgram = "alltoall_perf";
 constexpr unsigned kFlags = ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
 #else
 constexpr const char* kProgram = "allreduce_perf";
@@ -138,8 +150,8 @@ class CcollAllReducer : public ccperf::AllReducer {
   // comp: a compressor made from the -z spec (null: exact). A compressor is one bucket's state, so every size gets a
   // fresh one, made at its first (warmup) call.
   CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<SideBytes()> side)
-      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), op_(ToCc(o.op)), root_(o.root),
-        side_(std::move(side)) {}
+      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), es_(ccperf::Info(o.dtype).size),
+        op_(ToCc(o.op)), root_(o.root), side_(std::move(side)) {}
   ~CcollAllReducer() override {
     Finish();
     ccCompressorDestroy(comp_);
@@ -180,6 +192,7 @@ class CcollAllReducer : public ccperf::AllReducer {
     }
 #endif
     if (kSendRecv) return SendRecv(send, recv, count, stream);
+    if (kAllToAll) return AllToAll(send, recv, count, stream);
     ccResult_t r = kReduce ? ccReduce(send, recv, count, dtype_, op_, root_, comm_, stream)
                            : ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
     if (r == ccSuccess) return true;
@@ -222,6 +235,32 @@ class CcollAllReducer : public ccperf::AllReducer {
     error_ = Failure("ccGroupEnd", r, nullptr);
     return false;
   }
+  // alltoall_perf: count / n elements to and from every rank, block p of send to rank p and block p of recv from it,
+  // in one group.
+  bool AllToAll(const void* send, void* recv, size_t count, ccStream_t stream) {
+    int n = 1;
+    ccCommCount(comm_, &n);
+    const size_t block = count / static_cast<size_t>(n), step = block * es_;
+    ccGroupStart();
+    ccResult_t r = ccSuccess;
+    const char* call = "ccSend";
+    for (int p = 0; p < n && r == ccSuccess; ++p) {
+      r = ccSend(static_cast<const char*>(send) + p * step, block, dtype_, p, comm_, stream);
+      call = "ccSend";
+      if (r != ccSuccess) break;
+      r = ccRecv(static_cast<char*>(recv) + p * step, block, dtype_, p, comm_, stream);
+      call = "ccRecv";
+    }
+    if (r != ccSuccess) {
+      error_ = Failure(call, r, comm_);
+      ccGroupEnd();  // issues nothing after a refused call
+      return false;
+    }
+    r = ccGroupEnd();
+    if (r == ccSuccess) return true;
+    error_ = Failure("ccGroupEnd", r, nullptr);
+    return false;
+  }
   // The call check's records (CC_CHECK_CALLS) are a fixed cost per call, not the all-reduce's: left out.
   bool BytesSent(uint64_t* bytes, uint64_t* nominal) override {
     ccCommStats_t st;
@@ -239,6 +278,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   std::string spec_;
   size_t bucket_ = 0;  // the count comp_ serves (0: not used yet)
   ccDataType_t dtype_;
+  size_t es_;  // bytes per element
   ccRedOp_t op_;
   int root_;  // reduce_perf
   std::function<SideBytes()> side_;
@@ -262,7 +302,7 @@ bool Agree(ccperf::Group& group, bool ok, const std::string& message) {
 
 std::string AlgoLabel(const ccperf::Options& o) {
   if (kReduce) return "chain";
-  if (kSendRecv) return "p2p";
+  if (kSendRecv || kAllToAll) return "p2p";
   if (!o.algo.empty()) return o.algo;
   const char* env = std::getenv("CC_ALGO");
   return env && *env ? env : "auto";
@@ -291,6 +331,9 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
   } else if (kSendRecv) {
     report.Line("ccoll %s: point-to-point benchmark (in one group, ccSend to rank + 1 and ccRecv from rank - 1; "
                 "ncclSend and ncclRecv on transport nccl)", kProgram);
+  } else if (kAllToAll) {
+    report.Line("ccoll %s: all-to-all benchmark (in one group, a ccSend and a ccRecv of one block per rank, the "
+                "size rounded down to nranks blocks; ncclSend and ncclRecv on transport nccl)", kProgram);
   } else {
     report.Line("ccoll %s: all-reduce benchmark", kProgram);
   }
@@ -320,15 +363,20 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
   if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
   report.Line("time: us per call, mean of -n iterations each rank timed from a common barrier to its last "
               "call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = size / time "
-              "(logical bytes); busbw = %s", kReduce ? "algbw (a reduce)" : kSendRecv ? "algbw (one link per element)"
-                                                                                 : "algbw * 2(n-1)/n");
+              "(logical bytes); busbw = %s", kReduce     ? "algbw (a reduce)"
+                                             : kSendRecv ? "algbw (one link per element)"
+                                             : kAllToAll ? "algbw * (n-1)/n (every block but the rank's own)"
+                                                         : "algbw * 2(n-1)/n");
   report.Line("wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
               "the call check's records, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
               "compressed width for a codec; on NCCL the library computes (as a ring's) the bytes of the exact calls "
               "it hands to NCCL, and the JSON rows say wirebits_measured false",
-              kReduce ? "(n-1)/n" : kSendRecv ? "1" : "2(n-1)/n");
+              kReduce || kAllToAll ? "(n-1)/n" : kSendRecv ? "1" : "2(n-1)/n");
   if (kSendRecv) {
     report.Line("#wrong: elements not bitwise equal to the previous rank's input; inputs: -D %s", o.dist.c_str());
+  } else if (kAllToAll) {
+    report.Line("#wrong: elements of block p not bitwise equal to block `rank` of rank p's input; inputs: -D %s",
+                o.dist.c_str());
   } else {
     report.Line("error: vNMSE vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance (exact), "
                 "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
@@ -405,6 +453,7 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   setup.exactCheck = comp == nullptr;
   setup.rootOnly = kReduce;
   setup.shift = kSendRecv;
+  setup.exchange = kAllToAll;
   setup.ranksShareProcess = launch == Launch::kThreads;
   setup.program = kProgram;
   const bool reports = rank == 0 || quiet != nullptr;
@@ -416,8 +465,9 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
                                   std::to_string(benchGroup.nranks()) + " ranks)";
     if (!Agree(group, o.root < benchGroup.nranks(), rootError)) {
       code = 2;
-    } else if (!Agree(group, !(kSendRecv && o.inplace), "-I 1: a send and a receive of one buffer at once would "
-                      "overwrite what is being sent; sendrecv_perf runs out of place only")) {
+    } else if (!Agree(group, !((kSendRecv || kAllToAll) && o.inplace),
+                      std::string("-I 1: a send and a receive of one buffer at once would overwrite what is being "
+                                  "sent; ") + kProgram + " runs out of place only")) {
       code = 2;
     } else if (!Agree(group, usable, reducer.LastError())) {
       code = 1;

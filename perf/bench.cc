@@ -137,7 +137,7 @@ class RankRun {
 
   bool OneSize(size_t requested) {
     const int n = group_.nranks(), rank = group_.rank();
-    const size_t count = requested / es_;
+    const size_t count = requested / es_ / (s_.exchange ? n : 1) * (s_.exchange ? n : 1);
     const size_t bytes = count * es_;
     void* out = o_.inplace ? send_.get() : recv_.get();
     if (o_.inplace) {
@@ -169,7 +169,7 @@ class RankRun {
     row.bytes = bytes;
     row.count = count;
     row.type = Info(o_.dtype).name;
-    row.redop = s_.shift ? "none" : OpName(o_.op);
+    row.redop = s_.shift || s_.exchange ? "none" : OpName(o_.op);
     row.algo = s_.algoLabel;
     row.codec = s_.codecLabel;
     row.nranks = n;
@@ -177,12 +177,12 @@ class RankRun {
     const double seconds = slowest / o_.iters;
     row.timeUs = seconds * 1e6;
     row.algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
-    row.busbw = s_.rootOnly || s_.shift ? row.algbw : row.algbw * 2.0 * (n - 1) / n;
+    row.busbw = s_.rootOnly || s_.shift ? row.algbw : row.algbw * (s_.exchange ? 1.0 : 2.0) * (n - 1) / n;
     // Bits on the wire per element and per transmission: a rank's bytes sent, divided by the 2(n-1)/n elements a
     // ring all-reduce sends per element ((n-1)/n for a reduce, 1 for a send to the next rank). The exact ring gives
     // the datatype's width (32 for float), a codec its compressed width (metadata included).
     const double eltBits = 8.0 * es_;
-    const double traffic = s_.shift ? 1.0 : n > 1 ? (s_.rootOnly ? 1.0 : 2.0) * (n - 1) / n : 1.0;
+    const double traffic = s_.shift ? 1.0 : n > 1 ? (s_.rootOnly || s_.exchange ? 1.0 : 2.0) * (n - 1) / n : 1.0;
     if (wire[1] == static_cast<uint64_t>(n)) {
       row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) /
                                  (static_cast<double>(o_.iters) * static_cast<double>(count) * traffic)
@@ -221,7 +221,10 @@ class RankRun {
     const std::vector<uint64_t> hashes = group_.GatherU64(HashBytes(out, bytes));
     CheckResult cr;
     if (s_.shift) {
-      cr.wrong = CountDifferent(out, (rank + n - 1) % n, count);
+      cr.wrong = CountDifferent(out, 0, (rank + n - 1) % n, 0, count);
+    } else if (s_.exchange) {
+      const size_t block = count / n;
+      for (int p = 0; p < n; ++p) cr.wrong += CountDifferent(out, block * p, p, block * rank, block);
     } else if (!s_.rootOnly) {
       cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1), s_.exactCheck);
     } else if (rank == o_.root) {
@@ -242,7 +245,9 @@ class RankRun {
     row->wrong = counts[0];
     row->sendIntact = counts[1] == 0;
     row->identical = true;
-    for (uint64_t h : hashes) row->identical = row->identical && (s_.rootOnly || s_.shift || h == hashes[0]);
+    for (uint64_t h : hashes) {
+      row->identical = row->identical && (s_.rootOnly || s_.shift || s_.exchange || h == hashes[0]);
+    }
     // Restore the inputs for the next size (out of place they were never changed unless the check failed).
     if (!o_.inplace && !row->sendIntact) {
       FillInput(spec_, rank, send_.get(), o_.maxBytes / es_);
@@ -251,14 +256,15 @@ class RankRun {
     return true;
   }
 
-  // Elements of out[0, count) that differ from rank `from`'s input, bit for bit.
-  uint64_t CountDifferent(const void* out, int from, size_t count) {
-    Buffer expect = Allocate(count * es_);
+  // Elements of out[at, at + count) that differ from those of rank `from`'s input at [fromAt, fromAt + count), bit for
+  // bit.
+  uint64_t CountDifferent(const void* out, size_t at, int from, size_t fromAt, size_t count) {
+    Buffer expect = Allocate((fromAt + count) * es_);
     if (!expect) return count;
-    FillInput(spec_, from, expect.get(), count);
+    FillInput(spec_, from, expect.get(), fromAt + count);
     uint64_t wrong = 0;
-    const char* a = static_cast<const char*>(out);
-    const char* b = static_cast<const char*>(expect.get());
+    const char* a = static_cast<const char*>(out) + at * es_;
+    const char* b = static_cast<const char*>(expect.get()) + fromAt * es_;
     for (size_t i = 0; i < count; ++i) wrong += std::memcmp(a + i * es_, b + i * es_, es_) != 0 ? 1 : 0;
     return wrong;
   }

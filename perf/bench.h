@@ -42,6 +42,10 @@ struct BenchSetup {
   // Point-to-point (sendrecv_perf): each rank's output is the previous rank's input (rank - 1 mod n), byte for byte.
   // Run sends to the next rank and receives from the previous one; busbw = algbw (each element crosses one link).
   bool shift = false;
+  // All-to-all (alltoall_perf): every size is rounded down to a multiple of n elements, in n blocks; block p of a
+  // rank's output is block `rank` of rank p's input, byte for byte. busbw = algbw * (n-1)/n (nccl-tests' alltoall:
+  // every block but the rank's own crosses a link).
+  bool exchange = false;
   bool ranksShareProcess = true;  // for the peak RSS line: one process, or one per rank
   const char* program = "";   // prefix of error messages
 };
