@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "bench.h"
 #include "ccoll.h"
@@ -218,22 +219,10 @@ class CcollAllReducer : public ccperf::AllReducer {
     int n = 1, rank = 0;
     ccCommCount(comm_, &n);
     ccCommUserRank(comm_, &rank);
-    ccGroupStart();
-    ccResult_t r = ccSend(send, count, dtype_, (rank + 1) % n, comm_, stream);
-    const char* call = "ccSend";
-    if (r == ccSuccess) {
-      r = ccRecv(recv, count, dtype_, (rank + n - 1) % n, comm_, stream);
-      call = "ccRecv";
-    }
-    if (r != ccSuccess) {
-      error_ = Failure(call, r, comm_);
-      ccGroupEnd();  // issues nothing after a refused call
-      return false;
-    }
-    r = ccGroupEnd();
-    if (r == ccSuccess) return true;
-    error_ = Failure("ccGroupEnd", r, nullptr);
-    return false;
+    transfers_.clear();
+    transfers_.push_back(Transfer{true, const_cast<void*>(send), count, (rank + 1) % n});
+    transfers_.push_back(Transfer{false, recv, count, (rank + n - 1) % n});
+    return RunGroup(stream);
   }
   // alltoall_perf: count / n elements to and from every rank, block p of send to rank p and block p of recv from it,
   // in one group.
@@ -241,22 +230,27 @@ class CcollAllReducer : public ccperf::AllReducer {
     int n = 1;
     ccCommCount(comm_, &n);
     const size_t block = count / static_cast<size_t>(n), step = block * es_;
+    transfers_.clear();
+    for (int p = 0; p < n; ++p) {
+      transfers_.push_back(Transfer{true, const_cast<char*>(static_cast<const char*>(send)) + p * step, block, p});
+      transfers_.push_back(Transfer{false, static_cast<char*>(recv) + p * step, block, p});
+    }
+    return RunGroup(stream);
+  }
+  // Issues transfers_ in one group, in order; false (with LastError) when one is refused (the group then issues
+  // nothing) or the group fails.
+  bool RunGroup(ccStream_t stream) {
     ccGroupStart();
-    ccResult_t r = ccSuccess;
-    const char* call = "ccSend";
-    for (int p = 0; p < n && r == ccSuccess; ++p) {
-      r = ccSend(static_cast<const char*>(send) + p * step, block, dtype_, p, comm_, stream);
-      call = "ccSend";
-      if (r != ccSuccess) break;
-      r = ccRecv(static_cast<char*>(recv) + p * step, block, dtype_, p, comm_, stream);
-      call = "ccRecv";
+    for (const Transfer& t : transfers_) {
+      const ccResult_t r = t.send ? ccSend(t.buf, t.count, dtype_, t.peer, comm_, stream)
+                                  : ccRecv(t.buf, t.count, dtype_, t.peer, comm_, stream);
+      if (r != ccSuccess) {
+        error_ = Failure(t.send ? "ccSend" : "ccRecv", r, comm_);
+        ccGroupEnd();  // issues nothing after a refused call
+        return false;
+      }
     }
-    if (r != ccSuccess) {
-      error_ = Failure(call, r, comm_);
-      ccGroupEnd();  // issues nothing after a refused call
-      return false;
-    }
-    r = ccGroupEnd();
+    const ccResult_t r = ccGroupEnd();
     if (r == ccSuccess) return true;
     error_ = Failure("ccGroupEnd", r, nullptr);
     return false;
@@ -279,6 +273,14 @@ class CcollAllReducer : public ccperf::AllReducer {
   size_t bucket_ = 0;  // the count comp_ serves (0: not used yet)
   ccDataType_t dtype_;
   size_t es_;  // bytes per element
+  // The sends and receives of one call of sendrecv_perf or alltoall_perf (kept: the timed loop reuses it).
+  struct Transfer {
+    bool send;
+    void* buf;
+    size_t count;
+    int peer;
+  };
+  std::vector<Transfer> transfers_;
   ccRedOp_t op_;
   int root_;  // reduce_perf
   std::function<SideBytes()> side_;
