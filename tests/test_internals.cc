@@ -939,6 +939,39 @@ void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2]) {
 
 #endif
 
+#ifdef CCOLL_HAVE_UCX
+TEST_CASE("TlsAllowSharedMemory: UCX_TLS lists and exclusions, through UCX's aliases", "[internals][ucx]") {
+  using ccoll::TlsAllowSharedMemory;
+  for (const char* yes : {"all", "sysv,self", "tcp,posix", "self,sm", "shm", "mm,tcp", "xpmem", "tcp,cma", "knem",
+                          "tcp,self,sysv", "^tcp", "^mm,tcp", "^posix,sysv,xpmem,knem", "^"}) {
+    INFO(yes);
+    CHECK(TlsAllowSharedMemory(yes));
+  }
+  for (const char* no : {"tcp,self", "tcp", "self", "rc,ud:aux,self", "cuda_copy,tcp", "posixx,sysvipc", "",
+                         "^sm", "^sm,tcp", "^shm,tcp", "^mm,knem,cma", "^posix,sysv,xpmem,knem,cma", "^all"}) {
+    INFO(no);
+    CHECK_FALSE(TlsAllowSharedMemory(no));
+  }
+}
+
+TEST_CASE("UcxAllowsSharedMemory reads UCX_TLS as UCX does", "[internals][ucx]") {
+  const char* before = std::getenv("UCX_TLS");
+  const std::string saved = before != nullptr ? before : "";
+  bool allowed = false;
+  setenv("UCX_TLS", "tcp,self", 1);
+  REQUIRE(ccoll::UcxAllowsSharedMemory(&allowed) == ccSuccess);
+  CHECK_FALSE(allowed);
+  setenv("UCX_TLS", "sysv,self", 1);
+  REQUIRE(ccoll::UcxAllowsSharedMemory(&allowed) == ccSuccess);
+  CHECK(allowed);
+  unsetenv("UCX_TLS");  // UCX's default, all
+  allowed = false;
+  REQUIRE(ccoll::UcxAllowsSharedMemory(&allowed) == ccSuccess);
+  CHECK(allowed);
+  if (before != nullptr) setenv("UCX_TLS", saved.c_str(), 1);
+}
+#endif
+
 #if defined(CCOLL_HAVE_UCX) && defined(CCOLL_HAVE_ISAL)
 TEST_CASE("UcxTransport with CC_CHECKSUM: header, payload and CRC travel as one message; corruption is caught",
           "[internals][transport][wire][ucx]") {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -367,9 +368,11 @@ void PointToPointCase(ccComm_t comm) {
   Report(ok, "point-to-point: " + why);
 }
 
-// Over UCX a message longer than a slice travels as slices after its length: a receive of another length (here both
-// many slices long) fails with the two lengths, instead of taking the first slices. On a communicator of its own,
-// which the failure ends; the sender, whose data left, gets success or a timeout, never a hang.
+// Over UCX a message longer than a slice travels as slices after its length, except between ranks of one host whose
+// UCX_TLS allows shared memory (ccComm::p2pSliced; here UCX_TLS=tcp,self slices, sysv,self or unset does not). A
+// receive of another length (here both many slices long) fails: sliced, with the two lengths, instead of taking the
+// first slices; unsliced, with UCX's truncation. On a communicator of its own, which the failure ends; the sender,
+// whose data left, gets success or a timeout, never a hang.
 void PointToPointMismatchCase(int seconds) {
   if (gRanks < 2) return;
   ccUniqueId id;
@@ -385,6 +388,17 @@ void PointToPointMismatchCase(int seconds) {
   std::vector<char> buf(size_t{2} << 20, 1);
   bool ok = true;
   std::string why;
+  const char* tlsSet = std::getenv("UCX_TLS");
+  const std::string tls = tlsSet != nullptr ? tlsSet : "";
+  const int sliceExpected = tls == "tcp,self" ? 1 : (tls == "sysv,self" || tls.empty()) ? 0 : -1;  // -1: not checked
+  for (int peer = 0; peer < gRanks && sliceExpected >= 0; ++peer) {
+    const int want = peer == gRank ? 0 : sliceExpected;
+    if (comm->p2pSliced.at(peer) != want) {
+      ok = false;
+      why = "UCX_TLS=" + tls + ": messages to rank " + std::to_string(peer) + (want ? " are not" : " are") + " sliced";
+    }
+  }
+  const bool sliced = comm->p2pSliced.at(gRank == 0 ? 1 : 0) != 0;
   // Every endpoint connected first: torn down after the failure, one never connected would try to connect to peers
   // that are gone (UCX's tcp logs each refusal).
   if (ccAllReduce(buf.data(), buf.data(), 8, ccInt8, ccMax, nullptr, comm, nullptr) != ccSuccess) {
@@ -400,8 +414,10 @@ void PointToPointMismatchCase(int seconds) {
   } else if (ok && gRank == 1) {
     const ccResult_t rc = ccRecv(buf.data(), size_t{1} << 20, ccInt8, 0, comm, nullptr);
     const std::string e = ccGetLastError(comm);
-    const std::string want = "rank 0 sent 2097152 bytes but rank 1 expects 1048576 bytes";
-    if (rc != ccInvalidUsage || e.find(want) == std::string::npos) {
+    const std::string want = sliced ? "rank 0 sent 2097152 bytes but rank 1 expects 1048576 bytes"
+                                    : "rank 1 expected 1048576 bytes from rank 0 (tag ";
+    const std::string end = sliced ? want : "but a larger message arrived";
+    if (rc != ccInvalidUsage || e.find(want) == std::string::npos || e.find(end) == std::string::npos) {
       ok = false;
       why = "receiver: " + std::string(ccGetErrorString(rc)) + ": " + e;
     }

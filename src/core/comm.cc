@@ -42,6 +42,7 @@ struct RankInfo {
   int32_t checksum;          // CC_CHECKSUM: likewise
   int32_t transport;         // CC_TRANSPORT: the bootstrap rounds that follow depend on it
   int32_t onDevice;          // bound to a CUDA device: its calls may take device buffers (ccComm::anyRankOnDevice)
+  int32_t ucxSharedMemory;   // its UCX_TLS lets UCX use shared memory with ranks on its host (ccComm::p2pSliced)
 };
 
 const uint8_t* ProcessToken() {
@@ -243,6 +244,12 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 #ifdef CCOLL_HAVE_CUDA
   info.onDevice = comm->config.cudaDev >= 0 ? 1 : 0;
 #endif
+#ifdef CCOLL_HAVE_UCX
+  // Unreadable (a bad UCX_* variable, say; warned): messages are sliced, and round 2 fails if it needs UCX.
+  bool ucxShared = false;
+  if (UcxAllowsSharedMemory(&ucxShared) != ccSuccess) ucxShared = false;
+  info.ucxSharedMemory = ucxShared ? 1 : 0;
+#endif
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -288,6 +295,8 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   }
 
   comm->peers.assign(n, nullptr);
+  comm->p2pSliced.assign(n, 0);
+  int ucxPeers = 0, slicedPeers = 0;
   if (want == ccTransportUcx || anyRemote) {
 #ifdef CCOLL_HAVE_UCX
     // Round 2: UCX worker addresses, then endpoints to every peer that UCX serves.
@@ -309,7 +318,14 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
       peerErrors.push_back(mode == "peer" || (mode == "auto" && !sameHost));
     }
     CC_CHECK(ucx->Connect(remote, all, peerErrors));
-    for (int peer : remote) comm->peers[peer] = ucx.get();
+    for (int peer : remote) {
+      comm->peers[peer] = ucx.get();
+      ++ucxPeers;
+      const bool sharedMemory = std::strcmp(infos[peer].host, info.host) == 0 && info.ucxSharedMemory != 0 &&
+                                infos[peer].ucxSharedMemory != 0;
+      comm->p2pSliced[peer] = sharedMemory ? 0 : 1;
+      slicedPeers += sharedMemory ? 0 : 1;
+    }
     comm->transports.push_back(std::move(ucx));
 #else
     for (int peer = 0; peer < n && want == ccTransportNccl; ++peer) {
@@ -351,9 +367,9 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
                                                                         : " (host buffers: none between processes)")
                         : anyRemote             ? " (ucx between processes)"
                                                 : "";
-  CC_INFO(kLogInit, "rank %d of %d ready: transport %s%s, algorithm %s, slice %zu bytes, timeout %d ms", rank, n,
-          TransportName(want), between, AlgoName(comm->config.algorithm), comm->config.sliceBytes,
-          comm->config.timeoutMs);
+  CC_INFO(kLogInit, "rank %d of %d ready: transport %s%s, algorithm %s, slice %zu bytes, timeout %d ms, "
+          "point-to-point messages sliced to %d of %d ucx peers", rank, n, TransportName(want), between,
+          AlgoName(comm->config.algorithm), comm->config.sliceBytes, comm->config.timeoutMs, slicedPeers, ucxPeers);
   return ccSuccess;
 }
 

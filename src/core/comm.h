@@ -82,6 +82,10 @@ struct ccComm {
   // Point-to-point messages (collectives/p2p.h) sent to and received from each peer: their tags' index. Sized at
   // the first one; touched only by the thread that runs this communicator's calls.
   std::vector<uint64_t> p2pSent, p2pReceived;
+  // Per peer, set at init: a point-to-point message longer than a slice travels as slices (collectives/p2p.cc). Set
+  // for the peers UCX serves, except those on this host where both ranks' UCX_TLS allows shared memory (there one
+  // message moves at memory speed, and slices only add wake-ups). Both ranks of a pair decide alike.
+  std::vector<uint8_t> p2pSliced;
   // Work of the running call that its schedule's waits run piece by piece (Inflight::Wait), set by IdleScope; only
   // the thread running the call touches it.
   ccoll::IdleWork* idleWork = nullptr;

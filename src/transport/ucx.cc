@@ -6,7 +6,10 @@
 #include <ucs/debug/log_def.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -202,6 +205,53 @@ struct UcxTransport::Impl {
     if (context != nullptr) ucp_cleanup(context);
   }
 };
+
+bool TlsAllowSharedMemory(const std::string& tls) {
+  static const char* const kShared[] = {"posix", "sysv", "xpmem", "knem", "cma"};
+  const bool exclude = !tls.empty() && tls[0] == '^';
+  // The shared-memory transports the list names, through UCX's aliases: bit i for kShared[i].
+  unsigned named = 0;
+  size_t at = exclude ? 1 : 0;
+  while (at <= tls.size()) {
+    size_t end = tls.find(',', at);
+    if (end == std::string::npos) end = tls.size();
+    std::string name = tls.substr(at, end - at);
+    name = name.substr(0, name.find(':'));  // "ud:aux" and the like: the transport's name
+    if (name == "all" || name == "sm" || name == "shm") named |= 31u;
+    else if (name == "mm") named |= 7u;  // posix, sysv, xpmem
+    for (unsigned i = 0; i < 5; ++i) {
+      if (name == kShared[i]) named |= 1u << i;
+    }
+    at = end + 1;
+  }
+  return exclude ? named != 31u : named != 0;
+}
+
+ccResult_t UcxAllowsSharedMemory(bool* allowed) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return Fail(ccSystemError, "ucp_config_read failed: %s", ucs_status_string(st));
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* out = open_memstream(&text, &length);
+  if (out == nullptr) {
+    ucp_config_release(config);
+    return Fail(ccSystemError, "open_memstream failed: %s", std::strerror(errno));
+  }
+  ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);  // "UCX_NAME=value" lines
+  std::fclose(out);
+  ucp_config_release(config);
+  std::string all(text != nullptr ? text : "", length);
+  std::free(text);
+  const std::string key = "UCX_TLS=";
+  size_t at = all.rfind("\n" + key);
+  at = at == std::string::npos ? (all.compare(0, key.size(), key) == 0 ? 0 : std::string::npos) : at + 1;
+  if (at == std::string::npos) return Fail(ccInternalError, "UCX's configuration has no UCX_TLS line");
+  at += key.size();
+  const size_t end = all.find('\n', at);
+  *allowed = TlsAllowSharedMemory(all.substr(at, end == std::string::npos ? std::string::npos : end - at));
+  return ccSuccess;
+}
 
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 UcxTransport::~UcxTransport() = default;

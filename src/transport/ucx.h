@@ -18,6 +18,13 @@ struct UcxOptions {
   std::string rndvThresh;  // UCX RNDV_THRESH; empty: UCX's default
 };
 
+// Whether a UCX_TLS value lets UCX carry messages between two processes of one host through shared memory: it names
+// one of UCX's shared-memory transports (posix, sysv, xpmem, knem, cma) or an alias holding one (all, mm, sm, shm),
+// or it is an exclusion list ("^...") that leaves one of them. Pure; for UcxAllowsSharedMemory and tests.
+bool TlsAllowSharedMemory(const std::string& tls);
+// TlsAllowSharedMemory of this process's UCX_TLS as UCX reads it (its environment and configuration files).
+ccResult_t UcxAllowsSharedMemory(bool* allowed);
+
 class UcxTransport : public Transport {
  public:
   // Creates the worker; Address() is then what peers need to connect.
