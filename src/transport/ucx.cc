@@ -228,6 +228,9 @@ bool TlsAllowSharedMemory(const std::string& tls) {
 }
 
 ccResult_t UcxAllowsSharedMemory(bool* allowed) {
+  // Every init calls this, thread ranks at once; UCX's configuration parser is not documented as thread-safe.
+  static std::mutex readMutex;
+  std::unique_lock<std::mutex> lock(readMutex);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Fail(ccSystemError, "ucp_config_read failed: %s", ucs_status_string(st));
@@ -241,6 +244,7 @@ ccResult_t UcxAllowsSharedMemory(bool* allowed) {
   ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);  // "UCX_NAME=value" lines
   std::fclose(out);
   ucp_config_release(config);
+  lock.unlock();
   std::string all(text != nullptr ? text : "", length);
   std::free(text);
   const std::string key = "UCX_TLS=";
