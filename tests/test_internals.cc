@@ -954,6 +954,24 @@ TEST_CASE("TlsAllowSharedMemory: UCX_TLS lists and exclusions, through UCX's ali
   }
 }
 
+TEST_CASE("CC_UCX_RNDV_THRESH: slice resolves to a slice and its header, at most 1 MiB; UCX refuses a non-size",
+          "[internals][ucx]") {
+  CHECK(ccoll::RndvThreshFor("slice", 262144) == "266240");
+  CHECK(ccoll::RndvThreshFor("slice", 8) == "4104");
+  CHECK(ccoll::RndvThreshFor("slice", (size_t{1} << 20) - 4096) == "1048576");
+  CHECK(ccoll::RndvThreshFor("slice", size_t{1} << 30) == "1048576");
+  CHECK(ccoll::RndvThreshFor("64k", 262144) == "64k");
+  CHECK(ccoll::RndvThreshFor("", 262144).empty());
+  std::unique_ptr<ccoll::UcxTransport> t;
+  ccoll::UcxOptions options;
+  options.rndvThresh = "266240";
+  CHECK(ccoll::UcxTransport::Create(0, 1, options, &t) == ccSuccess);
+  t.reset();
+  options.rndvThresh = "banana";
+  CHECK(ccoll::UcxTransport::Create(0, 1, options, &t) == ccInvalidArgument);
+  CHECK(std::string(ccoll::LastError()).find("CC_UCX_RNDV_THRESH=banana is not a UCX size") != std::string::npos);
+}
+
 TEST_CASE("UcxAllowsSharedMemory reads UCX_TLS as UCX does", "[internals][ucx]") {
   const char* before = std::getenv("UCX_TLS");
   const std::string saved = before != nullptr ? before : "";

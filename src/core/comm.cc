@@ -302,7 +302,9 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     // Round 2: UCX worker addresses, then endpoints to every peer that UCX serves.
     std::unique_ptr<UcxTransport> ucx;
     UcxOptions options;
-    if (!ForeignEnvIsSet("UCX_RNDV_THRESH")) options.rndvThresh = ParamString("CC_UCX_RNDV_THRESH");
+    if (!ForeignEnvIsSet("UCX_RNDV_THRESH")) {
+      options.rndvThresh = RndvThreshFor(ParamString("CC_UCX_RNDV_THRESH"), comm->config.sliceBytes);
+    }
     CC_CHECK(UcxTransport::Create(rank, n, options, &ucx));
     CC_CHECK(session.AllGather(ucx->Address(), &all));
     std::vector<int> remote;

@@ -53,9 +53,11 @@ const ParamDef kParams[] = {
     {"CC_UCX_ERR_MODE", ParamType::kString, "auto",
      "UCX endpoint error handling: peer (a dead peer is detected by UCX; excludes shared memory), none (timeout "
      "only), auto (peer between hosts, none within a host so shared memory can carry the data)."},
-    {"CC_UCX_RNDV_THRESH", ParamType::kString, "1m",
-     "UCX rendezvous threshold ccoll asks for when UCX_RNDV_THRESH is unset (ring slices then go eagerly: about 2x "
-     "over TCP); empty keeps UCX's own default. A UCX_RNDV_THRESH the user set always wins."},
+    {"CC_UCX_RNDV_THRESH", ParamType::kString, "slice",
+     "UCX rendezvous threshold ccoll asks for when UCX_RNDV_THRESH is unset. slice: a slice and its header go "
+     "eagerly (ring slices: about 2x over TCP), larger messages by rendezvous (unsliced point-to-point messages over "
+     "shared memory: up to 5x), at most 1m; a UCX size asks for that size; empty keeps UCX's own default. A "
+     "UCX_RNDV_THRESH the user set always wins."},
     {"CC_SOCKET_IFNAME", ParamType::kString, "",
      "Network interface for the bootstrap (prefix match; ^ excludes). Empty: loopback, one host only."},
     {nullptr, ParamType::kInt, nullptr, nullptr}};

@@ -60,6 +60,9 @@ uint64_t UcxTag(int src, uint64_t tag) {
 // the user's stderr (at INFO in ccoll's log instead); every other UCX message passes through.
 std::mutex gProbeMutex;
 
+// Every init reads UCX's configuration, thread ranks at once; UCX does not document its parser as thread-safe.
+std::mutex gConfigMutex;
+
 ucs_log_func_rc_t QuietExpectedErrors(const char* file, unsigned line, const char* function, ucs_log_level_t level,
                                        const ucs_log_component_config_t* comp, const char* format, va_list ap) {
   if (level != UCS_LOG_LEVEL_ERROR) return UCS_LOG_FUNC_RC_CONTINUE;
@@ -206,6 +209,12 @@ struct UcxTransport::Impl {
   }
 };
 
+std::string RndvThreshFor(const std::string& param, size_t sliceBytes) {
+  if (param != "slice") return param;
+  const size_t eager = sliceBytes + 4096, cap = size_t{1} << 20;
+  return std::to_string(eager < cap ? eager : cap);
+}
+
 bool TlsAllowSharedMemory(const std::string& tls) {
   static const char* const kShared[] = {"posix", "sysv", "xpmem", "knem", "cma"};
   const bool exclude = !tls.empty() && tls[0] == '^';
@@ -228,9 +237,7 @@ bool TlsAllowSharedMemory(const std::string& tls) {
 }
 
 ccResult_t UcxAllowsSharedMemory(bool* allowed) {
-  // Every init calls this, thread ranks at once; UCX's configuration parser is not documented as thread-safe.
-  static std::mutex readMutex;
-  std::unique_lock<std::mutex> lock(readMutex);
+  std::unique_lock<std::mutex> lock(gConfigMutex);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Fail(ccSystemError, "ucp_config_read failed: %s", ucs_status_string(st));
@@ -268,7 +275,9 @@ ccResult_t UcxTransport::Create(int rank, int nranks, const UcxOptions& options,
   impl->peerStatus.assign(nranks, UCS_OK);
   impl->peerMode.assign(nranks, 0);
   ucp_config_t* config = nullptr;
+  std::unique_lock<std::mutex> configLock(gConfigMutex);
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  configLock.unlock();
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_config_read failed: %s", rank, ucs_status_string(st));
   if (!options.rndvThresh.empty()) {
     st = ucp_config_modify(config, "RNDV_THRESH", options.rndvThresh.c_str());
@@ -277,6 +286,7 @@ ccResult_t UcxTransport::Create(int rank, int nranks, const UcxOptions& options,
       return Fail(ccInvalidArgument, "rank %d: CC_UCX_RNDV_THRESH=%s is not a UCX size: %s", rank,
                   options.rndvThresh.c_str(), ucs_status_string(st));
     }
+    CC_INFO(kLogTransport, "rank %d: UCX rendezvous threshold %s bytes", rank, options.rndvThresh.c_str());
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

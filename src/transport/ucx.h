@@ -18,6 +18,10 @@ struct UcxOptions {
   std::string rndvThresh;  // UCX RNDV_THRESH; empty: UCX's default
 };
 
+// The UCX RNDV_THRESH for CC_UCX_RNDV_THRESH=`param`: for "slice", the smaller of sliceBytes + 4 KiB (a slice and
+// its wire header go eagerly, anything larger by rendezvous) and 1 MiB; any other value as it is.
+std::string RndvThreshFor(const std::string& param, size_t sliceBytes);
+
 // Whether a UCX_TLS value lets UCX carry messages between two processes of one host through shared memory: it names
 // one of UCX's shared-memory transports (posix, sysv, xpmem, knem, cma) or an alias holding one (all, mm, sm, shm),
 // or it is an exclusion list ("^...") that leaves one of them. Pure; for UcxAllowsSharedMemory and tests.
