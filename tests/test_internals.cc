@@ -928,11 +928,11 @@ TEST_CASE("LocalTransport with CC_CHECKSUM: a payload changed in flight is an er
 namespace {
 
 // Two UCX transports of this process, ranks 0 and 1, connected to each other.
-void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2]) {
+void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2], bool peerErrors = false) {
   for (int i = 0; i < 2; ++i) REQUIRE(ccoll::UcxTransport::Create(i, 2, ccoll::UcxOptions{}, &t[i]) == ccSuccess);
   std::vector<std::string> addr = {t[0]->Address(), t[1]->Address()};
-  REQUIRE(t[0]->Connect({1}, addr, {false}) == ccSuccess);
-  REQUIRE(t[1]->Connect({0}, addr, {false}) == ccSuccess);
+  REQUIRE(t[0]->Connect({1}, addr, {peerErrors}) == ccSuccess);
+  REQUIRE(t[1]->Connect({0}, addr, {peerErrors}) == ccSuccess);
 }
 
 }  // namespace
@@ -940,17 +940,84 @@ void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2]) {
 #endif
 
 #ifdef CCOLL_HAVE_UCX
-TEST_CASE("TlsAllowSharedMemory: UCX_TLS lists and exclusions, through UCX's aliases", "[internals][ucx]") {
-  using ccoll::TlsAllowSharedMemory;
-  for (const char* yes : {"all", "sysv,self", "tcp,posix", "self,sm", "shm", "mm,tcp", "xpmem", "tcp,cma", "knem",
-                          "tcp,self,sysv", "^tcp", "^mm,tcp", "^posix,sysv,xpmem,knem", "^"}) {
-    INFO(yes);
-    CHECK(TlsAllowSharedMemory(yes));
+TEST_CASE("AmLaneOverSharedMemory reads the active-message lane of ucp_ep_print_info", "[internals][ucx]") {
+  // As UCX 1.13 prints them: the default between two processes of one host, a peer-error-handling endpoint, and
+  // UCX_TLS=cma,tcp (cma moves rendezvous data only).
+  const std::string sysv =
+      "#\n# UCP endpoint \n#\n#               peer: <no debug data>\n"
+      "#                 lane[0]:  3:sysv/memory.0 md[2]           -> md[2]/sysv/sysdev[255] am am_bw#0\n"
+      "#                 lane[1]:  5:cma/memory.0 md[4]            -> md[4]/cma/sysdev[255] rma_bw#0\n#\n"
+      "#                tag_send: 0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)\n";
+  const std::string peer =
+      "#                 lane[0]:  2:tcp/lo.0 md[1]                -> md[1]/tcp/sysdev[255] am am_bw#0 keepalive "
+      "wireup\n";
+  const std::string cma =
+      "#                 lane[0]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n"
+      "#                 lane[1]:  2:cma/memory.0 md[1]            -> md[1]/cma/sysdev[255] rma_bw#0\n";
+  std::string posix = sysv;
+  posix.replace(posix.find("3:sysv"), 6, "4:posix");
+  CHECK(ccoll::AmLaneOverSharedMemory(sysv));
+  CHECK(ccoll::AmLaneOverSharedMemory(posix));
+  CHECK_FALSE(ccoll::AmLaneOverSharedMemory(peer));
+  CHECK_FALSE(ccoll::AmLaneOverSharedMemory(cma));
+  CHECK_FALSE(ccoll::AmLaneOverSharedMemory(""));
+  CHECK_FALSE(ccoll::AmLaneOverSharedMemory("# UCP endpoint\n#  lane[0]:  3:sysv/memory.0 md[2] -> am_bw#0\n"));
+}
+
+namespace {
+// Sets an environment variable for a scope, restoring it after (also when a REQUIRE throws).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    setenv(name, value, 1);
   }
-  for (const char* no : {"tcp,self", "tcp", "self", "rc,ud:aux,self", "cuda_copy,tcp", "posixx,sysvipc", "",
-                         "^sm", "^sm,tcp", "^shm,tcp", "^mm,knem,cma", "^posix,sysv,xpmem,knem,cma", "^all"}) {
-    INFO(no);
-    CHECK_FALSE(TlsAllowSharedMemory(no));
+  ~ScopedEnv() {
+    if (had_) setenv(name_, before_.c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string before_;
+};
+}  // namespace
+
+TEST_CASE("UcxTransport: PeerOverSharedMemory says what UCX chose for each endpoint", "[internals][ucx]") {
+  struct Case {
+    const char* tls;
+    bool peerErrors;  // UCP_ERR_HANDLING_MODE_PEER asked for (CC_UCX_ERR_MODE=peer)
+    bool shared;
+  };
+  // Shared memory cannot detect a dead peer: asked for peer error handling, UCX takes tcp where it may, and the
+  // endpoint falls back to no error handling over shared memory where it may not.
+  const Case cases[] = {{"sysv,self", false, true},     {"posix,self", false, true}, {"tcp,self", false, false},
+                        {"tcp,cma", false, false},      {"sysv,tcp,self", true, false}, {"sysv,self", true, true}};
+  for (const Case& c : cases) {
+    INFO(c.tls << (c.peerErrors ? ", peer error handling" : ""));
+    ScopedEnv env("UCX_TLS", c.tls);
+    std::unique_ptr<ccoll::UcxTransport> t[2];
+    ConnectUcxPair(t, c.peerErrors);
+    const bool shared = c.shared;
+    CHECK(t[0]->PeerOverSharedMemory(1) == shared);
+    CHECK(t[1]->PeerOverSharedMemory(0) == shared);
+    // One message each way, so that tcp's connections exist before teardown (else UCX logs refused connections).
+    bool ok[2] = {false, false};
+    auto exchange = [&](int i) {
+      int out = i, in = -1;
+      ccoll::Request *send = nullptr, *recv = nullptr;
+      if (t[i]->Irecv(1 - i, &in, sizeof(in), 7, ccoll::kWireData, &recv) != ccSuccess) return;
+      if (t[i]->Isend(1 - i, &out, sizeof(out), 7, ccoll::kWireData, &send) != ccSuccess) return;
+      ok[i] = t[i]->Wait(send, 10000) == ccSuccess && t[i]->Wait(recv, 10000) == ccSuccess && in == 1 - i;
+    };
+    std::thread other(exchange, 1);
+    exchange(0);
+    other.join();
+    CHECK(ok[0]);
+    CHECK(ok[1]);
   }
 }
 
@@ -972,22 +1039,6 @@ TEST_CASE("CC_UCX_RNDV_THRESH: slice resolves to a slice and its header, at most
   CHECK(std::string(ccoll::LastError()).find("CC_UCX_RNDV_THRESH=banana is not a UCX size") != std::string::npos);
 }
 
-TEST_CASE("UcxAllowsSharedMemory reads UCX_TLS as UCX does", "[internals][ucx]") {
-  const char* before = std::getenv("UCX_TLS");
-  const std::string saved = before != nullptr ? before : "";
-  bool allowed = false;
-  setenv("UCX_TLS", "tcp,self", 1);
-  REQUIRE(ccoll::UcxAllowsSharedMemory(&allowed) == ccSuccess);
-  CHECK_FALSE(allowed);
-  setenv("UCX_TLS", "sysv,self", 1);
-  REQUIRE(ccoll::UcxAllowsSharedMemory(&allowed) == ccSuccess);
-  CHECK(allowed);
-  unsetenv("UCX_TLS");  // UCX's default, all
-  allowed = false;
-  REQUIRE(ccoll::UcxAllowsSharedMemory(&allowed) == ccSuccess);
-  CHECK(allowed);
-  if (before != nullptr) setenv("UCX_TLS", saved.c_str(), 1);
-}
 #endif
 
 #if defined(CCOLL_HAVE_UCX) && defined(CCOLL_HAVE_ISAL)

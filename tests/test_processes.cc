@@ -368,8 +368,8 @@ void PointToPointCase(ccComm_t comm) {
   Report(ok, "point-to-point: " + why);
 }
 
-// Over UCX a message longer than a slice travels as slices after its length, except between ranks of one host whose
-// UCX_TLS allows shared memory (ccComm::p2pSliced; here UCX_TLS=tcp,self slices, sysv,self or unset does not). A
+// Over UCX a message longer than a slice travels as slices after its length, except where the endpoints of both ranks
+// use shared memory (ccComm::p2pSliced; here UCX_TLS=tcp,self slices and sysv,self does not). A
 // receive of another length (here both many slices long) fails: sliced, with the two lengths, instead of taking the
 // first slices; unsliced, with UCX's truncation. On a communicator of its own, which the failure ends; the sender,
 // whose data left, gets success or a timeout, never a hang.
@@ -390,7 +390,7 @@ void PointToPointMismatchCase(int seconds) {
   std::string why;
   const char* tlsSet = std::getenv("UCX_TLS");
   const std::string tls = tlsSet != nullptr ? tlsSet : "";
-  const int sliceExpected = tls == "tcp,self" ? 1 : (tls == "sysv,self" || tls.empty()) ? 0 : -1;  // -1: not checked
+  const int sliceExpected = tls == "tcp,self" ? 1 : tls == "sysv,self" ? 0 : -1;  // -1: not checked
   for (int peer = 0; peer < gRanks && sliceExpected >= 0; ++peer) {
     const int want = peer == gRank ? 0 : sliceExpected;
     if (comm->p2pSliced.at(peer) != want) {

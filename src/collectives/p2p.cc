@@ -48,8 +48,8 @@ ccResult_t RunPointToPoint(ccComm* comm, const std::vector<PointToPoint>& ops) {
   }
   // Over a network, a message longer than a slice travels as slices (UCX's tcp moves one large message at a third of
   // the rate of slices in flight), after an 8-byte message with its length, which the receiver checks: slices of two
-  // different lengths would otherwise pair up without an error. Not over shared memory (ccComm::p2pSliced), where
-  // the 3 peers' slices of a 4-process all-to-all cost it up to 10x on a 2-core host.
+  // different lengths would otherwise pair up without an error. Not where UCX chose shared memory (ccComm::p2pSliced):
+  // there the 3 peers' slices of a 4-process all-to-all cost it up to 10x on a 2-core host.
   const size_t slice = comm->config.sliceBytes;
   auto sliced = [&](const PointToPoint& op) { return op.bytes > slice && comm->p2pSliced[op.peer] != 0; };
   Inflight io(comm, kWirePointToPoint);

@@ -42,7 +42,6 @@ struct RankInfo {
   int32_t checksum;          // CC_CHECKSUM: likewise
   int32_t transport;         // CC_TRANSPORT: the bootstrap rounds that follow depend on it
   int32_t onDevice;          // bound to a CUDA device: its calls may take device buffers (ccComm::anyRankOnDevice)
-  int32_t ucxSharedMemory;   // its UCX_TLS lets UCX use shared memory with ranks on its host (ccComm::p2pSliced)
 };
 
 const uint8_t* ProcessToken() {
@@ -244,12 +243,6 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 #ifdef CCOLL_HAVE_CUDA
   info.onDevice = comm->config.cudaDev >= 0 ? 1 : 0;
 #endif
-#ifdef CCOLL_HAVE_UCX
-  // Unreadable (a bad UCX_* variable, say; warned): messages are sliced, and round 2 fails if it needs UCX.
-  bool ucxShared = false;
-  if (UcxAllowsSharedMemory(&ucxShared) != ccSuccess) ucxShared = false;
-  info.ucxSharedMemory = ucxShared ? 1 : 0;
-#endif
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -320,11 +313,19 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
       peerErrors.push_back(mode == "peer" || (mode == "auto" && !sameHost));
     }
     CC_CHECK(ucx->Connect(remote, all, peerErrors));
+    // Round 2b: the peers each rank's endpoints reach through shared memory. A pair's point-to-point messages go
+    // unsliced only where both ends' endpoints use it (ccComm::p2pSliced), so both ends decide alike.
+    std::string mine(static_cast<size_t>(n), '\0');
+    for (int peer : remote) mine[peer] = ucx->PeerOverSharedMemory(peer) ? 1 : 0;
+    CC_CHECK(session.AllGather(mine, &all));
     for (int peer : remote) {
+      if (all[peer].size() != static_cast<size_t>(n)) {
+        return Fail(ccRemoteError, "rank %d: rank %d sent a %zu-byte endpoint record (expected %d)", rank, peer,
+                    all[peer].size(), n);
+      }
       comm->peers[peer] = ucx.get();
       ++ucxPeers;
-      const bool sharedMemory = std::strcmp(infos[peer].host, info.host) == 0 && info.ucxSharedMemory != 0 &&
-                                infos[peer].ucxSharedMemory != 0;
+      const bool sharedMemory = mine[peer] != 0 && all[peer][rank] != 0;
       comm->p2pSliced[peer] = sharedMemory ? 0 : 1;
       slicedPeers += sharedMemory ? 0 : 1;
     }

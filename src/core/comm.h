@@ -83,8 +83,9 @@ struct ccComm {
   // the first one; touched only by the thread that runs this communicator's calls.
   std::vector<uint64_t> p2pSent, p2pReceived;
   // Per peer, set at init: a point-to-point message longer than a slice travels as slices (collectives/p2p.cc). Set
-  // for the peers UCX serves, except those on this host where both ranks' UCX_TLS allows shared memory (there one
-  // message moves at memory speed, and slices only add wake-ups). Both ranks of a pair decide alike.
+  // for the peers UCX serves, except where the endpoints of both ranks send their messages through shared memory
+  // (UcxTransport::PeerOverSharedMemory; there one message moves at memory speed, and slices only add wake-ups).
+  // The ranks exchange what their endpoints use at init, so both ends of a pair decide alike.
   std::vector<uint8_t> p2pSliced;
   // Work of the running call that its schedule's waits run piece by piece (Inflight::Wait), set by IdleScope; only
   // the thread running the call touches it.

@@ -6,12 +6,12 @@
 #include <ucs/debug/log_def.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
@@ -53,15 +53,25 @@ uint64_t UcxTag(int src, uint64_t tag) {
   return (static_cast<uint64_t>(src & 0xffff) << 48) | (((tag >> 32) & 0xffffffu) << 24) | (tag & 0xffffffu);
 }
 
+// AmLaneOverSharedMemory of what ucp_ep_print_info reports for ep; false where it cannot be read.
+bool EndpointOverSharedMemory(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* out = open_memstream(&text, &length);
+  if (out == nullptr) return false;
+  ucp_ep_print_info(ep, out);
+  const bool written = std::fclose(out) == 0 && text != nullptr;
+  const std::string info = written ? std::string(text, length) : std::string();
+  std::free(text);
+  return AmLaneOverSharedMemory(info);
+}
+
 // UCX logs two expected events as errors, and ccoll handles both: (1) shared-memory transports cannot detect a dead
 // peer, so UCX refuses them for UCP_ERR_HANDLING_MODE_PEER endpoints (ccoll then falls back to an endpoint without
 // peer error handling; its timeout still bounds every wait); (2) at destroy, the final flush finds a connection its
 // peer already closed after receiving everything. While ccoll does either, this handler keeps those messages out of
 // the user's stderr (at INFO in ccoll's log instead); every other UCX message passes through.
 std::mutex gProbeMutex;
-
-// Every init reads UCX's configuration, thread ranks at once; UCX does not document its parser as thread-safe.
-std::mutex gConfigMutex;
 
 ucs_log_func_rc_t QuietExpectedErrors(const char* file, unsigned line, const char* function, ucs_log_level_t level,
                                        const ucs_log_component_config_t* comp, const char* format, va_list ap) {
@@ -87,7 +97,8 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
                              : got < sizeof(WireHeader) ? std::string("a message shorter than a wire header")
                                                         : std::to_string(got - sizeof(WireHeader)) + " bytes";
     return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
-                "called with different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)", rank, r.bytes, r.peer,
+                "called with different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)",
+                rank, r.bytes, r.peer,
                 static_cast<unsigned long long>(r.tag), what.c_str());
   }
   if (r.status != UCS_OK) {
@@ -119,6 +130,7 @@ struct UcxTransport::Impl {
   std::vector<std::unique_ptr<PeerCtx>> peerCtx;
   std::vector<ucs_status_t> peerStatus;  // set by the error handler when a peer fails
   std::vector<char> peerMode;            // 1 where the endpoint has UCP_ERR_HANDLING_MODE_PEER
+  std::vector<char> sharedMemory;        // 1 where the endpoint's active messages go through shared memory
   int efd = -1;                          // the worker's event fd: Wait sleeps on it once spinning stops paying
   bool failed = false;                   // a wait failed: peers may be gone, do not wait for them at the end
   std::atomic<bool> aborted{false};
@@ -215,53 +227,32 @@ std::string RndvThreshFor(const std::string& param, size_t sliceBytes) {
   return std::to_string(eager < cap ? eager : cap);
 }
 
-bool TlsAllowSharedMemory(const std::string& tls) {
-  static const char* const kShared[] = {"posix", "sysv", "xpmem", "knem", "cma"};
-  const bool exclude = !tls.empty() && tls[0] == '^';
-  // The shared-memory transports the list names, through UCX's aliases: bit i for kShared[i].
-  unsigned named = 0;
-  size_t at = exclude ? 1 : 0;
-  while (at <= tls.size()) {
-    size_t end = tls.find(',', at);
-    if (end == std::string::npos) end = tls.size();
-    std::string name = tls.substr(at, end - at);
-    name = name.substr(0, name.find(':'));  // "ud:aux" and the like: the transport's name
-    if (name == "all" || name == "sm" || name == "shm") named |= 31u;
-    else if (name == "mm") named |= 7u;  // posix, sysv, xpmem
-    for (unsigned i = 0; i < 5; ++i) {
-      if (name == kShared[i]) named |= 1u << i;
-    }
+bool AmLaneOverSharedMemory(const std::string& epInfo) {
+  // Lines such as "#  lane[0]:  3:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am am_bw#0": the transport is the
+  // name after the resource index, the lane's uses are the words after "->".
+  size_t at = 0;
+  while (at < epInfo.size()) {
+    size_t end = epInfo.find('\n', at);
+    if (end == std::string::npos) end = epInfo.size();
+    const std::string line = epInfo.substr(at, end - at);
     at = end + 1;
+    const size_t lane = line.find("lane[");
+    const size_t arrow = line.find("->");
+    if (lane == std::string::npos || arrow == std::string::npos) continue;
+    std::istringstream uses(line.substr(arrow + 2));
+    std::string word;
+    bool am = false;
+    while (uses >> word) am = am || word == "am";
+    if (!am) continue;
+    std::istringstream resource(line.substr(line.find(':', lane) + 1));
+    std::string name;
+    resource >> name;  // "3:sysv/memory.0"
+    const size_t colon = name.find(':');
+    name = name.substr(colon == std::string::npos ? 0 : colon + 1);
+    name = name.substr(0, name.find('/'));
+    return name == "posix" || name == "sysv" || name == "xpmem";
   }
-  return exclude ? named != 31u : named != 0;
-}
-
-ccResult_t UcxAllowsSharedMemory(bool* allowed) {
-  std::unique_lock<std::mutex> lock(gConfigMutex);
-  ucp_config_t* config = nullptr;
-  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
-  if (st != UCS_OK) return Fail(ccSystemError, "ucp_config_read failed: %s", ucs_status_string(st));
-  char* text = nullptr;
-  size_t length = 0;
-  FILE* out = open_memstream(&text, &length);
-  if (out == nullptr) {
-    ucp_config_release(config);
-    return Fail(ccSystemError, "open_memstream failed: %s", std::strerror(errno));
-  }
-  ucp_config_print(config, out, nullptr, UCS_CONFIG_PRINT_CONFIG);  // "UCX_NAME=value" lines
-  std::fclose(out);
-  ucp_config_release(config);
-  lock.unlock();
-  std::string all(text != nullptr ? text : "", length);
-  std::free(text);
-  const std::string key = "UCX_TLS=";
-  size_t at = all.rfind("\n" + key);
-  at = at == std::string::npos ? (all.compare(0, key.size(), key) == 0 ? 0 : std::string::npos) : at + 1;
-  if (at == std::string::npos) return Fail(ccInternalError, "UCX's configuration has no UCX_TLS line");
-  at += key.size();
-  const size_t end = all.find('\n', at);
-  *allowed = TlsAllowSharedMemory(all.substr(at, end == std::string::npos ? std::string::npos : end - at));
-  return ccSuccess;
+  return false;
 }
 
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -274,10 +265,9 @@ ccResult_t UcxTransport::Create(int rank, int nranks, const UcxOptions& options,
   impl->eps.assign(nranks, nullptr);
   impl->peerStatus.assign(nranks, UCS_OK);
   impl->peerMode.assign(nranks, 0);
+  impl->sharedMemory.assign(nranks, 0);
   ucp_config_t* config = nullptr;
-  std::unique_lock<std::mutex> configLock(gConfigMutex);
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
-  configLock.unlock();
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_config_read failed: %s", rank, ucs_status_string(st));
   if (!options.rndvThresh.empty()) {
     st = ucp_config_modify(config, "RNDV_THRESH", options.rndvThresh.c_str());
@@ -348,9 +338,12 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
       return Fail(ccRemoteError, "rank %d: cannot create a UCX endpoint to rank %d (it died or is unreachable): %s",
                   impl_->rank, peer, ucs_status_string(st));
     }
+    impl_->sharedMemory[peer] = EndpointOverSharedMemory(impl_->eps[peer]) ? 1 : 0;
   }
   return ccSuccess;
 }
+
+bool UcxTransport::PeerOverSharedMemory(int peer) const { return impl_->sharedMemory.at(peer) != 0; }
 
 ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind,
                                Request** req) {

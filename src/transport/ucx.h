@@ -22,12 +22,9 @@ struct UcxOptions {
 // its wire header go eagerly, anything larger by rendezvous) and 1 MiB; any other value as it is.
 std::string RndvThreshFor(const std::string& param, size_t sliceBytes);
 
-// Whether a UCX_TLS value lets UCX carry messages between two processes of one host through shared memory: it names
-// one of UCX's shared-memory transports (posix, sysv, xpmem, knem, cma) or an alias holding one (all, mm, sm, shm),
-// or it is an exclusion list ("^...") that leaves one of them. Pure; for UcxAllowsSharedMemory and tests.
-bool TlsAllowSharedMemory(const std::string& tls);
-// TlsAllowSharedMemory of this process's UCX_TLS as UCX reads it (its environment and configuration files).
-ccResult_t UcxAllowsSharedMemory(bool* allowed);
+// Whether an endpoint description, as ucp_ep_print_info writes it, has its active-message lane (eager messages and
+// rendezvous control) on a shared-memory transport (posix, sysv, xpmem). Pure; for UcxTransport and tests.
+bool AmLaneOverSharedMemory(const std::string& epInfo);
 
 class UcxTransport : public Transport {
  public:
@@ -40,6 +37,9 @@ class UcxTransport : public Transport {
   // UCP_ERR_HANDLING_MODE_PEER towards peers[i] (falling back to none where the transports cannot provide it).
   ccResult_t Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses,
                      const std::vector<bool>& peerErrors);
+  // After Connect: whether UCX chose shared memory for the messages to `peer` (AmLaneOverSharedMemory of its
+  // endpoint). This rank's view only; its peer's endpoint may differ.
+  bool PeerOverSharedMemory(int peer) const;
 
   const char* Name() const override { return "ucx"; }
   ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
