@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstddef>
 #include <cstdint>
@@ -1271,6 +1272,60 @@ void FirstCallRefusesEnvironment(const std::string& sentence) {
 }
 
 }  // namespace
+
+// Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process (its CC_SLICE_BYTES set by the
+// visible case below): its init must fail naming the setting.
+TEST_CASE("slice_child: rank 1 with another CC_SLICE_BYTES", "[.][slice_child]") {
+  const char* hex = std::getenv("CCTEST_ID");
+  REQUIRE(hex != nullptr);
+  REQUIRE(std::strlen(hex) == 2 * sizeof(ccUniqueId));
+  ccUniqueId id;
+  for (size_t i = 0; i < sizeof(id); ++i) {
+    id.internal[i] = static_cast<char>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
+  }
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 20000;
+  ccComm_t comm = nullptr;
+  const ccResult_t rc = ccCommInitRankConfig(&comm, 2, id, 1, &config);
+  const std::string err = ccGetLastError(nullptr);
+  INFO(err);
+  CHECK(rc == ccInvalidUsage);
+  CHECK(comm == nullptr);
+  CHECK(Contains(err, "CC_SLICE_BYTES is " + std::string(std::getenv("CC_SLICE_BYTES")) + " here but"));
+}
+
+TEST_CASE("ranks whose CC_SLICE_BYTES differ fail their init, naming it", "[api][init]") {
+  // Slices set the rings' and the point-to-point messages; ranks that disagree would pair messages of other sizes.
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::string hex;
+  for (size_t i = 0; i < sizeof(id); ++i) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(id.internal[i]));
+    hex += b;
+  }
+  const long long mine = static_cast<long long>(ccoll::ParamInt("CC_SLICE_BYTES"));
+  const std::string other = std::to_string(mine * 2);
+  std::string childOut;
+  bool childDied = true;
+  std::thread child([&] {
+    childOut = cctest::RunHiddenCase("slice_child: rank 1 with another CC_SLICE_BYTES",
+                                     "CCTEST_ID=" + hex + " CC_SLICE_BYTES=" + other + " timeout 60", &childDied);
+  });
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 20000;
+  ccComm_t comm = nullptr;
+  const ccResult_t rc = ccCommInitRankConfig(&comm, 2, id, 0, &config);
+  const std::string err = ccGetLastError(nullptr);
+  child.join();
+  INFO(err);
+  INFO(childOut);
+  CHECK(rc == ccInvalidUsage);
+  CHECK(comm == nullptr);
+  CHECK(Contains(err, "CC_SLICE_BYTES is " + std::to_string(mine) + " here but " + other + " on rank 1"));
+  CHECK(!childDied);
+  CHECK(Contains(childOut, "All tests passed"));
+}
 
 TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {
   FirstCallRefusesEnvironment("CC_TIMEOUT_MS=\"2s\" is not an integer");

@@ -42,6 +42,7 @@ struct RankInfo {
   int32_t checksum;          // CC_CHECKSUM: likewise
   int32_t transport;         // CC_TRANSPORT: the bootstrap rounds that follow depend on it
   int32_t onDevice;          // bound to a CUDA device: its calls may take device buffers (ccComm::anyRankOnDevice)
+  uint64_t sliceBytes;       // CC_SLICE_BYTES: the rings' and the point-to-point slices, so all ranks must agree
 };
 
 const uint8_t* ProcessToken() {
@@ -243,6 +244,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 #ifdef CCOLL_HAVE_CUDA
   info.onDevice = comm->config.cudaDev >= 0 ? 1 : 0;
 #endif
+  info.sliceBytes = static_cast<uint64_t>(comm->config.sliceBytes);
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -268,6 +270,11 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
                   "needs the same transport", rank, TransportName(want),
                   TransportName(static_cast<ccTransport_t>(infos[peer].transport)), peer, infos[peer].pid,
                   infos[peer].host);
+    }
+    if (infos[peer].sliceBytes != info.sliceBytes) {
+      return Fail(ccInvalidUsage, "rank %d: CC_SLICE_BYTES is %llu here but %llu on rank %d (pid %d on %s); every "
+                  "rank needs the same setting", rank, static_cast<unsigned long long>(info.sliceBytes),
+                  static_cast<unsigned long long>(infos[peer].sliceBytes), peer, infos[peer].pid, infos[peer].host);
     }
     if (infos[peer].checksum != info.checksum) {
       return Fail(ccInvalidUsage, "rank %d: CC_CHECKSUM is %d here but %d on rank %d (pid %d on %s); every rank "

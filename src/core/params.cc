@@ -24,7 +24,8 @@ const ParamDef kParams[] = {
      "Milliseconds a rank waits for a peer (bootstrap and collectives) before failing with ccTimeout."},
     {"CC_BLOCKING", ParamType::kInt, "1", "1: communicator init blocks; 0: it returns ccInProgress."},
     {"CC_SLICE_BYTES", ParamType::kInt, "262144",
-     "Pipelining unit of ring and tree, in bytes (rounded down to whole elements). Scratch is a few slices."},
+     "Pipelining unit of ring and tree, in bytes (rounded down to whole elements), and the slice of a longer "
+     "point-to-point message over a network. Scratch is a few slices. Every rank needs the same value."},
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
     {"CC_CHECK_CALLS", ParamType::kInt, "1",
      "1: before any data moves, all ranks agree on their calls (collective, count, datatype, op, root, compressor) "
