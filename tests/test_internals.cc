@@ -940,9 +940,9 @@ void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2], bool peerError
 #endif
 
 #ifdef CCOLL_HAVE_UCX
-TEST_CASE("AmLaneOverSharedMemory reads the active-message lane of ucp_ep_print_info", "[internals][ucx]") {
-  // As UCX 1.13 prints them: the default between two processes of one host, a peer-error-handling endpoint, and
-  // UCX_TLS=cma,tcp (cma moves rendezvous data only).
+TEST_CASE("DataLanesOverSharedMemory reads the lanes of ucp_ep_print_info", "[internals][ucx]") {
+  // As UCX 1.13 prints them: the default between two processes of one host, a peer-error-handling endpoint,
+  // UCX_TLS=cma,tcp (cma moves rendezvous data only), and UCX_TLS=sysv,tcp,self (rendezvous data over tcp).
   const std::string sysv =
       "#\n# UCP endpoint \n#\n#               peer: <no debug data>\n"
       "#                 lane[0]:  3:sysv/memory.0 md[2]           -> md[2]/sysv/sysdev[255] am am_bw#0\n"
@@ -954,14 +954,20 @@ TEST_CASE("AmLaneOverSharedMemory reads the active-message lane of ucp_ep_print_
   const std::string cma =
       "#                 lane[0]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n"
       "#                 lane[1]:  2:cma/memory.0 md[1]            -> md[1]/cma/sysdev[255] rma_bw#0\n";
+  const std::string sysvTcp =
+      "#                 lane[0]:  3:sysv/memory.0 md[2]           -> md[2]/sysv/sysdev[255] am am_bw#0\n"
+      "#                 lane[1]:  1:tcp/lo.0 md[1]                -> md[1]/tcp/sysdev[255] rma_bw#0\n"
+      "#                 lane[2]:  0:tcp/eth0.0 md[1]              -> md[1]/tcp/sysdev[255] rma_bw#1\n";
   std::string posix = sysv;
   posix.replace(posix.find("3:sysv"), 6, "4:posix");
-  CHECK(ccoll::AmLaneOverSharedMemory(sysv));
-  CHECK(ccoll::AmLaneOverSharedMemory(posix));
-  CHECK_FALSE(ccoll::AmLaneOverSharedMemory(peer));
-  CHECK_FALSE(ccoll::AmLaneOverSharedMemory(cma));
-  CHECK_FALSE(ccoll::AmLaneOverSharedMemory(""));
-  CHECK_FALSE(ccoll::AmLaneOverSharedMemory("# UCP endpoint\n#  lane[0]:  3:sysv/memory.0 md[2] -> am_bw#0\n"));
+  CHECK(ccoll::DataLanesOverSharedMemory(sysv));
+  CHECK(ccoll::DataLanesOverSharedMemory(posix));
+  CHECK_FALSE(ccoll::DataLanesOverSharedMemory(peer));
+  CHECK_FALSE(ccoll::DataLanesOverSharedMemory(cma));
+  CHECK_FALSE(ccoll::DataLanesOverSharedMemory(sysvTcp));
+  CHECK_FALSE(ccoll::DataLanesOverSharedMemory(""));
+  // No lane of active messages: nothing says where eager messages go.
+  CHECK_FALSE(ccoll::DataLanesOverSharedMemory("# UCP endpoint\n#  lane[0]:  3:sysv/memory.0 md[2] -> am_bw#0\n"));
 }
 
 namespace {
@@ -994,8 +1000,9 @@ TEST_CASE("UcxTransport: PeerOverSharedMemory says what UCX chose for each endpo
   };
   // Shared memory cannot detect a dead peer: asked for peer error handling, UCX takes tcp where it may, and the
   // endpoint falls back to no error handling over shared memory where it may not.
-  const Case cases[] = {{"sysv,self", false, true},     {"posix,self", false, true}, {"tcp,self", false, false},
-                        {"tcp,cma", false, false},      {"sysv,tcp,self", true, false}, {"sysv,self", true, true}};
+  const Case cases[] = {{"sysv,self", false, true},      {"posix,self", false, true},      {"tcp,self", false, false},
+                        {"tcp,cma", false, false},       {"sysv,tcp,self", false, false}, {"sysv,tcp,self", true, false},
+                        {"sysv,self", true, true}};
   for (const Case& c : cases) {
     INFO(c.tls << (c.peerErrors ? ", peer error handling" : ""));
     ScopedEnv env("UCX_TLS", c.tls);

@@ -320,21 +320,36 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
       peerErrors.push_back(mode == "peer" || (mode == "auto" && !sameHost));
     }
     CC_CHECK(ucx->Connect(remote, all, peerErrors));
-    // Round 2b: the peers each rank's endpoints reach through shared memory. A pair's point-to-point messages go
-    // unsliced only where both ends' endpoints use it (ccComm::p2pSliced), so both ends decide alike.
-    std::string mine(static_cast<size_t>(n), '\0');
-    for (int peer : remote) mine[peer] = ucx->PeerOverSharedMemory(peer) ? 1 : 0;
-    CC_CHECK(session.AllGather(mine, &all));
+    // Round 2b: the peers each rank's endpoints reach through shared memory, as a list of ranks (int32; peers on
+    // other hosts are not in it, so the records stay small). A pair's point-to-point messages go unsliced only where
+    // both ends' endpoints use shared memory (ccComm::p2pSliced), so both ends decide alike.
+    std::vector<int32_t> mine;
     for (int peer : remote) {
-      if (all[peer].size() != static_cast<size_t>(n)) {
-        return Fail(ccRemoteError, "rank %d: rank %d sent a %zu-byte endpoint record (expected %d)", rank, peer,
-                    all[peer].size(), n);
+      if (ucx->PeerOverSharedMemory(peer)) mine.push_back(peer);
+    }
+    CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(int32_t)),
+                               &all));
+    std::vector<uint8_t> sharedBoth(n, 0);  // 1: this rank lists the peer and the peer lists this rank
+    for (int32_t peer : mine) sharedBoth[peer] = 1;
+    for (int peer : remote) {
+      const std::string& theirs = all[peer];
+      if (theirs.size() % sizeof(int32_t) != 0) {
+        return Fail(ccRemoteError, "rank %d: rank %d sent a %zu-byte shared-memory record (not a list of ranks)", rank,
+                    peer, theirs.size());
       }
+      bool listsMe = false;
+      for (size_t at = 0; at < theirs.size(); at += sizeof(int32_t)) {
+        int32_t r;
+        std::memcpy(&r, theirs.data() + at, sizeof(r));
+        listsMe = listsMe || r == rank;
+      }
+      sharedBoth[peer] = sharedBoth[peer] != 0 && listsMe ? 1 : 0;
+    }
+    for (int peer : remote) {
       comm->peers[peer] = ucx.get();
       ++ucxPeers;
-      const bool sharedMemory = mine[peer] != 0 && all[peer][rank] != 0;
-      comm->p2pSliced[peer] = sharedMemory ? 0 : 1;
-      slicedPeers += sharedMemory ? 0 : 1;
+      comm->p2pSliced[peer] = sharedBoth[peer] != 0 ? 0 : 1;
+      slicedPeers += comm->p2pSliced[peer];
     }
     comm->transports.push_back(std::move(ucx));
 #else

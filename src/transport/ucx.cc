@@ -53,7 +53,7 @@ uint64_t UcxTag(int src, uint64_t tag) {
   return (static_cast<uint64_t>(src & 0xffff) << 48) | (((tag >> 32) & 0xffffffu) << 24) | (tag & 0xffffffu);
 }
 
-// AmLaneOverSharedMemory of what ucp_ep_print_info reports for ep; false where it cannot be read.
+// DataLanesOverSharedMemory of what ucp_ep_print_info reports for ep; false where it cannot be read.
 bool EndpointOverSharedMemory(ucp_ep_h ep) {
   char* text = nullptr;
   size_t length = 0;
@@ -63,7 +63,7 @@ bool EndpointOverSharedMemory(ucp_ep_h ep) {
   const bool written = std::fclose(out) == 0 && text != nullptr;
   const std::string info = written ? std::string(text, length) : std::string();
   std::free(text);
-  return AmLaneOverSharedMemory(info);
+  return DataLanesOverSharedMemory(info);
 }
 
 // UCX logs two expected events as errors, and ccoll handles both: (1) shared-memory transports cannot detect a dead
@@ -227,9 +227,16 @@ std::string RndvThreshFor(const std::string& param, size_t sliceBytes) {
   return std::to_string(eager < cap ? eager : cap);
 }
 
-bool AmLaneOverSharedMemory(const std::string& epInfo) {
+bool DataLanesOverSharedMemory(const std::string& epInfo) {
   // Lines such as "#  lane[0]:  3:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am am_bw#0": the transport is the
   // name after the resource index, the lane's uses are the words after "->".
+  auto among = [](const std::string& name, std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+      if (name == n) return true;
+    }
+    return false;
+  };
+  bool amShared = false, othersShared = true;
   size_t at = 0;
   while (at < epInfo.size()) {
     size_t end = epInfo.find('\n', at);
@@ -241,18 +248,22 @@ bool AmLaneOverSharedMemory(const std::string& epInfo) {
     if (lane == std::string::npos || arrow == std::string::npos) continue;
     std::istringstream uses(line.substr(arrow + 2));
     std::string word;
-    bool am = false;
-    while (uses >> word) am = am || word == "am";
-    if (!am) continue;
+    bool am = false, data = false;  // data: bulk active messages or rendezvous RMA (am_bw#k, rma_bw#k)
+    while (uses >> word) {
+      am = am || word == "am";
+      data = data || word.compare(0, 5, "am_bw") == 0 || word.compare(0, 6, "rma_bw") == 0;
+    }
+    if (!am && !data) continue;
     std::istringstream resource(line.substr(line.find(':', lane) + 1));
     std::string name;
     resource >> name;  // "3:sysv/memory.0"
     const size_t colon = name.find(':');
     name = name.substr(colon == std::string::npos ? 0 : colon + 1);
     name = name.substr(0, name.find('/'));
-    return name == "posix" || name == "sysv" || name == "xpmem";
+    if (am) amShared = among(name, {"posix", "sysv", "xpmem"});
+    if (data && !among(name, {"posix", "sysv", "xpmem", "cma", "knem"})) othersShared = false;
   }
-  return false;
+  return amShared && othersShared;
 }
 
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -276,7 +287,7 @@ ccResult_t UcxTransport::Create(int rank, int nranks, const UcxOptions& options,
       return Fail(ccInvalidArgument, "rank %d: CC_UCX_RNDV_THRESH=%s is not a UCX size: %s", rank,
                   options.rndvThresh.c_str(), ucs_status_string(st));
     }
-    CC_INFO(kLogTransport, "rank %d: UCX rendezvous threshold %s bytes", rank, options.rndvThresh.c_str());
+    CC_INFO(kLogTransport, "rank %d: UCX rendezvous threshold %s", rank, options.rndvThresh.c_str());
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

@@ -22,9 +22,10 @@ struct UcxOptions {
 // its wire header go eagerly, anything larger by rendezvous) and 1 MiB; any other value as it is.
 std::string RndvThreshFor(const std::string& param, size_t sliceBytes);
 
-// Whether an endpoint description, as ucp_ep_print_info writes it, has its active-message lane (eager messages and
-// rendezvous control) on a shared-memory transport (posix, sysv, xpmem). Pure; for UcxTransport and tests.
-bool AmLaneOverSharedMemory(const std::string& epInfo);
+// Whether an endpoint description, as ucp_ep_print_info writes it, moves every message through shared memory: its
+// active-message lane (eager messages, rendezvous control) on posix, sysv or xpmem, and every bulk lane (am_bw,
+// rma_bw: rendezvous data) on those or cma or knem. Pure; for UcxTransport and tests.
+bool DataLanesOverSharedMemory(const std::string& epInfo);
 
 class UcxTransport : public Transport {
  public:
@@ -37,7 +38,7 @@ class UcxTransport : public Transport {
   // UCP_ERR_HANDLING_MODE_PEER towards peers[i] (falling back to none where the transports cannot provide it).
   ccResult_t Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses,
                      const std::vector<bool>& peerErrors);
-  // After Connect: whether UCX chose shared memory for the messages to `peer` (AmLaneOverSharedMemory of its
+  // After Connect: whether UCX chose shared memory for the messages to `peer` (DataLanesOverSharedMemory of its
   // endpoint). This rank's view only; its peer's endpoint may differ.
   bool PeerOverSharedMemory(int peer) const;
 
