@@ -26,15 +26,26 @@
 # (collectives/device_prepare.h; cuBLAS's kernels are not preloaded). A device test that times out runs again with
 # both.
 #
-# GPU_CHECK_PARTS (default "smoke nccl tests python bench perf") picks what runs after the build, in that order, so
+# GPU_CHECK_PARTS (default "smoke tests python bench perf nccl sanitize") picks what runs after the build, in that
+# order, so
 # that a second call can run what the budget cut from the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-gpu}
-PARTS=" ${GPU_CHECK_PARTS:-smoke nccl tests python bench perf} "
+PARTS=" ${GPU_CHECK_PARTS:-smoke tests python bench perf nccl sanitize} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
-OUT=${OUT:-${BUILD_DIR}/gpu_check}
-mkdir -p "$OUT"
+LOGS=${GPU_CHECK_LOGS:-${BUILD_DIR}/gpu_check}
+mkdir -p "$LOGS"
+LOGS=$(cd "$LOGS" && pwd)
+rm -f "$LOGS/gpu_check_logs.tgz" "$LOGS/times.txt"
+# The device tool brings back at most 8 files from $OUT: the logs travel as one archive, written also when the script
+# stops early.
+pack_logs() {
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$(cd "$OUT" && pwd)" != "$LOGS" ]; then
+    tar czf "$OUT/gpu_check_logs.tgz" -C "$LOGS" . 2>/dev/null
+  fi
+}
+trap pack_logs EXIT
 deadline=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-540} ))
 # step LIMIT CMD...: runs CMD for at most LIMIT seconds, cut short to end 20 s before the deadline; 124 on a timeout,
 # 125 when the budget is spent and CMD did not run.
@@ -49,9 +60,17 @@ step() {
   [ "$limit" -gt "$left" ] && limit=$left
   timeout -k 10 "$limit" "$@"
 }
+# mark NAME: the seconds since the last mark, into times.txt (the summary prints it).
+last_mark=$(date +%s)
+mark() {
+  local now
+  now=$(date +%s)
+  echo "$1: $(( now - last_mark )) s" >>"$LOGS/times.txt"
+  last_mark=$now
+}
 echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset, so lazy loading (the default)}," \
-  "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset (8)}" >"$OUT/loading.txt"
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+  "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset (8)}" >"$LOGS/loading.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee "$LOGS/gpu.txt"
 
 tests=OFF
 prefix=""
@@ -62,54 +81,68 @@ if [ -n "$deb" ]; then
   prefix="-DCMAKE_PREFIX_PATH=$root/usr"
   tests=ON
 fi
-# NCCL: the toolkit's, else the Python wheel's library with a carried header (see the top).
+# NCCL: the toolkit's, else the Python wheel's library (found wherever the wheel put it: nvidia/nccl/lib or
+# nvidia/cu13/lib) with its header or, when the wheel has none, the carried one (see the top).
 nccl=""
+{
+  echo "nvcc: $(command -v nvcc) ($(nvcc --version 2>&1 | tail -1))"
+  echo "toolkit libraries: $(ls /usr/local/cuda/lib64/ 2>/dev/null | grep -E 'cublas|nccl|cudart' | tr '\n' ' ')"
+  echo "python3: $(command -v python3)"
+} >"$LOGS/toolkit.txt"
 if [ ! -f /usr/local/cuda/include/nccl.h ] || ! ls /usr/local/cuda/lib*/libnccl.so* >/dev/null 2>&1; then
-  wheel=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null)
-  lib=$(ls "$wheel"/lib/libnccl.so* 2>/dev/null | head -1)
-  inc="$wheel/include"
-  [ -f "$inc/nccl.h" ] || inc="$(pwd)/.deps/nccl/include"
+  find_in_wheels() {  # find_in_wheels NAME: the first file NAME under a site-packages/nvidia folder
+    python3 -c 'import glob, os, site, sys
+for d in site.getsitepackages():
+    for p in sorted(glob.glob(os.path.join(d, "nvidia", "**", sys.argv[1]), recursive=True)):
+        print(p)
+        sys.exit(0)' "$1" 2>/dev/null
+  }
+  lib=$(find_in_wheels 'libnccl.so*')
+  inc=$(dirname "$(find_in_wheels nccl.h)" 2>/dev/null)
+  [ -n "$inc" ] && [ -f "$inc/nccl.h" ] || inc="$(pwd)/.deps/nccl/include"
   if [ -n "$lib" ] && [ -f "$inc/nccl.h" ]; then
     nccl="-DNCCL_LIBRARY=$lib -DNCCL_INCLUDE_DIR=$inc"
-    echo "NCCL: $lib, header $inc/nccl.h" >"$OUT/nccl.txt"
+    export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "NCCL: $lib, header $inc/nccl.h" >"$LOGS/nccl.txt"
   else
-    echo "NCCL: not found (wheel dir '$wheel', library '$lib', header dir '$inc')" >"$OUT/nccl.txt"
+    echo "NCCL: not found (library '$lib', header dir '$inc')" >"$LOGS/nccl.txt"
   fi
+  cat "$LOGS/nccl.txt" >>"$LOGS/toolkit.txt"
 fi
 gen=""
 command -v ninja >/dev/null && gen="-G Ninja"
 start=$(date +%s)
 step 120 cmake -S . -B "$BUILD_DIR" $gen -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCCOLL_BUILD_TESTS=$tests -DCCOLL_BUILD_EXAMPLES=OFF $prefix $nccl \
-  >"$OUT/configure.log" 2>&1 \
-  || { tail -30 "$OUT/configure.log"; exit 1; }
+  >"$LOGS/configure.log" 2>&1 \
+  || { tail -30 "$LOGS/configure.log"; exit 1; }
 targets="ccoll_info gpu_codec_bench allreduce_perf"
 have_nccl=0
-grep -q "NCCL=ON" "$OUT/configure.log" && have_nccl=1
+grep -q "NCCL=ON" "$LOGS/configure.log" && have_nccl=1
 [ "$tests" = ON ] && targets="$targets test_gpu test_gpu_collectives"
 [ "$tests" = ON ] && [ $have_nccl = 1 ] && targets="$targets test_nccl"
-step 360 cmake --build "$BUILD_DIR" --target $targets -j "$(nproc)" >"$OUT/build.log" 2>&1 \
-  || { tail -40 "$OUT/build.log"; exit 1; }
-echo "configure + build: $(( $(date +%s) - start )) s"
+step 360 cmake --build "$BUILD_DIR" --target $targets -j "$(nproc)" >"$LOGS/build.log" 2>&1 \
+  || { tail -40 "$LOGS/build.log"; exit 1; }
+mark "configure + build"
 
 status=0
-# gpu_test NAME LIMIT [VAR=VALUE...] CMD...: a test binary's run into $OUT/NAME.log; after a timeout, once more
-# with eager module loading into $OUT/NAME_eager.log.
+# gpu_test NAME LIMIT [VAR=VALUE...] CMD...: a test binary's run into $LOGS/NAME.log; after a timeout, once more
+# with eager module loading into $LOGS/NAME_eager.log.
 gpu_test() {
   local name=$1 limit=$2 rc
   shift 2
-  step "$limit" env "$@" >"$OUT/$name.log" 2>&1
+  step "$limit" env "$@" >"$LOGS/$name.log" 2>&1
   rc=$?
-  tail -3 "$OUT/$name.log"
+  tail -3 "$LOGS/$name.log"
   [ $rc -eq 0 ] && return 0
   status=1
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "$name: timed out (exit $rc); again with CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32" \
-      | tee -a "$OUT/loading.txt"
-    step "$limit" env CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 "$@" >"$OUT/${name}_eager.log" 2>&1
+      | tee -a "$LOGS/loading.txt"
+    step "$limit" env CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 "$@" >"$LOGS/${name}_eager.log" 2>&1
     rc=$?
     echo "$name with CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32: exit $rc" \
-      "($(grep -E 'passed|failed' "$OUT/${name}_eager.log" | tail -1))" | tee -a "$OUT/loading.txt"
+      "($(grep -E 'passed|failed' "$LOGS/${name}_eager.log" | tail -1))" | tee -a "$LOGS/loading.txt"
   fi
 }
 # First a short device call of every kind on 4 thread ranks (exact, a codec, PowerSGD): if one hangs, it costs 45 s,
@@ -119,12 +152,12 @@ smoke_ok=1
 part smoke || smoke_ok=2
 for z in none quant:bits=4,mode=requant powersgd:rank=2; do
   part smoke || break
-  step 45 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 1M -n 2 -w 1 -o avg -z "$z" >>"$OUT/smoke.log" 2>&1
+  step 45 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 1M -n 2 -w 1 -o avg -z "$z" >>"$LOGS/smoke.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] && continue
   smoke_ok=0
   status=1
-  echo "smoke $z: exit $rc" | tee -a "$OUT/loading.txt"
+  echo "smoke $z: exit $rc" | tee -a "$LOGS/loading.txt"
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     # Two known ways to hang, told apart by what makes the call pass: a lazy kernel load that synchronizes the
     # context while a stream waits, or ccoll's own streams sharing a hardware queue (CUDA_DEVICE_MAX_CONNECTIONS,
@@ -133,110 +166,138 @@ for z in none quant:bits=4,mode=requant powersgd:rank=2; do
     for fix in CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER \
                "CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32"; do
       step 45 env $fix "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 1M -n 2 -w 1 -o avg -z "$z" \
-        >>"$OUT/smoke_rerun.log" 2>&1
+        >>"$LOGS/smoke_rerun.log" 2>&1
       rc=$?
       if [ $rc -eq 0 ]; then
         fixed=$fix
         break
       fi
-      echo "smoke $z with $fix: exit $rc" | tee -a "$OUT/loading.txt"
+      echo "smoke $z with $fix: exit $rc" | tee -a "$LOGS/loading.txt"
     done
     if [ -n "$fixed" ]; then
-      echo "smoke $z passes with $fixed: the rest runs with it" | tee -a "$OUT/loading.txt"
+      echo "smoke $z passes with $fixed: the rest runs with it" | tee -a "$LOGS/loading.txt"
       export $fixed
     else
-      echo "smoke $z hangs with either fix: the other device smoke calls are skipped" | tee -a "$OUT/loading.txt"
+      echo "smoke $z hangs with either fix: the other device smoke calls are skipped" | tee -a "$LOGS/loading.txt"
       break
     fi
   fi
 done
-[ $smoke_ok -eq 1 ] && echo "smoke: exact, quant, powersgd device calls on 4 thread ranks passed" >>"$OUT/loading.txt"
-# The NCCL transport first of the longer steps: it has never run on a GPU. 4 processes on the one GPU, each its own
-# NCCL "host" (NCCL_HOSTID), connected by NCCL's socket transport over loopback.
-: >"$OUT/nccl_allreduce.txt"
-if [ $have_nccl = 1 ] && part nccl; then
-  [ "$tests" = ON ] && gpu_test test_nccl 200 NCCL_SOCKET_IFNAME=lo "$BUILD_DIR/tests/test_nccl"
-  for z in none quant:bits=4,mode=requant topk:density=0.1 powersgd:rank=4; do
-    d=float
-    [ "$z" = none ] && d="float bfloat16"
-    for t in $d; do
-      log="$OUT/nccl_allreduce_$(echo "$z" | tr ':,=' '___')_$t.log"
-      step 60 env CC_TRANSPORT=nccl NCCL_SOCKET_IFNAME=lo perf/launch_local.sh -n 4 sh -c \
-        'NCCL_HOSTID=ccoll-rank-$CC_RANK exec "$0" "$@"' "$BUILD_DIR/perf/allreduce_perf" -G 1 -b 1M -e 16M -f 4 \
-        -n 5 -w 2 -d "$t" -o avg -z "$z" >"$log" 2>&1 || status=1
-      echo "$z $t: $(grep -E '^ +16777216 ' "$log" || tail -1 "$log")" >>"$OUT/nccl_allreduce.txt"
-    done
-  done
-fi
+[ $smoke_ok -eq 1 ] && echo "smoke: exact, quant, powersgd device calls on 4 thread ranks passed" >>"$LOGS/loading.txt"
+mark smoke
 if [ "$tests" = ON ] && part tests; then
   gpu_test test_gpu 150 "$BUILD_DIR/tests/test_gpu"
   gpu_test test_gpu_collectives 200 "$BUILD_DIR/tests/test_gpu_collectives"
   gpu_test test_gpu_collectives_staged 150 CC_DEVICE_KERNELS=0 "$BUILD_DIR/tests/test_gpu_collectives" "[codec],[exact]"
+  mark tests
 fi
 # CUDA tensors through the Python binding (that machine's PyTorch has CUDA); 77 means skipped.
 lib=$(cd "$BUILD_DIR" && pwd)/src/libccoll.so
 py="not run"
 if part python; then
   (cd tests/python && step 120 env CCOLL_LIBRARY="$lib" PYTHONPATH="$OLDPWD/python" python3 test_cuda.py -v) \
-    >"$OUT/test_cuda_py.log" 2>&1
+    >"$LOGS/test_cuda_py.log" 2>&1
   py=$?
   [ $py -ne 0 ] && [ $py -ne 77 ] && status=1
-  tail -3 "$OUT/test_cuda_py.log"
+  tail -3 "$LOGS/test_cuda_py.log"
+  mark python
 fi
-"$BUILD_DIR/src/ccoll_info" >"$OUT/features.txt" 2>&1
-cat "$OUT/features.txt"
-: >"$OUT/bench.md"
+"$BUILD_DIR/src/ccoll_info" >"$LOGS/features.txt" 2>&1
+cat "$LOGS/features.txt"
+: >"$LOGS/bench.md"
 if part bench; then
-  step 180 "$BUILD_DIR/perf/gpu_codec_bench" -n $((64 << 20)) -r 20 >"$OUT/bench.md" 2>&1 || status=1
+  step 180 "$BUILD_DIR/perf/gpu_codec_bench" -n $((64 << 20)) -r 20 >"$LOGS/bench.md" 2>&1 || status=1
+  mark bench
 fi
 # Device buffers through the whole perf path (checked against fp64, ranks identical), one line per codec at 64 MiB.
-: >"$OUT/device_allreduce.txt"
+: >"$LOGS/device_allreduce.txt"
 for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=requant quant:bits=8,mode=homomorphic \
          quant:bits=4,mode=homomorphic topk:density=0.1 randk:density=0.1 powersgd:rank=4; do
   part perf || break
   name=$(echo "$z" | tr ':,=' '___')
-  if [ "${z%%:*}" = powersgd ] && ! grep -q "cublas yes" "$OUT/features.txt"; then
-    echo "$z: skipped (this build has no cuBLAS)" >>"$OUT/device_allreduce.txt"
+  if [ "${z%%:*}" = powersgd ] && ! grep -q "cublas yes" "$LOGS/features.txt"; then
+    echo "$z: skipped (this build has no cuBLAS)" >>"$LOGS/device_allreduce.txt"
     continue
   fi
   d=float
   [ "$z" = none ] && d="float bfloat16"
   for t in $d; do
-    log="$OUT/allreduce_G_${name}_$t.log"
+    log="$LOGS/allreduce_G_${name}_$t.log"
     step 90 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 1M -e 64M -f 8 -n 5 -w 2 -d "$t" -o avg -z "$z" \
       >"$log" 2>&1 || status=1
-    echo "$z $t: $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" >>"$OUT/device_allreduce.txt"
+    echo "$z $t: $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" >>"$LOGS/device_allreduce.txt"
   done
-  if [ "${z%%:*}" = powersgd ] && ! grep -q "cpu blas yes" "$OUT/features.txt"; then
-    echo "$z float, staged: skipped (no CPU BLAS on this machine)" >>"$OUT/device_allreduce.txt"
+  if [ "${z%%:*}" = powersgd ] && ! grep -q "cpu blas yes" "$LOGS/features.txt"; then
+    echo "$z float, staged: skipped (no CPU BLAS on this machine)" >>"$LOGS/device_allreduce.txt"
   else
     t=float
     [ "$z" = none ] && t=bfloat16  # the baseline the codecs are judged against
-    log="$OUT/allreduce_G_${name}_staged.log"
+    log="$LOGS/allreduce_G_${name}_staged.log"
     step 90 env CC_DEVICE_KERNELS=0 "$BUILD_DIR/perf/allreduce_perf" -t 4 -G 1 -b 64M -e 64M -n 5 -w 2 -d $t -o avg \
       -z "$z" >"$log" 2>&1 || status=1
     echo "$z $t, staged (CC_DEVICE_KERNELS=0): $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" \
-      >>"$OUT/device_allreduce.txt"
+      >>"$LOGS/device_allreduce.txt"
   fi
 done
+part perf && mark perf
+
+# The NCCL transport: 4 processes on the one GPU, each its own NCCL "host" (NCCL_HOSTID), connected by NCCL's socket
+# transport over loopback.
+: >"$LOGS/nccl_allreduce.txt"
+if [ $have_nccl = 1 ] && part nccl; then
+  [ "$tests" = ON ] && gpu_test test_nccl 150 NCCL_SOCKET_IFNAME=lo "$BUILD_DIR/tests/test_nccl"
+  for z in none quant:bits=4,mode=requant topk:density=0.1 powersgd:rank=4; do
+    d=float
+    [ "$z" = none ] && d="float bfloat16"
+    for t in $d; do
+      log="$LOGS/nccl_allreduce_$(echo "$z" | tr ':,=' '___')_$t.log"
+      step 45 env CC_TRANSPORT=nccl NCCL_SOCKET_IFNAME=lo perf/launch_local.sh -n 4 sh -c \
+        'NCCL_HOSTID=ccoll-rank-$CC_RANK exec "$0" "$@"' "$BUILD_DIR/perf/allreduce_perf" -G 1 -b 1M -e 16M -f 4 \
+        -n 5 -w 2 -d "$t" -o avg -z "$z" >"$log" 2>&1 || status=1
+      echo "$z $t: $(grep -E '^ +16777216 ' "$log" || tail -1 "$log")" >>"$LOGS/nccl_allreduce.txt"
+    done
+  done
+  mark nccl
+fi
+# Out-of-bounds and misaligned accesses in the kernels: compute-sanitizer's memcheck over test_gpu's kernel cases
+# (each kernel against the CPU driver; the collectives' cases are left out, memcheck makes them too slow).
+san="not run"
+if [ "$tests" = ON ] && part sanitize; then
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -n "$cs" ]; then
+    step 120 "$cs" --tool memcheck --error-exitcode 3 "$BUILD_DIR/tests/test_gpu" \
+      "*rotation*,*requant*,*exact reductions*,*16-bit cast*,*homomorphic*,*sparsifier*,*the chunk choice*,*PowerSGD*" \
+      >"$LOGS/memcheck.log" 2>&1
+    san=$?
+    [ "$san" -ne 0 ] && status=1
+    mark sanitize
+  else
+    san="compute-sanitizer not found"
+  fi
+fi
 
 echo
 echo "== summary"
-cat "$OUT/gpu.txt"
-cat "$OUT/loading.txt"
+cat "$LOGS/gpu.txt"
+cat "$LOGS/loading.txt"
 echo "parts run: $PARTS"
+cat "$LOGS/times.txt" 2>/dev/null | tr '\n' ';'
+echo
+cat "$LOGS/toolkit.txt" 2>/dev/null
 if [ "$tests" = ON ]; then
   for t in test_gpu test_gpu_collectives test_gpu_collectives_staged test_nccl; do
-    [ -f "$OUT/$t.log" ] && echo "$t: $(grep -E "passed|failed|skipped" "$OUT/$t.log" | tail -1)"
+    [ -f "$LOGS/$t.log" ] && echo "$t: $(grep -E "passed|failed|skipped" "$LOGS/$t.log" | tail -1)"
   done
-  echo "python test_cuda.py: exit $py ($(tail -1 "$OUT/test_cuda_py.log" 2>/dev/null))"
+  echo "python test_cuda.py: exit $py ($(tail -1 "$LOGS/test_cuda_py.log" 2>/dev/null))"
+  echo "compute-sanitizer memcheck, test_gpu's kernel cases: exit $san ($(grep -E 'ERROR SUMMARY' \
+    "$LOGS/memcheck.log" 2>/dev/null | tail -1))"
 else
   echo "tests: not built (no Catch2 in .deps/)"
 fi
-cat "$OUT/bench.md"
+cat "$LOGS/bench.md"
 echo "== allreduce_perf -t 4 -G 1 at 64 MiB (size count type redop algo codec time_us algbw busbw wirebits error wrong)"
-cat "$OUT/device_allreduce.txt"
+cat "$LOGS/device_allreduce.txt"
 echo "== CC_TRANSPORT=nccl, 4 processes on one GPU (NCCL sockets over loopback, time-sliced): 16 MiB"
-cat "$OUT/nccl.txt" 2>/dev/null
-cat "$OUT/nccl_allreduce.txt"
+cat "$LOGS/nccl.txt" 2>/dev/null
+cat "$LOGS/nccl_allreduce.txt"
 exit $status
