@@ -579,7 +579,34 @@ const char* cudaGetErrorString(cudaError_t error) {
   }
 }
 
+// The enumerator's name for the common ones, as the real runtime gives it.
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    default:
+      return "cudaError (fake CUDA runtime)";
+  }
+}
+
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+// The version of the headers built against, for both.
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
