@@ -51,18 +51,21 @@ pack_logs() {
     local f
     for f in "$LOGS"/*.log; do
       [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt $((4 << 20)) ] || continue
-      { head -c $((2 << 20)) "$f"; printf '\n[... cut by gpu_check.sh ...]\n'; tail -c $((1 << 20)) "$f"; } >"$f.cut"
-      mv "$f.cut" "$f"
+      { head -c $((2 << 20)) "$f"; printf '\n[... cut by gpu_check.sh ...]\n'; tail -c $((1 << 20)) "$f"; } \
+        >"$f.cut" && mv "$f.cut" "$f" || rm -f "$f.cut"
     done
     tar czf "$OUT/gpu_check_logs.tgz" -C "$LOGS" . 2>/dev/null
   fi
 }
 trap pack_logs EXIT
 deadline=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-540} ))
-# step_uncut LIMIT CMD...: runs CMD for at most LIMIT seconds, cut short to end 20 s before the deadline; 124 on a
-# timeout, 125 when the budget is spent and CMD did not run. For perf/launch_local.sh, whose ranks run in process
-# groups of their own (one that outlived a timeout would hold step's pipe open).
-step_uncut() {
+# step LIMIT CMD...: runs CMD (stdin /dev/null) for at most LIMIT seconds, cut short to end 20 s before the deadline;
+# 124 on a timeout, 125 when the budget is spent and CMD did not run. Its output (stdout and stderr) stops at 64 MiB:
+# the first GPU run's logs filled the disk, and nothing came back. (Not ulimit -f: that also limits the files and
+# shared memory a program makes.) The reader of the output has a time limit too: a process that outlives the timeout
+# (a rank of perf/launch_local.sh in its own process group, a child that ignores SIGTERM) would hold the pipe open;
+# it gets SIGPIPE once the reader is gone.
+step() {
   local limit left
   limit=$1
   shift
@@ -72,13 +75,7 @@ step_uncut() {
     return 125
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  timeout -k 10 "$limit" "$@"
-}
-# step LIMIT CMD...: step_uncut with its output (stdout and stderr) cut at 64 MiB: the first GPU run's logs filled the
-# disk, and nothing came back. (Not ulimit -f: that also limits the files and shared memory a program makes.) A
-# program that writes past the cut gets SIGPIPE.
-step() {
-  step_uncut "$@" 2>&1 | head -c $((64 << 20))
+  timeout -k 10 "$limit" "$@" </dev/null 2>&1 | timeout -k 5 $((limit + 15)) head -c $((64 << 20))
   return "${PIPESTATUS[0]}"
 }
 # mark NAME: the seconds since the last mark, into times.txt (the summary prints it).
@@ -88,11 +85,15 @@ mark() {
   now=$(date +%s)
   echo "$1: $(( now - last_mark )) s" >>"$LOGS/times.txt"
   last_mark=$now
+  df -h . >"$LOGS/disk.txt" 2>&1
+  pack_logs  # what is done so far comes back even if the call is killed
 }
 echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset, so lazy loading (the default)}," \
   "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset (8)}" >"$LOGS/loading.txt"
-nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm,compute_mode --format=csv,noheader 2>&1 | tee "$LOGS/gpu.txt"
-nvidia-smi >"$LOGS/nvidia-smi.txt" 2>&1
+ulimit -c 0  # no core files on the disk
+timeout 30 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm,compute_mode --format=csv,noheader 2>&1 \
+  | tee "$LOGS/gpu.txt"
+timeout 30 nvidia-smi >"$LOGS/nvidia-smi.txt" 2>&1
 
 status=0
 tests=OFF
@@ -120,15 +121,15 @@ for d in site.getsitepackages():
         print(p)
         sys.exit(0)' "$1" 2>/dev/null
   }
-  lib=$(find_in_wheels 'libnccl.so*')
+  nccl_lib=$(find_in_wheels 'libnccl.so*')
   inc=$(dirname "$(find_in_wheels nccl.h)" 2>/dev/null)
   [ -n "$inc" ] && [ -f "$inc/nccl.h" ] || inc="$(pwd)/.deps/nccl/include"
-  if [ -n "$lib" ] && [ -f "$inc/nccl.h" ]; then
-    nccl="-DNCCL_LIBRARY=$lib -DNCCL_INCLUDE_DIR=$inc"
-    export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    echo "NCCL: $lib, header $inc/nccl.h" >"$LOGS/nccl.txt"
+  if [ -n "$nccl_lib" ] && [ -f "$inc/nccl.h" ]; then
+    nccl="-DNCCL_LIBRARY=$nccl_lib -DNCCL_INCLUDE_DIR=$inc"
+    export LD_LIBRARY_PATH="$(dirname "$nccl_lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "NCCL: $nccl_lib, header $inc/nccl.h" >"$LOGS/nccl.txt"
   else
-    echo "NCCL: not found (library '$lib', header dir '$inc')" >"$LOGS/nccl.txt"
+    echo "NCCL: not found (library '$nccl_lib', header dir '$inc')" >"$LOGS/nccl.txt"
   fi
   cat "$LOGS/nccl.txt" >>"$LOGS/toolkit.txt"
 fi
@@ -161,23 +162,27 @@ mark "configure + build"
 device_path=1
 step 60 "$BUILD_DIR/perf/gpu_probe" -t 20 >"$LOGS/probe.log" 2>&1
 probe=$?
-tail -1 "$LOGS/probe.log"
+head -c 4000 "$LOGS/probe.log"  # now, while the output is short (and again at the very end of the summary)
 if [ $probe -ne 0 ]; then
   status=1
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   [ -n "$cs" ] && step 90 "$cs" --tool memcheck "$BUILD_DIR/perf/gpu_probe" -t 60 >"$LOGS/probe_memcheck.log" 2>&1
-  if grep -q -E "^FAILED +(driver|context|cudaMalloc|reduce|rotation|device preparation|stream held|scratch)" \
-      "$LOGS/probe.log" || grep -q STUCK "$LOGS/probe.log"; then
-    PARTS=$(echo "$PARTS" | sed -E 's/ (smoke|python|perf|nccl) / /g; s/ (smoke|python|perf|nccl) / /g')
+  # Judged by the last step that must pass, not by failure lines: a probe that crashed or ran out of time prints none.
+  # Past the pools, a failure or a hang is in the all-reduces, and smoke (which tells the hangs apart) still runs.
+  if ! grep -q '^ok .*scratch from the pools' "$LOGS/probe.log"; then
+    for p in smoke python perf nccl; do
+      PARTS=${PARTS// $p / }
+    done
     device_path=0
-    echo "the probe failed before the all-reduces: parts left: $PARTS (of the tests, test_gpu's)" \
-      | tee -a "$LOGS/loading.txt"
+    echo "the probe did not pass its steps up to the pools (exit $probe): parts left: $PARTS (of the tests," \
+      "test_gpu's)" | tee -a "$LOGS/loading.txt"
   fi
 fi
 mark probe
 
 # gpu_cases NAME LIMIT [VAR=VALUE...] BINARY [SPEC]: every test case of BINARY (matching SPEC) in a process of its
-# own, at most LIMIT seconds each, so that a case that hangs costs LIMIT and the cases after it still run. The output
+# own, at most LIMIT seconds each (twice that for a case that hangs and runs again), and the cases after it still
+# run. A spec or name that matches no case fails (-w NoTests), as does a binary that lists none. The output
 # goes to $LOGS/NAME.log; the count to results.txt; each failing case, with the start of its first failure, to
 # failures.txt. A case that hangs runs once more with CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32, and
 # whether that passes is noted (the two known causes of a hang: see the top).
@@ -189,13 +194,14 @@ gpu_cases() {
     envs+=("$1")
     shift
   done
-  local bin=$1 spec=${2:-} passed=0 failed=0 c esc rc cut=""
+  local bin=$1 spec=${2:-} passed=0 failed=0 listed=0 c esc rc cut=""
   : >"$LOGS/$name.log"
   while IFS= read -r c; do
     [ -n "$c" ] || continue
     # Catch2 v2's test spec: '[', ']' and ',' of a name are escaped with a backslash.
     esc=$(printf '%s' "$c" | sed -e 's/\\/\\\\/g' -e 's/\[/\\[/g' -e 's/\]/\\]/g' -e 's/,/\\,/g')
-    step "$limit" env "${envs[@]}" "$bin" "$esc" >"$LOGS/case.log" 2>&1
+    listed=$((listed + 1))
+    step "$limit" env "${envs[@]}" "$bin" -w NoTests "$esc" >"$LOGS/case.log" 2>&1
     rc=$?
     cat "$LOGS/case.log" >>"$LOGS/$name.log"
     if [ $rc -eq 0 ]; then
@@ -218,11 +224,16 @@ gpu_cases() {
       echo
     } >>"$LOGS/failures.txt"
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-      step "$limit" env "${envs[@]}" CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 "$bin" "$esc" \
+      step "$limit" env "${envs[@]}" CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32 "$bin" -w NoTests "$esc" \
         >>"$LOGS/${name}_eager.log" 2>&1
       echo "   again with CUDA_MODULE_LOADING=EAGER CUDA_DEVICE_MAX_CONNECTIONS=32: exit $?" >>"$LOGS/failures.txt"
     fi
-  done < <("$bin" --list-test-names-only $spec 2>/dev/null)
+  done < <(timeout 30 "$bin" --list-test-names-only ${spec:+"$spec"} 2>"$LOGS/list.log" </dev/null)
+  if [ $listed -eq 0 ]; then
+    failed=1
+    status=1
+    { echo "== $name: no test case listed"; head -c 1200 "$LOGS/list.log"; echo; } >>"$LOGS/failures.txt"
+  fi
   echo "$name: $passed passed, $failed failed (a process per case, $limit s at most each)$cut" \
     | tee -a "$LOGS/results.txt"
 }
@@ -341,9 +352,10 @@ if [ $have_nccl = 1 ] && part nccl; then
     [ "$z" = none ] && d="float bfloat16"
     for t in $d; do
       log="$LOGS/nccl_allreduce_$(echo "$z" | tr ':,=' '___')_$t.log"
-      step_uncut 45 env CC_TRANSPORT=nccl NCCL_SOCKET_IFNAME=lo perf/launch_local.sh -n 4 sh -c \
+      step 45 env CC_TRANSPORT=nccl NCCL_SOCKET_IFNAME=lo perf/launch_local.sh -n 4 sh -c \
         'NCCL_HOSTID=ccoll-rank-$CC_RANK exec "$0" "$@"' "$BUILD_DIR/perf/allreduce_perf" -G 1 -b 1M -e 16M -f 4 \
         -n 5 -w 2 -d "$t" -o avg -z "$z" >"$log" 2>&1 || status=1
+      pkill -9 -f -- "$BUILD_DIR/perf/allreduce_perf" 2>/dev/null  # ranks a timeout left behind
       echo "$z $t: $(grep -E '^ +16777216 ' "$log" || tail -1 "$log")" >>"$LOGS/nccl_allreduce.txt"
     done
   done
@@ -369,9 +381,6 @@ fi
 echo
 echo "== summary"
 cat "$LOGS/gpu.txt"
-echo "== gpu_probe (exit $probe)"
-cat "$LOGS/probe.log"
-[ $probe -ne 0 ] && grep -m3 -A6 "Invalid\|ERROR" "$LOGS/probe_memcheck.log" 2>/dev/null | head -c 1500
 cat "$LOGS/loading.txt"
 echo "parts run: $PARTS"
 cat "$LOGS/times.txt" 2>/dev/null | tr '\n' ';'
@@ -386,13 +395,19 @@ else
   echo "tests: not built (no Catch2 in .deps/)"
 fi
 if [ -s "$LOGS/failures.txt" ]; then
-  echo "== failures (the first 5000 characters; all of them in failures.txt)"
-  head -c 5000 "$LOGS/failures.txt"
+  echo "== failures (the first 3000 characters; all of them in failures.txt)"
+  head -c 3000 "$LOGS/failures.txt"
   echo
 fi
-cat "$LOGS/bench.md"
+head -c 4000 "$LOGS/bench.md"
 echo "== allreduce_perf -t 4 -G 1 at 64 MiB (size count type redop algo codec time_us algbw busbw wirebits error wrong)"
 cut -c1-240 "$LOGS/device_allreduce.txt"
 echo "== CC_TRANSPORT=nccl, 4 processes on one GPU (NCCL sockets over loopback, time-sliced): 16 MiB"
 cut -c1-240 "$LOGS/nccl_allreduce.txt"
+# The probe last: the reply keeps the end of the output.
+echo "== gpu_probe (exit $probe)"
+head -c 3000 "$LOGS/probe.log"
+if [ $probe -ne 0 ]; then
+  grep -m4 -A4 -E "Invalid|ERROR|Program hit" "$LOGS/probe_memcheck.log" 2>/dev/null | head -c 1000
+fi
 exit $status

@@ -7,7 +7,7 @@
 // A failing step does not stop the others, but after one the context's state is printed (a sticky error breaks every
 // later call). A step that does not finish within -t seconds (default 20) ends the program, naming it.
 //
-//   gpu_probe [-t SECONDS]                           exit status: 0 when every step passed, 1 when one failed, 2 stuck
+//   gpu_probe [-t SECONDS]          exit status: 0 when every step passed, 1 when one failed, 2 stuck, 64 bad usage
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -304,7 +304,11 @@ Outcome AllReduce(int nranks, const char* spec) {
   }
   for (std::thread& t : threads) t.join();
   for (int r = 0; r < nranks; ++r) {
-    if (!why[r].empty()) return "rank " + std::to_string(r) + ": " + why[r];
+    if (why[r].empty()) continue;
+    for (int q = 0; q < nranks; ++q) {
+      if (why[q].empty()) ccCommAbort(comms[q]);  // (the failed ranks aborted theirs); abort does not wait for peers
+    }
+    return "rank " + std::to_string(r) + ": " + why[r];
   }
   for (int r = 0; r < nranks; ++r) ccCommDestroy(comms[r]);
   for (int r = 1; r < nranks; ++r) {
@@ -321,7 +325,9 @@ Outcome AllReduce(int nranks, const char* spec) {
     norm += want * want;
   }
   const double nmse = err / norm;
-  const double bound = spec == nullptr ? 1e-12 : 0.05;  // float32 sums / a 4-bit codec with rotation (vNMSE ~0.01)
+  // One rank: a copy, compressed or not. Two: float32 sums, or 4-bit requant with rotation (0.025 measured against the
+  // fake CUDA runtime, whose codec kernels are the CPU's: the GPU's bytes must be the same, with the default seed).
+  const double bound = nranks == 1 ? 0.0 : spec == nullptr ? 1e-12 : 0.05;
   std::printf("        %d rank(s), %s: normalized squared error %.3g (bound %.3g)\n", nranks, spec ? spec : "exact",
               nmse, bound);
   if (!(nmse <= bound)) return "the error is over its bound";
@@ -337,7 +343,7 @@ int main(int argc, char** argv) {
       limitS = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "usage: %s [-t SECONDS]\n", argv[0]);
-      return 2;
+      return 64;
     }
   }
   if (limitS <= 0) limitS = 20;
@@ -354,7 +360,7 @@ int main(int argc, char** argv) {
   Step("stream held on a mapped word, released", HeldStream);
   Step("scratch from the pools", Pools);
   Step("all-reduce, 1 rank, exact", [] { return AllReduce(1, nullptr); });
-  Step("all-reduce, 1 rank, quant 4 bits", [] { return AllReduce(1, "quant:bits=4,mode=requant"); });
+  Step("all-reduce, 1 rank, quant 4 bits (a copy)", [] { return AllReduce(1, "quant:bits=4,mode=requant"); });
   Step("all-reduce, 2 thread ranks, exact", [] { return AllReduce(2, nullptr); });
   Step("all-reduce, 2 thread ranks, quant 4 bits", [] { return AllReduce(2, "quant:bits=4,mode=requant"); });
   {
@@ -364,5 +370,6 @@ int main(int argc, char** argv) {
   gStepChanged.notify_all();
   watchdog.join();
   std::printf("gpu_probe: %d step(s) failed\n", gFailures);
+  std::fflush(stdout);
   return gFailures == 0 ? 0 : 1;
 }
