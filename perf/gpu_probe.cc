@@ -62,7 +62,8 @@ void Watchdog(int limitS) {
 using Outcome = std::string;
 
 std::string Cuda(cudaError_t e, const char* what) {
-  return e == cudaSuccess ? std::string() : std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  if (e == cudaSuccess) return std::string();
+  return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
 
 std::string Cc(ccResult_t r, const char* what, ccComm_t comm = nullptr) {
@@ -252,7 +253,8 @@ Outcome Pools() {
   cudaMemPool_t device = nullptr, host = nullptr;
   PROBE_CC(ccoll::DevicePool(0, &device));
   PROBE_CC(ccoll::PinnedHostPool(0, &host));
-  std::printf("        device pool %s, pinned host pool %s\n", device ? "made" : "none", host ? "made" : "none (cudaHostAlloc)");
+  std::printf("        device pool %s, pinned host pool %s\n", device ? "made" : "none",
+              host ? "made" : "none (cudaHostAlloc)");
   void* p = nullptr;
   void* h = nullptr;
   PROBE_CC(ccoll::AllocateScratch(0, false, 1 << 20, nullptr, &p));
@@ -286,7 +288,9 @@ Outcome AllReduce(int nranks, const char* spec) {
       std::string& w = why[r];
       w = Cuda(cudaSetDevice(0), "cudaSetDevice");
       if (w.empty()) w = Cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-      if (w.empty() && spec != nullptr) w = Cc(ccCompressorCreateFromString(&comp, spec), "ccCompressorCreateFromString");
+      if (w.empty() && spec != nullptr) {
+        w = Cc(ccCompressorCreateFromString(&comp, spec), "ccCompressorCreateFromString");
+      }
       if (w.empty()) w = Upload(in[r], &d);
       if (w.empty()) w = Cc(ccAllReduce(d, d, n, ccFloat32, ccSum, comp, comms[r], s), "ccAllReduce", comms[r]);
       if (w.empty()) w = Cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
