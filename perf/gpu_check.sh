@@ -154,6 +154,17 @@ else
     || { tail -40 "$LOGS/build.log"; exit 1; }
 fi
 mark "configure + build"
+# Which CUDA runtime, cuBLAS and NCCL each binary loads (LD_LIBRARY_PATH above can put a wheel's first), and the
+# environment the device steps run in: the first run failed every device call for a reason never seen.
+{
+  for b in perf/gpu_probe src/libccoll.so tests/test_gpu; do
+    [ -e "$BUILD_DIR/$b" ] || continue
+    echo "== $b"
+    ldd "$BUILD_DIR/$b" 2>&1 | grep -E 'cuda|cublas|nccl|not found'
+  done
+  echo "== environment"
+  env | grep -E '^(LD_LIBRARY_PATH|LD_PRELOAD|CUDA_|NVIDIA_|NCCL_)' | sort
+} >"$LOGS/loader.txt" 2>&1
 
 # First the probe: which step of device work fails, if one does (perf/gpu_probe.cc). After a failure, again under
 # compute-sanitizer's memcheck, which names a kernel's bad access. When it fails before the all-reduces, the steps
@@ -404,7 +415,8 @@ echo "== allreduce_perf -t 4 -G 1 at 64 MiB (size count type redop algo codec ti
 cut -c1-240 "$LOGS/device_allreduce.txt"
 echo "== CC_TRANSPORT=nccl, 4 processes on one GPU (NCCL sockets over loopback, time-sliced): 16 MiB"
 cut -c1-240 "$LOGS/nccl_allreduce.txt"
-# The probe last: the reply keeps the end of the output.
+# The probe last: the reply keeps the end of the output. After a failure, what the loader chose first.
+[ $probe -ne 0 ] && head -c 1500 "$LOGS/loader.txt"
 echo "== gpu_probe (exit $probe)"
 head -c 3000 "$LOGS/probe.log"
 if [ $probe -ne 0 ]; then
