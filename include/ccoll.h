@@ -107,8 +107,10 @@ typedef enum {
 typedef enum {
   ccSum = 0,  /**< Sum. */
   ccProd = 1, /**< Product. */
-  ccMax = 2,  /**< Maximum. NaN handling follows the C `>` comparison. */
-  ccMin = 3,  /**< Minimum. */
+  ccMax = 2,  /**< Maximum. On floats IEEE 754-2019's maximum: NaN if any rank's value is NaN (the type's one quiet
+                   NaN, 0x7fc00000 for float32), +0 above -0; so the bytes do not depend on the algorithm or the
+                   number of ranks. (With CC_TRANSPORT=nccl, exact device calls are NCCL's own, with NCCL's rule.) */
+  ccMin = 3,  /**< Minimum. On floats IEEE 754-2019's minimum: NaN as ccMax, -0 below +0. */
   ccAvg = 4   /**< Sum divided by the number of ranks. */
 } ccRedOp_t;
 

@@ -893,9 +893,9 @@ TEST_CASE("ccAllReduce with more ranks than cores (13 and 16 thread ranks)", "[c
 namespace {
 
 // Non-finite inputs at fixed positions (mod 8): 0 NaN on rank 0; 1 +inf on rank 1; 2 +inf on rank 0 and -inf on
-// the last rank; 3 +inf on every rank; 4 a negative NaN on rank 1; elsewhere small finite values.
-template <typename T>
-T EdgeInput(int rank, int nranks, size_t i) {
+// the last rank; 3 +inf on every rank; 4 a negative NaN on rank 1; 5 -0 on rank 0 and +0 elsewhere; 6 +0 on rank 0
+// and -0 elsewhere; 7 small finite values.
+double EdgeValue(int rank, int nranks, size_t i) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   double v = static_cast<double>((rank + static_cast<int>(i)) % 5) - 2;
@@ -905,32 +905,91 @@ T EdgeInput(int rank, int nranks, size_t i) {
     case 2: if (rank == 0) v = inf; else if (rank == nranks - 1) v = -inf; break;
     case 3: v = inf; break;
     case 4: if (rank == 1) v = -nan; break;
+    case 5: v = rank == 0 ? -0.0 : 0.0; break;
+    case 6: v = rank == 0 ? 0.0 : -0.0; break;
   }
-  return FromDouble<T>(v);
+  return v;
+}
+template <typename T>
+T EdgeInput(int rank, int nranks, size_t i) {
+  return FromDouble<T>(EdgeValue(rank, nranks, i));
+}
+
+// The one quiet NaN a max or min writes (reduce_op.h), as T.
+template <typename T>
+T CanonicalNaN() {
+  T v;
+  if constexpr (sizeof(T) == 8) {
+    const uint64_t bits = 0x7ff8000000000000ull;
+    std::memcpy(&v, &bits, 8);
+  } else if constexpr (sizeof(T) == 4) {
+    const uint32_t bits = 0x7fc00000u;
+    std::memcpy(&v, &bits, 4);
+  } else {
+    const uint16_t bits = std::is_same<T, F16>::value ? 0x7e00 : 0x7fc0;
+    std::memcpy(&v, &bits, 2);
+  }
+  return v;
+}
+
+// IEEE 754-2019 maximum (or minimum) of the ranks' values at i: NaN if any is NaN, +0 above -0.
+template <typename T>
+T WantMaxMin(bool max, int nranks, size_t i) {
+  double acc = EdgeValue(0, nranks, i);
+  for (int r = 0; r < nranks; ++r) {
+    const double v = EdgeValue(r, nranks, i);
+    if (std::isnan(v) || std::isnan(acc)) return CanonicalNaN<T>();
+    if (v == acc) {
+      acc = max == std::signbit(acc) ? v : acc;  // max keeps the +0 of a pair of zeros, min the -0
+    } else if (max ? v > acc : v < acc) {
+      acc = v;
+    }
+  }
+  return FromDouble<T>(acc);
 }
 
 template <typename T>
 std::string RunNonFinite(const std::vector<ccComm_t>& comms, ccRedOp_t op, size_t count) {
   const int n = static_cast<int>(comms.size());
-  std::vector<std::vector<T>> out(n, std::vector<T>(count));
-  std::vector<RankResult> results(n);
+  std::vector<std::vector<T>> out(n, std::vector<T>(count)), reduced(n, std::vector<T>(count));
+  std::vector<RankResult> results(n), reduceResults(n);
   const ccDataType_t dtype = std::is_same<T, F16>::value    ? ccFloat16
                              : std::is_same<T, B16>::value  ? ccBfloat16
                              : std::is_same<T, float>::value ? ccFloat32
                                                              : ccFloat64;
+  const bool maxMin = op == ccMax || op == ccMin;
   RunRanks(n, [&](int r) {
     std::vector<T> in(count);
     for (size_t i = 0; i < count; ++i) in[i] = EdgeInput<T>(r, n, i);
     results[r] = Record(ccAllReduce(in.data(), out[r].data(), count, dtype, op, nullptr, comms[r], nullptr), comms[r]);
+    // ccReduce runs a chain, not the ring or the tree: for max and min it must write the same bytes.
+    if (maxMin) {
+      reduceResults[r] = Record(ccReduce(in.data(), reduced[r].data(), count, dtype, op, n - 1, comms[r], nullptr),
+                                comms[r]);
+    }
   });
   std::string err = RankErrors(results, "ccAllReduce");
+  if (maxMin) err += RankErrors(reduceResults, "ccReduce");
   if (!err.empty()) return err;
   for (int r = 1; r < n; ++r) {
     if (std::memcmp(out[r].data(), out[0].data(), count * sizeof(T)) != 0) {
       return "rank " + std::to_string(r) + " is not bitwise identical to rank 0";
     }
   }
-  if (op != ccSum && op != ccAvg) return "";  // max/min/prod of NaN depend on the order; identical is what counts
+  if (maxMin) {  // IEEE maximum and minimum: the bytes are known whatever the order
+    for (size_t i = 0; i < count; ++i) {
+      const T want = WantMaxMin<T>(op == ccMax, n, i);
+      if (std::memcmp(&out[0][i], &want, sizeof(T)) != 0) {
+        return "ccAllReduce element " + std::to_string(i) + " (position " + std::to_string(i % 8) + ") is " +
+               std::to_string(ToDouble(out[0][i])) + ", not " + std::to_string(ToDouble(want)) + " (or its bits differ)";
+      }
+    }
+    if (std::memcmp(reduced[n - 1].data(), out[0].data(), count * sizeof(T)) != 0) {
+      return "ccReduce's result differs from ccAllReduce's";
+    }
+    return "";
+  }
+  if (op != ccSum && op != ccAvg) return "";  // prod of NaN depends on the order; identical is what counts
   for (size_t i = 0; i < count; ++i) {
     double got = ToDouble(out[0][i]);
     bool ok = true;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "collectives/btree.h"
+#include "collectives/reduce.h"
 #include "compress/float16.h"
 #include "core/bootstrap.h"
 #include "core/error.h"
@@ -226,6 +227,63 @@ TEST_CASE("bfloat16 conversions round to nearest even", "[internals][float16]") 
     for (int i = 0; i < 4000000; ++i) CheckBf16AgainstRef(FromBits(static_cast<uint32_t>(rng())), &failures);
   }
   CHECK(failures == 0);
+}
+
+TEST_CASE("max and min of floats are IEEE maximum and minimum: commutative and associative to the bit",
+          "[internals][reduce]") {
+  // Per dtype: four NaNs (quiet, negative, signalling, with a payload), then seven values in increasing order:
+  // -inf, -1.5, -0, +0, the smallest subnormal, 1, +inf. The expected NaN is the type's one quiet NaN.
+  struct Type {
+    ccDataType_t dtype;
+    size_t size;
+    std::vector<uint64_t> nans, ordered;
+    uint64_t quietNan;
+  };
+  const Type types[] = {
+      {ccFloat32, 4, {0x7fc00000, 0xffc00000, 0x7f800001, 0xffc00123},
+       {0xff800000, 0xbfc00000, 0x80000000, 0, 1, 0x3f800000, 0x7f800000}, 0x7fc00000},
+      {ccFloat64, 8, {0x7ff8000000000000, 0xfff8000000000000, 0x7ff0000000000001, 0xfff8000000000123},
+       {0xfff0000000000000, 0xbff8000000000000, 0x8000000000000000, 0, 1, 0x3ff0000000000000, 0x7ff0000000000000},
+       0x7ff8000000000000},
+      {ccFloat16, 2, {0x7e00, 0xfe00, 0x7c01, 0xfe23}, {0xfc00, 0xbe00, 0x8000, 0, 1, 0x3c00, 0x7c00}, 0x7e00},
+      {ccBfloat16, 2, {0x7fc0, 0xffc0, 0x7f81, 0xffc3}, {0xff80, 0xbfc0, 0x8000, 0, 1, 0x3f80, 0x7f80}, 0x7fc0},
+  };
+  for (const Type& t : types) {
+    std::vector<uint64_t> all = t.nans;
+    all.insert(all.end(), t.ordered.begin(), t.ordered.end());
+    const size_t nanCount = t.nans.size();
+    for (ccRedOp_t op : {ccMax, ccMin}) {
+      INFO("dtype " << t.dtype << (op == ccMax ? " max" : " min"));
+      auto apply = [&](uint64_t a, uint64_t b) {
+        uint64_t out = 0;
+        ccoll::ReduceHost(&out, &a, &b, 1, t.dtype, op);  // little-endian: the low bytes are the element
+        return t.size == 8 ? out : out & ((uint64_t{1} << (8 * t.size)) - 1);
+      };
+      int failures = 0;
+      for (size_t i = 0; i < all.size(); ++i) {
+        for (size_t j = 0; j < all.size(); ++j) {
+          uint64_t want = t.quietNan;
+          if (i >= nanCount && j >= nanCount) {
+            const size_t lo = std::min(i, j), hi = std::max(i, j);
+            want = all[op == ccMax ? hi : lo];
+          }
+          const uint64_t got = apply(all[i], all[j]);
+          if (got != want && ++failures <= 10) {
+            UNSCOPED_INFO(std::hex << "op(0x" << all[i] << ", 0x" << all[j] << ") = 0x" << got << ", want 0x" << want);
+          }
+          for (uint64_t c : all) {  // associative: (a op b) op c == a op (b op c)
+            const uint64_t left = apply(got, c), right = apply(all[i], apply(all[j], c));
+            if (left != right && ++failures <= 10) {
+              UNSCOPED_INFO(std::hex << "(0x" << all[i] << " op 0x" << all[j] << ") op 0x" << c << " = 0x" << left
+                                     << ", but 0x" << all[i] << " op (0x" << all[j] << " op 0x" << c << ") = 0x"
+                                     << right);
+            }
+          }
+        }
+      }
+      CHECK(failures == 0);
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------------------------

@@ -59,13 +59,57 @@ struct OpProd {
     }
   }
 };
+// Floating-point max and min are IEEE 754-2019's maximum and minimum: a NaN operand gives NaN (written as the one
+// quiet NaN of the type, its sign and payload dropped), and +0 is above -0. So both are commutative and associative
+// to the bit, and every schedule (ring, tree, ccReduce's chain, any number of ranks) gives the same bytes. A plain
+// `b > a ? b : a` is neither: it keeps a NaN only when it is the left operand, and either zero of an equal pair.
+template <typename C>
+CC_HD C QuietNaN() {
+  if constexpr (sizeof(C) == 4) {
+    const uint32_t bits = 0x7fc00000u;
+    C v;
+    __builtin_memcpy(&v, &bits, 4);
+    return v;
+  } else {
+    const uint64_t bits = 0x7ff8000000000000ull;
+    C v;
+    __builtin_memcpy(&v, &bits, 8);
+    return v;
+  }
+}
+// The bits of a and b combined by AND (keepNegativeZero false) or OR: for equal values, which have the same bits
+// unless they are +0 and -0, that picks +0 or -0.
+template <typename C>
+CC_HD C EqualPair(C a, C b, bool keepNegativeZero) {
+  using U = typename std::conditional<sizeof(C) == 4, uint32_t, uint64_t>::type;
+  U x, y;
+  __builtin_memcpy(&x, &a, sizeof(C));
+  __builtin_memcpy(&y, &b, sizeof(C));
+  const U z = keepNegativeZero ? (x | y) : (x & y);
+  C v;
+  __builtin_memcpy(&v, &z, sizeof(C));
+  return v;
+}
+
 struct OpMax {
   template <typename C>
-  CC_HD C operator()(C a, C b) const { return b > a ? b : a; }
+  CC_HD C operator()(C a, C b) const {
+    if constexpr (std::is_floating_point<C>::value) {
+      if (a != a || b != b) return QuietNaN<C>();
+      if (a == b) return EqualPair(a, b, false);
+    }
+    return b > a ? b : a;
+  }
 };
 struct OpMin {
   template <typename C>
-  CC_HD C operator()(C a, C b) const { return b < a ? b : a; }
+  CC_HD C operator()(C a, C b) const {
+    if constexpr (std::is_floating_point<C>::value) {
+      if (a != a || b != b) return QuietNaN<C>();
+      if (a == b) return EqualPair(a, b, true);
+    }
+    return b < a ? b : a;
+  }
 };
 
 // Division of a finished sum by the number of ranks (ccAvg); integers round toward zero, and are divided in 64 bits
