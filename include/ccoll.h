@@ -152,7 +152,8 @@ typedef struct {
                            ccInProgress at once and ccCommGetAsyncError reports when init ends. Env CC_BLOCKING. */
   int cudaDev;        /**< CUDA device the communicator is bound to (>= 0); default the current device. A number
                            the process does not see (cudaGetDeviceCount) is ccInvalidArgument at init, in a
-                           build with CUDA. */
+                           build with CUDA; where no device can be counted (no driver), init accepts it and the
+                           first device call on the communicator fails instead (host buffers are unaffected). */
 } ccConfig_t;
 
 /** Initial value of every ccConfig_t: all fields "not set". */
@@ -287,7 +288,7 @@ CC_API ccResult_t ccCommAbort(ccComm_t comm);
  * value, transport nccl without NCCL or a device) makes the call fail on every rank (that rank with its own error,
  * the others with ccInvalidArgument and a sentence naming it), and no communicator is made. Once the ranks have
  * agreed, each new communicator forms on its own, as with ccCommInitRankConfig: ccCommAbort(comm) does not stop that
- * part.
+ * part. Between ccGroupStart and ccGroupEnd it is ccInvalidUsage, and ccGroupEnd then returns that too.
  */
 CC_API ccResult_t ccCommSplit(ccComm_t comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config);
 

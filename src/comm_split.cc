@@ -14,6 +14,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "group.h"
 
 using ccoll::Fail;
 
@@ -188,6 +189,13 @@ extern "C" {
 CC_API ccResult_t ccCommSplit(ccComm_t comm, int color, int key, ccComm_t* newcomm, ccConfig_t* config) {
   return ccoll::Guarded("ccCommSplit", [&]() -> ccResult_t {
     if (newcomm != nullptr) *newcomm = nullptr;
+    if (ccoll::InGroup()) {
+      // Its exchanges on comm must run now, while a group only records calls for ccGroupEnd.
+      const ccResult_t r = Fail(ccInvalidUsage, "ccCommSplit: called between ccGroupStart and ccGroupEnd; a split "
+                                "runs its exchanges on comm at once, so call it outside the group");
+      ccoll::GroupFail(r);
+      return r;
+    }
     Joining join;
     {
       ccoll::CommUse use(comm);

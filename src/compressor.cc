@@ -35,7 +35,8 @@ bool IsLiveCompressor(ccCompressor* c) {
 ccResult_t NewCompressor(int kind, ccCompressor** out) {
   unsigned bit = KindBit(kind);
   if (bit == 0) {
-    return Fail(ccInvalidArgument, "compressor kind %d is not a ccCompressorKind_t (cast16 %d, quant %d, topk %d, "
+    return Fail(ccInvalidArgument, "ccCompressorCreate: compressor kind %d is not a ccCompressorKind_t (cast16 %d, "
+                "quant %d, topk %d, "
                 "randk %d, powersgd %d)", kind, ccCompressCast16, ccCompressQuant, ccCompressTopkChunk,
                 ccCompressRandk, ccCompressPowerSGD);
   }
@@ -64,6 +65,12 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
                 KindName(c->kind));
   }
   if (value < info->lo || value > info->hi) {
+    if (const double scale = ParamTextScale(info->param); scale != 0.0) {  // units the spec string does not show
+      return Fail(ccInvalidArgument, "%s: %s %lld (%g in a spec string) is out of range %lld..%lld (%g..%g)", fn,
+                  info->name, static_cast<long long>(value), static_cast<double>(value) / scale,
+                  static_cast<long long>(info->lo), static_cast<long long>(info->hi),
+                  static_cast<double>(info->lo) / scale, static_cast<double>(info->hi) / scale);
+    }
     return Fail(ccInvalidArgument, "%s: %s %lld is out of range %lld..%lld", fn, info->name,
                 static_cast<long long>(value), static_cast<long long>(info->lo), static_cast<long long>(info->hi));
   }
@@ -137,7 +144,8 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
         return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not a valid value of %s", fn, spec, text.c_str(),
                     name.c_str());
       }
-      CC_CHECK(SetCompressorParam(c, info->param, value, fn));
+      const std::string where = std::string(fn) + ": \"" + spec + "\"";
+      CC_CHECK(SetCompressorParam(c, info->param, value, where.c_str()));
       pos = comma + 1;
     }
   }

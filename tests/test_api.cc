@@ -826,15 +826,22 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
     int root;
     const char* spec;
     const char* says;
+    const char* base = "quant:bits=4";  // the other ranks' compressor
   };
-  for (const Case& odd : {Case{"op max instead of sum", 0, ccMax, 0, nullptr, "op sum on rank 0 but max on rank 2"},
-                          Case{"broadcast root 2 instead of 0", 1, ccSum, 2, nullptr,
-                               "root 0 on rank 0 but 2 on rank 2"},
-                          Case{"quant bits=8 instead of 4", 2, ccSum, 0, "quant:bits=8", "compressor "},
-                          Case{"all-gather instead of all-reduce", 3, ccSum, 0, nullptr,
-                               "collective all-reduce on rank 0 but all-gather on rank 2"},
-                          Case{"reduce to root 1 instead of 0", 4, ccSum, 1, nullptr,
-                               "root 0 on rank 0 but 1 on rank 2"}}) {
+  std::vector<Case> cases = {Case{"op max instead of sum", 0, ccMax, 0, nullptr, "op sum on rank 0 but max on rank 2"},
+                             Case{"broadcast root 2 instead of 0", 1, ccSum, 2, nullptr,
+                                  "root 0 on rank 0 but 2 on rank 2"},
+                             Case{"quant bits=8 instead of 4", 2, ccSum, 0, "quant:bits=8", "compressor "},
+                             Case{"all-gather instead of all-reduce", 3, ccSum, 0, nullptr,
+                                  "collective all-reduce on rank 0 but all-gather on rank 2"},
+                             Case{"reduce to root 1 instead of 0", 4, ccSum, 1, nullptr,
+                                  "root 0 on rank 0 but 1 on rank 2"}};
+#ifdef CCOLL_HAVE_LOWRANK
+  // Values that "%g" printed alike ("eps=1"), so that the call check, which compares canonical specs, let them by.
+  cases.push_back(Case{"powersgd eps 0.9999995e-12 instead of 1e-12", 2, ccSum, 0, "powersgd:rank=2,eps=0.9999995",
+                       "compressor ", "powersgd:rank=2,eps=1"});
+#endif
+  for (const Case& odd : cases) {
     INFO(odd.what);
     Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, 5000));
     REQUIRE(g.status == ccSuccess);
@@ -845,7 +852,7 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
       const bool me = r == 2;  // the odd one
       std::vector<float> in(1000, 1.0f);
       ccCompressor_t comp = nullptr;
-      if (odd.kind == 2) ccCompressorCreateFromString(&comp, me ? odd.spec : "quant:bits=4");
+      if (odd.kind == 2) REQUIRE(ccCompressorCreateFromString(&comp, me ? odd.spec : odd.base) == ccSuccess);
       ccResult_t rc;
       if (odd.kind == 1) {
         rc = ccBroadcast(in.data(), outs[r].data(), 1000, ccFloat32, me ? odd.root : 0, g[r], nullptr);
@@ -1067,6 +1074,9 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
                              BadSpec{"quant:bits=010", "bits 10 is out of range"}, BadSpec{"quant:bits=+4", "+4"},
                              BadSpec{"quant:bits= 4", " 4"}, BadSpec{"quant:seed=0x", "0x"},
                              BadSpec{"quant:bits=4,bits=8", "bits is given twice"},
+                             BadSpec{"quant:bits=0x0x4", "0x0x4"}, BadSpec{"quant:seed=0x1 ", "0x1 "},
+                             BadSpec{"topk:density=0x1p-3", "0x1p-3"}, BadSpec{"topk:density=0.1 ", "0.1 "},
+                             BadSpec{"quant:clip=1", "clip 1000000 (1 in a spec string) is out of range"},
                              BadSpec{"quant:clip=1e-7", "1e-7"}, BadSpec{"quant:clip=-0.1", "-0.1"},
                              BadSpec{"quant:mode=requant,rounding=correlated", "rounding=correlated needs mode"}}) {
       comp = fake;
@@ -1077,6 +1087,25 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
       CHECK(comp == nullptr);
       CHECK(Contains(err, b.mention));
     }
+#ifdef CCOLL_HAVE_LOWRANK
+    for (const char* spec : {"powersgd:shapes= 2x3", "powersgd:shapes=2x 3", "powersgd:shapes=2x3+ 4",
+                             "powersgd:shapes=x3", "powersgd:shapes=2xx3", "powersgd:shapes=2x3x4"}) {
+      comp = fake;
+      INFO(spec);
+      CHECK(ccCompressorCreateFromString(&comp, spec) == ccInvalidArgument);
+      CHECK(comp == nullptr);
+    }
+    // The canonical spec keeps every digit of a scaled value ("%g" printed eps=0.9999995 as 1).
+    REQUIRE(ccCompressorCreateFromString(&q, "powersgd:eps=0.9999995,shapes=2x3+4") == ccSuccess);
+    {
+      char buf[1024];
+      REQUIRE(ccCompressorGetSpec(q, buf, sizeof(buf)) == ccSuccess);
+      INFO(buf);
+      CHECK(Contains(buf, "eps=0.9999995,"));
+      CHECK(Contains(buf, "shapes=2x3+4"));
+    }
+    CHECK(ccCompressorDestroy(q) == ccSuccess);
+#endif
     // The same combination reached one parameter at a time: refused by the call, which names it.
     REQUIRE(ccCompressorCreateFromString(&q, "quant:mode=homomorphic,rounding=correlated") == ccSuccess);
     REQUIRE(ccCompressorSetParam(q, ccParamMode, ccQuantRequant) == ccSuccess);

@@ -206,6 +206,35 @@ TEST_CASE("a split communicator can be split again", "[split]") {
   CHECK(SumsWithinGroups(again, {5, 6, 5}, {0, 0, 0}, 100) == "");
 }
 
+TEST_CASE("ccCommSplit inside a group is ccInvalidUsage there and at ccGroupEnd, and the parent stays usable",
+          "[split][group]") {
+  // A group records calls for its end, while a split's exchanges must run at once: recorded, the split's all-gather
+  // used to run at ccGroupEnd into the split's freed vector (a heap corruption) and ccGroupEnd returned ccSuccess.
+  const int n = 3;
+  Group g = Group::InitConfig(n, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 20000));
+  REQUIRE(g.status == ccSuccess);
+  std::vector<ccComm_t> sub(n, reinterpret_cast<ccComm_t>(0x1));
+  std::vector<RankResult> inGroup(n), atEnd(n);
+  RunRanks(n, [&](int r) {
+    REQUIRE(ccGroupStart() == ccSuccess);
+    inGroup[r] = Record(ccCommSplit(g[r], 0, r, &sub[r], nullptr), g[r]);
+    atEnd[r].rc = ccGroupEnd();
+    atEnd[r].error = ccGetLastError(nullptr);
+  });
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << inGroup[r].error << " / at ccGroupEnd: " << atEnd[r].error);
+    CHECK(inGroup[r].rc == ccInvalidUsage);
+    CHECK(Contains(inGroup[r].error, "between ccGroupStart and ccGroupEnd"));
+    CHECK(sub[r] == nullptr);
+    CHECK(atEnd[r].rc == ccInvalidUsage);
+    CHECK(Contains(atEnd[r].error, "ccCommSplit"));
+  }
+  CHECK(SumsWithinGroups(g.comms, {0, 0, 0}, {0, 1, 2}, 1000) == "");
+  Split s(n);  // outside a group it works
+  SplitAndCheckPlaces(g, {0, 1, 0}, {0, 0, 0}, nullptr, &s);
+  CHECK(SumsWithinGroups(s.sub, {0, 1, 0}, {0, 0, 0}, 100) == "");
+}
+
 TEST_CASE("a split communicator takes the parent's configuration, and the fields a config sets", "[split][config]") {
   const int n = 2;
   ccConfig_t parentConfig = cctest::MakeConfig(ccAlgoTree, 12345);

@@ -119,14 +119,19 @@ bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, i
   char* end = nullptr;
   if (const double scale = ParamTextScale(info.param); scale != 0.0) {
     if (!std::isdigit(static_cast<unsigned char>(first)) && first != '.') return false;
+    // Decimal only: strtod also reads hexadecimal floats ("0x1p-3").
+    if (text.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
     double v = std::strtod(text.c_str(), &end);
     if (errno != 0 || end == text.c_str() || *end != '\0' || !(v >= 0.0 && v <= 1.0)) return false;
     *out = static_cast<int64_t>(std::llround(v * scale));
     return v == 0.0 || *out != 0;  // not a value too small for the unit, quietly 0
   }
   if (!std::isdigit(static_cast<unsigned char>(first))) return false;
-  const bool hex = text.size() > 2 && first == '0' && (text[1] == 'x' || text[1] == 'X') &&
-                   std::isxdigit(static_cast<unsigned char>(text[2]));
+  const bool hex = text.size() > 2 && first == '0' && (text[1] == 'x' || text[1] == 'X');
+  // Digits only after the prefix: strtoll would take a second "0x" in base 16, and blanks or a sign anywhere.
+  if (text.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789", hex ? 2 : 0) != std::string::npos) {
+    return false;
+  }
   long long v = std::strtoll(text.c_str() + (hex ? 2 : 0), &end, hex ? 16 : 10);  // never octal
   if (errno != 0 || end == text.c_str() + (hex ? 2 : 0) || *end != '\0') return false;
   *out = v;
@@ -196,8 +201,13 @@ std::string CompressorSpec(const ccCompressor& c) {
     }
     if (text.empty()) {
       if (const double scale = ParamTextScale(p->param); scale != 0.0) {
-        char buf[32];
-        std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(it->second) / scale);
+        // The shortest decimal that reads back as the same units: the call check compares these texts, so two
+        // values must never print alike (with "%g", eps 1e-12 and 0.9999995e-12 both printed "1").
+        char buf[40];
+        for (int digits = 6; digits <= 17; ++digits) {
+          std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(it->second) / scale);
+          if (std::llround(std::strtod(buf, nullptr) * scale) == it->second) break;
+        }
         text = buf;
       } else {
         text = std::to_string(it->second);
@@ -228,6 +238,8 @@ bool ParseShapes(const std::string& text, std::vector<TensorShape>* shapes) {
     size_t plus = text.find('+', pos);
     if (plus == std::string::npos) plus = text.size();
     std::string item = text.substr(pos, plus - pos);
+    // ROWS or ROWSxCOLS in decimal digits: strtoll alone would skip blanks and take a sign.
+    if (item.empty() || item.find_first_not_of("0123456789x") != std::string::npos || item[0] == 'x') return false;
     size_t x = item.find('x');
     TensorShape shape;
     char* end = nullptr;
