@@ -6,8 +6,11 @@
 
 Inside the block, this thread's sends, receives and collectives are only recorded; leaving it issues them and returns
 when they are done (host buffers) or queued (CUDA tensors). The buffers and compressors passed inside are kept alive
-until then. An exception inside the block, or a send or receive the binding refuses inside it, leaves it without
-issuing anything (as a send the library refuses does).
+until then (a compressor destroyed inside is freed when the group ends). An exception inside the block, or a send or
+receive the binding refuses inside it, leaves it without issuing anything (as a send the library refuses does). A
+collective the binding refuses is the exception: the group still ends with the refusing call it recorded (the
+other calls of the group run), so that the peers' call check fails them at once, naming this rank, as outside a
+group; then the binding's exception is raised.
 """
 
 import contextlib
@@ -31,6 +34,25 @@ def keep(obj):
         held.append(obj)
 
 
+def holds(obj):
+    """Whether this thread's open group holds obj (a recorded call of the group will read it)."""
+    return any(o is obj for o in getattr(_state, "held", None) or ())
+
+
+def after(fn):
+    """Runs fn when this thread's outermost open group ends (a free that must wait for the group's calls)."""
+    _state.after.append(fn)
+
+
+_REFUSAL = "_ccoll_refusal_recorded"
+
+
+def mark_refusal_recorded(exc):
+    """Marks exc as the binding's refusal of a collective for which a refusing call was recorded in the open group."""
+    if depth() > 0:
+        setattr(exc, _REFUSAL, True)
+
+
 def depth():
     return getattr(_state, "depth", 0)
 
@@ -42,11 +64,13 @@ def group():
     outer = depth() == 0
     if outer:
         _state.held = []
+        _state.after = []
     _state.depth = depth() + 1
     try:
         yield
-    except BaseException:
-        fail()
+    except BaseException as e:
+        if not getattr(e, _REFUSAL, False):
+            fail()
         _end(outer, raise_error=False)
         raise
     _end(outer, raise_error=True)
@@ -66,5 +90,8 @@ def _end(outer, raise_error):
     finally:
         if outer:
             _state.held = None
+            pending, _state.after = _state.after, []
+            for fn in pending:
+                fn()
     if raise_error:
         check(rc)

@@ -6,6 +6,7 @@ import threading
 
 from . import _buffer, _group, _ints
 from ._library import CC_UNIQUE_ID_BYTES, CommStats, UniqueId, lib, new_config
+from .compressor import Compressor
 from .errors import InvalidArgumentError, check
 
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
@@ -241,9 +242,11 @@ class Communicator:
         once, naming this one; then it raises."""
         try:
             yield
-        except Exception:
+        except Exception as e:
             if self._handle is not None:
                 lib.ccAllReduce(None, None, 1, -1, 0, None, self._handle, None)
+                # Inside a group that call is only recorded: the group must still end with it (ccoll.group()).
+                _group.mark_refusal_recorded(e)
             raise
 
     def _output(self, send, out, what, count):
@@ -266,6 +269,9 @@ class Communicator:
         with self._arguments():
             send = _buffer.view(x, "all_reduce", writable=out is None)
             recv = send if out is None else self._output(send, out, "all_reduce: out", send.count)
+            if compressor is not None and not isinstance(compressor, Compressor):
+                raise InvalidArgumentError("all_reduce: compressor must be a ccoll.Compressor or None, not %s" %
+                                           type(compressor).__name__)
             comp = None if compressor is None else compressor._live()
             _group.keep(compressor)
             op = _enum(op, OPS, "op")
@@ -311,7 +317,8 @@ class Communicator:
 
     def reduce_scatter(self, x, op="sum", out=None):
         """ccReduceScatter: x holds size blocks; returns out (new if None) with the reduction of block `rank`.
-        A new out has shape x.shape[1:] when x.shape[0] == size, else (x.size // size,)."""
+        A new out has shape x.shape[1:] when x has two or more dimensions and x.shape[0] == size, else
+        (x.size // size,)."""
         h = self._live()
         with self._arguments():
             send = _buffer.view(x, "reduce_scatter", writable=False)

@@ -3,7 +3,7 @@
 import ctypes
 import enum
 
-from . import _ints
+from . import _group, _ints
 from ._library import lib
 from .errors import INVALID_ARGUMENT, SUCCESS, InvalidArgumentError, InvalidUsageError, check
 
@@ -133,10 +133,15 @@ class Compressor:
         return value.value
 
     def destroy(self):
-        """ccCompressorDestroy; idempotent from Python's side."""
+        """ccCompressorDestroy; idempotent from Python's side. Inside a ccoll.group() that recorded a call with it,
+        the compressor is unusable at once and freed when the group ends (the call reads it then)."""
         handle, self._handle = self._handle, None
-        if handle is not None:
-            check(lib.ccCompressorDestroy(handle))
+        if handle is None:
+            return
+        if _group.holds(self):
+            _group.after(lambda: lib.ccCompressorDestroy(handle))
+            return
+        check(lib.ccCompressorDestroy(handle))
 
     def __enter__(self):
         return self

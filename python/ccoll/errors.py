@@ -1,5 +1,7 @@
 """Exceptions: one class per ccResult_t, all subclasses of CcollError, carrying ccGetLastError's sentence."""
 
+import threading
+
 from ._library import lib
 
 SUCCESS = 0
@@ -65,15 +67,29 @@ _BY_RESULT = {cls.result: cls for cls in (CudaError, CcollSystemError, InternalE
                                           InvalidUsageError, RemoteError, InProgressError, CcollTimeoutError)}
 
 
-def check(result, comm_handle=None):
-    """Raises the exception for a non-success ccResult_t, with the sentence the library recorded for it.
+def comm_error_sentence(comm_handle):
+    """The last sentence recorded for a communicator by any thread (a failure found on a thread of the library's,
+    such as a device call's, or another thread's call), read on a fresh thread: ccGetLastError(comm) gives the calling
+    thread's own last sentence first, which may be an older, unrelated failure."""
+    box = []
+    reader = threading.Thread(target=lambda: box.append(lib.ccGetLastError(comm_handle) or b""),
+                              name="ccoll-error-reader")
+    reader.start()
+    reader.join()
+    return box[0].decode(errors="replace") if box else ""
+
+
+def check(result, comm_handle=None, message=None):
+    """Raises the exception for a non-success ccResult_t, with the sentence the library recorded for it (or message,
+    when given).
 
     Call it right after the failing call, on the same thread: the sentence is per thread (ctypes runs the call on
     the calling thread).
     """
     if result == SUCCESS:
         return
-    message = (lib.ccGetLastError(comm_handle) or b"").decode(errors="replace")
+    if message is None:
+        message = (lib.ccGetLastError(comm_handle) or b"").decode(errors="replace")
     if not message:
         message = lib.ccGetErrorString(result).decode()
     raise _BY_RESULT.get(result, CcollError)(message, result)

@@ -38,7 +38,7 @@ import threading
 import torch
 
 from .compressor import Compressor
-from .errors import SUCCESS, CcollError, InvalidUsageError, check
+from .errors import SUCCESS, CcollError, InvalidUsageError, check, comm_error_sentence
 
 
 def _bucket_tensor(bucket):
@@ -60,10 +60,24 @@ def _abort(comm):
 
 
 def _check_async_error(comm):
-    """Raises comm's async error, if it has one."""
+    """Raises comm's async error, if it has one, with the communicator's sentence (comm_error_sentence): this
+    thread's last sentence may be another failure's."""
     result = comm.async_error()
     if result != SUCCESS:
-        check(result, comm.handle)
+        check(result, comm.handle, comm_error_sentence(comm.handle))
+
+
+def _raise_earlier_failure(state):
+    """A hook call after a failed one: raises InvalidUsageError naming the first failure (its __cause__), instead of
+    the aborted communicator's "destroyed or aborted"."""
+    failure = state.failure
+    if failure is None:
+        return
+    error = InvalidUsageError("not run: an earlier call of this rank's ccoll hook failed (%s: %s), and the "
+                              "communicator was aborted; make a new communicator and state to go on"
+                              % (type(failure).__name__, failure))
+    error.__cause__ = failure
+    raise error
 
 
 class CommWorker:
@@ -84,7 +98,7 @@ class CommWorker:
 
     def __init__(self, comm=None):
         self._comm = comm
-        self._failure = None  # the first exception a call raised; set and read on the worker thread only
+        self._failure = None  # the first exception a call raised; set on the worker thread (see failure)
         self._queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="ccoll-comm-worker", daemon=True)
         self._thread.start()
@@ -111,6 +125,11 @@ class CommWorker:
                 fut.set_exception(e)
             else:
                 fut.set_result(result)
+
+    @property
+    def failure(self):
+        """The first exception a call raised (None so far); read from any thread, it may lag the worker."""
+        return self._failure
 
     def submit(self, fn, always=False):
         """always: fn runs even after a failure (a cleanup, such as freeing a compressor)."""
@@ -164,6 +183,7 @@ class CcollHookState:
         self.comm = comm
         self.spec = spec
         self.worker = CommWorker(comm) if async_op else None
+        self._failure = None  # the first exception of a hook call (sync), see fail()
         self._compressors = {}  # bucket index -> ((element count, parameter ids, shapes), Compressor)
         self._side_streams = {}  # CUDA device -> the stream CUDA buckets are all-reduced on
         # PowerSGD needs the bucket's matrix shapes; unless the spec gives shapes, or rows or cols other than 0 (auto),
@@ -201,8 +221,17 @@ class CcollHookState:
         else:
             comp.destroy()  # sync: its calls are done; CUDA calls queued with it finish first (ccCompressorDestroy)
 
+    @property
+    def failure(self):
+        """The first failure of this state's hook calls (with async_op, of its worker's calls too), or None."""
+        if self._failure is None and self.worker is not None:
+            return self.worker.failure
+        return self._failure
+
     def fail(self, exc):
         """Aborts the communicator after a failed hook call (with async_op, after the calls already submitted)."""
+        if self._failure is None:
+            self._failure = exc
         if self.worker is not None:
             self.worker.fail(exc)
         else:
@@ -240,6 +269,7 @@ def allreduce_hook(state, bucket):
 
 def _allreduce(state, bucket):
     """allreduce_hook without the abort on failure."""
+    _raise_earlier_failure(state)
     _check_async_error(state.comm)
     tensor = _bucket_tensor(bucket)
     comp = None

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -152,6 +153,30 @@ class TestErrors(unittest.TestCase):
                 comm.all_reduce(np.ones(4096, np.float32), op="max", compressor=comp)
             with self.assertRaisesSentence(ccoll.InvalidArgumentError, "root 1 is out of range for 1 ranks"):
                 comm.broadcast(np.ones(3, np.int32), root=1)
+
+    def test_compressor_argument_must_be_a_compressor(self):
+        with single_rank() as comm:
+            with self.assertRaisesSentence(ccoll.InvalidArgumentError,
+                                           "all_reduce: compressor must be a ccoll.Compressor or None, not str"):
+                comm.all_reduce(np.ones(8, np.float32), compressor="quant:bits=4")
+
+    def test_compressor_destroyed_inside_a_group_is_freed_when_it_ends(self):
+        # The group's recorded all-reduce reads the compressor at the group's end: destroy() must not free it before
+        # (it did: the call then failed, or used another compressor made at the same address meanwhile).
+        with single_rank() as comm:
+            x = np.linspace(-1.0, 1.0, 4096).astype(np.float32)
+            want = x.copy()
+            with ccoll.group():
+                comp = ccoll.Compressor("quant:bits=4,mode=requant")
+                comm.all_reduce(x, compressor=comp)
+                comp.destroy()
+                with self.assertRaisesSentence(ccoll.InvalidArgumentError, "the compressor was destroyed"):
+                    comp.get_param("bits")
+                other = ccoll.Compressor("quant:bits=8")  # may take the freed address if it were freed
+            np.testing.assert_array_equal(x, want)  # one rank: the compressed all-reduce is a copy
+            self.assertEqual(other.get_param("bits"), 8)
+            comm.all_reduce(np.ones(1000, np.float32), compressor=other)  # other is its own, unbound
+            other.destroy()
 
     def test_cuda_device_reaches_the_config(self):
         from ccoll import communicator
@@ -422,6 +447,44 @@ class TestThreadRanks(unittest.TestCase):
             self.assertNotIsInstance(res, BaseException, "rank %d: %r" % (r, res))
             np.testing.assert_array_equal(res[0], np.full(1000, 6))
             np.testing.assert_array_equal(res[1], np.arange(nranks))
+
+    def test_a_collective_refused_inside_a_group_fails_the_peers_at_once(self):
+        # The binding refuses rank 0's int16 all-reduce inside a group: the group must still end with the refusing
+        # call it recorded, so that rank 1's group fails in the call check, naming rank 0, instead of waiting for the
+        # timeout (20 s).
+        nranks = 2
+        uid = ccoll.get_unique_id()
+        results = [None] * nranks
+
+        def rank_main(rank):
+            try:
+                with ccoll.Communicator(nranks, uid, rank, timeout_ms=20000) as comm:
+                    start = time.monotonic()
+                    try:
+                        with ccoll.group():
+                            comm.all_reduce(np.ones(16, np.int16 if rank == 0 else np.float32))
+                        error = None
+                    except ccoll.CcollError as e:
+                        error = (type(e).__name__, str(e))
+                    after = comm.all_reduce(np.ones(4, np.float32))  # the communicator stays usable
+                    results[rank] = (error, time.monotonic() - start, after.tolist())
+            except BaseException as e:  # noqa: B902
+                results[rank] = e
+
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(nranks)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+            self.assertFalse(t.is_alive(), "a thread rank hangs")
+        for r, res in enumerate(results):
+            self.assertNotIsInstance(res, BaseException, "rank %d: %r" % (r, res))
+            self.assertLess(res[1], 10.0, "rank %d waited for the timeout: %r" % (r, res))
+            self.assertEqual(res[2], [2.0] * 4)
+        self.assertEqual(results[0][0][0], "InvalidArgumentError")
+        self.assertIn("int16", results[0][0][1])
+        self.assertEqual(results[1][0][0], "InvalidUsageError")
+        self.assertIn("rank 0 refused the call", results[1][0][1])
 
     def _store_ranks(self, *extra):
         # 3 thread ranks sharing one store, each running _store_rank (two groups in a row); every group must work.

@@ -594,6 +594,25 @@ class TestInProcess(unittest.TestCase):
         self.assertTrue(results[1][2], "the failing rank did not abort its communicator")
         self.assertLess(results[0][1], 10.0, "the peer waited for its timeout")
 
+    def test_later_hook_calls_name_the_first_failure(self):
+        # After a failed hook call the communicator is aborted; a later call must say why (the first failure, its
+        # __cause__), not only that the communicator is gone. Sync and async_op.
+        torch = TORCH
+        p = torch.nn.Parameter(torch.zeros(4))
+        for async_op in (False, True):
+            comm = _single_rank()
+            state = ccoll.torch.CcollHookState(comm, spec=None, async_op=async_op)
+            bad = _Bucket(torch.zeros(4, 2)[:, 0], [p])  # not contiguous
+            with self.assertRaises(ccoll.InvalidArgumentError) as first:
+                ccoll.torch.allreduce_hook(state, bad).wait()
+            with self.assertRaises(ccoll.InvalidUsageError) as second:
+                ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(4), [p])).wait()
+            self.assertIn("an earlier call of this rank's ccoll hook failed", str(second.exception))
+            self.assertIn(str(first.exception), str(second.exception))
+            self.assertIs(second.exception.__cause__, first.exception)
+            state.close()
+            self.assertIsNone(comm._handle, "the communicator was not aborted")
+
     def test_hook_raises_the_async_error(self):
         # On CPU a collective that fails midway (here: the peer aborted) becomes the communicator's async error, as
         # a CUDA call's later failure does. The next hook call raises it at once, also with async_op.
@@ -610,16 +629,22 @@ class TestInProcess(unittest.TestCase):
                 pass
             state = ccoll.torch.CcollHookState(comm, spec=None, async_op=True)
             error = comm.async_error()
+            # An unrelated failure on this thread since: its sentence must not stand for the communicator's.
+            with self.assertRaises(ccoll.InvalidArgumentError):
+                ccoll.Compressor("quant:bitz=4")
             try:
                 ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(4), [p]))
                 raised = None
             except ccoll.CcollError as e:
-                raised = type(e).__name__
+                raised = (type(e).__name__, str(e))
             state.close()
             return error, raised, comm._handle is None
 
         results = _thread_ranks(rank_main)
-        self.assertEqual(results[0], (ccoll.errors.REMOTE_ERROR, "RemoteError", True), results)
+        error, raised, aborted = results[0]
+        self.assertEqual((error, raised[0], aborted), (ccoll.errors.REMOTE_ERROR, "RemoteError", True), results)
+        self.assertNotIn("bitz", raised[1])
+        self.assertIn("ccAllReduce", raised[1])  # the sentence of the all-reduce that failed
 
 
 if __name__ == "__main__":
