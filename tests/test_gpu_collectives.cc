@@ -120,7 +120,7 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
   o.rc.resize(static_cast<size_t>(n));
   std::vector<void*> send(static_cast<size_t>(n), nullptr), recv(static_cast<size_t>(n), nullptr);
   std::vector<void*> sendBase(static_cast<size_t>(n), nullptr), recvBase(static_cast<size_t>(n), nullptr);
-  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;
+  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut, pinSent;
   for (int r = 0; r < n; ++r) {
     const size_t inBytes = in[r].size(), at = static_cast<size_t>(r) * shift;
     REQUIRE(cudaMalloc(&sendBase[r], at + std::max<size_t>(inBytes, inPlace ? outBytes : 1)) == cudaSuccess);
@@ -133,6 +133,7 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
     }
     pinIn.push_back(std::make_unique<Pinned>(inBytes));
     pinOut.push_back(std::make_unique<Pinned>(outBytes));
+    pinSent.push_back(std::make_unique<Pinned>(inBytes));
     if (inBytes > 0) std::memcpy(pinIn.back()->p, in[r].data(), inBytes);
   }
   RunRanks(n, [&](int r) {
@@ -146,11 +147,17 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
     cudaMemcpyAsync(send[r], pinIn[r]->p, in[r].size(), cudaMemcpyHostToDevice, s);
     o.rc[r] = Record(issue(r, send[r], recv[r], st[r]), g[r]);
     cudaMemcpyAsync(pinOut[r]->p, recv[r], outBytes, cudaMemcpyDeviceToHost, s);
+    if (!inPlace) cudaMemcpyAsync(pinSent[r]->p, send[r], in[r].size(), cudaMemcpyDeviceToHost, s);
     cudaError_t e = cudaStreamSynchronize(s);
     if (e != cudaSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{ccUnhandledCudaError, cudaGetErrorString(e)};
     ccResult_t async = ccSuccess;
     ccCommGetAsyncError(g[r], &async);
     if (async != ccSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{async, ccGetLastError(g[r])};
+    // A separate sendbuff is only read (ccoll.h), whatever the call's path.
+    if (!inPlace && !in[r].empty() && std::memcmp(pinSent[r]->p, in[r].data(), in[r].size()) != 0 &&
+        o.rc[r].rc == ccSuccess) {
+      o.rc[r] = RankResult{ccInternalError, "the call wrote into its sendbuff (a device buffer of its own)"};
+    }
   });
   for (int r = 0; r < n; ++r) {
     if (outBytes > 0 && r >= hostRanks) std::memcpy(o.out[r].data(), pinOut[r]->p, outBytes);
@@ -820,7 +827,7 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
   std::vector<float*> send(n), recv(n);
   std::vector<RankResult> rc(n), hostAfter(n);
   std::vector<std::vector<float>> hostIn(n, std::vector<float>(1000, 1.0f)), hostOut(n, std::vector<float>(1000));
-  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;  // (Pinned says why)
+  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut, pinSent;  // (Pinned says why)
   for (int r = 0; r < n; ++r) {
     REQUIRE(cudaMalloc(reinterpret_cast<void**>(&send[r]), count * 4) == cudaSuccess);
     REQUIRE(cudaMalloc(reinterpret_cast<void**>(&recv[r]), count * 4) == cudaSuccess);
@@ -887,7 +894,7 @@ TEST_CASE("[gpu] device calls leave another thread's global-mode capture intact"
     });
     REQUIRE(host.Failure() == "");
     std::vector<float*> send(n), recv(n);
-    std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;  // (Pinned says why)
+    std::vector<std::unique_ptr<Pinned>> pinIn, pinOut, pinSent;  // (Pinned says why)
     for (int r = 0; r < n; ++r) {  // every allocation before the capture begins
       REQUIRE(cudaMalloc(reinterpret_cast<void**>(&send[r]), count * 4) == cudaSuccess);
       REQUIRE(cudaMalloc(reinterpret_cast<void**>(&recv[r]), count * 4) == cudaSuccess);

@@ -90,14 +90,20 @@ bool PlanLowRank(const ccCompressor& c, size_t count, LowRankPlan* plan, std::st
 
 void Orthogonalize(float* a, int64_t rows, int r, double eps, std::vector<double>* scratch) {
   const size_t elems = static_cast<size_t>(rows) * r;
-  if (scratch->size() < elems) scratch->resize(elems);
+  if (scratch->size() < elems + static_cast<size_t>(r)) scratch->resize(elems + static_cast<size_t>(r));
   double* w = scratch->data();
+  double* before = w + elems;  // each column's squared norm before the earlier columns were taken out of it
   for (size_t i = 0; i < elems; ++i) w[i] = a[i];
   for (int j = 0; j < r; ++j) {
     double sq = 0.0;
     for (int64_t i = 0; i < rows; ++i) sq += w[i * r + j] * w[i * r + j];
+    before[j] = sq;
+  }
+  for (int j = 0; j < r; ++j) {
+    double sq = 0.0;
+    for (int64_t i = 0; i < rows; ++i) sq += w[i * r + j] * w[i * r + j];
     const double denom = std::sqrt(sq) + eps;
-    if (denom == 0.0) {
+    if (denom == 0.0 || LowRankDependent(sq, before[j])) {
       for (int64_t i = 0; i < rows; ++i) w[i * r + j] = 0.0;
       continue;
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compress/compressor.h"
+#include "compress/host_device.h"
 
 namespace ccoll {
 
@@ -35,10 +36,18 @@ bool WorthCompressing(int64_t rows, int64_t cols, int rank);
 // matrix). False, with the reason in *why, when the shapes do not add up to count.
 bool PlanLowRank(const ccCompressor& c, size_t count, LowRankPlan* plan, std::string* why);
 
+// Whether a column is numerically dependent on the earlier ones: what is left of it once they are taken out
+// (squared norm `left`) is below float32's precision of the column itself (squared norm `before`). That rest is
+// rounding, not a direction: normalized it could point along an earlier column (rows that are all equal give a
+// rest that is a multiple of the first column), and P would hold one direction twice, so P P^T M would count it
+// twice (PowerSGD returned 2x the average of a constant matrix at rank 4). Such a column becomes zero instead.
+CC_HD bool LowRankDependent(double left, double before) { return left <= 1e-14 * before; }
+
 // Orthonormalizes the r columns of the row-major rows x r matrix a in place by modified Gram-Schmidt in double
 // precision: column j /= (||column j|| + eps), then it is removed from the later columns. A column with nothing
-// left (norm + eps == 0, e.g. an all-zero input) becomes zero instead of NaN. Deterministic: the same input gives
-// the same bytes on every rank. scratch: grown to rows * r doubles and kept by the caller (no allocation per call).
+// left (norm + eps == 0, e.g. an all-zero input), or dependent on the earlier ones (LowRankDependent), becomes
+// zero instead. Deterministic: the same input gives the same bytes on every rank. scratch: grown to rows * r + r
+// doubles and kept by the caller (no allocation per call).
 void Orthogonalize(float* a, int64_t rows, int r, double eps, std::vector<double>* scratch);
 
 // Fills q (cols x r) with N(0, 1)-like values from the stream `key`, then orthonormalizes it.

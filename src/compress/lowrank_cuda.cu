@@ -7,6 +7,7 @@
 
 #include <cub/block/block_reduce.cuh>
 
+#include "compress/lowrank.h"
 #include "compress/lowrank_cuda.h"
 #include "compress/rng.h"
 #include "core/cuda_result.h"
@@ -31,14 +32,22 @@ __device__ double BlockSum(int64_t n, F f, Reduce::TempStorage& temp, double* sh
   return all;
 }
 
-// Orthogonalize's steps on w (rows x r, row-major, double), by the whole block.
+// Orthogonalize's steps on w (rows x r, row-major, double), by the whole block; r <= kMaxRank.
+constexpr int kMaxRank = 64;  // ccParamRank's bound
 __device__ void GramSchmidt(double* w, int64_t rows, int r, double eps, Reduce::TempStorage& temp, double* shared) {
+  __shared__ double before[kMaxRank];  // each column's squared norm before the earlier ones are taken out
+  for (int j = 0; j < r; ++j) {
+    const double sq = BlockSum(rows, [&](int64_t i) { return w[i * r + j] * w[i * r + j]; }, temp, shared);
+    if (threadIdx.x == 0) before[j] = sq;
+  }
+  __syncthreads();
   for (int j = 0; j < r; ++j) {
     const double sq = BlockSum(rows, [&](int64_t i) { return w[i * r + j] * w[i * r + j]; }, temp, shared);
     const double denom = sqrt(sq) + eps;
-    for (int64_t i = threadIdx.x; i < rows; i += kThreads) w[i * r + j] = denom == 0.0 ? 0.0 : w[i * r + j] / denom;
+    const bool zero = denom == 0.0 || LowRankDependent(sq, before[j]);
+    for (int64_t i = threadIdx.x; i < rows; i += kThreads) w[i * r + j] = zero ? 0.0 : w[i * r + j] / denom;
     __syncthreads();
-    if (denom == 0.0) continue;
+    if (zero) continue;
     for (int k = j + 1; k < r; ++k) {
       const double dot = BlockSum(rows, [&](int64_t i) { return w[i * r + j] * w[i * r + k]; }, temp, shared);
       for (int64_t i = threadIdx.x; i < rows; i += kThreads) w[i * r + k] -= dot * w[i * r + j];
