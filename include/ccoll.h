@@ -321,7 +321,8 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  *   stream of that device: the call returns once the work is queued on it, reads what was queued before it, and
  *   work queued after it sees the result (like NCCL). Calls on one communicator run in call order. An error found
  *   after the call returned becomes the communicator's async error (ccCommGetAsyncError) and the stream is released
- *   without a result. A stream being captured into a CUDA graph is refused (ccInvalidUsage), except with transport
+ *   without a result: recvbuff is then undefined (as after a failure during communication, below), and a sendbuff
+ *   that is another buffer is never written. A stream being captured into a CUDA graph is refused (ccInvalidUsage), except with transport
  *   nccl (ccTransportNccl), whose calls are captured; there a compressed call must have run once outside the capture
  *   (it sizes its scratch then), and a replay repeats the captured call's randomness. A captured call uses the
  *   communicator's and the compressor's device memory at every replay: destroy the graph (after its launches end)
@@ -484,7 +485,8 @@ typedef enum {
                                     ccFloat32 or ccBfloat16 for the sent values; powersgd: for P and Q (default
                                     f32). */
   ccParamUnbiased = 240,       /**< [unbiased] randk: 1 scales sent values by 1/density (unbiased, higher
-                                    variance). Default 0. */
+                                    variance); needs ef=0 (a call with ef=1 is ccInvalidUsage, a spec string
+                                    ccInvalidArgument). Default 0. */
   ccParamRank = 300,           /**< [rank] powersgd: rank r of the approximation, 1..64 (a matrix with
                                     min(rows, cols) < r uses min(rows, cols)). Default 4. */
   ccParamRows = 310,           /**< [rows] powersgd: rows of the bucket seen as one row-major matrix; 0 = auto.
@@ -524,7 +526,7 @@ CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t ki
 
 /**
  * Creates a compressor from a spec string "kind[:name=value,...]", for example "quant:bits=4,mode=requant",
- * "cast16:dtype=bf16", "topk:density=0.1,chunk=1024", "randk:density=0.05,unbiased=1" or
+ * "cast16:dtype=bf16", "topk:density=0.1,chunk=1024", "randk:density=0.05,unbiased=1,ef=0" or
  * "powersgd:rank=4,rows=4096,cols=4096". Kinds: cast16, quant, topk, randk, powersgd. Names are those in brackets
  * in ccCompressorParam_t, plus shapes=... for powersgd: the bucket's tensors in order, '+'-separated, each ROWSxCOLS
  * or a length N (a vector), e.g. "powersgd:rank=8,shapes=1024x512+512+10x512+10". A malformed spec is

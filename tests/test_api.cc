@@ -1021,7 +1021,7 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
 
   SECTION("spec strings") {
     for (const char* spec : {"quant:bits=4,mode=requant", "cast16:dtype=bf16", "topk:density=0.1,chunk=1024",
-                             "randk:density=0.05,unbiased=1", "quant", "cast16"}) {
+                             "randk:density=0.05,unbiased=1,ef=0", "quant", "cast16"}) {
       INFO(spec);
       ccCompressor_t c = nullptr;
       REQUIRE(ccCompressorCreateFromString(&c, spec) == ccSuccess);
@@ -1078,7 +1078,9 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
                              BadSpec{"topk:density=0x1p-3", "0x1p-3"}, BadSpec{"topk:density=0.1 ", "0.1 "},
                              BadSpec{"quant:clip=1", "clip 1000000 (1 in a spec string) is out of range"},
                              BadSpec{"quant:clip=1e-7", "1e-7"}, BadSpec{"quant:clip=-0.1", "-0.1"},
-                             BadSpec{"quant:mode=requant,rounding=correlated", "rounding=correlated needs mode"}}) {
+                             BadSpec{"quant:mode=requant,rounding=correlated", "rounding=correlated needs mode"},
+                             BadSpec{"randk:unbiased=1", "unbiased=1 needs ef=0"},
+                             BadSpec{"randk:density=0.5,unbiased=1,ef=1", "unbiased=1 needs ef=0"}}) {
       comp = fake;
       ccResult_t rc = ccCompressorCreateFromString(&comp, b.spec);
       std::string err = ccGetLastError(nullptr);
@@ -1115,6 +1117,18 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
       std::vector<float> in(256, 1.0f), out(256, -7.0f);
       CHECK(ccAllReduce(in.data(), out.data(), in.size(), ccFloat32, ccSum, q, one[0], nullptr) == ccInvalidUsage);
       CHECK(Contains(ccGetLastError(nullptr), "rounding=correlated needs mode=homomorphic"));
+      for (float x : out) CHECK(x == -7.0f);
+    }
+    CHECK(ccCompressorDestroy(q) == ccSuccess);
+    // randk's unbiased scaling with error feedback, reached by parameters: refused by the call too.
+    REQUIRE(ccCompressorCreateFromString(&q, "randk:density=0.5,unbiased=1,ef=0") == ccSuccess);
+    REQUIRE(ccCompressorSetParam(q, ccParamErrorFeedback, 1) == ccSuccess);
+    {
+      Group one = Group::InitAll(1);
+      REQUIRE(one.status == ccSuccess);
+      std::vector<float> in(256, 1.0f), out(256, -7.0f);
+      CHECK(ccAllReduce(in.data(), out.data(), in.size(), ccFloat32, ccSum, q, one[0], nullptr) == ccInvalidUsage);
+      CHECK(Contains(ccGetLastError(nullptr), "unbiased=1 needs ef=0"));
       for (float x : out) CHECK(x == -7.0f);
     }
     CHECK(ccCompressorDestroy(q) == ccSuccess);

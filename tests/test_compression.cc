@@ -70,7 +70,7 @@ const std::vector<std::string>& AllSpecs() {
       "topk:density=0.1",
       "topk:density=0.25,dtype=bf16",
       "randk:density=0.1",
-      "randk:density=0.1,unbiased=1",
+      "randk:density=0.1,unbiased=1,ef=0",
 #ifdef CCOLL_HAVE_BLAS  // PowerSGD needs a BLAS; a build without one refuses it (checked below)
       "powersgd:rank=4",
       "powersgd:rank=2,warm=0,dtype=bf16",
@@ -830,7 +830,7 @@ TEST_CASE("compressor parameters and spec strings are validated with sentences t
   SECTION("GetSpec round-trips: a compressor made from its own spec has the same spec and parameters") {
     std::vector<std::string> specs = AllSpecs();
     for (const char* s : {"cast16", "quant", "topk", "randk", "quant:clip=0.000001,seed=9223372036854775807",
-                          "topk:density=0.123457,chunk=1,ef=0", "randk:density=1,unbiased=on,dtype=bf16",
+                          "topk:density=0.123457,chunk=1,ef=0", "randk:density=1,unbiased=on,ef=off,dtype=bf16",
                           "quant:bits=1,block=64,group=1048576,scale=fp16,rounding=nearest",
 #ifdef CCOLL_HAVE_LOWRANK
                           "powersgd", "powersgd:rank=64,rows=4096,cols=2048,warm=off,start=10,eps=1e-08,dtype=bf16,ef=0",

@@ -143,6 +143,14 @@ bool CompressorCombinationValid(const ccCompressor& c, std::string* why) {
     *why = "rounding=correlated needs mode=homomorphic (requant hops round each partial sum on its own scales)";
     return false;
   }
+  if (c.kind == ccCompressRandk && c.Get(ccParamUnbiased) != 0 && c.Get(ccParamErrorFeedback) != 0) {
+    // Error feedback keeps the input minus what was sent; with what is sent scaled by 1/density that is the input
+    // times 1 - 1/density, a memory that grows from call to call (not a contraction). Dropping the sent chunks
+    // instead, as before, counted every unit of memory 1/density times over.
+    *why = "unbiased=1 needs ef=0 (error feedback cannot take back values scaled by 1/density: its memory would "
+           "grow from call to call)";
+    return false;
+  }
   return true;
 }
 

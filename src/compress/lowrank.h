@@ -41,7 +41,11 @@ bool PlanLowRank(const ccCompressor& c, size_t count, LowRankPlan* plan, std::st
 // rounding, not a direction: normalized it could point along an earlier column (rows that are all equal give a
 // rest that is a multiple of the first column), and P would hold one direction twice, so P P^T M would count it
 // twice (PowerSGD returned 2x the average of a constant matrix at rank 4). Such a column becomes zero instead.
-CC_HD bool LowRankDependent(double left, double before) { return left <= 1e-14 * before; }
+// Non-finite columns are left to the usual path (they make the call's result non-finite on every rank, and error
+// feedback drops them).
+CC_HD bool LowRankDependent(double left, double before) {
+  return before <= 1.7976931348623157e308 && left <= 1e-14 * before;
+}
 
 // Orthonormalizes the r columns of the row-major rows x r matrix a in place by modified Gram-Schmidt in double
 // precision: column j /= (||column j|| + eps), then it is removed from the later columns. A column with nothing
