@@ -470,7 +470,7 @@ typedef enum {
                                     on the ring) exceeds 65504 decodes to non-finite values on every rank, as an
                                     fp16 sum overflows; and a group whose largest magnitude is below fp16's normal
                                     range (6.1e-5) gets a coarser grid (its scale rounds up to a subnormal, down to
-                                    6e-8): 4-bit vNMSE 0.04 at a magnitude of 1e-7 per element, 0.11 at 1e-8, 15 at
+                                    6e-8): 4-bit vNMSE 0.04 on data of standard deviation 1e-7, 0.11 at 1e-8, 15 at
                                     1e-9 (bf16 scales: 0.033 throughout). */
   ccParamClipPpm = 140,        /**< [clip] quant: target clip probability in parts per million (the spec string
                                     takes a probability, e.g. clip=0.001); 0 = no clipping. Default 0. */
