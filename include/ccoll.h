@@ -322,9 +322,10 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  *   work queued after it sees the result (like NCCL). Calls on one communicator run in call order. An error found
  *   after the call returned becomes the communicator's async error (ccCommGetAsyncError) and the stream is released
  *   without a result: recvbuff is then undefined (as after a failure during communication, below), and a sendbuff
- *   that is another buffer is never written. A stream being captured into a CUDA graph is refused (ccInvalidUsage), except with transport
- *   nccl (ccTransportNccl), whose calls are captured; there a compressed call must have run once outside the capture
- *   (it sizes its scratch then), and a replay repeats the captured call's randomness. A captured call uses the
+ *   that is another buffer is never written. A stream being captured into a CUDA graph is refused (ccInvalidUsage),
+ *   except with transport nccl (ccTransportNccl), whose calls are captured; there a compressed call must have run
+ *   once outside the capture (it sizes its scratch then), and a replay repeats the captured call's randomness. A
+ *   captured call uses the
  *   communicator's and the compressor's device memory at every replay: destroy the graph (after its launches end)
  *   before ccCommDestroy, ccCommAbort, ccCompressorDestroy, ccCompressorSetParam or ccCompressorSetShapes of that
  *   compressor (which reset its state), and replay it on the stream the compressor's other calls use. Thread ranks
@@ -417,8 +418,9 @@ CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, in
  * - Groups nest; only the outermost ccGroupEnd issues the calls.
  * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once and makes ccGroupEnd
  *   return it too, without issuing any call of the group. So does what ccGroupEnd refuses before anything moves (a
- *   communicator destroyed or failed since, mixed buffers or streams, a send to this rank without its receive). A collective's arguments are checked when ccGroupEnd makes
- *   it (a refusal reaches the other ranks through the call check, as outside a group). ccGroupEnd returns the first
+ *   communicator destroyed or failed since, mixed buffers or streams, a send to this rank without its receive). A
+ *   collective's arguments are checked when ccGroupEnd makes it (a refusal reaches the other ranks through the call
+ *   check, as outside a group). ccCommSplit inside a group is ccInvalidUsage. ccGroupEnd returns the first
  *   failure of the group's calls (with its sentence in ccGetLastError(NULL)); each communicator's failures are
  *   recorded on it as outside a group. ccGroupEnd without ccGroupStart is ccInvalidUsage.
  * - Sends and receives of one communicator in one group take either host buffers or device buffers on one stream.
