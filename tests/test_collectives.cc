@@ -981,7 +981,8 @@ std::string RunNonFinite(const std::vector<ccComm_t>& comms, ccRedOp_t op, size_
       const T want = WantMaxMin<T>(op == ccMax, n, i);
       if (std::memcmp(&out[0][i], &want, sizeof(T)) != 0) {
         return "ccAllReduce element " + std::to_string(i) + " (position " + std::to_string(i % 8) + ") is " +
-               std::to_string(ToDouble(out[0][i])) + ", not " + std::to_string(ToDouble(want)) + " (or its bits differ)";
+               std::to_string(ToDouble(out[0][i])) + ", not " + std::to_string(ToDouble(want)) +
+               " (or its bits differ)";
       }
     }
     if (std::memcmp(reduced[n - 1].data(), out[0].data(), count * sizeof(T)) != 0) {
