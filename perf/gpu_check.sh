@@ -91,6 +91,10 @@ mark() {
 echo "CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset, so lazy loading (the default)}," \
   "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset (8)}" >"$LOGS/loading.txt"
 ulimit -c 0  # no core files on the disk
+# A device call that waits for ever (a stream held behind a shared hardware queue, a lazy load) ends in ccoll's own
+# timeout error, which names what it waited for, well inside a step's limit (the default is 300 s). Tests that set
+# their communicator's timeout in its config keep theirs.
+export CC_TIMEOUT_MS=${CC_TIMEOUT_MS:-20000}
 timeout 30 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.max.sm,compute_mode --format=csv,noheader 2>&1 \
   | tee "$LOGS/gpu.txt"
 timeout 30 nvidia-smi >"$LOGS/nvidia-smi.txt" 2>&1
@@ -163,7 +167,7 @@ mark "configure + build"
     ldd "$BUILD_DIR/$b" 2>&1 | grep -E 'cuda|cublas|nccl|not found'
   done
   echo "== environment"
-  env | grep -E '^(LD_LIBRARY_PATH|LD_PRELOAD|CUDA_|NVIDIA_|NCCL_)' | sort
+  env | grep -E '^(LD_LIBRARY_PATH|LD_PRELOAD|CUDA_|NVIDIA_|NCCL_|CC_)' | sort
 } >"$LOGS/loader.txt" 2>&1
 
 # First the probe: which step of device work fails, if one does (perf/gpu_probe.cc). After a failure, again under

@@ -84,6 +84,26 @@ std::string Cc(ccResult_t r, const char* what, ccComm_t comm = nullptr) {
   } while (0)
 
 int gFailures = 0;
+void* gProbeBytes = nullptr;  // 256 bytes of device memory from the context step, for ContextState's memset
+
+// After a failed step, the context's state without waiting for streams the failure may have left held (a
+// cudaDeviceSynchronize would wait for them for ever): a memset on a fresh stream, waited for at most 5 s.
+std::string ContextState() {
+  std::string state = std::string("cudaGetLastError ") + cudaGetErrorName(cudaGetLastError());
+  cudaStream_t fresh = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking);
+  if (e == cudaSuccess && gProbeBytes != nullptr) e = cudaMemsetAsync(gProbeBytes, 0, 256, fresh);
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (e == cudaSuccess && gProbeBytes != nullptr) {
+    e = cudaStreamQuery(fresh);
+    if (e != cudaErrorNotReady || Clock::now() > until) break;
+    e = cudaSuccess;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (e == cudaErrorNotReady) return state + "; a memset on a fresh stream was still queued after 5 s";
+  if (fresh != nullptr) cudaStreamDestroy(fresh);
+  return state + "; a memset on a fresh stream: " + cudaGetErrorName(e) + (gProbeBytes ? "" : " (no memory to set)");
+}
 
 void Step(const char* name, const std::function<Outcome()>& body) {
   {
@@ -101,10 +121,7 @@ void Step(const char* name, const std::function<Outcome()>& body) {
     ++gFailures;
     std::printf("FAILED  %-44s %8.1f ms: %s\n", name, ms, why.c_str());
     // A sticky error (an illegal address, a launch failure) fails every later call of the context.
-    const cudaError_t last = cudaGetLastError();
-    const cudaError_t sync = cudaDeviceSynchronize();
-    std::printf("        after it: cudaGetLastError %s, cudaDeviceSynchronize %s\n", cudaGetErrorName(last),
-                cudaGetErrorName(sync));
+    std::printf("        after it: %s\n", ContextState().c_str());
   }
   std::fflush(stdout);
 }
@@ -249,6 +266,80 @@ Outcome HeldStream() {
   return why;
 }
 
+// The hazard README "Device buffers" names: CUDA spreads streams over CUDA_DEVICE_MAX_CONNECTIONS hardware queues,
+// each run in order, and the device proxy holds a caller's stream (the wait kernel, with copies and an event queued
+// behind it) while its own kernels and copies run on other streams. Counted here: of kStreams streams made after the
+// held one, how many could not finish a kernel, a memset and a copy to pinned memory while it was held (work queued
+// behind a held stream in a shared queue); the step fails only if some have not finished 5 s after the release.
+Outcome QueuesBesideAHeldStream() {
+  constexpr int kStreams = 40;
+  constexpr size_t kFloats = 256;
+  uint64_t* word = nullptr;
+  uint64_t* onDevice = nullptr;
+  PROBE_CC(ccoll::TakeWaitWord(0, &word, &onDevice));
+  float* d = nullptr;
+  float* h = nullptr;
+  PROBE_CUDA(cudaMalloc(reinterpret_cast<void**>(&d), (kStreams + 1) * kFloats * sizeof(float)));
+  PROBE_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&h), (kStreams + 1) * kFloats * sizeof(float),
+                           cudaHostAllocDefault));
+  std::vector<cudaStream_t> streams(kStreams + 1, nullptr);  // [0] is the held one
+  std::vector<cudaEvent_t> events(kStreams + 1, nullptr);
+  for (int i = 0; i <= kStreams; ++i) {  // all made before the hold: nothing below allocates
+    PROBE_CUDA(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+    PROBE_CUDA(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
+  }
+  Outcome why = Cuda(ccoll::LaunchStreamWait(onDevice, 1, streams[0]), "LaunchStreamWait");
+  if (why.empty()) {
+    why = Cuda(cudaMemcpyAsync(d, h, kFloats * sizeof(float), cudaMemcpyHostToDevice, streams[0]), "held copy");
+  }
+  if (why.empty()) why = Cuda(cudaEventRecord(events[0], streams[0]), "cudaEventRecord (held)");
+  for (int i = 1; i <= kStreams && why.empty(); ++i) {
+    float* mine = d + static_cast<size_t>(i) * kFloats;
+    why = Cc(ccoll::gpu::Reduce(mine, mine, mine, kFloats, ccFloat32, ccSum, streams[i]), "Reduce kernel");
+    if (why.empty()) why = Cuda(cudaMemsetAsync(mine, 0, kFloats * sizeof(float), streams[i]), "cudaMemsetAsync");
+    if (why.empty()) {
+      why = Cuda(cudaMemcpyAsync(h + static_cast<size_t>(i) * kFloats, mine, kFloats * sizeof(float),
+                                 cudaMemcpyDeviceToHost, streams[i]), "cudaMemcpyAsync");
+    }
+    if (why.empty()) why = Cuda(cudaEventRecord(events[i], streams[i]), "cudaEventRecord");
+  }
+  // Events still pending among [from, to], waited for until `until`.
+  auto pending = [&](int from, int to, Clock::time_point until) {
+    int left = 0;
+    do {
+      left = 0;
+      for (int i = from; i <= to; ++i) left += cudaEventQuery(events[i]) == cudaErrorNotReady ? 1 : 0;
+      if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    } while (left > 0 && Clock::now() < until);
+    return left;
+  };
+  int waited = -1;
+  bool heldHeld = false;
+  if (why.empty()) {
+    waited = pending(1, kStreams, Clock::now() + std::chrono::seconds(3));
+    heldHeld = cudaEventQuery(events[0]) == cudaErrorNotReady;
+  }
+  __atomic_store_n(word, 1, __ATOMIC_RELEASE);  // also after a failure: nothing stays held
+  const int stuck = pending(0, kStreams, Clock::now() + std::chrono::seconds(5));
+  const char* queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (waited >= 0) {
+    std::printf("        %d of %d streams could not finish while one was held (CUDA_DEVICE_MAX_CONNECTIONS=%s)%s\n",
+                waited, kStreams, queues ? queues : "unset, 8", heldHeld ? "" : "; the held stream was not held");
+  }
+  if (why.empty() && stuck > 0) why = std::to_string(stuck) + " stream(s) still busy 5 s after the release";
+  if (why.empty() && !heldHeld) why = "the wait kernel did not hold its stream";
+  if (stuck == 0) {  // (streams still busy are left alone)
+    for (int i = 0; i <= kStreams; ++i) {
+      cudaEventDestroy(events[i]);
+      cudaStreamDestroy(streams[i]);
+    }
+    cudaFree(d);
+    cudaFreeHost(h);
+    ccoll::ReturnWaitWord(0, word);
+  }
+  return why;
+}
+
 Outcome Pools() {
   cudaMemPool_t device = nullptr, host = nullptr;
   PROBE_CC(ccoll::DevicePool(0, &device));
@@ -355,7 +446,8 @@ int main(int argc, char** argv) {
   Step("driver, runtime and device attributes", DeviceAttributes);
   Step("context (cudaSetDevice, cudaFree(0))", [] {
     Outcome why = Cuda(cudaSetDevice(0), "cudaSetDevice");
-    return why.empty() ? Cuda(cudaFree(nullptr), "cudaFree(0)") : why;
+    if (why.empty()) why = Cuda(cudaFree(nullptr), "cudaFree(0)");
+    return why.empty() ? Cuda(cudaMalloc(&gProbeBytes, 256), "cudaMalloc of 256 bytes") : why;
   });
   Step("cudaMalloc and copies, 4 MiB", Copies);
   Step("reduce kernel against the CPU", ReduceKernel);
@@ -367,6 +459,7 @@ int main(int argc, char** argv) {
   Step("all-reduce, 1 rank, quant 4 bits (a copy)", [] { return AllReduce(1, "quant:bits=4,mode=requant"); });
   Step("all-reduce, 2 thread ranks, exact", [] { return AllReduce(2, nullptr); });
   Step("all-reduce, 2 thread ranks, quant 4 bits", [] { return AllReduce(2, "quant:bits=4,mode=requant"); });
+  Step("40 streams beside a held one (hardware queues)", QueuesBesideAHeldStream);
   {
     std::lock_guard<std::mutex> lock(gStepMutex);
     gDone = true;
