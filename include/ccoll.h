@@ -329,7 +329,7 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  *   communicator's and the compressor's device memory at every replay: destroy the graph (after its launches end)
  *   before ccCommDestroy, ccCommAbort, ccCompressorDestroy, ccCompressorSetParam or ccCompressorSetShapes of that
  *   compressor (which reset its state), and replay it on the stream the compressor's other calls use. Thread ranks
- *   sharing a device need a stream each, not the legacy default stream.
+ *   sharing a device need a stream each, not the legacy default stream (a call with it is ccInvalidUsage there).
  * - Buffers may be NULL only when count is 0, or where they are not read (ccBroadcast's sendbuff and ccReduce's
  *   recvbuff off the root).
  * - Results are deterministic: the same inputs give the same bits on every run, and every rank ends with

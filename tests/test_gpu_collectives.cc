@@ -444,6 +444,64 @@ TEST_CASE("[gpu] point-to-point on device buffers: bad calls are refused before 
   cudaFree(dev);
 }
 
+// Thread ranks sharing a GPU each wait on their stream for the others' calls; with the legacy default stream, which
+// serializes with every blocking stream of the device, they would wait for one another for ever (README, "Device
+// buffers"). So such a call is refused, on every rank at once; a rank alone on its device may take that stream.
+TEST_CASE("[gpu] thread ranks sharing a GPU are refused the legacy default stream; a rank alone on it takes it",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2;
+  const size_t count = 1000;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  std::vector<float*> d(n, nullptr);
+  const std::vector<float> ones(count, 1.0f);
+  for (int r = 0; r < n; ++r) {  // before any call: a cudaMalloc may wait for the device
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d[r]), count * 4) == cudaSuccess);
+    REQUIRE(cudaMemcpy(d[r], ones.data(), count * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  for (ccStream_t legacy : {static_cast<ccStream_t>(nullptr), reinterpret_cast<ccStream_t>(cudaStreamLegacy)}) {
+    INFO("stream " << legacy);
+    std::vector<RankResult> rc(n), p2p(n);
+    RunRanks(n, [&](int r) {
+      cudaSetDevice(0);
+      rc[r] = Record(ccAllReduce(d[r], d[r], count, ccFloat32, ccSum, nullptr, g[r], legacy), g[r]);
+      p2p[r] = Record(ccSend(d[r], count, ccFloat32, 1 - r, g[r], legacy), g[r]);
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << ": " << rc[r].error << " / " << p2p[r].error);
+      CHECK(rc[r].rc == ccInvalidUsage);
+      CHECK(Contains(rc[r].error, "legacy default stream"));
+      CHECK(p2p[r].rc == ccInvalidUsage);
+      CHECK(Contains(p2p[r].error, "legacy default stream"));
+      std::vector<float> back(count, 0.0f);
+      REQUIRE(cudaMemcpy(back.data(), d[r], count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      CHECK(back == ones);  // nothing was written
+    }
+  }
+  {  // streams of their own: the same call works
+    Streams st(n);
+    std::vector<RankResult> rc(n);
+    RunRanks(n, [&](int r) {
+      cudaSetDevice(0);
+      rc[r] = Record(ccAllReduce(d[r], d[r], count, ccFloat32, ccSum, nullptr, g[r], st[r]), g[r]);
+      if (rc[r].rc == ccSuccess && cudaStreamSynchronize(st.s[r]) != cudaSuccess) rc[r].rc = ccUnhandledCudaError;
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << ": " << rc[r].error);
+      CHECK(rc[r].rc == ccSuccess);
+      std::vector<float> back(count, 0.0f);
+      REQUIRE(cudaMemcpy(back.data(), d[r], count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      CHECK(back == std::vector<float>(count, 2.0f));
+    }
+  }
+  Group one = DeviceGroup(1);  // alone on the device in its communicator: the legacy stream is fine
+  REQUIRE(one.status == ccSuccess);
+  CHECK(ccAllReduce(d[0], d[0], count, ccFloat32, ccSum, nullptr, one[0], nullptr) == ccSuccess);
+  CHECK(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  for (float* p : d) cudaFree(p);
+}
+
 // Ranks 0 and 1 on host buffers, 2 and 3 on device buffers: the local transport copies between the two kinds with
 // the device side's copier, and within each kind (with CC_CHECKSUM=1, the messages from 0 to 1 carry a CRC that is
 // checked, those with a device side none). The result is the all-host call's, byte for byte, on every rank.

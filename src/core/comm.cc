@@ -42,6 +42,7 @@ struct RankInfo {
   int32_t checksum;          // CC_CHECKSUM: likewise
   int32_t transport;         // CC_TRANSPORT: the bootstrap rounds that follow depend on it
   int32_t onDevice;          // bound to a CUDA device: its calls may take device buffers (ccComm::anyRankOnDevice)
+  int32_t cudaDev;           // that device (-1 none): thread ranks sharing one (ccComm::deviceSharedInProcess)
   uint64_t sliceBytes;       // CC_SLICE_BYTES: the rings' and the point-to-point slices, so all ranks must agree
 };
 
@@ -241,8 +242,10 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   info.checkCalls = comm->config.checkCalls ? 1 : 0;
   info.checksum = comm->config.checksum ? 1 : 0;
   info.transport = static_cast<int32_t>(want);
+  info.cudaDev = -1;
 #ifdef CCOLL_HAVE_CUDA
   info.onDevice = comm->config.cudaDev >= 0 ? 1 : 0;
+  info.cudaDev = comm->config.cudaDev;
 #endif
   info.sliceBytes = static_cast<uint64_t>(comm->config.sliceBytes);
   std::vector<std::string> all;
@@ -285,6 +288,11 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   auto sameProcess = [&](int peer) {
     return std::memcmp(infos[peer].processToken, info.processToken, sizeof(info.processToken)) == 0;
   };
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer != rank && info.cudaDev >= 0 && sameProcess(peer) && infos[peer].cudaDev == info.cudaDev) {
+      comm->deviceSharedInProcess = true;
+    }
+  }
   if (want == ccTransportLocal) {
     for (int peer = 0; peer < n; ++peer) {
       if (!sameProcess(peer)) {
@@ -442,6 +450,23 @@ ccResult_t Inflight::WaitAll() {
 void RegisterComm(ccComm* comm) {
   std::lock_guard<std::mutex> lock(gLiveMutex);
   Live().insert(comm);
+}
+
+ccResult_t RefuseSharedLegacyStream(const ccComm* comm, ccStream_t stream, const char* fn) {
+#ifdef CCOLL_HAVE_CUDA
+  const bool legacy = stream == nullptr || stream == reinterpret_cast<ccStream_t>(cudaStreamLegacy);
+  if (legacy && comm->deviceSharedInProcess && !comm->streamTransport) {
+    return Fail(ccInvalidUsage, "%s: rank %d shares CUDA device %d with another rank of this communicator in this "
+                "process, and its stream is the legacy default stream (NULL or cudaStreamLegacy), which would make "
+                "the ranks' device calls wait for one another for ever; give each rank a stream of its own "
+                "(cudaStreamCreateWithFlags with cudaStreamNonBlocking)", fn, comm->rank, comm->config.cudaDev);
+  }
+#else
+  (void)comm;
+  (void)stream;
+  (void)fn;
+#endif
+  return ccSuccess;
 }
 
 int LiveCommsOnDevice(int device) {

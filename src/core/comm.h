@@ -62,6 +62,10 @@ struct ccComm {
   // init), so its calls may be on device buffers while others' are on host buffers: a schedule chosen by the buffers'
   // kind would differ between ranks. The same on every rank (agreed at init).
   bool anyRankOnDevice = false;
+  // Another rank of this communicator runs in this process on this rank's CUDA device (thread ranks sharing a GPU):
+  // then its device calls must not take the legacy default stream, which would serialize the ranks' waits for one
+  // another (RefuseSharedLegacyStream).
+  bool deviceSharedInProcess = false;
   // Transport nccl: device calls are queued on the caller's stream through it (collectives/stream_collectives.h).
   std::unique_ptr<ccoll::StreamTransport> streamTransport;
 
@@ -147,6 +151,11 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id);
 void RegisterComm(ccComm* comm);
 // Live communicators of this process bound to CUDA device `device` (config.cudaDev).
 int LiveCommsOnDevice(int device);
+// ccInvalidUsage naming fn when a device call of comm takes the legacy default stream (NULL or cudaStreamLegacy)
+// while another rank of comm shares this rank's GPU in this process (deviceSharedInProcess), outside transport nccl:
+// each rank's stream waits for the others' calls, and the legacy stream serializes with every blocking stream of the
+// device, so the ranks would wait for one another for ever. ccSuccess otherwise.
+ccResult_t RefuseSharedLegacyStream(const ccComm* comm, ccStream_t stream, const char* fn);
 void UnregisterComm(ccComm* comm);
 bool AcquireComm(ccComm* comm);
 void ReleaseComm(ccComm* comm);
