@@ -63,31 +63,20 @@ struct OpProd {
 // quiet NaN of the type, its sign and payload dropped), and +0 is above -0. So both are commutative and associative
 // to the bit, and every schedule (ring, tree, ccReduce's chain, any number of ranks) gives the same bytes. A plain
 // `b > a ? b : a` is neither: it keeps a NaN only when it is the left operand, and either zero of an equal pair.
+// Written as selects on the bits, without early returns, so that the host loops vectorize.
 template <typename C>
-CC_HD C QuietNaN() {
-  if constexpr (sizeof(C) == 4) {
-    const uint32_t bits = 0x7fc00000u;
-    C v;
-    __builtin_memcpy(&v, &bits, 4);
-    return v;
-  } else {
-    const uint64_t bits = 0x7ff8000000000000ull;
-    C v;
-    __builtin_memcpy(&v, &bits, 8);
-    return v;
-  }
-}
-// The bits of a and b combined by AND (keepNegativeZero false) or OR: for equal values, which have the same bits
-// unless they are +0 and -0, that picks +0 or -0.
-template <typename C>
-CC_HD C EqualPair(C a, C b, bool keepNegativeZero) {
+CC_HD C IeeeMaxMin(C a, C b, bool max) {
   using U = typename std::conditional<sizeof(C) == 4, uint32_t, uint64_t>::type;
-  U x, y;
+  const U quietNaN = sizeof(C) == 4 ? U(0x7fc00000u) : U(0x7ff8000000000000ull);
+  U x, y, r;
   __builtin_memcpy(&x, &a, sizeof(C));
   __builtin_memcpy(&y, &b, sizeof(C));
-  const U z = keepNegativeZero ? (x | y) : (x & y);
+  const C m = max ? (b > a ? b : a) : (b < a ? b : a);
+  __builtin_memcpy(&r, &m, sizeof(C));
+  r = a == b ? (max ? (x & y) : (x | y)) : r;  // equal values have the same bits, but for +0 and -0
+  r = (a != a || b != b) ? quietNaN : r;
   C v;
-  __builtin_memcpy(&v, &z, sizeof(C));
+  __builtin_memcpy(&v, &r, sizeof(C));
   return v;
 }
 
@@ -95,20 +84,20 @@ struct OpMax {
   template <typename C>
   CC_HD C operator()(C a, C b) const {
     if constexpr (std::is_floating_point<C>::value) {
-      if (a != a || b != b) return QuietNaN<C>();
-      if (a == b) return EqualPair(a, b, false);
+      return IeeeMaxMin(a, b, true);
+    } else {
+      return b > a ? b : a;
     }
-    return b > a ? b : a;
   }
 };
 struct OpMin {
   template <typename C>
   CC_HD C operator()(C a, C b) const {
     if constexpr (std::is_floating_point<C>::value) {
-      if (a != a || b != b) return QuietNaN<C>();
-      if (a == b) return EqualPair(a, b, true);
+      return IeeeMaxMin(a, b, false);
+    } else {
+      return b < a ? b : a;
     }
-    return b < a ? b : a;
   }
 };
 
