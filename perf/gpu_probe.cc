@@ -279,16 +279,19 @@ Outcome QueuesBesideAHeldStream() {
   PROBE_CC(ccoll::TakeWaitWord(0, &word, &onDevice));
   float* d = nullptr;
   float* h = nullptr;
-  PROBE_CUDA(cudaMalloc(reinterpret_cast<void**>(&d), (kStreams + 1) * kFloats * sizeof(float)));
-  PROBE_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&h), (kStreams + 1) * kFloats * sizeof(float),
-                           cudaHostAllocDefault));
   std::vector<cudaStream_t> streams(kStreams + 1, nullptr);  // [0] is the held one
   std::vector<cudaEvent_t> events(kStreams + 1, nullptr);
-  for (int i = 0; i <= kStreams; ++i) {  // all made before the hold: nothing below allocates
-    PROBE_CUDA(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
-    PROBE_CUDA(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
+  // Everything is made before the hold (nothing below allocates), and freed at the end whatever failed.
+  Outcome why = Cuda(cudaMalloc(reinterpret_cast<void**>(&d), (kStreams + 1) * kFloats * sizeof(float)), "cudaMalloc");
+  if (why.empty()) {
+    why = Cuda(cudaHostAlloc(reinterpret_cast<void**>(&h), (kStreams + 1) * kFloats * sizeof(float),
+                             cudaHostAllocDefault), "cudaHostAlloc");
   }
-  Outcome why = Cuda(ccoll::LaunchStreamWait(onDevice, 1, streams[0]), "LaunchStreamWait");
+  for (int i = 0; i <= kStreams && why.empty(); ++i) {
+    why = Cuda(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    if (why.empty()) why = Cuda(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming), "cudaEventCreate");
+  }
+  if (why.empty()) why = Cuda(ccoll::LaunchStreamWait(onDevice, 1, streams[0]), "LaunchStreamWait");
   if (why.empty()) {
     why = Cuda(cudaMemcpyAsync(d, h, kFloats * sizeof(float), cudaMemcpyHostToDevice, streams[0]), "held copy");
   }
@@ -308,7 +311,9 @@ Outcome QueuesBesideAHeldStream() {
     int left = 0;
     do {
       left = 0;
-      for (int i = from; i <= to; ++i) left += cudaEventQuery(events[i]) == cudaErrorNotReady ? 1 : 0;
+      for (int i = from; i <= to; ++i) {
+        left += events[i] != nullptr && cudaEventQuery(events[i]) == cudaErrorNotReady ? 1 : 0;
+      }
       if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     } while (left > 0 && Clock::now() < until);
     return left;
@@ -330,11 +335,11 @@ Outcome QueuesBesideAHeldStream() {
   if (why.empty() && !heldHeld) why = "the wait kernel did not hold its stream";
   if (stuck == 0) {  // (streams still busy are left alone)
     for (int i = 0; i <= kStreams; ++i) {
-      cudaEventDestroy(events[i]);
-      cudaStreamDestroy(streams[i]);
+      if (events[i] != nullptr) cudaEventDestroy(events[i]);
+      if (streams[i] != nullptr) cudaStreamDestroy(streams[i]);
     }
-    cudaFree(d);
-    cudaFreeHost(h);
+    if (d != nullptr) cudaFree(d);
+    if (h != nullptr) cudaFreeHost(h);
     ccoll::ReturnWaitWord(0, word);
   }
   return why;

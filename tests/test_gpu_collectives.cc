@@ -885,7 +885,7 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
   std::vector<float*> send(n), recv(n);
   std::vector<RankResult> rc(n), hostAfter(n);
   std::vector<std::vector<float>> hostIn(n, std::vector<float>(1000, 1.0f)), hostOut(n, std::vector<float>(1000));
-  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut, pinSent;  // (Pinned says why)
+  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;  // (Pinned says why)
   for (int r = 0; r < n; ++r) {
     REQUIRE(cudaMalloc(reinterpret_cast<void**>(&send[r]), count * 4) == cudaSuccess);
     REQUIRE(cudaMalloc(reinterpret_cast<void**>(&recv[r]), count * 4) == cudaSuccess);
@@ -952,7 +952,7 @@ TEST_CASE("[gpu] device calls leave another thread's global-mode capture intact"
     });
     REQUIRE(host.Failure() == "");
     std::vector<float*> send(n), recv(n);
-    std::vector<std::unique_ptr<Pinned>> pinIn, pinOut, pinSent;  // (Pinned says why)
+    std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;  // (Pinned says why)
     for (int r = 0; r < n; ++r) {  // every allocation before the capture begins
       REQUIRE(cudaMalloc(reinterpret_cast<void**>(&send[r]), count * 4) == cudaSuccess);
       REQUIRE(cudaMalloc(reinterpret_cast<void**>(&recv[r]), count * 4) == cudaSuccess);

@@ -85,6 +85,7 @@ def fail():
 
 def _end(outer, raise_error):
     _state.depth = depth() - 1
+    late = None  # the first exception of the frees deferred to the group's end (each runs whatever the others did)
     try:
         rc = lib.ccGroupEnd()
     finally:
@@ -92,6 +93,11 @@ def _end(outer, raise_error):
             _state.held = None
             pending, _state.after = _state.after, []
             for fn in pending:
-                fn()
+                try:
+                    fn()
+                except BaseException as e:  # noqa: B902 -- raised below, after the group's own result
+                    late = late or e
     if raise_error:
         check(rc)
+        if late is not None:
+            raise late

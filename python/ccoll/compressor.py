@@ -134,12 +134,13 @@ class Compressor:
 
     def destroy(self):
         """ccCompressorDestroy; idempotent from Python's side. Inside a ccoll.group() that recorded a call with it,
-        the compressor is unusable at once and freed when the group ends (the call reads it then)."""
+        the compressor is unusable at once and freed when the group ends (the call reads it then). The group must be
+        this thread's: a group of another thread that holds it is not seen, so destroy it from the group's thread."""
         handle, self._handle = self._handle, None
         if handle is None:
             return
         if _group.holds(self):
-            _group.after(lambda: lib.ccCompressorDestroy(handle))
+            _group.after(lambda: check(lib.ccCompressorDestroy(handle)))
             return
         check(lib.ccCompressorDestroy(handle))
 

@@ -230,7 +230,7 @@ class CcollHookState:
 
     def fail(self, exc):
         """Aborts the communicator after a failed hook call (with async_op, after the calls already submitted)."""
-        if self._failure is None:
+        if self.failure is None:  # the first one (with async_op the worker's may come first)
             self._failure = exc
         if self.worker is not None:
             self.worker.fail(exc)

@@ -42,7 +42,8 @@ struct RankInfo {
   int32_t checksum;          // CC_CHECKSUM: likewise
   int32_t transport;         // CC_TRANSPORT: the bootstrap rounds that follow depend on it
   int32_t onDevice;          // bound to a CUDA device: its calls may take device buffers (ccComm::anyRankOnDevice)
-  int32_t cudaDev;           // that device (-1 none): thread ranks sharing one (ccComm::deviceSharedInProcess)
+  int32_t cudaDev;           // that device (-1 none): thread ranks sharing one (ccComm::deviceSharedInProcess); read
+                             // only for ranks of this process, which run this very library
   uint64_t sliceBytes;       // CC_SLICE_BYTES: the rings' and the point-to-point slices, so all ranks must agree
 };
 
