@@ -1111,30 +1111,28 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
     }
     CHECK(ccCompressorDestroy(q) == ccSuccess);
 #endif
-    // The same combination reached one parameter at a time: refused by the call, which names it.
-    REQUIRE(ccCompressorCreateFromString(&q, "quant:mode=homomorphic,rounding=correlated") == ccSuccess);
-    REQUIRE(ccCompressorSetParam(q, ccParamMode, ccQuantRequant) == ccSuccess);
-    {
+    // The same combinations reached one parameter at a time: refused by the call, which names them.
+    struct LateCombination {
+      const char* spec;  // valid as given
+      ccCompressorParam_t param;
+      int64_t value;  // what makes it invalid
+      const char* says;
+    };
+    for (const LateCombination& c :
+         {LateCombination{"quant:mode=homomorphic,rounding=correlated", ccParamMode, ccQuantRequant,
+                          "rounding=correlated needs mode=homomorphic"},
+          LateCombination{"randk:density=0.5,unbiased=1,ef=0", ccParamErrorFeedback, 1, "unbiased=1 needs ef=0"}}) {
+      INFO(c.spec);
+      REQUIRE(ccCompressorCreateFromString(&q, c.spec) == ccSuccess);
+      REQUIRE(ccCompressorSetParam(q, c.param, c.value) == ccSuccess);
       Group one = Group::InitAll(1);
       REQUIRE(one.status == ccSuccess);
       std::vector<float> in(256, 1.0f), out(256, -7.0f);
       CHECK(ccAllReduce(in.data(), out.data(), in.size(), ccFloat32, ccSum, q, one[0], nullptr) == ccInvalidUsage);
-      CHECK(Contains(ccGetLastError(nullptr), "rounding=correlated needs mode=homomorphic"));
+      CHECK(Contains(ccGetLastError(nullptr), c.says));
       for (float x : out) CHECK(x == -7.0f);
+      CHECK(ccCompressorDestroy(q) == ccSuccess);
     }
-    CHECK(ccCompressorDestroy(q) == ccSuccess);
-    // randk's unbiased scaling with error feedback, reached by parameters: refused by the call too.
-    REQUIRE(ccCompressorCreateFromString(&q, "randk:density=0.5,unbiased=1,ef=0") == ccSuccess);
-    REQUIRE(ccCompressorSetParam(q, ccParamErrorFeedback, 1) == ccSuccess);
-    {
-      Group one = Group::InitAll(1);
-      REQUIRE(one.status == ccSuccess);
-      std::vector<float> in(256, 1.0f), out(256, -7.0f);
-      CHECK(ccAllReduce(in.data(), out.data(), in.size(), ccFloat32, ccSum, q, one[0], nullptr) == ccInvalidUsage);
-      CHECK(Contains(ccGetLastError(nullptr), "unbiased=1 needs ef=0"));
-      for (float x : out) CHECK(x == -7.0f);
-    }
-    CHECK(ccCompressorDestroy(q) == ccSuccess);
     CHECK(ccCompressorCreateFromString(nullptr, "quant") == ccInvalidArgument);
     comp = fake;
     CHECK(ccCompressorCreateFromString(&comp, nullptr) == ccInvalidArgument);

@@ -432,17 +432,21 @@ def _store_rank(rank, nranks, store, results, view=False):
 
 
 class TestThreadRanks(unittest.TestCase):
-    def test_ranks_as_threads(self):
-        # ccCommInitRank blocks until every rank joins: with the GIL held during the call this would deadlock.
-        nranks = 3
-        uid = ccoll.get_unique_id()
-        results = [None] * nranks
-        threads = [threading.Thread(target=_thread_rank, args=(r, nranks, uid, results)) for r in range(nranks)]
+    def _run_threads(self, nranks, rank_main):
+        """Runs rank_main(r) on nranks threads, each given at most 60 s; a thread still running fails the test."""
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(nranks)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
             self.assertFalse(t.is_alive(), "a thread rank hangs")
+
+    def test_ranks_as_threads(self):
+        # ccCommInitRank blocks until every rank joins: with the GIL held during the call this would deadlock.
+        nranks = 3
+        uid = ccoll.get_unique_id()
+        results = [None] * nranks
+        self._run_threads(nranks, lambda r: _thread_rank(r, nranks, uid, results))
         for r, res in enumerate(results):
             self.assertNotIsInstance(res, BaseException, "rank %d: %r" % (r, res))
             np.testing.assert_array_equal(res[0], np.full(1000, 6))
@@ -471,12 +475,7 @@ class TestThreadRanks(unittest.TestCase):
             except BaseException as e:  # noqa: B902
                 results[rank] = e
 
-        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(nranks)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-            self.assertFalse(t.is_alive(), "a thread rank hangs")
+        self._run_threads(nranks, rank_main)
         for r, res in enumerate(results):
             self.assertNotIsInstance(res, BaseException, "rank %d: %r" % (r, res))
             self.assertLess(res[1], 10.0, "rank %d waited for the timeout: %r" % (r, res))
@@ -491,13 +490,7 @@ class TestThreadRanks(unittest.TestCase):
         nranks = 3
         store = _DictStore()
         results = [None] * nranks
-        threads = [threading.Thread(target=_store_rank, args=(r, nranks, store, results) + extra)
-                   for r in range(nranks)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-            self.assertFalse(t.is_alive(), "a thread rank hangs")
+        self._run_threads(nranks, lambda r: _store_rank(r, nranks, store, results, *extra))
         self.assertEqual(results, [[6, 6]] * nranks)
 
     def test_from_store_with_thread_ranks(self):
