@@ -162,12 +162,14 @@ int main(int argc, char** argv) {
       {"finish: rotate back unmarked blocks (none left)", n / 1024.0,
        [&] { return ccoll::gpu::RotateInverse(y, n, 1024, 3, 0.25f, done, nullptr); }},
       {"bf16 cast hop", n * 4.0 + n * 2.0 + n * 2.0,
-       [&] { return ccoll::gpu::CastHop(ccBfloat16, in1h, 1, x, n, codes, nullptr); }},
+       [&] { return ccoll::gpu::CastHop(ccBfloat16, in1h, 1, x, n, codes, nullptr, nullptr); }},
+      {"bf16 cast hop, its rounding kept (topk/randk ef)", n * 4.0 + n * 2.0 + n * 2.0 + n * 4.0,
+       [&] { return ccoll::gpu::CastHop(ccBfloat16, in1h, 1, x, n, codes, y, nullptr); }},
       {"bf16 cast decode", n * 2.0 + n * 4.0, [&] { return ccoll::gpu::CastDecode(ccBfloat16, half, n, y, nullptr); }},
       // bfloat16 gradients: every codec runs on a float32 copy, widened before the call and narrowed after it
       // (collectives/device_compressed.cc: DeviceWidenedAllReduce); the widening is the cast decode above.
       {"bf16 data: narrow the result", n * 4.0 + n * 2.0,
-       [&] { return ccoll::gpu::CastHop(ccBfloat16, nullptr, 0, x, n, codes, nullptr); }},
+       [&] { return ccoll::gpu::CastHop(ccBfloat16, nullptr, 0, x, n, codes, nullptr, nullptr); }},
   };
   // Homomorphic lanes: 4-bit codes, 6-bit lanes (room for 4 ranks), one agreed scale per 1024 values.
   const size_t hgroup = 1024, groups = (n + hgroup - 1) / hgroup;

@@ -21,6 +21,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -531,6 +532,73 @@ TEST_CASE("error feedback: the running sum of outputs tracks the running sum of 
     CHECK(resid[1][1] < 2.0 * resid[1][0]);  // bounded with error feedback
     CHECK(resid[0][1] > 2.5 * resid[0][0]);  // grows without it
     CHECK(resid[1][1] < resid[0][1]);
+  }
+  WARN(report);
+}
+
+// With 16-bit values, a sparsifier's sums are rounded at every hop; error feedback keeps that rounding too (each rank
+// its share), so the running sum of outputs stays on the running sum of means. The same input every call makes the
+// rounding systematic: without the rounding kept, every call gives the same output and the drift grows with the calls.
+TEST_CASE("error feedback keeps what the bf16 sums of the sent values round away", "[ef]") {
+  const int nranks = 4;
+  const size_t count = 4096 + 100;  // a short last chunk
+  std::string report;
+  for (int algo : {ccAlgoRing, ccAlgoTree}) {
+    Group g = MakeGroup(nranks, algo);
+    REQUIRE(g.status == ccSuccess);
+    Buffers in(static_cast<size_t>(nranks), std::vector<float>(count));
+    std::mt19937_64 gen(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& x : in) {
+      for (float& v : x) v = 3.0f * normal(gen);
+    }
+    const std::vector<double> mean = ExactReduce(in, ccAvg);
+    for (const char* base : {"topk:density=1,chunk=256", "randk:density=1,chunk=256", "topk:density=0.5,chunk=256",
+                             "randk:density=0.5,chunk=256"}) {
+      const bool everyChunk = Contains(base, "density=1,");
+      for (const char* values : {"bf16", "f32"}) {
+        const bool bf16 = std::string(values) == "bf16";
+        double rms[2][2] = {};  // [ef][after 25 calls, after 100]
+        for (int ef : {1, 0}) {
+          const std::string spec = std::string(base) + ",dtype=" + values + ",ef=" + std::to_string(ef);
+          INFO("algorithm " << algo << ", " << spec);
+          Compressors comps(spec, nranks);
+          REQUIRE(comps.status == ccSuccess);
+          std::vector<double> drift(count, 0.0);  // sum_t out_t - t * mean
+          bool identical = true;
+          for (int t = 1; t <= 100; ++t) {
+            CallResult res = AllReduce(g, comps, in);
+            REQUIRE(res.Failure() == "");
+            identical = identical && FirstDifferentRank(res.out) == -1;
+            for (size_t i = 0; i < count; ++i) drift[i] += static_cast<double>(res.out[0][i]) - mean[i];
+            if (t == 25 || t == 100) {
+              double s = 0.0;
+              for (double d : drift) s += d * d;
+              rms[ef][t == 25 ? 0 : 1] = std::sqrt(s / static_cast<double>(count));
+            }
+          }
+          CHECK(identical);
+        }
+        std::ostringstream line;
+        line << "algorithm " << algo << ", " << base << ",dtype=" << values << ": drift rms after 25 and 100 calls "
+             << rms[1][0] << " -> " << rms[1][1] << " (ef=0: " << rms[0][0] << " -> " << rms[0][1] << ")";
+        INFO(line.str());
+        report += line.str() + "\n";
+        if (!everyChunk) {
+          CHECK(rms[1][1] < 1.5 * rms[1][0]);  // what was not sent is held back, the same amount every call or so
+        } else if (bf16) {
+          // Every chunk sent: the drift stays within about one call's rounding (2^-9 of the values' sums, near 6
+          // here) ...
+          CHECK(rms[1][1] < 1.5 * rms[1][0] + 1e-4);
+          CHECK(rms[1][1] < 0.01);
+          // ... while without error feedback every call rounds the same way: 4x the drift in 4x the calls.
+          CHECK(rms[0][1] > 3.5 * rms[0][0]);
+          CHECK(rms[0][1] > 10.0 * rms[1][1]);
+        } else {
+          CHECK(rms[1][1] < 1e-4);  // float32 values: float32's own rounding of the sum and the average
+        }
+      }
+    }
   }
   WARN(report);
 }

@@ -528,6 +528,7 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
     const std::vector<float> local = Inputs(len, 5, true), other = Inputs(len, 6, false);
     const std::vector<float> third = Inputs(len, 7, false);
     std::vector<uint16_t> msg(len), msg2(len), cpu(len);
+    std::vector<float> cpuLost(len);  // what the rounding took away (the sparsifiers' error feedback)
     for (size_t i = 0; i < len; ++i) {
       msg[i] = wire == ccBfloat16 ? ccoll::FloatToBf16(other[i]).bits : ccoll::FloatToHalf(other[i]).bits;
       msg2[i] = wire == ccBfloat16 ? ccoll::FloatToBf16(third[i]).bits : ccoll::FloatToHalf(third[i]).bits;
@@ -542,16 +543,21 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
         if (nin == 1) x = local[i] + load(msg[i]);
         if (nin == 2) x = local[i] + load(msg[i]) + load(msg2[i]);
         cpu[i] = wire == ccBfloat16 ? ccoll::FloatToBf16(x).bits : ccoll::FloatToHalf(x).bits;
+        cpuLost[i] = x - load(cpu[i]);
       }
-      Dev<float> dLocal(len), dOut(len);
+      Dev<float> dLocal(len), dOut(len), dLost(len);
       Dev<uint16_t> dMsg(len), dMsg2(len), dHop(len);
       dLocal.Put(local);
       dMsg.Put(msg);
       dMsg2.Put(msg2);
       const void* in[2] = {dMsg.p, dMsg2.p};
-      REQUIRE(ccoll::gpu::CastHop(wire, in, nin, dLocal.p, len, dHop.p, nullptr) == ccSuccess);
+      REQUIRE(ccoll::gpu::CastHop(wire, in, nin, dLocal.p, len, dHop.p, nullptr, nullptr) == ccSuccess);
       std::vector<uint16_t> gpu = dHop.Get();
       CHECK(SameBytes(cpu.data(), gpu.data(), len * 2));
+      dHop.Put(std::vector<uint16_t>(len, 0));
+      REQUIRE(ccoll::gpu::CastHop(wire, in, nin, dLocal.p, len, dHop.p, dLost.p, nullptr) == ccSuccess);
+      CHECK(SameBytes(cpu.data(), dHop.Get().data(), len * 2));
+      CHECK(SameBytes(cpuLost.data(), dLost.Get().data(), len * 4));
       REQUIRE(ccoll::gpu::CastDecode(wire, dMsg.p, len, dOut.p, nullptr) == ccSuccess);
       std::vector<float> decoded = dOut.Get();
       size_t same = 0;

@@ -629,6 +629,7 @@ TEST_CASE("[gpu] device codecs run on the device buffers and equal the host call
       "quant:bits=8,mode=homomorphic,rotation=none,clip=0.001,group=100",
       "topk:density=0.25",
       "topk:density=0.1,dtype=bf16,chunk=100",
+      "topk:density=1,dtype=bf16,chunk=100",  // error feedback keeps only what the bf16 sums round away
       "randk:density=0.2,unbiased=1,ef=0",
       "randk:density=0.1,ef=0,chunk=7",
       "powersgd:rank=2",

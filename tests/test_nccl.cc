@@ -62,6 +62,7 @@ struct RankOut {
   ccResult_t rc = ccSuccess;
   std::string error;
   Bytes data;
+  std::vector<Bytes> each;  // NcclAllReduce with keepEach: every call's result
   void Fail(ccResult_t r, const std::string& why) {
     if (rc != ccSuccess) return;  // the first failure is the one to report
     rc = r;
@@ -373,7 +374,7 @@ std::string SameOnAllRanks(const std::vector<RankOut>& outs) {
 // buffers of the same inputs; the output of the last call. Rank `legacyRank` passes stream NULL (the legacy default
 // stream).
 std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
-                                   bool inPlace, int calls = 1, int legacyRank = -1) {
+                                   bool inPlace, int calls = 1, int legacyRank = -1, bool keepEach = false) {
   const int n = static_cast<int>(in.size());
   const size_t bytes = in[0].size();
   ccUniqueId id;
@@ -397,6 +398,10 @@ std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t,
       const cudaError_t e = legacy ? cudaStreamSynchronize(nullptr) : cudaSuccess;
       if (e != cudaSuccess) out->Fail(ccUnhandledCudaError, std::string("the legacy stream: ") + cudaGetErrorString(e));
       Settle(k, out);
+      if (keepEach) {
+        out->each.emplace_back();
+        if (!k.FromDevice(&out->each.back(), dst, bytes)) out->Fail(ccUnhandledCudaError, "copy out");
+      }
     }
     if (!k.FromDevice(&out->data, dst, bytes)) out->Fail(ccUnhandledCudaError, "copy out");
     ccCompressorDestroy(comp);
@@ -733,6 +738,43 @@ std::string CloseTo(const Bytes& out, const Bytes& host, ccDataType_t t, double 
   }
   if (num > bound * den) return "vNMSE against the host path " + std::to_string(num / den);
   return "";
+}
+
+TEST_CASE("[nccl] topk and randk with bf16 values keep what the sums round away in their error feedback",
+          "[gpu][nccl][codec]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // Every chunk sent, the same input every call: the running sum of the outputs stays within about one call's
+  // rounding of the running sum of the means, as on the host path (test_compression "[ef]"); without the rounding
+  // kept, every call would round the same way and the drift would grow with the calls (4x in 4x the calls).
+  const int n = 4, calls = 20;
+  const size_t count = 5000;
+  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
+  std::vector<double> mean(count, 0.0);
+  for (const Bytes& b : in) {
+    const std::vector<double> v = Values(b, ccFloat32);
+    for (size_t i = 0; i < count; ++i) mean[i] += v[i] / n;
+  }
+  for (const char* spec : {"topk:density=1,chunk=256,dtype=bf16", "randk:density=1,chunk=256,dtype=bf16"}) {
+    INFO(spec);
+    std::vector<RankOut> outs = NcclAllReduce(in, ccFloat32, ccAvg, spec, false, calls, -1, true);
+    REQUIRE(FirstFailure(outs) == "");
+    CHECK(SameOnAllRanks(outs) == "");
+    std::vector<double> drift(count, 0.0), rms;
+    for (int c = 0; c < calls; ++c) {
+      const std::vector<double> out = Values(outs[0].each[static_cast<size_t>(c)], ccFloat32);
+      double s = 0.0, m = 0.0;
+      for (size_t i = 0; i < count; ++i) {
+        drift[i] += out[i] - mean[i];
+        s += drift[i] * drift[i];
+        m += mean[i] * mean[i];
+      }
+      rms.push_back(std::sqrt(s / m));  // relative to the mean's norm
+    }
+    INFO("drift after 5 calls " << rms[4] << ", after 20 " << rms[19] << ", after the first " << rms[0]);
+    CHECK(rms[0] > 0.0);  // the first call rounds
+    CHECK(rms[19] < 1.5 * rms[4]);
+    CHECK(rms[19] < 2.0 * rms[0]);
+  }
 }
 
 TEST_CASE("[nccl] topk and randk: the host path's chunks and values, call after call, the same on every rank",

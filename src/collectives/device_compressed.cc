@@ -136,7 +136,10 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
   Copy(devIndex, hostIndex, (chosen.size() + 1) * sizeof(uint32_t), cudaMemcpyHostToDevice, st,
        "cudaMemcpyAsync (chosen chunks)");
   float* devPacked = st->packed.Reserve<float>(packed);
-  float* hostPacked = st->hostPacked.Reserve<float>(packed);
+  // Pinned: the chosen values, then (with error feedback and 16-bit values) what their sums round away.
+  const bool keepRounding = ef && c->Get(ccParamValueType) != ccFloat32;
+  float* hostPacked = st->hostPacked.Reserve<float>(keepRounding ? 2 * packed : packed);
+  float* hostLost = keepRounding ? hostPacked + packed : nullptr;
   CheckLaunch(gpu::GatherChunks(x, count, chunk, devIndex, packed, devPacked, st->stream()));
   Copy(hostPacked, devPacked, packed * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (chunks out)");
   if (flag) {
@@ -146,7 +149,7 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
          "cudaMemcpyAsync (non-finite flag)");
   }
   st->Synchronize();
-  CC_CHECK(SumChosenChunks(comm, c, call, hostPacked, packed, chunks, keep, a.op));
+  CC_CHECK(SumChosenChunks(comm, c, call, hostPacked, packed, chunks, keep, a.op, hostLost));
   bool poisoned = false;
   if (flag) CC_CHECK(AgreeNonFinite(comm, hostIndex[chosen.size()] != 0, &poisoned));
   float* out = static_cast<float*>(a.recv);
@@ -158,8 +161,13 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
     CheckLaunch(gpu::ScatterChunks(devPacked, count, chunk, devIndex, packed, out, st->stream()));
   }
   if (ef) {
-    // What was sent leaves the memory (zeros scattered over the chosen chunks); non-finite leftovers are dropped.
-    CheckCuda(cudaMemsetAsync(devPacked, 0, packed * sizeof(float), st->stream()), "cudaMemsetAsync (sent chunks)");
+    // What was sent leaves the memory, but for what its sums rounded away (scattered over the chosen chunks; zeros
+    // with float32 values); non-finite leftovers are dropped.
+    if (keepRounding) {
+      Copy(devPacked, hostLost, packed * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (sums' rounding)");
+    } else {
+      CheckCuda(cudaMemsetAsync(devPacked, 0, packed * sizeof(float), st->stream()), "cudaMemsetAsync (sent chunks)");
+    }
     CheckLaunch(gpu::ScatterChunks(devPacked, count, chunk, devIndex, packed, e, st->stream()));
     CheckLaunch(gpu::DropNonFinite(e, count, st->stream()));
   }
@@ -345,7 +353,7 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
     f.dtype = ccFloat32;
     f.eltSize = sizeof(float);
     CC_CHECK(CompressedAllReduce(comm, f, c));  // on the same stream; it has synchronized it
-    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, st->stream()));  // narrow: nearest-even
+    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, nullptr, st->stream()));  // narrow: nearest-even
     st->Synchronize();
     return ccSuccess;
   } catch (const DeviceTimeoutError& e) {

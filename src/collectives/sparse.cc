@@ -153,22 +153,29 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
       }
     });
   }
+  float* lost = nullptr;  // with error feedback: this rank's share of what the 16-bit sums round away
   if (ef) {
-    // What is sent leaves the memory; what is not stays for the next call.
-    ForEachChosen(count, chunk, chosen,
-                  [&](size_t begin, size_t n, size_t) { std::fill(e + begin, e + begin + n, 0.0f); });
+    c->sentRounding.resize(staging.size());
+    lost = c->sentRounding.data();
   }
   if (deferRest) {
     UnsentChunks rest(a, UnchosenRanges(count, chunk, chosen), e);
     {
       IdleScope whileWaiting(comm, &rest);
-      CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op));
+      CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op, lost));
     }
     rest.Finish();
     seen.inputFinite = seen.inputFinite && rest.seen().inputFinite;
     seen.sumsFinite = seen.sumsFinite && rest.seen().sumsFinite;
   } else {
-    CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op));
+    CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op, lost));
+  }
+  if (ef) {
+    // What was sent leaves the memory, but for what its sums rounded away (zero with float32 values; dropped where
+    // not finite); what was not sent stays for the next call.
+    ForEachChosen(count, chunk, chosen, [&](size_t begin, size_t n, size_t at) {
+      for (size_t i = 0; i < n; ++i) e[begin + i] = std::isfinite(lost[at + i]) ? lost[at + i] : 0.0f;
+    });
   }
   bool poisoned = false;
   if (randk) CC_CHECK(AgreeNonFinite(comm, !seen.inputFinite, &poisoned));
@@ -200,8 +207,10 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
 }
 
 ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
-                           size_t chunks, size_t keep, ccRedOp_t op) {
-  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call);
+                           size_t chunks, size_t keep, ccRedOp_t op, float* rounding) {
+  const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
+  if (rounding != nullptr && valueType == ccFloat32) std::fill(rounding, rounding + packed, 0.0f);
+  auto codec = MakeCast16Codec(valueType, call, rounding);
   CC_CHECK(RunCodec(comm, c, *codec, values, packed));
   float scale = 1.0f;
   if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {

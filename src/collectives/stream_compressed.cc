@@ -118,10 +118,12 @@ ccResult_t Float32Call(ccComm* comm, const float* input, float* work, size_t cou
 }
 
 // The sparsifiers' sizes for one call: chunks, the kept ones, and the packed values rounded up to whole chunks (a short
-// last chunk, if chosen, is padded with zeros, so that the size is known before the choice is), plus randk's mark.
+// last chunk, if chosen, is padded with zeros, so that the size is known before the choice is), plus randk's mark;
+// and whether the scratch after them keeps what the 16-bit sums round away (error feedback with 16-bit values).
 struct SparsePlan {
   size_t chunk, chunks, keep, padded, values;
-  bool mark;
+  bool mark, keepRounding;
+  size_t Scratch() const { return keepRounding ? 2 * values : values; }  // floats of DeviceCodecState::packed
 };
 
 SparsePlan PlanSparse(const ccCompressor& c, size_t count) {
@@ -132,6 +134,7 @@ SparsePlan PlanSparse(const ccCompressor& c, size_t count) {
   p.padded = p.keep * p.chunk;
   p.mark = c.kind == ccCompressRandk;
   p.values = p.padded + (p.mark ? 1 : 0);
+  p.keepRounding = c.Get(ccParamErrorFeedback) != 0 && c.Get(ccParamValueType) != ccFloat32;
   return p;
 }
 
@@ -167,17 +170,20 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
     const uint32_t key = StreamKey(call.seed, call.call, ~0u, kPurposeChunks);
     CheckLaunch(gpu::ChooseRandomChunks(p.chunks, p.keep, key, scratch, chosen, s));
   }
-  float* packed = st->packed.Reserve<float>(p.values);
+  const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
+  // The chosen values; then, with error feedback and 16-bit values, what their sums round away on this rank.
+  const bool keepRounding = p.keepRounding;
+  float* packed = st->packed.Reserve<float>(p.Scratch());
+  float* lost = keepRounding ? packed + p.values : nullptr;
   CheckLaunch(gpu::GatherChunks(x, count, p.chunk, chosen, p.padded, packed, s));
   if (p.mark) {
     CheckCuda(cudaMemsetAsync(packed + p.padded, 0, sizeof(float), s), "cudaMemsetAsync (non-finite mark)");
     CheckLaunch(gpu::MarkNonFinite(input, count, packed + p.padded, s));
   }
-  const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
   if (valueType == ccFloat32) {
     CC_CHECK(StreamExactCall(comm, StreamKind::kAllReduce, packed, packed, p.values, ccFloat32, ccSum, 0, stream));
   } else {
-    std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, call, st);  // the cast codec with the values' type
+    std::unique_ptr<DeviceCodec> codec = MakeDeviceCodec(*c, call, st, lost);  // the cast codec, the values' type
     const size_t slot = SlotBytes(*codec, p.values, comm->nranks);
     char* wire = static_cast<char*>(st->deviceWire.Reserve(4 * slot));
     CC_CHECK(StreamRing(comm, *codec, packed, p.values, wire, slot, stream));
@@ -192,9 +198,12 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
   CheckLaunch(gpu::ScatterChunks(packed, count, p.chunk, chosen, p.padded, out, s));
   if (p.mark) CheckLaunch(gpu::PoisonIfMarked(out, count, packed + p.padded, s));
   if (ef) {
-    // What was sent leaves the memory (zeros scattered over the chosen chunks); non-finite leftovers are dropped.
-    CheckCuda(cudaMemsetAsync(packed, 0, p.padded * sizeof(float), s), "cudaMemsetAsync (sent chunks)");
-    CheckLaunch(gpu::ScatterChunks(packed, count, p.chunk, chosen, p.padded, e, s));
+    // What was sent leaves the memory, but for what its sums rounded away (scattered over the chosen chunks; zeros
+    // with float32 values); non-finite leftovers are dropped.
+    if (!keepRounding) {
+      CheckCuda(cudaMemsetAsync(packed, 0, p.padded * sizeof(float), s), "cudaMemsetAsync (sent chunks)");
+    }
+    CheckLaunch(gpu::ScatterChunks(keepRounding ? lost : packed, count, p.chunk, chosen, p.padded, e, s));
     CheckLaunch(gpu::DropNonFinite(e, count, s));
   }
   return ccSuccess;
@@ -425,7 +434,7 @@ ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor
       st->index.Reserve<uint32_t>(p.keep);
       st->choice.Reserve(gpu::ChooseChunksScratchBytes(p.chunks));
       if (c->kind == ccCompressTopkChunk) st->vals.Reserve<float>(p.chunks);
-      st->packed.Reserve<float>(p.values);
+      st->packed.Reserve<float>(p.Scratch());
       st->deviceWire.Reserve(4 * SlotBytes(*codec, p.values, comm->nranks));  // 16-bit values: the cast ring's
       return ccSuccess;
     }
@@ -467,7 +476,7 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
     float* w = st->widened.Reserve<float>(a.count);
     CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, s));
     CC_CHECK(float32Call(w, w));
-    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, s));
+    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, nullptr, s));
     return ccSuccess;
   });
 }

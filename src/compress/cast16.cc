@@ -1,5 +1,6 @@
 // The 16-bit baseline codec: values travel as bf16 or fp16 (round to nearest even), every hop adds in fp32 and
-// rounds once. With an f32 "wire" it is the exact identity codec the sparsifiers use for their values.
+// rounds once. With an f32 "wire" it is the exact identity codec the sparsifiers use for their values. On request it
+// records what each of this rank's roundings took away (the sparsifiers' error feedback).
 #include <cstring>
 
 #include "compress/codecs.h"
@@ -39,11 +40,20 @@ class CastCodec : public Codec {
   }
 
   // Sums in fp32 in a fixed order (local, then the inputs in order) and rounds once.
-  size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t, size_t len, void* wireOut) override {
+  size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len, void* wireOut) override {
     W* out = static_cast<W*>(wireOut);
     const W* a = nin > 0 ? static_cast<const W*>(wiresIn[0]) : nullptr;
     const W* b = nin > 1 ? static_cast<const W*>(wiresIn[1]) : nullptr;
-    if (nin == 0) {
+    if (rounding_ != nullptr) {
+      float* lost = rounding_ + off;
+      for (size_t i = 0; i < len; ++i) {
+        float v = local[i];
+        if (nin > 0) v += Wire<W>::Load(a[i]);
+        if (nin > 1) v += Wire<W>::Load(b[i]);
+        out[i] = Wire<W>::Store(v);
+        lost[i] = v - Wire<W>::Load(out[i]);  // exact: a float minus its own 16-bit rounding
+      }
+    } else if (nin == 0) {
       for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i]);
     } else if (nin == 1) {
       for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]));
@@ -69,18 +79,19 @@ class CastCodec : public Codec {
     for (size_t i = 0; i < count; ++i) work[i] /= n;
   }
 
-  explicit CastCodec(int nranks) : nranks_(nranks) {}
+  CastCodec(int nranks, float* rounding) : nranks_(nranks), rounding_(rounding) {}
 
  private:
   int nranks_;
+  float* rounding_;  // null, or where Hop and ReduceFinal write sum - rounded sum, at each element's offset
 };
 
 }  // namespace
 
-std::unique_ptr<Codec> MakeCast16Codec(ccDataType_t wireType, const CodecCall& call) {
-  if (wireType == ccFloat16) return std::make_unique<CastCodec<Half>>(call.nranks);
-  if (wireType == ccFloat32) return std::make_unique<CastCodec<float>>(call.nranks);
-  return std::make_unique<CastCodec<Bf16>>(call.nranks);
+std::unique_ptr<Codec> MakeCast16Codec(ccDataType_t wireType, const CodecCall& call, float* rounding) {
+  if (wireType == ccFloat16) return std::make_unique<CastCodec<Half>>(call.nranks, rounding);
+  if (wireType == ccFloat32) return std::make_unique<CastCodec<float>>(call.nranks, nullptr);  // nothing is lost
+  return std::make_unique<CastCodec<Bf16>>(call.nranks, rounding);
 }
 
 }  // namespace ccoll

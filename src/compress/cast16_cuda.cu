@@ -1,5 +1,6 @@
 // CUDA kernels of the 16-bit cast codec: the same round-to-nearest-even conversions (float16.h) and the same fp32
-// sum order as cast16.cc (local, then the arriving messages in order), one thread per element; and the average.
+// sum order as cast16.cc (local, then the arriving messages in order), one thread per element, with what the
+// rounding took away when asked; and the average.
 #include <cuda_runtime.h>
 
 #include "compress/codec_cuda.h"
@@ -26,16 +27,15 @@ struct Wire<Half> {
 };
 
 template <typename W>
-__global__ void HopKernel(const W* a, const W* b, int nin, const float* local, size_t len, W* out) {
+__global__ void HopKernel(const W* a, const W* b, int nin, const float* local, size_t len, W* out, float* lost) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= len) return;
-  if (nin == 0) {
-    out[i] = Wire<W>::Store(local[i]);
-  } else if (nin == 1) {
-    out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]));
-  } else {
-    out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]) + Wire<W>::Load(b[i]));
-  }
+  float v = local[i];
+  if (nin > 0) v += Wire<W>::Load(a[i]);
+  if (nin > 1) v += Wire<W>::Load(b[i]);
+  const W w = Wire<W>::Store(v);
+  out[i] = w;
+  if (lost != nullptr) lost[i] = v - Wire<W>::Load(w);  // exact: a float minus its own 16-bit rounding
 }
 
 template <typename W>
@@ -50,12 +50,12 @@ __global__ void ScaleKernel(float* x, size_t count, float factor, bool divide) {
 }
 
 template <typename W>
-ccResult_t Hop(const void* const* wiresIn, int nin, const float* local, size_t len, void* wireOut,
+ccResult_t Hop(const void* const* wiresIn, int nin, const float* local, size_t len, void* wireOut, float* lost,
                cudaStream_t stream) {
   const W* a = nin > 0 ? static_cast<const W*>(wiresIn[0]) : nullptr;
   const W* b = nin > 1 ? static_cast<const W*>(wiresIn[1]) : nullptr;
   const unsigned blocks = static_cast<unsigned>((len + kThreads - 1) / kThreads);
-  HopKernel<W><<<blocks, kThreads, 0, stream>>>(a, b, nin, local, len, static_cast<W*>(wireOut));
+  HopKernel<W><<<blocks, kThreads, 0, stream>>>(a, b, nin, local, len, static_cast<W*>(wireOut), lost);
   return ccSuccess;
 }
 
@@ -70,13 +70,13 @@ ccResult_t LoadCastKernels() {
 }
 
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
-                   void* wireOut, cudaStream_t stream) {
+                   void* wireOut, float* lost, cudaStream_t stream) {
   if (len == 0) return ccSuccess;
   if (nin < 0 || nin > 2) return Fail(ccInternalError, "gpu cast hop: %d inputs (0..2)", nin);
   if (wire == ccFloat16) {
-    Hop<Half>(wiresIn, nin, local, len, wireOut, stream);
+    Hop<Half>(wiresIn, nin, local, len, wireOut, lost, stream);
   } else {
-    Hop<Bf16>(wiresIn, nin, local, len, wireOut, stream);
+    Hop<Bf16>(wiresIn, nin, local, len, wireOut, lost, stream);
   }
   return Launched("cast hop kernel launch");
 }

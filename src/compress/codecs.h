@@ -18,8 +18,12 @@ struct CodecCall {
 };
 
 // 16-bit wire, fp32 accumulation. wireType: ccBfloat16, ccFloat16, or ccFloat32 (exact; the sparsifiers' f32
-// values).
-std::unique_ptr<Codec> MakeCast16Codec(ccDataType_t wireType, const CodecCall& call);
+// values). With `rounding` (as many floats as the call's elements; left untouched with a float32 wire), every
+// encode of this rank writes what its rounding took away, fp32 sum minus the 16-bit value sent, at the element's
+// offset. A ring or tree schedule encodes each element once per rank (a partial sum, or the final sum), so the
+// ranks' roundings add up to the sum of the inputs minus the result (but for the fp32 additions' own rounding): the
+// sparsifiers' error feedback keeps them.
+std::unique_ptr<Codec> MakeCast16Codec(ccDataType_t wireType, const CodecCall& call, float* rounding = nullptr);
 
 // Rotation + b-bit quantization, homomorphic or requantizing (parameters from the compressor).
 std::unique_ptr<Codec> MakeQuantCodec(const ccCompressor& c, const CodecCall& call);

@@ -100,7 +100,8 @@ class KernelCodec : public DeviceCodec {
 
 class DeviceCastCodec : public KernelCodec {
  public:
-  DeviceCastCodec(ccDataType_t wire, int nranks, DeviceCodecState* st) : KernelCodec(st), wire_(wire), nranks_(nranks) {}
+  DeviceCastCodec(ccDataType_t wire, int nranks, float* lost, DeviceCodecState* st)
+      : KernelCodec(st), wire_(wire), nranks_(nranks), lost_(lost) {}
 
   size_t MaxWireBytes(size_t len) const override { return 2 * len; }
   size_t HopBytes(size_t, size_t len) const override { return 2 * len; }
@@ -116,8 +117,10 @@ class DeviceCastCodec : public KernelCodec {
   }
 
  protected:
-  void HopKernels(const void* const* devIn, int nin, const float* local, size_t, size_t len, void* devOut) override {
-    CheckLaunch(gpu::CastHop(wire_, devIn, nin, local, len, devOut, st_->stream()));
+  void HopKernels(const void* const* devIn, int nin, const float* local, size_t off, size_t len,
+                  void* devOut) override {
+    CheckLaunch(gpu::CastHop(wire_, devIn, nin, local, len, devOut, lost_ != nullptr ? lost_ + off : nullptr,
+                             st_->stream()));
   }
   void DecodeKernel(const void* devWire, size_t, size_t len, float* out) override {
     CheckLaunch(gpu::CastDecode(wire_, devWire, len, out, st_->stream()));
@@ -126,6 +129,7 @@ class DeviceCastCodec : public KernelCodec {
  private:
   const ccDataType_t wire_;
   const int nranks_;
+  float* const lost_;  // null, or device memory: what each encode rounds away, at the element's offset
 };
 
 // Both modes. Requant messages carry their own scales (no metadata); homomorphic lanes are coded on scales agreed
@@ -493,9 +497,11 @@ std::unique_ptr<gpu::LowRankBlas> DeviceCodecState::LendBlas(cudaStream_t s) {
 #endif
 }
 
-std::unique_ptr<DeviceCodec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st) {
+std::unique_ptr<DeviceCodec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st,
+                                             float* rounding) {
   if (c.kind == ccCompressQuant) return std::make_unique<DeviceQuantCodec>(MakeQuantPlan(c, call), st);
-  return std::make_unique<DeviceCastCodec>(static_cast<ccDataType_t>(c.Get(ccParamValueType)), call.nranks, st);
+  return std::make_unique<DeviceCastCodec>(static_cast<ccDataType_t>(c.Get(ccParamValueType)), call.nranks, rounding,
+                                           st);
 }
 
 }  // namespace ccoll

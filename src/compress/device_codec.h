@@ -202,6 +202,9 @@ class DeviceCodec : public Codec {
 };
 
 // The device codec for one call of c (kind cast16 or quant, DeviceCodecCovers(c)); its work goes on st's stream.
-std::unique_ptr<DeviceCodec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st);
+// The cast codec (cast16, or the value type of the sparsifiers and PowerSGD) with `rounding` (device memory, as many
+// floats as the call's elements) writes what this rank's encodes round away there, as MakeCast16Codec does.
+std::unique_ptr<DeviceCodec> MakeDeviceCodec(const ccCompressor& c, const CodecCall& call, DeviceCodecState* st,
+                                             float* rounding = nullptr);
 
 }  // namespace ccoll

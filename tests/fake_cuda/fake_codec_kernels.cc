@@ -147,14 +147,15 @@ ccResult_t DecodeRequantRotated(const void* wire, size_t off, size_t len, size_t
 }
 
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
-                   void* wireOut, cudaStream_t stream) {
+                   void* wireOut, float* lost, cudaStream_t stream) {
   const void* in0 = nin > 0 ? HostView(wiresIn[0]) : nullptr;
   const void* in1 = nin > 1 ? HostView(wiresIn[1]) : nullptr;
   local = HostView(local);
   wireOut = HostView(wireOut);
+  if (lost != nullptr) lost = HostView(lost);
   return Launch(stream, [=] {
     const void* in[2] = {in0, in1};
-    MakeCast16Codec(wire, CodecCall())->Hop(in, nin, local, 0, len, wireOut);
+    MakeCast16Codec(wire, CodecCall(), lost)->Hop(in, nin, local, 0, len, wireOut);
   });
 }
 
