@@ -487,10 +487,10 @@ typedef enum {
   ccParamErrorFeedback = 220,  /**< [ef] topk/randk/powersgd: 1 keeps what was not sent (the input minus its
                                     compressed average) and adds it to the next call. Default 1. topk/randk with
                                     dtype=bf16 also keep what the bf16 sums of the sent chunks round away (each
-                                    rank what its own hops rounded), so the running sum of their outputs stays
-                                    within about one call's rounding of the running sum of averages (without
-                                    that, as with the bf16 all-reduce, every call's rounding adds to the drift:
-                                    up to 2^-9 of the values per call). */
+                                    rank what its own hops rounded): with every chunk sent, the running sum of
+                                    their outputs stays within about one call's rounding of the running sum of
+                                    averages (without that, as with the bf16 all-reduce, every call's rounding
+                                    adds to the drift: up to 2^-9 of the values per call). */
   ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16); topk/randk:
                                     ccFloat32 or ccBfloat16 for the sent values; powersgd: for P and Q (default
                                     f32). */

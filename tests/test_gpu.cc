@@ -557,7 +557,7 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
       dHop.Put(std::vector<uint16_t>(len, 0));
       REQUIRE(ccoll::gpu::CastHop(wire, in, nin, dLocal.p, len, dHop.p, dLost.p, nullptr) == ccSuccess);
       CHECK(SameBytes(cpu.data(), dHop.Get().data(), len * 2));
-      CHECK(SameBytes(cpuLost.data(), dLost.Get().data(), len * 4));
+      CHECK(SameFloats(cpuLost.data(), dLost.Get().data(), len));  // NaN where the input is not finite
       REQUIRE(ccoll::gpu::CastDecode(wire, dMsg.p, len, dOut.p, nullptr) == ccSuccess);
       std::vector<float> decoded = dOut.Get();
       size_t same = 0;

@@ -98,7 +98,8 @@ ccResult_t CodecAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, cons
 
 // topk and randk, as SparseAllReduce does them: the memory and the chunk norms on the device, the choice on the
 // host, the chosen chunks gathered on the device and summed over the ranks through pinned host memory (the host
-// schedule and codec), then scattered into the result and cleared from the memory on the device.
+// schedule and codec), then scattered into the result on the device, where the memory keeps only what the 16-bit
+// sums rounded away at those chunks.
 ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call,
                                    DeviceCodecState* st) {
   const size_t count = a.count;

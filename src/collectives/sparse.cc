@@ -153,8 +153,9 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
       }
     });
   }
-  float* lost = nullptr;  // with error feedback: this rank's share of what the 16-bit sums round away
-  if (ef) {
+  // With error feedback and 16-bit values: this rank's share of what the sums round away.
+  float* lost = nullptr;
+  if (ef && c->Get(ccParamValueType) != ccFloat32) {
     c->sentRounding.resize(staging.size());
     lost = c->sentRounding.data();
   }
@@ -171,9 +172,13 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
     CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op, lost));
   }
   if (ef) {
-    // What was sent leaves the memory, but for what its sums rounded away (zero with float32 values; dropped where
-    // not finite); what was not sent stays for the next call.
+    // What was sent leaves the memory, but for what its 16-bit sums rounded away (dropped where not finite); what
+    // was not sent stays for the next call.
     ForEachChosen(count, chunk, chosen, [&](size_t begin, size_t n, size_t at) {
+      if (lost == nullptr) {
+        std::fill(e + begin, e + begin + n, 0.0f);
+        return;
+      }
       for (size_t i = 0; i < n; ++i) e[begin + i] = std::isfinite(lost[at + i]) ? lost[at + i] : 0.0f;
     });
   }
