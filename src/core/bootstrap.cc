@@ -285,13 +285,18 @@ void Root::Run() {
     p.deadline = DeadlineIn(kHandshakeMs);
     pending.push_back(std::move(p));
   }
+  // The loop wakes every 100 ms for as long as the root waits, in a detached thread that may still be waiting when
+  // the process exits, so its vectors keep their memory from turn to turn instead of allocating anew each time.
+  // (LeakSanitizer, checking at exit, once caught such a turn's allocation in flight, and reported it as leaked.)
+  std::vector<pollfd> fds;
+  std::vector<Pending> next;
   while (nranks_ < 0 || joined_ < nranks_) {
     if (Clock::now() >= end_) {
       CC_WARN("bootstrap root: timed out after %d ms with %d of %d ranks joined", timeoutMs_, joined_, nranks_);
       break;
     }
     if (listenFd_ < 0 && pending.empty()) break;  // nothing more can arrive
-    std::vector<pollfd> fds;
+    fds.clear();
     fds.push_back({listenFd_, POLLIN, 0});
     for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
     int r = poll(fds.data(), fds.size(), std::max(0, std::min(100, RemainingMs(end_))));
@@ -305,7 +310,7 @@ void Root::Run() {
         pending.push_back(std::move(p));
       }
     }
-    std::vector<Pending> next;
+    next.clear();
     for (size_t i = 0; i < pending.size(); ++i) {
       Pending& p = pending[i];
       bool keep = true;
