@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -900,13 +901,18 @@ TEST_CASE("ccCommAbort from another thread unblocks a rank waiting in ccAllReduc
   REQUIRE(g.status == ccSuccess);
   RankResult result;
   double seconds = 0;
+  ccComm_t rank0 = g[0];  // read here: the main thread clears g's slot after the abort
+  std::atomic<bool> calling{false};
   std::thread blocked([&] {
     std::vector<float> in(1000, 1.0f), out(1000);
     auto start = std::chrono::steady_clock::now();
     // Rank 1 never calls: rank 0 waits for it.
-    result = Record(ccAllReduce(in.data(), out.data(), 1000, ccFloat32, ccSum, nullptr, g[0], nullptr));
+    calling = true;
+    result = Record(ccAllReduce(in.data(), out.data(), 1000, ccFloat32, ccSum, nullptr, rank0, nullptr));
     seconds = SecondsSince(start);
   });
+  // The abort must find rank 0 inside its call: wait until the thread is about to call, then give it time to get in.
+  while (!calling) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   int victim = abortTheBlockedRank ? 0 : 1;
   auto start = std::chrono::steady_clock::now();

@@ -43,7 +43,9 @@ def _rank_main(fn, rank, nranks, uid, args, results):
 
 def run(nranks, fn, *args, timeout=60.0):
     """Runs fn(rank, nranks, unique_id, *args) on nranks processes; returns the list of results by rank.
-    fn must be a module-level function (spawn imports it by name)."""
+    fn must be a module-level function (spawn imports it by name). The timeout is the normal build's: a sanitized
+    run (scripts/sanitize.sh) scales it by CCTEST_TIME_SCALE."""
+    timeout *= float(os.environ.get("CCTEST_TIME_SCALE", "1"))
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     uid = ccoll.get_unique_id()
