@@ -138,7 +138,7 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
        "cudaMemcpyAsync (chosen chunks)");
   float* devPacked = st->packed.Reserve<float>(packed);
   // Pinned: the chosen values, then (with error feedback and 16-bit values) what their sums round away.
-  const bool keepRounding = ef && c->Get(ccParamValueType) != ccFloat32;
+  const bool keepRounding = SparseKeepsRounding(*c);
   float* hostPacked = st->hostPacked.Reserve<float>(keepRounding ? 2 * packed : packed);
   float* hostLost = keepRounding ? hostPacked + packed : nullptr;
   CheckLaunch(gpu::GatherChunks(x, count, chunk, devIndex, packed, devPacked, st->stream()));

@@ -155,7 +155,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   }
   // With error feedback and 16-bit values: this rank's share of what the sums round away.
   float* lost = nullptr;
-  if (ef && c->Get(ccParamValueType) != ccFloat32) {
+  if (SparseKeepsRounding(*c)) {
     c->sentRounding.resize(staging.size());
     lost = c->sentRounding.data();
   }
@@ -213,9 +213,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
 
 ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
                            size_t chunks, size_t keep, ccRedOp_t op, float* rounding) {
-  const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
-  if (rounding != nullptr && valueType == ccFloat32) std::fill(rounding, rounding + packed, 0.0f);
-  auto codec = MakeCast16Codec(valueType, call, rounding);
+  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call, rounding);
   CC_CHECK(RunCodec(comm, c, *codec, values, packed));
   float scale = 1.0f;
   if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
@@ -226,6 +224,10 @@ ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call,
     for (size_t i = 0; i < packed; ++i) values[i] *= scale;
   }
   return ccSuccess;
+}
+
+bool SparseKeepsRounding(const ccCompressor& c) {
+  return c.Get(ccParamErrorFeedback) != 0 && c.Get(ccParamValueType) != ccFloat32;
 }
 
 ccResult_t AgreeNonFinite(ccComm* comm, bool sawNonFinite, bool* anyRank) {

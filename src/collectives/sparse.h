@@ -16,9 +16,9 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, 
 
 // The middle steps, host and device drivers alike, on host memory, in this order on every rank:
 //   SumChosenChunks: sums the `packed` chosen values over the ranks with the compressor's value type, then scales them
-//   to the result (randk unbiased: chunks / keep; avg: / nranks). Every rank ends with the same bytes. With a 16-bit
-//   value type and `rounding` (packed floats), this rank's share of what the 16-bit sums rounded away is written
-//   there (MakeCast16Codec's rounding; zeros with float32 values): error feedback keeps it for the next call.
+//   to the result (randk unbiased: chunks / keep; avg: / nranks). Every rank ends with the same bytes. `rounding`
+//   (packed floats, where SparseKeepsRounding, else null) gets this rank's share of what the 16-bit sums rounded
+//   away (MakeCast16Codec's rounding): error feedback keeps it for the next call.
 //   AgreeNonFinite (randk only): whether any rank saw a non-finite value in its input. randk may not pick the chunk
 //   that holds it, so every rank learns it this way and poisons its whole result alike. (topk needs nothing: a
 //   non-finite chunk has an infinite norm and is always picked.) One float, all-reduced after the values, so that a
@@ -26,5 +26,9 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, 
 ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
                            size_t chunks, size_t keep, ccRedOp_t op, float* rounding);
 ccResult_t AgreeNonFinite(ccComm* comm, bool sawNonFinite, bool* anyRank);
+
+// Whether c's error feedback keeps what the 16-bit sums of its sent values round away (ef=1 with 16-bit values),
+// which every driver then writes into the memory over the sent chunks instead of zeros.
+bool SparseKeepsRounding(const ccCompressor& c);
 
 }  // namespace ccoll

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/device_prepare.h"
+#include "collectives/sparse.h"
 #include "collectives/stream_collectives.h"
 #include "compress/codec_cuda.h"
 #include "compress/compressor.h"
@@ -134,7 +135,7 @@ SparsePlan PlanSparse(const ccCompressor& c, size_t count) {
   p.padded = p.keep * p.chunk;
   p.mark = c.kind == ccCompressRandk;
   p.values = p.padded + (p.mark ? 1 : 0);
-  p.keepRounding = c.Get(ccParamErrorFeedback) != 0 && c.Get(ccParamValueType) != ccFloat32;
+  p.keepRounding = SparseKeepsRounding(c);
   return p;
 }
 
@@ -172,9 +173,8 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
   }
   const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
   // The chosen values; then, with error feedback and 16-bit values, what their sums round away on this rank.
-  const bool keepRounding = p.keepRounding;
   float* packed = st->packed.Reserve<float>(p.Scratch());
-  float* lost = keepRounding ? packed + p.values : nullptr;
+  float* lost = p.keepRounding ? packed + p.values : nullptr;
   CheckLaunch(gpu::GatherChunks(x, count, p.chunk, chosen, p.padded, packed, s));
   if (p.mark) {
     CheckCuda(cudaMemsetAsync(packed + p.padded, 0, sizeof(float), s), "cudaMemsetAsync (non-finite mark)");
@@ -200,10 +200,10 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
   if (ef) {
     // What was sent leaves the memory, but for what its sums rounded away (scattered over the chosen chunks; zeros
     // with float32 values); non-finite leftovers are dropped.
-    if (!keepRounding) {
+    if (!p.keepRounding) {
       CheckCuda(cudaMemsetAsync(packed, 0, p.padded * sizeof(float), s), "cudaMemsetAsync (sent chunks)");
     }
-    CheckLaunch(gpu::ScatterChunks(keepRounding ? lost : packed, count, p.chunk, chosen, p.padded, e, s));
+    CheckLaunch(gpu::ScatterChunks(p.keepRounding ? lost : packed, count, p.chunk, chosen, p.padded, e, s));
     CheckLaunch(gpu::DropNonFinite(e, count, s));
   }
   return ccSuccess;
