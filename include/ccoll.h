@@ -455,15 +455,17 @@ typedef enum {
   ccParamBits = 100,           /**< [bits] quant: bits per element, 1..8. Default 4. */
   ccParamMode = 110,           /**< [mode] quant: ccQuantHomomorphic or ccQuantRequant. Default requant. */
   ccParamRotation = 120,       /**< [rotation] quant: 0 none, 1 randomized Hadamard (rht). Default rht.
-                                    Range: a group's grid spans [-s, s] around its largest magnitude s and computes
-                                    values up to 2s, so a group with s above FLT_MAX / 2 decodes to non-finite
-                                    values on every rank, rotated or not; s is a partial sum's in requant mode and
-                                    nranks times the largest rank's in homomorphic mode. A rotated value can reach
-                                    sqrt(block) times its block's largest magnitude (where the block's signs line up
-                                    with the random ones; random data stays near its own magnitude), so inputs whose
-                                    partial sums stay below FLT_MAX / (2 sqrt(block)) (5.3e36 at 1024; homomorphic:
-                                    that over nranks per rank) are safe. The inverse rotation does not overflow
-                                    where its result fits in float. */
+                                    Range: a group's grid spans [-s, s] around its largest magnitude s. In requant
+                                    mode s is a partial sum's, rounded up to the scale format, and a group whose s
+                                    is not finite there (above 3.39e38 with bf16 scales, FLT_MAX with fp32, 65504
+                                    with fp16) decodes to non-finite values on every rank, rotated or not; in
+                                    homomorphic mode s is the largest rank's (agreed in float), and the same holds
+                                    where nranks s exceeds FLT_MAX. A rotated value can reach sqrt(block) times its
+                                    block's largest magnitude (where the block's signs line up with the random
+                                    ones; random data stays near its own magnitude), so inputs whose partial sums
+                                    stay below that limit over sqrt(block) (1.06e37 at 1024 with bf16 scales;
+                                    homomorphic: FLT_MAX over nranks sqrt(block) per rank) are safe. The inverse
+                                    rotation does not overflow where its result fits in float. */
   ccParamRotationBlock = 121,  /**< [block] quant: rotation block, a power of two in 2^6..2^14. Default 1024. */
   ccParamGroupSize = 130,      /**< [group] quant: elements per scale, 1..2^20; 0 = auto (requant 32,
                                     homomorphic the rotation block). */

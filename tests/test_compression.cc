@@ -1371,6 +1371,97 @@ TEST_CASE("quant with rotation: inputs scaled by 2^121 give outputs scaled by ex
   }
 }
 
+// The grid computed in halves (quant_math.h) has the bits of the plain forms, step = 2s/L, c * step - s,
+// c * step - n * s and invStep = L/(2s), wherever those stay finite: halving and doubling are exact in float's
+// normal range. Log-uniform scales from kMinScale up to where 2s (or 2ns) overflows, and bf16-rounded ones.
+TEST_CASE("quant grid in halves: the bits of c * 2s/L - s wherever that is finite", "[numerics]") {
+  std::mt19937_64 gen(59);
+  std::uniform_real_distribution<double> logScale(std::log(1e-30), std::log(3.4e38));
+  size_t checked = 0, mismatched = 0;
+  for (int t = 0; t < 400000; ++t) {
+    const int bits = 1 + static_cast<int>(gen() % 8);
+    const uint32_t levels = ccoll::Levels(bits);
+    float s = static_cast<float>(std::exp(logScale(gen)));
+    if (t % 2) s = ccoll::RoundScaleUp(s, ccoll::ScaleFormat::kBf16);  // +inf above bf16's largest
+    if (!std::isfinite(s)) continue;
+    const float n = static_cast<float>(1 + gen() % 64);
+    const uint32_t code = static_cast<uint32_t>(gen() % (levels + 1));
+    const uint32_t sum = static_cast<uint32_t>(gen() % (static_cast<uint64_t>(n) * levels + 1));
+    float half, inv;
+    ccoll::GridOf(s, levels, &half, &inv);
+    volatile float twoS = 2.0f * s;  // volatile: each operation rounded on its own, as the library's build does
+    if (!std::isfinite(twoS)) {
+      CHECK(std::isfinite(ccoll::DequantizeCode(code, half, s)));
+      CHECK(inv > 0.0f);
+      continue;
+    }
+    volatile float step = twoS / static_cast<float>(levels);
+    volatile float value = static_cast<float>(code) * step;
+    volatile float sumValue = static_cast<float>(sum) * step;
+    volatile float ns = n * s;
+    const float plainInv = static_cast<float>(levels) / twoS;
+    const float plain = value - s;
+    const float plainSum = sumValue - ns;
+    ++checked;
+    if (ccoll::FloatBits(ccoll::DequantizeCode(code, half, s)) != ccoll::FloatBits(plain) ||
+        ccoll::FloatBits(inv) != ccoll::FloatBits(plainInv) ||
+        (std::isfinite(sumValue) && std::isfinite(ns) &&
+         ccoll::FloatBits(ccoll::DequantizeSum(sum, half, s, n)) != ccoll::FloatBits(plainSum))) {
+      if (mismatched++ < 5) {
+        WARN("bits " << bits << " s " << s << " code " << code << " sum " << sum << " n " << n);
+      }
+    }
+  }
+  CHECK(checked > 300000);
+  CHECK(mismatched == 0);
+}
+
+// The grid's range (ccoll.h, ccParamRotation): a group's grid spans [-s, s], and its codes decode in halves, so a
+// scale above FLT_MAX / 2 (where 2s, the grid's width, overflows) still decodes to finite values. Every rank plants
+// 22.5 at some elements; scaled by 2^121 their partial sums reach 1.8e38 and their sum 2.4e38, which set their groups'
+// scales without rotation (the homomorphic lanes' sums too: 4 ranks' codes on a grid of 6e37). As in the test above,
+// the outputs must be exactly 2^121 times the unscaled call's, on the ring and the trees.
+TEST_CASE("quant: group scales above FLT_MAX / 2 decode to finite values, exactly scaled", "[numerics]") {
+  const int nranks = 4;
+  const size_t count = 4099;
+  const float up = std::ldexp(1.0f, 121);
+  Buffers in = CorrInput(nranks, count, 53);
+  for (auto& x : in) {
+    for (size_t i = 0; i < count; i += 97) x[i] = 22.5f;
+  }
+  Buffers big = in;
+  for (auto& x : big) {
+    for (float& v : x) v *= up;
+  }
+  REQUIRE(22.5 * nranks * static_cast<double>(up) > std::numeric_limits<float>::max() / 2.0);
+  REQUIRE(22.5 * nranks * static_cast<double>(up) < ccoll::Bf16ToFloat(ccoll::Bf16{0x7f7f}));  // bf16's largest
+  const std::vector<double> exact = ExactReduce(in, ccAvg);
+  for (ccAlgo_t algo : {ccAlgoRing, ccAlgoTree}) {
+    Group g = MakeGroup(nranks, algo);
+    REQUIRE(g.status == ccSuccess);
+    for (const char* spec :
+         {"quant:bits=4,mode=requant,rotation=none", "quant:bits=8,mode=requant,rotation=none,scale=fp32",
+          "quant:bits=1,mode=requant,rotation=none", "quant:bits=4,mode=homomorphic,rotation=none",
+          "quant:bits=2,mode=homomorphic,rotation=none,group=32"}) {
+      INFO(spec << (algo == ccAlgoRing ? " on the ring" : " on the trees"));
+      CallResult small = RunOnce(g, spec, in);
+      CallResult large = RunOnce(g, spec, big);
+      CHECK(FirstDifferentRank(large.out) == -1);
+      CHECK(AllFinite(large.out[0]));
+      size_t differ = 0, first = count;
+      for (size_t i = 0; i < count; ++i) {
+        if (ccoll::FloatBits(large.out[0][i]) != ccoll::FloatBits(small.out[0][i] * up)) {
+          ++differ;
+          first = std::min(first, i);
+        }
+      }
+      INFO(differ << " outputs differ from 2^121 times the unscaled ones, the first at " << first);
+      CHECK(differ == 0);
+      CHECK(std::fabs(large.out[0][97] / up - exact[97]) < 0.25 * exact[97]);  // a planted element: 22.5 on average
+    }
+  }
+}
+
 // topk's chunk norms (compress/sparse_math.h): the documented order exactly (the GPU kernel's eight partial sums and
 // butterfly give the same bytes, and test_gpu holds it to them), accurate against a long double sum, and +inf for a
 // chunk that is not finite.
@@ -1629,8 +1720,7 @@ TEST_CASE("requant codes use Dither's definition of the dither of every element,
       float s = ccoll::RoundScaleUp(ccoll::GroupScaleOf(v.data() + begin, n, 0.0f), format);
       ccoll::StoreScale(ref.data() + 2 * g, s, format);
       s = ccoll::LoadScale(ref.data() + 2 * g, format);
-      float step, inv;
-      ccoll::GridOf(s, ccoll::Levels(bits), &step, &inv);
+      const float inv = ccoll::InvStepOf(s, ccoll::Levels(bits));
       for (size_t j = begin; j < begin + n; ++j) {
         const float u = ccoll::Dither(rule.key, static_cast<uint32_t>(index0 + j));
         want[j] = static_cast<uint16_t>(ccoll::QuantizeCode(v[j], inv, s * inv, ccoll::Levels(bits), u));
@@ -1657,8 +1747,7 @@ std::vector<uint8_t> ReferenceRequant(const std::vector<float>& v, uint64_t inde
     float s = ccoll::RoundScaleUp(ccoll::GroupScaleOf(v.data() + begin, n, 0.0f), format);
     ccoll::StoreScale(msg.data() + g * sb, s, format);
     s = ccoll::LoadScale(msg.data() + g * sb, format);
-    float step, inv;
-    ccoll::GridOf(s, ccoll::Levels(bits), &step, &inv);
+    const float inv = ccoll::InvStepOf(s, ccoll::Levels(bits));
     for (size_t j = begin; j < begin + n; ++j) {
       const uint32_t i = static_cast<uint32_t>(index0 + j);
       float u = 0.5f;
@@ -1724,9 +1813,9 @@ TEST_CASE("requant encode, decode and hop equal the element-by-element reference
           std::vector<float> want(len);
           for (size_t j = 0; j < len; ++j) {
             const float s = ccoll::LoadScale(in[k].data() + j / group * sb, format);
-            float step, inv;
-            ccoll::GridOf(s, ccoll::Levels(bits), &step, &inv);
-            want[j] = ccoll::DequantizeCode(reader.Get(bits), step, s);
+            float half, inv;
+            ccoll::GridOf(s, ccoll::Levels(bits), &half, &inv);
+            want[j] = ccoll::DequantizeCode(reader.Get(bits), half, s);
             sum[j] = sum[j] + want[j];
           }
           ccoll::DecodeRequantSlice(in[k].data(), len, group, bits, format, codes.data(), dec.data());

@@ -76,7 +76,7 @@ struct AgreedGrid {
   size_t group;
   uint32_t levels;
   size_t g = 0, next = 0;  // group g holds global indices [next - group, next)
-  float s = 0.0f, step = 0.0f, inv = 0.0f;
+  float s = 0.0f, half = 0.0f, inv = 0.0f;
   CC_HD AgreedGrid(const float* scales, size_t groupSize, int bits, uint64_t gi)
       : agreed(scales), group(groupSize), levels(Levels(bits)) {
     g = gi / group;  // the unit's one division
@@ -85,7 +85,7 @@ struct AgreedGrid {
   }
   CC_HD void Load() {
     s = agreed[g];
-    GridOf(s, levels, &step, &inv);
+    GridOf(s, levels, &half, &inv);
   }
   CC_HD void At(uint64_t gi) {
     if (gi < next) return;
@@ -93,8 +93,8 @@ struct AgreedGrid {
     next += group;
     Load();
   }
-  // The value of a lane sum of nranks codes (as DecodeLanesSlice): C * step - nranks * s.
-  CC_HD float SumValue(uint32_t c, float nranks) const { return static_cast<float>(c) * step - nranks * s; }
+  // The value of a lane sum of nranks codes (as DecodeLanesSlice): C * step - nranks * s, as DequantizeSum.
+  CC_HD float SumValue(uint32_t c, float nranks) const { return DequantizeSum(c, half, s, nranks); }
 };
 
 // kScales, after the load and rotation phases: one thread per group, its scale as GroupScaleOf computes it.

@@ -177,8 +177,7 @@ CC_INLINE void QuantizeDithered(const float* v, size_t n, float inv, float shift
 // Codes of v[0..n) on the grid of scale s under `rule`.
 CC_INLINE void QuantizeInline(const float* v, size_t n, float s, uint32_t levels, uint64_t index0,
                            const DitherRule& rule, uint16_t* codes) {
-  float step, inv;
-  GridOf(s, levels, &step, &inv);
+  const float inv = InvStepOf(s, levels);
   const float shift = s * inv;
   if (rule.rounding == 0) {
     for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint16_t>(QuantizeCode(v[i], inv, shift, levels, 0.5f));
@@ -394,8 +393,8 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
   size_t g = 0;
   if (G == 32 && (format == ScaleFormat::kFp32 || format == ScaleFormat::kBf16) && clipK <= 0.0f) {
     // 8 groups at a time, their scales as one vector: the scale is max |x| (+inf when non-finite), flushed to zero
-    // below kMinScale, rounded up to the format and stored; GridOf's division once for 8 groups.
-    const __m256 twoV = _mm256_set1_ps(2.0f), zero = _mm256_setzero_ps();
+    // below kMinScale, rounded up to the format and stored; InvStepOf's division once for 8 groups.
+    const __m256 halfLev = _mm256_set1_ps(0.5f * static_cast<float>(levels)), zero = _mm256_setzero_ps();
     for (; g + 8 <= full; g += 8) {
       const float* x = v + g * G;
       __m256i mb = MaxAbsBits8(x, G);
@@ -407,7 +406,7 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
       } else {
         _mm256_storeu_ps(reinterpret_cast<float*>(scales + g * 4), s);
       }
-      __m256 inv = _mm256_and_ps(_mm256_cmp_ps(s, zero, _CMP_GT_OQ), _mm256_div_ps(lev, _mm256_mul_ps(twoV, s)));
+      __m256 inv = _mm256_and_ps(_mm256_cmp_ps(s, zero, _CMP_GT_OQ), _mm256_div_ps(halfLev, s));
       __m256 shift = _mm256_mul_ps(s, inv);
       for (int k = 0; k < 8; ++k) {
         const __m256i idx = _mm256_set1_epi32(k);
@@ -423,8 +422,7 @@ CC_AVX2 size_t EncodeRequantGroups(const float* v, size_t len, uint64_t index0, 
     float m = mb >= 0x7f800000u ? std::numeric_limits<float>::infinity() : BitsFloat(mb);
     const float raw = FlushTinyScale(clipK > 0.0f ? GroupScale(m, RmsInline(x, G), clipK) : m);
     const float s = StoreGroupScale(scales + g * sb, raw, format);
-    float step, inv;
-    GridOf(s, levels, &step, &inv);
+    const float inv = InvStepOf(s, levels);
     QuantizeGroup<kBits, kMode>(x, G, _mm256_set1_ps(inv), _mm256_set1_ps(s * inv), lev, dith, bits,
                                 packed + g * groupBytes);
   }
@@ -526,8 +524,7 @@ CC_AVX2 size_t EncodeLanesGroups(const float* v, size_t len, uint64_t index0, si
     const size_t g = (index0 + j) / group;
     size_t end = (g + 1) * group - index0;
     if (end > len) end = len;
-    float step, inv;
-    GridOf(scales[g], levels, &step, &inv);
+    const float inv = InvStepOf(scales[g], levels);
     const __m256 vinv = _mm256_set1_ps(inv), vshift = _mm256_set1_ps(scales[g] * inv);
     for (; j + 32 <= end && (j / 8 + 3) * bb + 16 <= room; j += 32) {
       __m256 d0, d1, d2, d3;
@@ -553,7 +550,8 @@ size_t EncodeLanesFast(const float* v, size_t len, uint64_t index0, size_t group
   return EncodeLanesGroups<1>(v, len, index0, group, scales, bits, laneBits, rule, out, room);
 }
 
-// The decoding of the leading multiple of 32 elements (x = C * step - nranks * s); returns the elements done.
+// The decoding of the leading multiple of 32 elements (x = C * step - nranks * s, as DequantizeSum); returns the
+// elements done.
 CC_AVX2 size_t DecodeLanesFast(const uint8_t* in, size_t len, uint64_t index0, size_t group, const float* scales,
                                int bits, int b, int nranks, float* out) {
   if (group % 32 != 0 || index0 % 32 != 0 || b < 2 || b > 16 || !CpuHasAvx2()) return 0;
@@ -566,14 +564,14 @@ CC_AVX2 size_t DecodeLanesFast(const uint8_t* in, size_t len, uint64_t index0, s
     const size_t g = (index0 + j) / group;
     size_t end = (g + 1) * group - index0;
     if (end > len) end = len;
-    float s = scales[g], step, inv;
-    GridOf(s, levels, &step, &inv);
-    const __m256 vstep = _mm256_set1_ps(step), bias = _mm256_set1_ps(n * s);
+    float s = scales[g], half, inv;
+    GridOf(s, levels, &half, &inv);
+    const __m256 vhalf = _mm256_set1_ps(half), bias = _mm256_set1_ps(n * (0.5f * s)), two = _mm256_set1_ps(2.0f);
     for (; j + 32 <= end && (j / 8 + 3) * bb + 16 <= room; j += 32) {
       const uint8_t* p = in + j / 8 * bb;
       for (int k = 0; k < 4; ++k) {
         __m256 c = _mm256_cvtepi32_ps(Unpack8(p + k * bb, u));
-        _mm256_storeu_ps(out + j + 8 * k, _mm256_sub_ps(_mm256_mul_ps(c, vstep), bias));
+        _mm256_storeu_ps(out + j + 8 * k, _mm256_mul_ps(_mm256_sub_ps(_mm256_mul_ps(c, vhalf), bias), two));
       }
     }
     if (j < end) break;
@@ -596,12 +594,13 @@ CC_AVX2 size_t DecodeRequantGroups(const uint8_t* scales, const uint8_t* packed,
   for (size_t g = 0; g < groups; ++g) {
     const size_t end = (g + 1) * group;
     if (end > len || (end / 8 - 1) * bb + 16 > room) break;
-    float s = LoadScale(scales + g * sb, format), step, inv;
-    GridOf(s, levels, &step, &inv);
-    const __m256 vstep = _mm256_set1_ps(step), vs = _mm256_set1_ps(s);
+    float s = LoadScale(scales + g * sb, format), half, inv;
+    GridOf(s, levels, &half, &inv);
+    const __m256 vhalf = _mm256_set1_ps(half), vs = _mm256_set1_ps(0.5f * s), two = _mm256_set1_ps(2.0f);
     for (; j < end; j += 8) {
       if (j % 16 == 0 && j < aheadLen) _mm_prefetch(reinterpret_cast<const char*>(ahead + j), _MM_HINT_T0);
-      __m256 x = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(Unpack8(packed + j / 8 * bb, u)), vstep), vs);
+      __m256 x = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(Unpack8(packed + j / 8 * bb, u)), vhalf), vs);
+      x = _mm256_mul_ps(x, two);
       if (kAdd) x = _mm256_add_ps(_mm256_loadu_ps(add + j), x);
       _mm256_storeu_ps(out + j, x);
     }
@@ -914,12 +913,12 @@ CC_INLINE void DecodeRequantPart(const uint8_t* scales, const uint8_t* packed, s
   UnpackCodesInline(packed + done / 8 * static_cast<size_t>(bits), n - done, bits, codes + done);
   for (size_t g = done / group; g < groups; ++g) {
     size_t begin = g * group, end = n - begin < group ? n : begin + group;
-    float s = LoadScale(scales + g * sb, format), step, inv;
-    GridOf(s, levels, &step, &inv);
+    float s = LoadScale(scales + g * sb, format), half, inv;
+    GridOf(s, levels, &half, &inv);
     if (add) {
-      for (size_t j = begin; j < end; ++j) out[j] = add[j] + DequantizeCode(codes[j], step, s);
+      for (size_t j = begin; j < end; ++j) out[j] = add[j] + DequantizeCode(codes[j], half, s);
     } else {
-      for (size_t j = begin; j < end; ++j) out[j] = DequantizeCode(codes[j], step, s);
+      for (size_t j = begin; j < end; ++j) out[j] = DequantizeCode(codes[j], half, s);
     }
   }
 }
@@ -1000,10 +999,9 @@ CC_HOT void DecodeLanesSlice(const void* wire, size_t len, uint64_t index0, size
     size_t g = (index0 + j) / group;
     size_t end = (g + 1) * group - index0;
     if (end > len) end = len;
-    float s = scales[g], step, inv;
-    GridOf(s, levels, &step, &inv);
-    const float bias = n * s;
-    for (; j < end; ++j) out[j] = static_cast<float>(codes[j]) * step - bias;
+    float s = scales[g], half, inv;
+    GridOf(s, levels, &half, &inv);
+    for (; j < end; ++j) out[j] = DequantizeSum(codes[j], half, s, n);
   }
 }
 

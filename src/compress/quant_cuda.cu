@@ -132,8 +132,7 @@ __device__ void EncodeGroup(const float* v, size_t len, size_t g, uint64_t index
   const size_t begin = g * group, n = len - begin < group ? len - begin : group;
   const uint32_t levels = Levels(bits);
   const float s = EncodeScale(v + begin, n, clipK, format, scales + g * ScaleBytes(format));
-  float step, inv;
-  GridOf(s, levels, &step, &inv);
+  const float inv = InvStepOf(s, levels);
   const float shift = s * inv;
   BitWriter w(packed + begin * bits / 8);
   tile::DitherStream dither(rule);
@@ -170,9 +169,9 @@ __device__ float DecodeAt(const uint8_t* wire, size_t len, size_t group, int bit
   const size_t groups = (len + group - 1) / group;
   const int sb = ScaleBytes(format);
   const float s = LoadScale(wire + (j / group) * sb, format);
-  float step, inv;
-  GridOf(s, Levels(bits), &step, &inv);
-  return DequantizeCode(ReadBits(wire + groups * sb, PackedBytes(len, bits), j * bits, bits), step, s);
+  float half, inv;
+  GridOf(s, Levels(bits), &half, &inv);
+  return DequantizeCode(ReadBits(wire + groups * sb, PackedBytes(len, bits), j * bits, bits), half, s);
 }
 
 // One thread per element.
@@ -197,20 +196,20 @@ __global__ void HopRequantKernel(const uint8_t* in0, const uint8_t* in1, int nin
   const size_t codeBytes = PackedBytes(len, bits);
   // (The loops over the two messages unroll, so that the arrays stay in registers; nin is 0, 1 or 2.)
   const uint8_t* in[2] = {in0, in1};
-  float s[2] = {0.0f, 0.0f}, step[2] = {0.0f, 0.0f};
+  float s[2] = {0.0f, 0.0f}, half[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     if (k < nin) {
       float inv;
       s[k] = LoadScale(in[k] + g * sb, format);
-      GridOf(s[k], Levels(bits), &step[k], &inv);
+      GridOf(s[k], Levels(bits), &half[k], &inv);
     }
   }
   for (size_t i = begin; i < begin + n; ++i) {
     float x = local[i];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      if (k < nin) x += DequantizeCode(ReadBits(in[k] + groups * sb, codeBytes, i * bits, bits), step[k], s[k]);
+      if (k < nin) x += DequantizeCode(ReadBits(in[k] + groups * sb, codeBytes, i * bits, bits), half[k], s[k]);
     }
     vals[i] = x;
   }
@@ -238,24 +237,24 @@ __global__ void EncodeLanesKernel(const float* v, size_t len, uint64_t index0, s
   tile::DitherStream dither(rule);
   for (size_t e = begin; e < end; ++e) {
     const float s = scales[(index0 + e) / group];
-    float step, inv;
-    GridOf(s, levels, &step, &inv);
+    const float inv = InvStepOf(s, levels);
     const float u = dither.At(static_cast<uint32_t>(index0 + e), e == begin);
     w.Put(QuantizeCode(v[e], inv, s * inv, levels, u), laneBits);
   }
   w.Flush();
 }
 
-// One thread per value: the lane sum of nranks codes back to the sum of the values, C * step - nranks * s.
+// One thread per value: the lane sum of nranks codes back to the sum of the values, C * step - nranks * s
+// (DequantizeSum).
 __global__ void DecodeLanesKernel(const uint8_t* wire, size_t len, uint64_t index0, size_t group, const float* scales,
                                   int bits, int laneBits, int nranks, float* out) {
   const size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= len) return;
   const float s = scales[(index0 + j) / group];
-  float step, inv;
-  GridOf(s, Levels(bits), &step, &inv);
+  float half, inv;
+  GridOf(s, Levels(bits), &half, &inv);
   const uint32_t code = ReadBits(wire, PackedBytes(len, laneBits), j * static_cast<size_t>(laneBits), laneBits);
-  out[j] = static_cast<float>(code) * step - static_cast<float>(nranks) * s;
+  out[j] = DequantizeSum(code, half, s, static_cast<float>(nranks));
 }
 
 // dst = a + b over a stream of lanes, one thread per 8 lanes (laneBits bytes): as AddPackedStreams' whole-stream

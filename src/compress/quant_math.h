@@ -27,12 +27,25 @@ CC_HD uint32_t QuantizeCode(float x, float invStep, float shift, uint32_t levels
   return static_cast<uint32_t>(static_cast<int32_t>(v));  // v is in [0, 65535]: the signed conversion vectorizes
 }
 
-CC_HD float DequantizeCode(uint32_t code, float step, float s) { return static_cast<float>(code) * step - s; }
+// Grid of scale s: steps of 2s/L from -s, given as half a step, half = s/L, and invStep = L/(2s) (0 for a zero
+// scale), computed as (L/2)/s. Code c stands for c * 2s/L - s, computed in halves as 2 * (c * half - s/2), so that no
+// value on the way exceeds s (c * step would reach 2s): every finite scale, up to FLT_MAX, has a finite grid.
+// Halving and doubling are exact in float's normal range (half >= kMinScale / 65535), so these are the bits of the
+// plain forms wherever those do not overflow.
+CC_HD float InvStepOf(float s, uint32_t levels) { return s > 0.0f ? 0.5f * static_cast<float>(levels) / s : 0.0f; }
 
-// Grid of scale s: step = 2s/L, invStep = L/(2s) (0 for a zero scale).
-CC_HD void GridOf(float s, uint32_t levels, float* step, float* invStep) {
-  *step = 2.0f * s / static_cast<float>(levels);
-  *invStep = s > 0.0f ? static_cast<float>(levels) / (2.0f * s) : 0.0f;
+CC_HD void GridOf(float s, uint32_t levels, float* half, float* invStep) {
+  *half = s / static_cast<float>(levels);
+  *invStep = InvStepOf(s, levels);
+}
+
+CC_HD float DequantizeCode(uint32_t code, float half, float s) {
+  return (static_cast<float>(code) * half - 0.5f * s) * 2.0f;
+}
+
+// The value of a sum c of nranks codes on one grid (the homomorphic lanes): c * 2s/L - nranks * s, in halves.
+CC_HD float DequantizeSum(uint32_t c, float half, float s, float nranks) {
+  return (static_cast<float>(c) * half - nranks * (0.5f * s)) * 2.0f;
 }
 
 // Scales below this are flushed to zero: the grid's inverse step L / (2s) would overflow float for them. Values

@@ -325,14 +325,14 @@ CC_HD void HopEncodeGroups(const HopArgs& a, const HopTile& h, uint32_t* x, unsi
     const size_t g = h.t0 / a.group + gl;
     const uint32_t n = static_cast<uint32_t>(a.len - g * a.group < a.group ? a.len - g * a.group : a.group);
     const uint32_t base = h.shift + gl * static_cast<uint32_t>(a.group);
-    float s[2] = {0.0f, 0.0f}, step[2] = {0.0f, 0.0f};
+    float s[2] = {0.0f, 0.0f}, half[2] = {0.0f, 0.0f};
     BitReader r[2] = {BitReader(nullptr), BitReader(nullptr)};
 CC_UNROLL
     for (int k = 0; k < 2; ++k) {
       if (k >= a.nin) continue;
       float inv;
       s[k] = LoadScale(a.in[k] + g * sb, a.format);
-      GridOf(s[k], levels, &step[k], &inv);
+      GridOf(s[k], levels, &half[k], &inv);
       const size_t bit = g * a.group * static_cast<size_t>(a.bits);
       r[k] = BitReader(a.in[k] + groups * sb + bit / 8);
       if (bit % 8 != 0) r[k].Get(static_cast<int>(bit % 8));
@@ -343,7 +343,7 @@ CC_UNROLL
       float v = BitsFloat(x[Pad(base + j)]);
 CC_UNROLL
       for (int k = 0; k < 2; ++k) {
-        if (k < a.nin) v += DequantizeCode(r[k].Get(a.bits), step[k], s[k]);
+        if (k < a.nin) v += DequantizeCode(r[k].Get(a.bits), half[k], s[k]);
       }
       if (a.nin > 0) x[Pad(base + j)] = FloatBits(v);
       const uint32_t u = FloatBits(v) & 0x7fffffffu;
@@ -351,8 +351,7 @@ CC_UNROLL
       if (a.clipK > 0.0f) sq += v * v;
     }
     const float sc = StoreGroupScale(a.out + g * sb, GroupScaleFromStats(m, sq, n, a.clipK), a.format);
-    float st, inv;
-    GridOf(sc, levels, &st, &inv);
+    const float inv = InvStepOf(sc, levels);
     const float shift = sc * inv;
     const uint32_t gi0 = static_cast<uint32_t>(a.off + g * a.group);
     DitherStream dither(a.rule);
@@ -398,13 +397,13 @@ CC_HD void HopGroupStats(const HopArgs& a, const HopTile& h, uint32_t* x, unsign
     uint32_t m = 0;
     if (gl < tileGroups) {
       const GroupSlot gs = GroupSlotOf(a, h, gl);
-      float s[2] = {0.0f, 0.0f}, step[2] = {0.0f, 0.0f};
+      float s[2] = {0.0f, 0.0f}, half[2] = {0.0f, 0.0f};
 CC_UNROLL
       for (int k = 0; k < 2; ++k) {
         if (k >= a.nin) continue;
         float inv;
         s[k] = LoadScale(a.in[k] + gs.g * sb, a.format);
-        GridOf(s[k], levels, &step[k], &inv);
+        GridOf(s[k], levels, &half[k], &inv);
       }
       // The codes of kCodeBatch values per message are read before any is used.
       for (uint32_t j0 = lane; j0 < gs.n; j0 += T * kCodeBatch) {
@@ -425,7 +424,7 @@ CC_UNROLL
           float v = BitsFloat(x[Pad(gs.base + j)]);
 CC_UNROLL
           for (int k = 0; k < 2; ++k) {
-            if (k < a.nin) v += DequantizeCode(c[k][b], step[k], s[k]);
+            if (k < a.nin) v += DequantizeCode(c[k][b], half[k], s[k]);
           }
           if (a.nin > 0) x[Pad(gs.base + j)] = FloatBits(v);
           const uint32_t u = FloatBits(v) & 0x7fffffffu;
@@ -464,8 +463,7 @@ CC_HD void HopGroupScales(const HopArgs& a, const HopTile& h, uint32_t* x, unsig
     const float sq = a.clipK > 0.0f ? GroupSquares(x, gs) : 0.0f;
     const float sc =
         StoreGroupScale(a.out + gs.g * sb, GroupScaleFromStats(PartialMax(x, gl, T), sq, gs.n, a.clipK), a.format);
-    float st, inv;
-    GridOf(sc, levels, &st, &inv);
+    const float inv = InvStepOf(sc, levels);
     x[GridsAt() + 2 * gl] = FloatBits(inv);
     x[GridsAt() + 2 * gl + 1] = FloatBits(sc * inv);
   }
@@ -632,8 +630,8 @@ CC_HD void DecodeGroups(const DecodeArgs& a, const DecodeTile& d, uint32_t* x, u
     if (e0 < d.lo - a.off) e0 = d.lo - a.off;
     if (e1 > d.hi - a.off) e1 = d.hi - a.off;
     const float s = LoadScale(a.wire + g * sb, a.format);
-    float step, inv;
-    GridOf(s, levels, &step, &inv);
+    float half, inv;
+    GridOf(s, levels, &half, &inv);
     if (T > 1) {  // kLoadBatch codes read before any is used
       for (size_t f = e0 + lane; f < e1; f += T * kLoadBatch) {
         uint32_t c[kLoadBatch];
@@ -646,7 +644,7 @@ CC_UNROLL
         for (unsigned b = 0; b < kLoadBatch; ++b) {
           const size_t e = f + b * T;
           if (e < e1) {
-            const float v = DequantizeCode(c[b], step, s);
+            const float v = DequantizeCode(c[b], half, s);
             x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = StagedDecode(d, a.off + e, v);
           }
         }
@@ -657,7 +655,7 @@ CC_UNROLL
     BitReader r(codes + bit / 8);
     if (bit % 8 != 0) r.Get(static_cast<int>(bit % 8));
     for (size_t e = e0; e < e1; ++e) {
-      const float v = DequantizeCode(r.Get(a.bits), step, s);
+      const float v = DequantizeCode(r.Get(a.bits), half, s);
       x[Pad(static_cast<uint32_t>(a.off + e - d.base))] = StagedDecode(d, a.off + e, v);
     }
   }
