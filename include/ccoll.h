@@ -257,14 +257,20 @@ CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist);
 
 /**
  * Frees a communicator after its last collective has completed. Not collective: each rank frees its own. comm
- * must not be used afterwards; a later call with it returns ccInvalidArgument. NULL is accepted and ignored.
+ * must not be used afterwards; a later call with it returns ccInvalidArgument (the addresses of the last 4096
+ * destroyed communicators are not reused, so a stale handle cannot name a new one). On a non-blocking
+ * communicator whose init is still in progress, the init gives up first, as with ccCommAbort. NULL is accepted
+ * and ignored.
  */
 CC_API ccResult_t ccCommDestroy(ccComm_t comm);
 
 /**
  * Aborts a communicator: every call pending on it, on this rank and on the ranks waiting for it, returns an
- * error (ccRemoteError on the peers), then the communicator is freed. Safe to call from another thread while a
- * collective on comm is blocked. NULL is accepted and ignored.
+ * error, then the communicator is freed. The peers get ccRemoteError at once where their transport learns of the
+ * abort: thread ranks of one process, and UCX endpoints with peer failure handling (between hosts, or
+ * CC_UCX_ERR_MODE=peer); elsewhere (UCX within one host by default) the abort looks like a silent peer, and their
+ * waiting calls return ccTimeout within their timeout. Safe to call from another thread while a collective on comm
+ * is blocked. NULL is accepted and ignored.
  */
 CC_API ccResult_t ccCommAbort(ccComm_t comm);
 
@@ -569,7 +575,10 @@ CC_API ccResult_t ccCompressorGetParamBounds(ccCompressorParam_t param, int64_t*
     Useful to log what ran. */
 CC_API ccResult_t ccCompressorGetSpec(ccCompressor_t comp, char* buf, size_t size);
 
-/** Frees a compressor and its state. NULL is accepted and ignored. */
+/** Frees a compressor and its state. Device calls queued with it run first (this waits for them); a call running
+    with it on another thread makes this ccInvalidUsage, and the compressor stays. A later call with a destroyed
+    compressor returns ccInvalidArgument (the addresses of the last 4096 are not reused). NULL is accepted and
+    ignored. */
 CC_API ccResult_t ccCompressorDestroy(ccCompressor_t comp);
 
 #ifdef __cplusplus

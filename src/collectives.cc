@@ -116,11 +116,20 @@ class CompressorUse {
 
   // When only device calls of another communicator, queued on its proxy, hold it (one rank's communicators one after
   // the other on its stream), waits for them, at most the communicator's timeout.
+  // The liveness check and the use are one step for ccCompressorDestroy (PinLiveCompressor): it refuses a
+  // compressor that a call is taking or holds, rather than free it under the call.
   ccResult_t Take(const ccComm* comm, ccCompressor* comp, const char* fn) {
+    if (!ccoll::PinLiveCompressor(comp)) {
+      return Fail(ccInvalidArgument, "%s: compressor %p is not a live compressor (destroyed?) on rank %d", fn,
+                  static_cast<void*>(comp), comm->rank);
+    }
     std::unique_lock<std::mutex> lock(comp->useMutex);
+    --comp->taking;  // from here on the lock, then the use, keeps it
     if (comp->uses > 0 && comp->user != comm && comp->queuedUses == comp->uses) {
+      ++comp->taking;  // waiting (without the lock) still counts
       comp->useFreed.wait_for(lock, std::chrono::milliseconds(comm->config.timeoutMs),
                               [comp] { return comp->uses == 0; });
+      --comp->taking;
     }
     if (comp->uses > 0 && comp->user != comm) {
       return Fail(ccInvalidUsage, "%s: the compressor is in use by a call of another communicator (another rank's?); "
@@ -188,10 +197,6 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
     return Fail(ccInvalidArgument, "%s: root %d is out of range for %d ranks (rank %d)", fn, c.root, n, rank);
   }
   if (c.compressor != nullptr) {
-    if (!ccoll::IsLiveCompressor(c.compressor)) {
-      return Fail(ccInvalidArgument, "%s: compressor %p is not a live compressor (destroyed?) on rank %d", fn,
-                  static_cast<void*>(c.compressor), rank);
-    }
     CC_CHECK(use->Take(comm, c.compressor, fn));
     if (dtype != ccFloat32 && !ccoll::IsHalfFloat(dtype)) {
       return Fail(ccInvalidUsage, "%s: compressed all-reduce takes float32, bfloat16 or float16 data, not %s (rank "

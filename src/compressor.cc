@@ -32,6 +32,14 @@ bool IsLiveCompressor(ccCompressor* c) {
   return Live().count(c) != 0;
 }
 
+bool PinLiveCompressor(ccCompressor* c) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  if (Live().count(c) == 0) return false;
+  std::lock_guard<std::mutex> use(c->useMutex);
+  ++c->taking;
+  return true;
+}
+
 ccResult_t NewCompressor(int kind, ccCompressor** out) {
   unsigned bit = KindBit(kind);
   if (bit == 0) {
@@ -285,10 +293,20 @@ CC_API ccResult_t ccCompressorDestroy(ccCompressor_t comp) {
     if (comp == nullptr) return ccSuccess;
     {
       std::lock_guard<std::mutex> lock(ccoll::gLiveMutex);
-      if (ccoll::Live().erase(comp) == 0) {
+      if (ccoll::Live().count(comp) == 0) {
         return Fail(ccInvalidArgument, "ccCompressorDestroy: %p is not a live compressor (destroyed twice?)",
                     static_cast<void*>(comp));
       }
+      {
+        // A call running with it (on another thread) keeps it: freeing it under the call would corrupt that call.
+        // Only device calls queued on a proxy may hold it; those are waited for below.
+        std::lock_guard<std::mutex> use(comp->useMutex);
+        if (comp->uses > comp->queuedUses || comp->taking > 0) {
+          return Fail(ccInvalidUsage, "ccCompressorDestroy: compressor %p is in use by a call running on another "
+                      "thread; destroy it once that call has returned", static_cast<void*>(comp));
+        }
+      }
+      ccoll::Live().erase(comp);
     }
     comp->WaitIdle();  // device calls queued with it still run
     delete comp;

@@ -183,6 +183,20 @@ CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist) {
       return Fail(ccInvalidArgument, "ccCommInitAll: ndev %d is out of range (1 .. %d)", ndev, ccoll::kMaxRanks);
     }
     for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+    // Every rank's config is checked before any rank starts: a rank that failed alone would leave the others
+    // waiting for it in the bootstrap until the timeout. (The environment first, so that its errors are not
+    // blamed on a device.)
+    ccoll::CommConfig resolved;
+    CC_CHECK(ccoll::ResolveConfig(nullptr, &resolved));
+    for (int i = 0; devlist != nullptr && i < ndev; ++i) {
+      ccConfig_t config = CC_CONFIG_INITIALIZER;
+      config.cudaDev = devlist[i];
+      ccResult_t r = ccoll::ResolveConfig(&config, &resolved);
+      if (r != ccSuccess) {
+        ccoll::SetLastError("ccCommInitAll: devlist[" + std::to_string(i) + "]: " + ccoll::LastError());
+        return r;
+      }
+    }
     ccUniqueId id;
     CC_CHECK(ccGetUniqueId(&id));
     std::vector<ccResult_t> results(ndev, ccSuccess);
@@ -226,16 +240,20 @@ CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist) {
     }
     openGate(kGo);
     for (auto& t : threads) t.join();
+    // The error to report: the first rank's that did not just time out waiting for the others, if any.
+    int failed = -1;
     for (int i = 0; i < ndev; ++i) {
-      if (results[i] == ccSuccess) continue;
-      for (int j = 0; j < ndev; ++j) {
-        if (comms[j] != nullptr) DeleteComm(comms[j]);
-        comms[j] = nullptr;
+      if (results[i] != ccSuccess && (failed < 0 || (results[failed] == ccTimeout && results[i] != ccTimeout))) {
+        failed = i;
       }
-      ccoll::SetLastError("ccCommInitAll: rank " + std::to_string(i) + " failed: " + errors[i]);
-      return results[i];
     }
-    return ccSuccess;
+    if (failed < 0) return ccSuccess;
+    for (int j = 0; j < ndev; ++j) {
+      if (comms[j] != nullptr) DeleteComm(comms[j]);
+      comms[j] = nullptr;
+    }
+    ccoll::SetLastError("ccCommInitAll: rank " + std::to_string(failed) + " failed: " + errors[failed]);
+    return results[failed];
   });
 }
 
@@ -248,6 +266,9 @@ CC_API ccResult_t ccCommDestroy(ccComm_t comm) {
         return Fail(ccInvalidArgument, "ccCommDestroy: comm %p is not a live communicator (destroyed twice?)",
                     static_cast<void*>(comm));
       }
+      // A non-blocking init still running gives up within ~50 ms, as for ccCommAbort, rather than finish (or time
+      // out) for nothing.
+      if (comm->asyncError.load() == ccInProgress) comm->aborting = true;
     }
     DeleteComm(comm);
     return ccSuccess;

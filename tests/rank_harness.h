@@ -177,4 +177,11 @@ inline double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// CCTEST_TIME_SCALE (at least 1; scripts/sanitize.sh sets 4): how much longer a sanitized run may take for what a
+// test times or waits for.
+inline double TimeScale() {
+  const char* scale = std::getenv("CCTEST_TIME_SCALE");
+  return scale != nullptr && std::atof(scale) > 1.0 ? std::atof(scale) : 1.0;
+}
+
 }  // namespace cctest

@@ -424,6 +424,43 @@ TEST_CASE("a destroyed communicator is rejected, not used", "[api][comm]") {
   CHECK(ccCommAbort(nullptr) == ccSuccess);
 }
 
+// The allocator used to hand a destroyed handle's address to the next communicator or compressor, so that a second
+// destroy of the old handle silently freed the new object (core/handle_quarantine.h).
+TEST_CASE("a stale handle does not name a new communicator or compressor made at its address", "[api][comm]") {
+  std::vector<ccComm_t> destroyed;
+  for (int i = 0; i < 20; ++i) {
+    ccComm_t c = nullptr;
+    REQUIRE(ccCommInitAll(&c, 1, nullptr) == ccSuccess);
+    for (ccComm_t d : destroyed) CHECK(c != d);
+    if (i + 1 < 20) {
+      REQUIRE(ccCommDestroy(c) == ccSuccess);
+      destroyed.push_back(c);
+      continue;
+    }
+    for (ccComm_t d : destroyed) CHECK(ccCommDestroy(d) == ccInvalidArgument);
+    int n = 0;
+    CHECK(ccCommCount(c, &n) == ccSuccess);  // the live one is untouched
+    CHECK(n == 1);
+    CHECK(ccCommDestroy(c) == ccSuccess);
+  }
+  std::vector<ccCompressor_t> gone;
+  for (int i = 0; i < 200; ++i) {
+    ccCompressor_t c = nullptr;
+    REQUIRE(ccCompressorCreateFromString(&c, "quant:bits=4") == ccSuccess);
+    for (ccCompressor_t d : gone) CHECK(c != d);
+    if (i + 1 < 200) {
+      REQUIRE(ccCompressorDestroy(c) == ccSuccess);
+      gone.push_back(c);
+      continue;
+    }
+    for (ccCompressor_t d : gone) CHECK(ccCompressorDestroy(d) == ccInvalidArgument);
+    int64_t bits = 0;
+    CHECK(ccCompressorGetParam(c, ccParamBits, &bits) == ccSuccess);
+    CHECK(bits == 4);
+    CHECK(ccCompressorDestroy(c) == ccSuccess);
+  }
+}
+
 TEST_CASE("ccCommInitRank, ccCommInitAll and ccGetUniqueId reject bad arguments", "[api][init]") {
   ccUniqueId zeros;
   std::memset(&zeros, 0, sizeof(zeros));
@@ -460,6 +497,16 @@ TEST_CASE("ccCommInitRank, ccCommInitAll and ccGetUniqueId reject bad arguments"
   CHECK(ccCommInitAll(nullptr, 2, nullptr) == ccInvalidArgument);
   CHECK(ccCommInitAll(comms, 0, nullptr) == ccInvalidArgument);
   CHECK(ccCommInitAll(comms, -1, nullptr) == ccInvalidArgument);
+  // A bad device of one rank is refused before any rank starts (the others used to wait for it until the timeout,
+  // then report that it did not join), and every comms[i] is NULL.
+  ccComm_t four[4] = {bogus, bogus, bogus, bogus};
+  const int devlist[4] = {0, 0, -3, 0};
+  auto start = std::chrono::steady_clock::now();
+  CHECK(ccCommInitAll(four, 4, devlist) == ccInvalidArgument);
+  CHECK(SecondsSince(start) < 5.0);
+  CHECK(Contains(ccGetLastError(nullptr), "devlist[2]"));
+  CHECK(Contains(ccGetLastError(nullptr), "-3 is negative"));
+  for (ccComm_t c : four) CHECK(c == nullptr);
   CHECK(ccGetUniqueId(nullptr) == ccInvalidArgument);
 }
 
@@ -693,22 +740,27 @@ TEST_CASE("a non-blocking init that cannot finish reports its error through ccCo
   CHECK(ccCommDestroy(comm) == ccSuccess);
 }
 
-TEST_CASE("ccCommAbort of a communicator whose non-blocking init waits for its peers returns promptly",
-          "[api][config][abort]") {
-  ccUniqueId id;
-  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
-  ccConfig_t config = CC_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  config.timeoutMs = 5000;
-  ccComm_t comm = nullptr;
-  REQUIRE(ccCommInitRankConfig(&comm, 2, id, 0, &config) == ccInProgress);  // rank 1 never comes
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto start = std::chrono::steady_clock::now();
-  CHECK(ccCommAbort(comm) == ccSuccess);
-  double seconds = SecondsSince(start);
-  // "every call pending on it ... returns an error, then the communicator is freed": an abort must not sit out the
-  // init's whole timeout.
-  CHECK(seconds < 2.0);
+TEST_CASE("ccCommAbort or ccCommDestroy of a communicator whose non-blocking init waits for its peers returns "
+          "promptly", "[api][config][abort]") {
+  for (bool abort : {true, false}) {
+    INFO((abort ? "ccCommAbort" : "ccCommDestroy"));
+    ccUniqueId id;
+    REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.timeoutMs = 5000;
+    ccComm_t comm = nullptr;
+    REQUIRE(ccCommInitRankConfig(&comm, 2, id, 0, &config) == ccInProgress);  // rank 1 never comes
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto start = std::chrono::steady_clock::now();
+    CHECK((abort ? ccCommAbort(comm) : ccCommDestroy(comm)) == ccSuccess);
+    double seconds = SecondsSince(start);
+    // "every call pending on it ... returns an error, then the communicator is freed": neither may sit out the
+    // init's whole timeout (ccCommDestroy did, until the init timed out).
+    CHECK(seconds < 2.0);
+    int n = 0;
+    CHECK(ccCommCount(comm, &n) == ccInvalidArgument);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1256,6 +1308,51 @@ TEST_CASE("a compressor is one rank's: another rank's call with it at the same t
   CHECK(outs[0] == outs[1]);
   ccCompressorDestroy(shared);
   ccCompressorDestroy(own1);
+}
+
+// ccCompressorDestroy while a host call on another thread uses the compressor used to free it under the call (which
+// then read freed memory). Now the destroy is refused and the call finishes.
+TEST_CASE("ccCompressorDestroy of a compressor that a running call uses is ccInvalidUsage; the call finishes",
+          "[api][compressor]") {
+  const size_t count = 4096;
+  ccCompressor_t comp[2] = {nullptr, nullptr};
+  for (auto& c : comp) REQUIRE(ccCompressorCreateFromString(&c, "topk:density=0.5,chunk=64") == ccSuccess);
+  Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 60000));
+  REQUIRE(g.status == ccSuccess);
+  std::vector<std::vector<float>> outs(2, std::vector<float>(count, -7.0f));
+  std::vector<RankResult> results(2);
+  std::atomic<bool> calling{false}, destroyTried{false};
+  ccResult_t destroyRc = ccSuccess;
+  std::string destroyError;
+  std::thread destroyer([&] {
+    while (!calling.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Rank 0 is then inside its call (it takes the compressor at once), waiting for rank 1, which calls only after
+    // this attempt.
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(300 * cctest::TimeScale())));
+    destroyRc = ccCompressorDestroy(comp[0]);
+    destroyError = ccGetLastError(nullptr);
+    destroyTried = true;
+  });
+  RunRanks(2, [&](int r) {
+    std::vector<float> in(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i * 7919 + r * 31) % 1000) / 100.0f - 5.0f;
+    if (r == 0) {
+      calling = true;
+    } else {
+      while (!destroyTried.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    results[r] = Record(ccAllReduce(in.data(), outs[r].data(), count, ccFloat32, ccAvg, comp[r], g[r], nullptr), g[r]);
+  });
+  destroyer.join();
+  INFO("destroy: " << destroyError << "; rank 0: " << results[0].error << "; rank 1: " << results[1].error);
+  CHECK(destroyRc == ccInvalidUsage);
+  CHECK(Contains(destroyError, "in use by a call running on another thread"));
+  CHECK(results[0].rc == ccSuccess);
+  CHECK(results[1].rc == ccSuccess);
+  CHECK(outs[0] == outs[1]);
+  CHECK(outs[0][0] != -7.0f);
+  CHECK(ccCompressorDestroy(comp[0]) == ccSuccess);  // once the call has returned
+  CHECK(ccCompressorDestroy(comp[1]) == ccSuccess);
 }
 
 TEST_CASE("setting a compressor parameter to its value keeps the state; a reset on one rank only is caught by the "

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "core/handle_quarantine.h"
 
 namespace ccoll {
 
@@ -59,6 +60,8 @@ bool ParseShapes(const std::string& text, std::vector<TensorShape>* shapes);
 }  // namespace ccoll
 
 struct ccCompressor {
+  CC_QUARANTINED_HANDLE  // a destroyed compressor's address is not reused at once (core/handle_quarantine.h)
+
   ccCompressorKind_t kind = ccCompressCast16;
   std::map<ccCompressorParam_t, int64_t> values;  // every parameter that applies to `kind`
   std::vector<ccoll::TensorShape> shapes;         // powersgd: the bucket's tensors (empty: rows/cols)
@@ -91,6 +94,7 @@ struct ccCompressor {
   const ccComm* user = nullptr;
   int uses = 0;
   int queuedUses = 0;  // of them, device calls queued on the communicator's proxy
+  int taking = 0;      // calls found live and not yet done taking a use (PinLiveCompressor)
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   // Waits until no queued device call uses this compressor any more.
@@ -114,6 +118,10 @@ namespace ccoll {
 
 // True while c is a compressor made by ccCompressorCreate* and not destroyed yet.
 bool IsLiveCompressor(ccCompressor* c);
+
+// IsLiveCompressor, and when true also raises c->taking, in one step under the live set's lock: ccCompressorDestroy
+// then refuses c (in use) until the caller, holding c->useMutex, lowers it again.
+bool PinLiveCompressor(ccCompressor* c);
 
 // False, with the reason in *why, when c's parameters cannot run together: rounding=correlated outside the
 // homomorphic mode. (Each parameter on its own is checked when it is set.)

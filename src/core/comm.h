@@ -12,6 +12,7 @@
 
 #include "ccoll.h"
 #include "core/buffer_ops.h"
+#include "core/handle_quarantine.h"
 #include "core/device_proxy.h"
 #include "transport/stream_transport.h"
 #include "transport/transport.h"
@@ -48,6 +49,8 @@ const char* AlgoName(ccAlgo_t a);
 }  // namespace ccoll
 
 struct ccComm {
+  CC_QUARANTINED_HANDLE  // a destroyed communicator's address is not reused at once (core/handle_quarantine.h)
+
   int rank = 0;
   int nranks = 0;
   ccoll::CommConfig config;
