@@ -558,8 +558,9 @@ CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t 
 
 /**
  * powersgd: describes the bucket as `ntensors` tensors laid out one after the other, tensor i a row-major
- * rows[i] x cols[i] matrix (cols[i] = 1 for a vector). Vectors, and matrices too small to gain from rank r
- * (r * (rows + cols) >= rows * cols), are all-reduced exactly; the others through rank-r power iteration. The sum of
+ * rows[i] x cols[i] matrix (cols[i] = 1 for a vector). Vectors, and matrices that rank r would not shrink at least
+ * 2x (2 r (rows + cols) >= rows * cols, r capped at min(rows, cols); as PyTorch's hook), are all-reduced exactly;
+ * the others through rank-r power iteration. The sum of
  * rows[i] * cols[i] must equal the count of every ccAllReduce with this compressor (ccInvalidUsage otherwise).
  * ntensors = 0 clears the list (back to rows/cols). Resets the compressor's state.
  */
