@@ -17,6 +17,10 @@ ASAN_DIR=${ASAN_DIR:-build-asan}
 TSAN_DIR=${TSAN_DIR:-build-tsan}
 JOBS=${JOBS:-$(nproc)}
 WHAT=${1:-all}
+# Time limits inside tests that are written for the normal build (test_peer_death's detection slack, the Python
+# tests' rank limit, test_api's timeout case) scale by this, under both sanitizers; the ctest TIMEOUTs scale in CMake
+# (CCOLL_TIMEOUT_SCALE).
+export CCTEST_TIME_SCALE=4
 
 LAUNCHER=""
 command -v ccache >/dev/null 2>&1 && LAUNCHER="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
@@ -56,9 +60,6 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   # ENVIRONMENT.md). Every other test runs with leak detection on. UBSan: every finding is fatal (halt_on_error also
   # covers float-cast-overflow, which -fno-sanitize-recover=undefined does not include).
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  # Time limits inside tests that are written for the normal build (test_peer_death's detection slack, the Python
-  # tests' rank limit) scale by this; the ctest TIMEOUTs scale in CMake (CCOLL_TIMEOUT_SCALE).
-  export CCTEST_TIME_SCALE=4
   asan_common="abort_on_error=0:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1"
   mpi_tests='^(test_processes\.|perf_mpi_(allreduce|reduce|sendrecv|alltoall)$|perf_compare_mpi_script$)'
   py_env=()

@@ -17,6 +17,7 @@
 #include "ccoll.h"
 #include "compress/float16.h"
 #include "core/comm.h"
+#include "rank_harness.h"
 
 namespace {
 
@@ -379,7 +380,7 @@ void PointToPointMismatchCase(int seconds) {
   if (gRank == 0 && ccGetUniqueId(&id) != ccSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
   ccConfig_t config = CC_CONFIG_INITIALIZER;
-  config.timeoutMs = seconds * 1000;
+  config.timeoutMs = static_cast<int>(seconds * 1000 * cctest::TimeScale());  // init and all-reduce meet it too
   ccComm_t comm = nullptr;
   if (ccCommInitRankConfig(&comm, gRanks, id, gRank, &config) != ccSuccess) {
     Report(false, std::string("mismatch init: ") + ccGetLastError(nullptr));
