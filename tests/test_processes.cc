@@ -370,11 +370,16 @@ void PointToPointCase(ccComm_t comm) {
 }
 
 // Over UCX a message longer than a slice travels as slices after its length, except where the endpoints of both ranks
-// use shared memory (ccComm::p2pSliced; here UCX_TLS=tcp,self slices and sysv,self does not). A
-// receive of another length (here both many slices long) fails: sliced, with the two lengths, instead of taking the
-// first slices; unsliced, with UCX's truncation. On a communicator of its own, which the failure ends; the sender,
-// whose data left, gets success or a timeout, never a hang.
-void PointToPointMismatchCase(int seconds) {
+// use shared memory (ccComm::p2pSliced; here UCX_TLS=tcp,self slices and sysv,self does not). A receive of another
+// length fails on the receiver with ccInvalidUsage, whatever the two lengths:
+// - both many slices long (2 MiB sent, 1 MiB expected): sliced, the lengths differ, instead of the receive taking the
+//   first slices; unsliced, UCX's truncation;
+// - 512 KiB sent, 8 bytes expected, and 8 bytes sent, 512 KiB expected: sliced, the 8-byte message and the length
+//   sent before the slices are payloads of different kinds (the length used to pass for the 8-byte message, and the
+//   slices for the next receives); unsliced, UCX's length check.
+// On a communicator of its own, which the failure ends; the sender, whose data left, gets success or a timeout,
+// never a hang.
+void PointToPointMismatchCase(int seconds, size_t sendBytes, size_t recvBytes) {
   if (gRanks < 2) return;
   ccUniqueId id;
   if (gRank == 0 && ccGetUniqueId(&id) != ccSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
@@ -382,11 +387,13 @@ void PointToPointMismatchCase(int seconds) {
   ccConfig_t config = CC_CONFIG_INITIALIZER;
   config.timeoutMs = static_cast<int>(seconds * 1000 * cctest::TimeScale());  // init and all-reduce meet it too
   ccComm_t comm = nullptr;
+  const std::string which = " (" + std::to_string(sendBytes) + " bytes sent, " + std::to_string(recvBytes) +
+                            " expected)";
   if (ccCommInitRankConfig(&comm, gRanks, id, gRank, &config) != ccSuccess) {
     Report(false, std::string("mismatch init: ") + ccGetLastError(nullptr));
     return;
   }
-  std::vector<char> buf(size_t{2} << 20, 1);
+  std::vector<char> buf(std::max(sendBytes, recvBytes), 1);
   bool ok = true;
   std::string why;
   const char* tlsSet = std::getenv("UCX_TLS");
@@ -400,6 +407,7 @@ void PointToPointMismatchCase(int seconds) {
     }
   }
   const bool sliced = comm->p2pSliced.at(gRank == 0 ? 1 : 0) != 0;
+  const size_t slice = comm->config.sliceBytes;
   // Every endpoint connected first: torn down after the failure, one never connected would try to connect to peers
   // that are gone (UCX's tcp logs each refusal).
   if (ccAllReduce(buf.data(), buf.data(), 8, ccInt8, ccMax, nullptr, comm, nullptr) != ccSuccess) {
@@ -407,23 +415,34 @@ void PointToPointMismatchCase(int seconds) {
     why = std::string("all-reduce: ") + ccGetLastError(comm);
   }
   if (ok && gRank == 0) {
-    const ccResult_t rc = ccSend(buf.data(), size_t{2} << 20, ccInt8, 1, comm, nullptr);
+    const ccResult_t rc = ccSend(buf.data(), sendBytes, ccInt8, 1, comm, nullptr);
     if (rc != ccSuccess && rc != ccTimeout) {
       ok = false;
       why = std::string("sender: ") + ccGetLastError(comm);
     }
   } else if (ok && gRank == 1) {
-    const ccResult_t rc = ccRecv(buf.data(), size_t{1} << 20, ccInt8, 0, comm, nullptr);
+    std::fill(buf.begin(), buf.end(), 7);
+    const ccResult_t rc = ccRecv(buf.data(), recvBytes, ccInt8, 0, comm, nullptr);
     const std::string e = ccGetLastError(comm);
-    const std::string want = sliced ? "rank 0 sent 2097152 bytes but rank 1 expects 1048576 bytes"
-                                    : "rank 1 expected 1048576 bytes from rank 0 (tag ";
-    const std::string end = sliced ? want : "but a larger message arrived";
+    std::string want, end;
+    if (sliced && sendBytes > slice && recvBytes > slice) {
+      want = "rank 0 sent " + std::to_string(sendBytes) + " bytes but rank 1 expects " + std::to_string(recvBytes) +
+             " bytes";
+      end = want;
+    } else if (sliced && (sendBytes > slice || recvBytes > slice)) {
+      want = "rank 1 expected a point-to-point ";
+      end = "a ccSend and its ccRecv differ in size";
+    } else {
+      want = "rank 1 expected " + std::to_string(recvBytes) + " bytes from rank 0 (tag ";
+      end = sendBytes > recvBytes ? "but a larger message arrived" : "but " + std::to_string(sendBytes) +
+                                                                          " bytes arrived";
+    }
     if (rc != ccInvalidUsage || e.find(want) == std::string::npos || e.find(end) == std::string::npos) {
       ok = false;
       why = "receiver: " + std::string(ccGetErrorString(rc)) + ": " + e;
     }
   }
-  Report(ok, "point-to-point size mismatch: " + why);  // (a barrier: every rank is done before any tears down)
+  Report(ok, "point-to-point size mismatch" + which + ": " + why);  // (a barrier: every rank is done first)
   ccCommAbort(comm);
 }
 
@@ -469,7 +488,11 @@ int main(int argc, char** argv) {
     CompressedCase(comm, "randk:density=0.5", 1.0);
     if (algo == ccAlgoRing) SplitCase(comm);
     if (algo == ccAlgoRing) PointToPointCase(comm);
-    if (algo == ccAlgoRing) PointToPointMismatchCase(3);
+    if (algo == ccAlgoRing) {
+      PointToPointMismatchCase(3, size_t{2} << 20, size_t{1} << 20);
+      PointToPointMismatchCase(3, size_t{512} << 10, 8);
+      PointToPointMismatchCase(3, 8, size_t{512} << 10);
+    }
     ccCommStats_t stats;
     stats.size = sizeof(stats);
     Report(ccCommGetStats(comm, &stats) == ccSuccess && (gRanks == 1 || stats.bytesSent > 0), "stats");

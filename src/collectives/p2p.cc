@@ -48,11 +48,12 @@ ccResult_t RunPointToPoint(ccComm* comm, const std::vector<PointToPoint>& ops) {
   }
   // Over a network, a message longer than a slice travels as slices (UCX's tcp moves one large message at a third of
   // the rate of slices in flight), after an 8-byte message with its length, which the receiver checks: slices of two
-  // different lengths would otherwise pair up without an error. Not where UCX chose shared memory (ccComm::p2pSliced):
-  // there the 3 peers' slices of a 4-process all-to-all cost it up to 10x on a 2-core host.
+  // different lengths would otherwise pair up without an error. The length is a payload kind of its own, so that it
+  // cannot pair with an 8-byte message either. Not where UCX chose shared memory (ccComm::p2pSliced): there the 3
+  // peers' slices of a 4-process all-to-all cost it up to 10x on a 2-core host.
   const size_t slice = comm->config.sliceBytes;
   auto sliced = [&](const PointToPoint& op) { return op.bytes > slice && comm->p2pSliced[op.peer] != 0; };
-  Inflight io(comm, kWirePointToPoint);
+  Inflight io(comm, kWirePointToPoint), lengthIo(comm, kWirePointToPointLength);
   std::vector<uint64_t> lengths(ops.size(), 0);  // a sliced send's length, or the length a sliced receive got
   std::vector<Request*> lengthReqs(ops.size(), nullptr);
   for (int pass = 0; pass < 2; ++pass) {  // receives first, so that a send can find its peer's receive posted
@@ -60,32 +61,33 @@ ccResult_t RunPointToPoint(ccComm* comm, const std::vector<PointToPoint>& ops) {
       const PointToPoint& op = ops[i];
       if (op.peer == comm->rank || op.send != (pass == 1)) continue;
       uint64_t& counter = op.send ? comm->p2pSent[op.peer] : comm->p2pReceived[op.peer];
-      auto post = [&](void* buf, size_t bytes, Request** req) {
+      auto post = [&](Inflight& on, void* buf, size_t bytes, Request** req) {
         const uint64_t tag = Tag(ccComm::kPointToPointSeq, counter++);
-        return op.send ? io.Send(op.peer, buf, bytes, tag, req) : io.Recv(op.peer, buf, bytes, tag, req);
+        return op.send ? on.Send(op.peer, buf, bytes, tag, req) : on.Recv(op.peer, buf, bytes, tag, req);
       };
       if (!sliced(op)) {
         Request* req = nullptr;
-        CC_CHECK(post(op.buf, op.bytes, &req));
+        CC_CHECK(post(io, op.buf, op.bytes, &req));
         continue;
       }
       if (op.send) lengths[i] = op.bytes;
-      CC_CHECK(post(&lengths[i], sizeof(uint64_t), &lengthReqs[i]));
+      CC_CHECK(post(lengthIo, &lengths[i], sizeof(uint64_t), &lengthReqs[i]));
       for (size_t at = 0; at < op.bytes; at += slice) {
         Request* req = nullptr;
-        CC_CHECK(post(static_cast<char*>(op.buf) + at, op.bytes - at < slice ? op.bytes - at : slice, &req));
+        CC_CHECK(post(io, static_cast<char*>(op.buf) + at, op.bytes - at < slice ? op.bytes - at : slice, &req));
       }
     }
   }
   for (size_t i = 0; i < ops.size(); ++i) {  // the lengths first: a receive of another length fails at once
     if (lengthReqs[i] == nullptr) continue;  // not sliced
-    CC_CHECK(io.Wait(&lengthReqs[i]));
+    CC_CHECK(lengthIo.Wait(&lengthReqs[i]));
     if (!ops[i].send && lengths[i] != ops[i].bytes) {
       return Fail(ccInvalidUsage, "rank %d sent %llu bytes but rank %d expects %zu bytes (a point-to-point message): "
                   "a ccSend and its ccRecv differ in size", ops[i].peer, static_cast<unsigned long long>(lengths[i]),
                   comm->rank, ops[i].bytes);
     }
   }
+  CC_CHECK(lengthIo.WaitAll());
   return io.WaitAll();
 }
 

@@ -45,6 +45,8 @@ const char* WireKindName(WireKind kind) {
       return "call-check record";
     case kWirePointToPoint:
       return "point-to-point message";
+    case kWirePointToPointLength:
+      return "point-to-point length (sent before a message of more than a slice)";
     case kWireCodecBase + ccCompressCast16:
       return "cast16 payload";
     case kWireCodecBase + ccCompressQuant:
@@ -97,6 +99,14 @@ ccResult_t CheckWireHeader(const WireHeader& h, WireKind expect, const void* pay
                    "%u flags 0x%x; expected magic 0x%08x version %u (a foreign or corrupted message, or another ccoll "
                    "version)",
                    self, peer, t, h.magic, h.version, h.flags, kWireMagic, kWireVersion);
+  }
+  const bool pointToPoint = (h.kind == kWirePointToPoint || h.kind == kWirePointToPointLength) &&
+                            (expect == kWirePointToPoint || expect == kWirePointToPointLength);
+  if (h.kind != expect && pointToPoint) {
+    return Explain(why, ccInvalidUsage,
+                   "rank %d expected a %s from rank %d (tag %llu) but got a %s: a ccSend and its ccRecv differ in "
+                   "size",
+                   self, WireKindName(expect), peer, t, WireKindName(h.kind));
   }
   if (h.kind != expect) {
     return Explain(why, ccInvalidUsage,

@@ -22,6 +22,7 @@ using WireKind = uint16_t;
 constexpr WireKind kWireData = 1;           // elements of the user's datatype (exact collectives, metadata)
 constexpr WireKind kWireCallCheck = 2;      // the call check's agreement record
 constexpr WireKind kWirePointToPoint = 3;   // a ccSend's elements
+constexpr WireKind kWirePointToPointLength = 4;  // the length sent before a ccSend's slices (collectives/p2p.cc)
 constexpr WireKind kWireCodecBase = 0x100;  // + ccCompressorKind_t: one codec's messages
 
 struct WireHeader {
