@@ -149,7 +149,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   // side, when set, returns the part of ccCommGetStats' counters that is not the benchmark's own (the side
   // channel's, when it runs on the same communicator): bytes sent (less call-check records) and nominal bytes.
   // comp: a compressor made from the -z spec (null: exact). A compressor is one bucket's state, so every size gets a
-  // fresh one, made at its first (warmup) call.
+  // fresh one, made at its first (warmup) call, and so does the check call (Reset).
   CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<SideBytes()> side)
       : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), es_(ccperf::Info(o.dtype).size),
         op_(ToCc(o.op)), root_(o.root), side_(std::move(side)) {}
@@ -173,15 +173,7 @@ class CcollAllReducer : public ccperf::AllReducer {
 
   bool Run(const void* send, void* recv, size_t count) override {
     if (comp_ != nullptr && count != bucket_) {
-      if (bucket_ != 0) {
-        ccCompressorDestroy(comp_);
-        comp_ = nullptr;
-        ccResult_t c = ccCompressorCreateFromString(&comp_, spec_.c_str());
-        if (c != ccSuccess) {
-          error_ = Failure("ccCompressorCreateFromString", c, nullptr);
-          return false;
-        }
-      }
+      if (bucket_ != 0 && !Recreate()) return false;
       bucket_ = count;
     }
     ccStream_t stream = nullptr;
@@ -200,6 +192,9 @@ class CcollAllReducer : public ccperf::AllReducer {
     error_ = Failure(kReduce ? "ccReduce" : "ccAllReduce", r, comm_);
     return false;
   }
+  // The check call's compressor is a fresh one, bound to the same count at its first call.
+  bool Reset() override { return comp_ == nullptr || Recreate(); }
+
 #ifdef CCOLL_PERF_CUDA
   bool Upload(const void* host, size_t bytes) override { return !twins_ || twins_->Upload(host, bytes, &error_); }
   bool Download(void* host, size_t bytes) override { return !twins_ || twins_->Download(host, bytes, &error_); }
@@ -267,6 +262,16 @@ class CcollAllReducer : public ccperf::AllReducer {
   }
 
  private:
+  // Replaces comp_ with a fresh compressor of the same spec.
+  bool Recreate() {
+    ccCompressorDestroy(comp_);
+    comp_ = nullptr;
+    ccResult_t c = ccCompressorCreateFromString(&comp_, spec_.c_str());
+    if (c == ccSuccess) return true;
+    error_ = Failure("ccCompressorCreateFromString", c, nullptr);
+    return false;
+  }
+
   ccComm_t comm_;
   ccCompressor_t comp_;
   std::string spec_;
@@ -380,8 +385,9 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
     report.Line("#wrong: elements of block p not bitwise equal to block `rank` of rank p's input; inputs: -D %s",
                 o.dist.c_str());
   } else {
-    report.Line("error: vNMSE vs the fp64 reference; #wrong: elements outside the dtype's rounding tolerance (exact), "
-                "or non-finite (codecs); inputs: -D %s", o.dist.c_str());
+    report.Line("error: vNMSE vs the fp64 reference, of one checked call with a fresh compressor (no error-feedback "
+                "memory or warm start from the timed calls); #wrong: elements outside the dtype's rounding tolerance "
+                "(exact), or non-finite (codecs); inputs: -D %s", o.dist.c_str());
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,11 +67,15 @@ class RankRun {
     if (!group_.AllOk(ok)) return 1;
 
     bool failed = false;
+    size_t lastCount = SIZE_MAX;
     for (size_t bytes = o_.minBytes; bytes <= o_.maxBytes;) {
-      if (!OneSize(bytes)) {
+      // A size that rounds to the element count of the one before (below an element, or an all-to-all's n blocks)
+      // is that row again: skipped.
+      if (CountOf(bytes) != lastCount && !OneSize(bytes)) {
         failed = true;
         break;
       }
+      lastCount = CountOf(bytes);
       if (bytes == 0 && o_.maxBytes > 0) {  // (a factor would never leave 0)
         bytes = 1;
         continue;
@@ -135,9 +140,15 @@ class RankRun {
     return true;
   }
 
+  // The elements a requested size runs: whole elements, and for an all-to-all a multiple of n.
+  size_t CountOf(size_t requested) const {
+    const size_t blocks = s_.exchange ? static_cast<size_t>(group_.nranks()) : 1;
+    return requested / es_ / blocks * blocks;
+  }
+
   bool OneSize(size_t requested) {
     const int n = group_.nranks(), rank = group_.rank();
-    const size_t count = requested / es_ / (s_.exchange ? n : 1) * (s_.exchange ? n : 1);
+    const size_t count = CountOf(requested);
     const size_t bytes = count * es_;
     void* out = o_.inplace ? send_.get() : recv_.get();
     if (o_.inplace) {
@@ -213,6 +224,9 @@ class RankRun {
                  (o_.inplace || reducer_.Upload(out, outBytes));
     if (!moved) Complain("copying the inputs to the device failed: %s", reducer_.LastError().c_str());
     if (!group_.AllOk(moved)) return false;
+    const bool reset = reducer_.Reset();
+    if (!reset) Complain("a fresh state for the check failed: %s", reducer_.LastError().c_str());
+    if (!group_.AllOk(reset)) return false;
     if (!group_.AllOk(Repeat(1, count, bytes, "check"))) return false;
     moved = reducer_.Download(out, outBytes) && (o_.inplace || reducer_.Download(send_.get(), bytes));
     if (!moved) Complain("copying the outputs from the device failed: %s", reducer_.LastError().c_str());
@@ -240,6 +254,7 @@ class RankRun {
     group_.SumU64(counts, 2);
     row->checked = true;
     row->error = Vnmse(sq[0], sq[1]);
+    row->errorMeasured = !s_.shift && !s_.exchange;
     row->lossy = !s_.exactCheck;
     row->vnmseBound = o_.maxVnmse;
     row->wrong = counts[0];

@@ -29,6 +29,9 @@ class AllReducer {
   virtual bool Upload(const void* /*host*/, size_t /*bytes*/) { return true; }
   virtual bool Download(void* /*host*/, size_t /*bytes*/) { return true; }
   virtual bool Finish() { return true; }
+  // Before the check call: drops the state the earlier calls left (a compressor's error-feedback memory, PowerSGD's
+  // warm-started Q), so that the error column is one call's error whatever -n, -w and -I were. False on error.
+  virtual bool Reset() { return true; }
 };
 
 struct BenchSetup {

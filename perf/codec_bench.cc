@@ -8,6 +8,7 @@
 //
 //   codec_bench [-n elements] [-r repeats] [spec ...]
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -44,11 +45,27 @@ int main(int argc, char** argv) {
   size_t count = 16u << 20;
   int repeats = 5;
   std::vector<std::string> specs;
+  // A positive decimal integer no larger than `max`, or -1.
+  auto positive = [](const char* text, long long max) -> long long {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text, &end, 10);
+    return errno == 0 && end != text && *end == '\0' && v >= 1 && v <= max ? v : -1;
+  };
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-      count = std::strtoull(argv[++i], nullptr, 10);
-    } else if (std::strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
-      repeats = std::atoi(argv[++i]);
+    if ((std::strcmp(argv[i], "-n") == 0 || std::strcmp(argv[i], "-r") == 0) && i + 1 < argc) {
+      const bool n = argv[i][1] == 'n';
+      const long long v = positive(argv[++i], n ? (1ll << 34) : 1000000);
+      if (v < 0) {
+        std::fprintf(stderr, "%s: %s takes a positive integer%s, not \"%s\"\n", argv[0], argv[i - 1],
+                     n ? " (elements, at most 2^34)" : " (at most 1000000)", argv[i]);
+        return 2;
+      }
+      if (n) {
+        count = static_cast<size_t>(v);
+      } else {
+        repeats = static_cast<int>(v);
+      }
     } else if (argv[i][0] == '-') {
       std::fprintf(stderr, "usage: %s [-n elements] [-r repeats] [spec ...]\n", argv[0]);
       return 2;
@@ -69,8 +86,9 @@ int main(int argc, char** argv) {
   for (float& v : other) v = normal(rng);
   const double gb = static_cast<double>(count) * sizeof(float) / 1e9;
   double copy = Best(repeats, [&] { std::memcpy(work.data(), x.data(), count * sizeof(float)); });
-  std::printf("# codec_bench: %zu float32 (%.0f MiB), slice %zu, best of %d, one core\n", count,
+  std::printf("# codec_bench: %zu float32 (%.1f MiB), slice %zu, best of %d, one core\n", count,
               count * 4.0 / (1 << 20), slice, repeats);
+  std::printf("# GB/s: float32 input bytes (4 per element) per second, memcpy's too (it also writes as many)\n");
   std::printf("# memcpy: %.2f GB/s\n", gb / copy);
   std::printf("%-54s %8s %8s %8s %8s %8s %8s\n", "# spec", "encode", "hop", "decode", "finish", "enc/cpy",
               "hop/cpy");

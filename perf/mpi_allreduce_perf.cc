@@ -95,8 +95,9 @@ int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** arg
     report.CommandAndArgs(argc, argv, o, "mpi");
     report.Line("nranks: %d (MPI processes)", group.nranks());
     report.Line("library: %s", first.c_str());
-    report.Line("time: us per all-reduce, mean of -n iterations timed on rank 0 between barriers, after -w warmup "
-                "iterations at each size; algbw = size / time; busbw = algbw * 2(n-1)/n");
+    report.Line("time: us per all-reduce, mean of -n iterations, each rank timing its own from a common barrier to "
+                "its last call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = "
+                "size / time; busbw = algbw * 2(n-1)/n");
     report.Line("wirebits: nominal 2(n-1)/n * element bits (MPI does not count its bytes); error: vNMSE vs the fp64 "
                 "reference; #wrong: elements outside the dtype's rounding tolerance");
     report.ColumnHeader();

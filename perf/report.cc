@@ -11,7 +11,7 @@ namespace ccperf {
 namespace {
 
 std::string ErrorText(const Row& r) {
-  if (!r.checked) return "N/A";
+  if (!r.checked || !r.errorMeasured) return "N/A";
   if (r.error == 0) return "0";
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2e", r.error);
@@ -149,7 +149,8 @@ bool Report::WriteJson(const std::string& path, std::string* error) const {
        << ", \"wirebits\": " << JsonNumber(r.wirebits)
        << ", \"wirebits_measured\": " << (r.wirebitsMeasured ? "true" : "false");
     if (r.checked) {
-      js << ", \"error\": " << JsonNumber(r.error) << ", \"wrong\": " << r.wrong
+      js << ", \"error\": " << (r.errorMeasured ? JsonNumber(r.error) : std::string("null"))
+         << ", \"wrong\": " << r.wrong
          << ", \"identical\": " << (r.identical ? "true" : "false")
          << ", \"send_intact\": " << (r.sendIntact ? "true" : "false");
     } else {

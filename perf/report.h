@@ -24,6 +24,7 @@ struct Row {
   bool wirebitsMeasured = true;  // false: nominal (the implementation cannot count its bytes)
   bool checked = false;  // the fields below are meaningful
   double error = 0;      // vNMSE against the fp64 reference
+  bool errorMeasured = true;  // false: no reference to measure against (sendrecv, all-to-all: #wrong only)
   uint64_t wrong = 0;    // elements outside tolerance, plus elements written past the end
   bool identical = true;     // every rank's output had the same bits
   bool sendIntact = true;    // out of place: sendbuff was not modified
