@@ -502,11 +502,11 @@ typedef enum {
                                     output's own rounding to 16 bits is not kept (see the README). */
   ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16); topk/randk:
                                     ccFloat32 or ccBfloat16 for the sent values; powersgd: for P and Q (default
-                                    f32). powersgd with bf16 factors: on an input that repeats call after call,
-                                    their rounding holds the warm-started iteration back, and the error-feedback
-                                    memory can grow past one call's gradient (a 64x64 rank-2 input, 2 ranks, after
-                                    3200 calls: 1.7 times one call's mean, still growing; with f32 factors 0.31,
-                                    flat). */
+                                    f32). powersgd with bf16 factors: on an input that repeats call after call, the
+                                    error-feedback memory can grow past one call's gradient, with or without warm
+                                    start (a 64x64 rank-2 input, 2 ranks, after 3200 calls: 1.7 times one call's
+                                    mean, still growing; with f32 factors 0.31, flat). Cause not established: P or Q
+                                    alone in f32 only slows it. */
   ccParamUnbiased = 240,       /**< [unbiased] randk: 1 scales sent values by 1/density (unbiased, higher
                                     variance); needs ef=0 (a call with ef=1 is ccInvalidUsage, a spec string
                                     ccInvalidArgument). Default 0. */
