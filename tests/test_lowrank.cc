@@ -209,8 +209,12 @@ TEST_CASE("rank-deficient averages (equal rows, few distinct rows, one nonzero r
       }
     }
     const std::vector<double> m = Mean(in);
-    for (const char* spec : {"powersgd:rows=100,cols=120,rank=4", "powersgd:rows=100,cols=120,rank=8,ef=0",
-                             "powersgd:rows=100,cols=120,rank=4,warm=0", "powersgd:rows=100,cols=120,rank=3"}) {
+    // eps > 0 too: each column then has less than unit length, and only its full projection removes its direction
+    // from the later columns (with eps=1e-8 the output was 2x the average of a constant matrix).
+    for (const char* spec :
+         {"powersgd:rows=100,cols=120,rank=4", "powersgd:rows=100,cols=120,rank=8,ef=0",
+          "powersgd:rows=100,cols=120,rank=4,warm=0", "powersgd:rows=100,cols=120,rank=3",
+          "powersgd:rows=100,cols=120,rank=4,eps=1e-8", "powersgd:rows=100,cols=120,rank=8,eps=1e-6"}) {
       INFO(kind << ", " << spec);
       Compressors comps(spec, nranks);
       REQUIRE(comps.status == ccSuccess);

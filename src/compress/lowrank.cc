@@ -108,9 +108,11 @@ void Orthogonalize(float* a, int64_t rows, int r, double eps, std::vector<double
       continue;
     }
     for (int64_t i = 0; i < rows; ++i) w[i * r + j] /= denom;
+    const double scale = LowRankProjectionScale(sq, denom, eps);
     for (int k = j + 1; k < r; ++k) {
       double dot = 0.0;
       for (int64_t i = 0; i < rows; ++i) dot += w[i * r + j] * w[i * r + k];
+      dot *= scale;
       for (int64_t i = 0; i < rows; ++i) w[i * r + k] -= dot * w[i * r + j];
     }
   }

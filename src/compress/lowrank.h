@@ -47,8 +47,18 @@ CC_HD bool LowRankDependent(double left, double before) {
   return before <= 1.7976931348623157e308 && left <= 1e-14 * before;
 }
 
+// The factor on a dot product with column j, once divided by denom = ||column j|| + eps (its squared norm was sq), that
+// removes all of column j's direction from a later column: its squared length is now sq / denom^2, below 1 with
+// eps > 0, and subtracting just dot times it left a share of the direction behind (about 2 eps / ||column j||), which
+// normalized became a second copy of column j: PowerSGD returned 2x the average of a constant matrix with eps > 0.
+// Exactly 1 with eps = 0, so that the bytes are those of plain modified Gram-Schmidt (as PyTorch's hook computes).
+CC_HD double LowRankProjectionScale(double sq, double denom, double eps) {
+  return eps > 0.0 ? denom * denom / sq : 1.0;
+}
+
 // Orthonormalizes the r columns of the row-major rows x r matrix a in place by modified Gram-Schmidt in double
-// precision: column j /= (||column j|| + eps), then it is removed from the later columns. A column with nothing
+// precision: column j /= (||column j|| + eps), then its direction is removed from the later columns (with
+// LowRankProjectionScale). A column with nothing
 // left (norm + eps == 0, e.g. an all-zero input), or dependent on the earlier ones (LowRankDependent), becomes
 // zero instead. Deterministic: the same input gives the same bytes on every rank. scratch: grown to rows * r + r
 // doubles and kept by the caller (no allocation per call).

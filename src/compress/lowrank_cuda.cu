@@ -48,8 +48,10 @@ __device__ void GramSchmidt(double* w, int64_t rows, int r, double eps, Reduce::
     for (int64_t i = threadIdx.x; i < rows; i += kThreads) w[i * r + j] = zero ? 0.0 : w[i * r + j] / denom;
     __syncthreads();
     if (zero) continue;
+    const double scale = LowRankProjectionScale(sq, denom, eps);
     for (int k = j + 1; k < r; ++k) {
-      const double dot = BlockSum(rows, [&](int64_t i) { return w[i * r + j] * w[i * r + k]; }, temp, shared);
+      const double dot =
+          scale * BlockSum(rows, [&](int64_t i) { return w[i * r + j] * w[i * r + k]; }, temp, shared);
       for (int64_t i = threadIdx.x; i < rows; i += kThreads) w[i * r + k] -= dot * w[i * r + j];
       __syncthreads();
     }
