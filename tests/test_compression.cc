@@ -1108,6 +1108,24 @@ CallResult RunOnce(const Group& g, const std::string& spec, const Buffers& in, b
   return res;
 }
 
+// `large` is the call on `small`'s inputs scaled by the power of two `up`, which commutes with every rounding of the
+// codec, the sums and the scales: its outputs must be the same on every rank, finite, and exactly `up` times
+// `small`'s, bit for bit.
+void CheckScaledExactly(const CallResult& small, const CallResult& large, float up) {
+  CHECK(FirstDifferentRank(large.out) == -1);
+  CHECK(AllFinite(large.out[0]));
+  const size_t count = small.out[0].size();
+  size_t differ = 0, first = count;
+  for (size_t i = 0; i < count; ++i) {
+    if (ccoll::FloatBits(large.out[0][i]) != ccoll::FloatBits(small.out[0][i] * up)) {
+      ++differ;
+      first = std::min(first, i);
+    }
+  }
+  INFO(differ << " outputs differ from " << up << " times the unscaled ones, the first at " << first);
+  CHECK(differ == 0);
+}
+
 }  // namespace
 
 TEST_CASE("a NaN or an Inf on one rank gives the same non-finite result on every rank, for every codec",
@@ -1353,20 +1371,10 @@ TEST_CASE("quant with rotation: inputs scaled by 2^121 give outputs scaled by ex
     INFO(spec);
     CallResult small = RunOnce(g, spec, in);
     CallResult large = RunOnce(g, spec, big);
-    CHECK(FirstDifferentRank(large.out) == -1);
-    CHECK(AllFinite(large.out[0]));
+    CheckScaledExactly(small, large, up);
     double sumMax = 0.0;
     for (double v : exact) sumMax = std::max(sumMax, std::fabs(v) * nranks * static_cast<double>(up));
     CHECK(sumMax > std::numeric_limits<float>::max() / 128.0);  // the inputs reach the range this is about
-    size_t differ = 0, first = count;
-    for (size_t i = 0; i < count; ++i) {
-      if (ccoll::FloatBits(large.out[0][i]) != ccoll::FloatBits(small.out[0][i] * up)) {
-        ++differ;
-        first = std::min(first, i);
-      }
-    }
-    INFO(differ << " outputs differ from 2^121 times the unscaled ones, the first at " << first);
-    CHECK(differ == 0);
     CHECK(Vnmse(small.out[0], exact) < 0.1);
   }
 }
@@ -1446,17 +1454,7 @@ TEST_CASE("quant: group scales above FLT_MAX / 2 decode to finite values, exactl
       INFO(spec << (algo == ccAlgoRing ? " on the ring" : " on the trees"));
       CallResult small = RunOnce(g, spec, in);
       CallResult large = RunOnce(g, spec, big);
-      CHECK(FirstDifferentRank(large.out) == -1);
-      CHECK(AllFinite(large.out[0]));
-      size_t differ = 0, first = count;
-      for (size_t i = 0; i < count; ++i) {
-        if (ccoll::FloatBits(large.out[0][i]) != ccoll::FloatBits(small.out[0][i] * up)) {
-          ++differ;
-          first = std::min(first, i);
-        }
-      }
-      INFO(differ << " outputs differ from 2^121 times the unscaled ones, the first at " << first);
-      CHECK(differ == 0);
+      CheckScaledExactly(small, large, up);
       CHECK(std::fabs(large.out[0][97] / up - exact[97]) < 0.25 * exact[97]);  // a planted element: 22.5 on average
     }
   }
