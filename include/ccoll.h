@@ -502,11 +502,17 @@ typedef enum {
                                     output's own rounding to 16 bits is not kept (see the README). */
   ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16); topk/randk:
                                     ccFloat32 or ccBfloat16 for the sent values; powersgd: for P and Q (default
-                                    f32). powersgd with bf16 factors: on an input that repeats call after call, the
-                                    error-feedback memory can grow past one call's gradient, with or without warm
-                                    start (a 64x64 rank-2 input, 2 ranks, after 3200 calls: 1.7 times one call's
-                                    mean, still growing; with f32 factors 0.31, flat). Cause not established: P or Q
-                                    alone in f32 only slows it. */
+                                    f32). powersgd with bf16 factors where the ranks' gradients differ the same way
+                                    call after call (non-iid data): each rank's error-feedback memory drifts from
+                                    the others' by the sum of those differences, so its share of P and Q grows
+                                    while their sum does not, and the bf16 rounding of each share (2^-9 of it)
+                                    swamps the sum; the power iteration then misses the average's directions and the
+                                    running sum of outputs strays from the running sum of averages. 2 ranks, each
+                                    its own 64x64 rank-2 matrix every call, rank=2: 5.8 times one call's average
+                                    after 3200 calls, 14.5 after 12800 (f32 factors: 0.94 and 1.07; one matrix on
+                                    every rank, bf16: 0.003), with or without warm start (perf/powersgd_drift). The
+                                    per-rank memories are PowerSGD's own (PyTorch's hook keeps them too); with fresh
+                                    inputs each call they drift apart as a random walk, more slowly. */
   ccParamUnbiased = 240,       /**< [unbiased] randk: 1 scales sent values by 1/density (unbiased, higher
                                     variance); needs ef=0 (a call with ef=1 is ccInvalidUsage, a spec string
                                     ccInvalidArgument). Default 0. */
