@@ -569,6 +569,66 @@ TEST_CASE("the bootstrap root ignores garbage connections while real ranks join"
   CHECK(seconds < 5.0);  // the silent connections must not hold the real ranks up
 }
 
+// A root on a host that drops connection requests (a firewall, a host that died): a listener that never accepts, its
+// accept queue full, so the kernel drops further SYNs. A blocking connect() would sit out the kernel's SYN retries
+// (about two minutes) whatever the deadline, and an abort of a non-blocking init would wait for it.
+TEST_CASE("Connect to a host that drops connection requests gives up at the deadline, and at once on a cancel",
+          "[internals][bootstrap]") {
+  ccoll::SocketAddress addr{};
+  addr.family = AF_INET;
+  addr.addr[0] = 127;
+  addr.addr[3] = 1;
+  int listener = -1;
+  REQUIRE(ccoll::Listen(&addr, &listener) == ccSuccess);
+  REQUIRE(::listen(listener, 0) == 0);  // the smallest accept queue
+  // Fill the queue: connections complete until it is full; the first that does not within 300 ms shows it is.
+  std::vector<int> fillers;
+  bool full = false;
+  while (!full && fillers.size() < 64) {
+    int fd = -1;
+    const ccResult_t rc = ccoll::Connect(addr, ccoll::DeadlineIn(300), &fd);
+    if (rc == ccSuccess) {
+      fillers.push_back(fd);
+    } else {
+      INFO(ccoll::LastError());
+      REQUIRE(rc == ccTimeout);
+      full = true;
+    }
+  }
+  REQUIRE(full);
+  {
+    int fd = -1;
+    const auto start = std::chrono::steady_clock::now();
+    const ccResult_t rc = ccoll::Connect(addr, ccoll::DeadlineIn(700), &fd);
+    const double seconds = cctest::SecondsSince(start);
+    INFO(ccoll::LastError() << " after " << seconds << " s");
+    CHECK(rc == ccTimeout);
+    CHECK(seconds >= 0.6);
+    CHECK(seconds < 0.7 + 2.0 * cctest::TimeScale());
+    if (rc == ccSuccess) ccoll::CloseFd(fd);
+  }
+  {
+    std::atomic<bool> cancel{false};
+    int fd = -1;
+    ccResult_t rc = ccSuccess;
+    double seconds = 0.0;
+    std::thread connecting([&] {
+      const auto start = std::chrono::steady_clock::now();
+      rc = ccoll::Connect(addr, ccoll::DeadlineIn(60000), &fd, &cancel);
+      seconds = cctest::SecondsSince(start);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel = true;
+    connecting.join();
+    INFO("after " << seconds << " s");
+    CHECK(rc == ccRemoteError);
+    CHECK(seconds < 0.2 + 2.0 * cctest::TimeScale());
+    if (rc == ccSuccess) ccoll::CloseFd(fd);
+  }
+  for (int fd : fillers) ccoll::CloseFd(fd);
+  ccoll::CloseFd(listener);
+}
+
 TEST_CASE("a bootstrap session all-gathers several rounds over one connection", "[internals][bootstrap]") {
   ccUniqueId id;
   REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 30000, &id) == ccSuccess);

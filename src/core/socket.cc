@@ -168,22 +168,67 @@ ccResult_t Listen(SocketAddress* addr, int* fd) {
   return ccSuccess;
 }
 
+namespace {
+
+// One connection attempt on a non-blocking socket, waited for in poll slices so that the deadline and a cancel are
+// seen while the handshake is in flight (a blocking connect to a host that drops the SYNs would sit out the kernel's
+// SYN retries, about two minutes, whatever the deadline). Returns 0 with *fd connected, or the errno of the failure:
+// ETIMEDOUT at the deadline, ECANCELED on a cancel.
+int ConnectOnce(const sockaddr_storage& ss, socklen_t len, Deadline deadline, const std::atomic<bool>* cancel,
+                int* fd) {
+  const int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) return errno;
+  if (connect(s, reinterpret_cast<const sockaddr*>(&ss), len) == 0) {
+    *fd = s;
+    return 0;
+  }
+  int err = errno;
+  while (err == EINPROGRESS || err == EINTR) {
+    if (Cancelled(cancel)) {
+      err = ECANCELED;
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      err = ETIMEDOUT;
+      break;
+    }
+    pollfd pfd{s, POLLOUT, 0};
+    const int r = poll(&pfd, 1, PollSlice(deadline, cancel));
+    if (r < 0 && errno != EINTR) {
+      err = errno;
+      break;
+    }
+    if (r <= 0) continue;
+    socklen_t errLen = sizeof(err);
+    if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &errLen) != 0) err = errno;
+    if (err == 0) {
+      *fd = s;
+      return 0;
+    }
+  }
+  close(s);
+  return err;
+}
+
+}  // namespace
+
 ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd, const std::atomic<bool>* cancel) {
   sockaddr_storage ss;
   socklen_t len = ToSockaddr(addr, &ss);
   int delayMs = 1;
   while (true) {
-    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0) return Fail(ccSystemError, "socket() failed: %s", std::strerror(errno));
-    if (connect(s, reinterpret_cast<sockaddr*>(&ss), len) == 0) {
+    int s = -1;
+    const int err = ConnectOnce(ss, len, deadline, cancel, &s);
+    if (err == 0) {
       SetNoDelay(s);
-      *fd = s;
+      *fd = s;  // non-blocking: SendAll and RecvAll poll
       return ccSuccess;
     }
-    int err = errno;
-    close(s);
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      return Fail(ccSystemError, "socket() failed: %s", std::strerror(err));
+    }
     bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN || err == EINTR || err == ENETUNREACH;
-    if (!retry) {
+    if (!retry && err != ECANCELED) {
       return Fail(ccSystemError, "cannot connect to the bootstrap root %s: %s", ToString(addr).c_str(),
                   std::strerror(err));
     }
