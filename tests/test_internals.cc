@@ -1058,6 +1058,44 @@ void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2], bool peerError
 #endif
 
 #ifdef CCOLL_HAVE_UCX
+// UCX parses a worker address without validating it and aborts the process on bytes it cannot read (a helper's
+// audit: random bytes from a stray process at the bootstrap root gave SIGABRT in ucp_address_unpack). Each record a
+// rank hands its peers carries a header of ccoll's own, checked before UCX sees the address.
+TEST_CASE("UcxTransport: a peer's worker address that is not one is refused, and the process lives",
+          "[internals][ucx]") {
+  std::unique_ptr<ccoll::UcxTransport> good[2];
+  ConnectUcxPair(good);  // well-formed records connect
+  std::mt19937_64 gen(5);
+  std::string random(200, '\0');
+  for (char& c : random) c = static_cast<char>(gen());
+  const std::string real = good[1]->Address();
+  std::string corrupted = real;
+  corrupted[corrupted.size() / 2] ^= 0x10;
+  std::string longer = real + "x";
+  struct Case {
+    const char* name;
+    std::string record;
+    const char* says;
+  };
+  for (const Case& c : {Case{"random bytes", random, "not a ccoll record"},
+                        Case{"the header cut short", real.substr(0, 10), "shorter than its header"},
+                        Case{"the address cut short", real.substr(0, real.size() - 7), "corrupted"},
+                        Case{"a byte more", longer, "corrupted"},
+                        Case{"a flipped bit", corrupted, "corrupted"},
+                        Case{"the bare UCX address", real.substr(24), "not a ccoll record"}}) {
+    INFO(c.name);
+    std::unique_ptr<ccoll::UcxTransport> t;
+    REQUIRE(ccoll::UcxTransport::Create(0, 2, ccoll::UcxOptions{}, &t) == ccSuccess);
+    CHECK(t->Connect({1}, {t->Address(), c.record}, {false}) == ccRemoteError);
+    const std::string error = ccoll::LastError();
+    INFO(error);
+    CHECK(error.find("rank 1") != std::string::npos);
+    CHECK(error.find(c.says) != std::string::npos);
+  }
+}
+#endif
+
+#ifdef CCOLL_HAVE_UCX
 TEST_CASE("DataLanesOverSharedMemory reads the lanes of ucp_ep_print_info", "[internals][ucx]") {
   // As UCX 1.13 prints them: the default between two processes of one host, a peer-error-handling endpoint,
   // UCX_TLS=cma,tcp (cma moves rendezvous data only), and UCX_TLS=sysv,tcp,self (rendezvous data over tcp).

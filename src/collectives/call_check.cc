@@ -9,6 +9,7 @@
 #include "compress/compressor.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/fnv.h"
 
 namespace ccoll {
 namespace {
@@ -28,15 +29,6 @@ struct Agreement {
   FieldRange f[kFields];
 };
 static_assert(sizeof(Agreement) == kCallCheckRecordBytes, "the agreement record is a wire format");
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 const char* KindText(uint64_t kind) {
   static const char* names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast", "reduce"};

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/fnv.h"
 #include "core/log.h"
 
 namespace ccoll {
@@ -111,6 +112,55 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
     if (hr != ccSuccess) return Fail(hr, "%s", why.c_str());
   }
   return ccSuccess;
+}
+
+// What a rank hands its peers through the bootstrap: its UCX worker address behind a header of ccoll's own. UCX
+// parses a worker address without validating it and aborts the process (an assertion) on bytes it cannot read, so a
+// record that is not one (a process of another job at the bootstrap root, a record cut short or corrupted) is refused
+// before ucp_ep_create sees it.
+struct AddressHeader {
+  char magic[4];          // kAddressMagic
+  uint16_t ucxMajor;      // ucp_get_version of the sender
+  uint16_t ucxMinor;
+  uint32_t bytes;         // the address's length
+  uint32_t reserved;      // 0
+  uint64_t fingerprint;   // Fnv1a of the address
+};
+static_assert(sizeof(AddressHeader) == 24, "a wire format");
+constexpr char kAddressMagic[4] = {'C', 'C', 'U', 'A'};
+
+std::string AddressRecord(const void* address, size_t bytes) {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  AddressHeader h{};
+  std::memcpy(h.magic, kAddressMagic, sizeof(h.magic));
+  h.ucxMajor = static_cast<uint16_t>(major);
+  h.ucxMinor = static_cast<uint16_t>(minor);
+  h.bytes = static_cast<uint32_t>(bytes);
+  h.fingerprint = Fnv1a(address, bytes);
+  std::string record(reinterpret_cast<const char*>(&h), sizeof(h));
+  record.append(static_cast<const char*>(address), bytes);
+  return record;
+}
+
+// The header and worker address of `record` (a peer's AddressRecord), or a sentence saying why there are none.
+bool ParseAddressRecord(const std::string& record, AddressHeader* header, const char** address, std::string* why) {
+  AddressHeader& h = *header;
+  if (record.size() < sizeof(h)) {
+    *why = std::to_string(record.size()) + " bytes, shorter than its header";
+    return false;
+  }
+  std::memcpy(&h, record.data(), sizeof(h));
+  if (std::memcmp(h.magic, kAddressMagic, sizeof(h.magic)) != 0) {
+    *why = "not a ccoll record (another program, or another version of ccoll, at the bootstrap root?)";
+    return false;
+  }
+  if (h.bytes != record.size() - sizeof(h) || h.fingerprint != Fnv1a(record.data() + sizeof(h), h.bytes)) {
+    *why = "its length or fingerprint does not match its bytes (corrupted)";
+    return false;
+  }
+  *address = record.data() + sizeof(h);
+  return true;
 }
 
 }  // namespace
@@ -304,7 +354,7 @@ ccResult_t UcxTransport::Create(int rank, int nranks, const UcxOptions& options,
   size_t len = 0;
   st = ucp_worker_get_address(impl->worker, &addr, &len);
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_worker_get_address failed: %s", rank, ucs_status_string(st));
-  impl->address.assign(reinterpret_cast<const char*>(addr), len);
+  impl->address = AddressRecord(addr, len);
   ucp_worker_release_address(impl->worker, addr);
   if (ucp_worker_get_efd(impl->worker, &impl->efd) != UCS_OK) impl->efd = -1;  // then Wait only spins and yields
   out->reset(new UcxTransport(std::move(impl)));
@@ -315,16 +365,30 @@ const std::string& UcxTransport::Address() const { return impl_->address; }
 
 ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vector<std::string>& addresses,
                                  const std::vector<bool>& peerErrors) {
+  AddressHeader mine{};
+  std::memcpy(&mine, impl_->address.data(), sizeof(mine));
   for (size_t i = 0; i < peers.size(); ++i) {
     const int peer = peers[i];
     if (addresses[peer].empty()) {
       return Fail(ccRemoteError, "rank %d: rank %d sent no UCX worker address", impl_->rank, peer);
     }
+    AddressHeader theirs{};
+    const char* address = nullptr;
+    std::string why;
+    if (!ParseAddressRecord(addresses[peer], &theirs, &address, &why)) {
+      return Fail(ccRemoteError, "rank %d: what rank %d sent as its UCX worker address is not one: %s", impl_->rank,
+                  peer, why.c_str());
+    }
+    if (theirs.ucxMajor != mine.ucxMajor || theirs.ucxMinor != mine.ucxMinor) {
+      CC_WARN("rank %d: rank %d runs UCX %u.%u, this rank %u.%u; where one version cannot read the other's worker "
+              "addresses, UCX aborts the process", impl_->rank, peer, theirs.ucxMajor, theirs.ucxMinor, mine.ucxMajor,
+              mine.ucxMinor);
+    }
     impl_->peerCtx.emplace_back(new Impl::PeerCtx{impl_.get(), peer});
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(addresses[peer].data());
+    params.address = reinterpret_cast<const ucp_address_t*>(address);
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &Impl::OnPeerError;
     params.err_handler.arg = impl_->peerCtx.back().get();
