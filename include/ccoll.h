@@ -241,9 +241,12 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
 /**
  * Creates this rank's communicator from the environment, for launchers without MPI (torchrun-like): CC_RANK (this
  * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach). Rank 0 opens the
- * bootstrap listener on CC_ROOT; the others connect to it, retrying until the timeout. CC_SECRET, when set to the
- * same string on every rank, is the credential a joining rank must present (without it any process that can reach
- * CC_ROOT could join). Collective over the group, like ccCommInitRank. config may be NULL.
+ * bootstrap listener on CC_ROOT; the others connect to it, retrying until the timeout. A joining rank presents a
+ * hash of CC_SECRET (the same string on every rank) or, where that is unset, of the job's identity (CC_JOB_ID, or the
+ * launcher's: TORCHELASTIC_RUN_ID, SLURM_JOB_ID and SLURM_STEP_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid); a rank
+ * whose secret differs (another job given the same CC_ROOT) is turned away with ccInvalidUsage. With none of these
+ * set, any process that can reach CC_ROOT could join (rank 0 warns). Collective over the group, like ccCommInitRank.
+ * config may be NULL.
  */
 CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config);
 

@@ -21,6 +21,7 @@
 #include "collectives/call_check.h"
 #include "core/comm.h"
 #include "core/params.h"
+#include "core/socket.h"
 #include "rank_harness.h"
 
 using cctest::CallCheckOn;
@@ -1481,6 +1482,67 @@ TEST_CASE("ranks whose CC_SLICE_BYTES differ fail their init, naming it", "[api]
   CHECK(Contains(err, "CC_SLICE_BYTES is " + std::to_string(mine) + " here but " + other + " on rank 1"));
   CHECK(!childDied);
   CHECK(Contains(childOut, "All tests passed"));
+}
+
+TEST_CASE("root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE", "[.][root_child]") {
+  ccComm_t comm = nullptr;
+  const ccResult_t rc = ccCommInitFromEnv(&comm, nullptr);
+  std::printf("init %d: %s\n", static_cast<int>(rc), rc == ccSuccess ? "" : ccGetLastError(nullptr));
+  if (rc != ccSuccess) return;
+  float x = std::strtof(std::getenv("CCTEST_VALUE"), nullptr);
+  CHECK(ccAllReduce(&x, &x, 1, ccFloat32, ccSum, nullptr, comm, nullptr) == ccSuccess);
+  std::printf("sum %g\n", static_cast<double>(x));
+  CHECK(ccCommDestroy(comm) == ccSuccess);
+}
+
+// Two jobs given one CC_ROOT by mistake: each job's ranks present a secret made from its job id (CC_JOB_ID here;
+// TORCHELASTIC_RUN_ID, SLURM_JOB_ID, PMIX_NAMESPACE from launchers), so a rank of job B that reaches job A's root is
+// turned away, told why, instead of joining A's group (a helper's audit: A0 with B1 formed a group and summed 1 + 200
+// with ccSuccess on both).
+TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is turned away, told why", "[api][init]") {
+  ccoll::SocketAddress addr{};
+  addr.family = AF_INET;
+  addr.addr[0] = 127;
+  addr.addr[3] = 1;
+  int probe = -1;
+  REQUIRE(ccoll::Listen(&addr, &probe) == ccSuccess);  // a free port
+  ccoll::CloseFd(probe);
+  const std::string clean = "env -u CC_SECRET -u CC_JOB_ID -u TORCHELASTIC_RUN_ID -u SLURM_JOB_ID -u PMIX_NAMESPACE "
+                            "-u OMPI_MCA_ess_base_jobid ";
+  const std::string job = clean + "CC_ROOT=127.0.0.1:" + std::to_string(addr.port) + " CC_NRANKS=2 CC_TIMEOUT_MS=" +
+                          std::to_string(static_cast<int>(30000 * cctest::TimeScale())) + " ";
+  const char* name = "root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE";
+  std::string out[3];
+  bool died[3] = {true, true, true};
+  // A's rank 0 (the root) waits; B's rank 1 reaches it first and must be turned away; then A's rank 1 joins.
+  std::thread a0([&] { out[0] = cctest::RunHiddenCase(name, job + "CC_RANK=0 CC_JOB_ID=A CCTEST_VALUE=1 timeout 90",
+                                                      &died[0]); });
+  out[2] = cctest::RunHiddenCase(name, job + "CC_RANK=1 CC_JOB_ID=B CCTEST_VALUE=200 timeout 90", &died[2]);
+  std::thread a1([&] { out[1] = cctest::RunHiddenCase(name, job + "CC_RANK=1 CC_JOB_ID=A CCTEST_VALUE=2 timeout 90",
+                                                      &died[1]); });
+  a0.join();
+  a1.join();
+  for (int i = 0; i < 3; ++i) {
+    INFO((i == 2 ? "job B, rank 1: " : "job A, rank " + std::to_string(i) + ": ") << out[i]);
+    CHECK(!died[i]);
+    if (i < 2) {
+      CHECK(Contains(out[i], "sum 3\n"));
+      CHECK(!Contains(out[i], "neither CC_SECRET"));
+    } else {
+      CHECK(Contains(out[i], "init 5: "));  // ccInvalidUsage
+      CHECK(Contains(out[i], "turned this rank away: its secret differs from the root's"));
+      CHECK(!Contains(out[i], "\nsum "));
+    }
+  }
+  // With no job id and no CC_SECRET, rank 0 says that the group is open to other jobs.
+  bool alone = true;
+  const std::string aloneEnv =
+      clean + "CC_ROOT=127.0.0.1:" + std::to_string(addr.port) + " CC_NRANKS=1 CC_RANK=0 CCTEST_VALUE=5 timeout 90";
+  const std::string one = cctest::RunHiddenCase(name, aloneEnv, &alone);
+  INFO(one);
+  CHECK(!alone);
+  CHECK(Contains(one, "sum 5\n"));
+  CHECK(Contains(one, "neither CC_SECRET nor a launcher's job id"));
 }
 
 TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {

@@ -116,10 +116,6 @@ bool Root::Advance(Pending* p, bool* complete) {
         CC_WARN("bootstrap root: dropped a connection with a bad magic/version (0x%x/%u)", h.magic, h.version);
         return false;
       }
-      if (!SecretEqual(h.secret, secret_)) {
-        CC_WARN("bootstrap root: dropped a connection that does not know the unique id's secret");
-        return false;
-      }
       if (h.infoLen > kMaxRankInfoBytes || h.nranks < 1 || h.nranks > kMaxRanks || h.rank < 0 ||
           h.rank >= h.nranks) {
         CC_WARN("bootstrap root: dropped a hello with rank %d nranks %d info %u bytes", h.rank, h.nranks,
@@ -135,16 +131,30 @@ bool Root::Advance(Pending* p, bool* complete) {
 
 bool Root::Accept(Pending* p) {
   const HelloHeader& h = p->header;
-  if (nranks_ < 0) {
+  // A rejected rank is told why; the hello is read whole first, so that closing does not reset the connection
+  // under the answer. The secret first: a hello without it says nothing about the group.
+  std::string why;
+  const bool knowsSecret = SecretEqual(h.secret, secret_);
+  if (knowsSecret && nranks_ < 0) {
     nranks_ = h.nranks;
     rankFd_.assign(nranks_, -1);
     infos_.assign(nranks_, std::string());
   }
-  ReplyHeader bad{kBootstrapMagic, static_cast<uint32_t>(ccInvalidUsage), nranks_, 0};
-  if (h.nranks != nranks_ || rankFd_[h.rank] >= 0) {
-    CC_WARN("bootstrap root: rank %d announced nranks %d (group has %d)%s", h.rank, h.nranks, nranks_,
-            h.nranks == nranks_ ? " but that rank already joined" : "");
-    SendAll(p->fd, &bad, sizeof(bad), DeadlineIn(1000), "bootstrap rejection");
+  if (!knowsSecret) {
+    why = "its secret differs from the root's: CC_SECRET (where unset, the launcher's job id) must be the same on "
+          "every rank, and a rank of another job given the same address is turned away";
+  } else if (h.nranks != nranks_) {
+    why = "it announced nranks " + std::to_string(h.nranks) + ", the group has " + std::to_string(nranks_) + " ranks";
+  } else if (rankFd_[h.rank] >= 0) {
+    why = "rank " + std::to_string(h.rank) + " joined already";
+  }
+  if (!why.empty()) {
+    CC_WARN("bootstrap root: turned away a rank %d: %s", h.rank, why.c_str());
+    why.resize(std::min<size_t>(why.size(), kMaxReplyText));
+    ReplyHeader bad{kBootstrapMagic, static_cast<uint32_t>(ccInvalidUsage), nranks_, static_cast<uint32_t>(why.size())};
+    if (SendAll(p->fd, &bad, sizeof(bad), DeadlineIn(1000), "bootstrap rejection") == ccSuccess) {
+      SendAll(p->fd, why.data(), why.size(), DeadlineIn(1000), "bootstrap rejection");
+    }
     return false;
   }
   rankFd_[h.rank] = p->fd;
@@ -452,8 +462,13 @@ ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline 
                 text.c_str());
   }
   if (reply.status != 0) {
-    return Fail(ccInvalidUsage, "rank %d: the bootstrap root rejected this rank (nranks %d, group has %d ranks, or "
-                "rank %d joined twice)", rank_, nranks_, reply.nranks, rank_);
+    std::string why(reply.textLen <= kMaxReplyText ? reply.textLen : 0, '\0');
+    if (why.empty() || RecvAll(fd_, &why[0], why.size(), deadline, "the bootstrap reply", cancel_) != ccSuccess) {
+      why = "nranks " + std::to_string(nranks_) + ", the group has " + std::to_string(reply.nranks) +
+            " ranks, or rank " + std::to_string(rank_) + " joined twice";
+    }
+    return Fail(ccInvalidUsage, "rank %d of %d: the bootstrap root %s turned this rank away: %s", rank_, nranks_,
+                ToString(id_.root).c_str(), why.c_str());
   }
   if (reply.nranks != nranks_) {
     return Fail(ccRemoteError, "bootstrap reply has %d ranks, expected %d", reply.nranks, nranks_);

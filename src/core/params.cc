@@ -50,7 +50,11 @@ const ParamDef kParams[] = {
     {"CC_ROOT", ParamType::kString, "",
      "host:port of the bootstrap root for ccCommInitFromEnv; rank 0 listens there, the others connect."},
     {"CC_SECRET", ParamType::kString, "",
-     "Shared secret (up to 16 bytes are used) that ccCommInitFromEnv ranks present to the root."},
+     "Shared secret that ccCommInitFromEnv ranks present to the root (hashed to 16 bytes); unset: the launcher's job "
+     "id (CC_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID.SLURM_STEP_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid), so "
+     "that two jobs given one CC_ROOT stay apart."},
+    {"CC_JOB_ID", ParamType::kString, "",
+     "This job's identity, the same on every rank, for a launcher that sets none of its own (see CC_SECRET)."},
     {"CC_UCX_ERR_MODE", ParamType::kString, "auto",
      "UCX endpoint error handling: peer (a dead peer is detected by UCX; excludes shared memory), none (timeout "
      "only), auto (peer between hosts, none within a host so shared memory can carry the data)."},
