@@ -629,6 +629,53 @@ TEST_CASE("Connect to a host that drops connection requests gives up at the dead
   ccoll::CloseFd(listener);
 }
 
+// A rank turned away (another nranks, another secret) is told why at once; the ranks that wait for the group learn it
+// from the root's verdict when the group does not form, instead of a bare "did not join".
+TEST_CASE("the bootstrap root turns away a rank of another size or secret, and the waiting ranks hear of it",
+          "[internals][bootstrap]") {
+  ccUniqueId id;
+  const double scale = cctest::TimeScale();
+  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, static_cast<int>(2000 * scale), &id) == ccSuccess);
+  ccoll::UniqueIdContent content;
+  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  ccoll::UniqueIdContent stranger = content;
+  stranger.secret[3] ^= 1;
+  std::vector<std::string> got;
+  std::string zero, wrongSize, wrongSecret;
+  ccResult_t rcZero = ccSuccess;
+  std::thread rank0([&] {
+    rcZero = ccoll::BootstrapAllGather(content, 0, 2, "zero", 20000, &got);
+    zero = ccoll::LastError();
+  });
+  // The root takes the group's size from the first hello that knows the secret: rank 0's, which a thread sends at
+  // once (this waits a tenth of the root's time for it; the rejected ranks are answered at once, within that time).
+  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(200 * scale)));
+  CHECK(ccoll::BootstrapAllGather(content, 1, 3, "one", 20000, &got) == ccInvalidUsage);
+  wrongSize = ccoll::LastError();
+  CHECK(ccoll::BootstrapAllGather(stranger, 1, 2, "one", 20000, &got) == ccInvalidUsage);
+  wrongSecret = ccoll::LastError();
+  rank0.join();
+  INFO(wrongSize);
+  INFO(wrongSecret);
+  INFO(zero);
+  CHECK(wrongSize.find("turned this rank away: it announced nranks 3, the group has 2 ranks") != std::string::npos);
+  CHECK(wrongSecret.find("turned this rank away: its secret differs") != std::string::npos);
+  CHECK(rcZero == ccTimeout);
+  CHECK(zero.find("rank 1 of 2 did not join") != std::string::npos);
+  CHECK(zero.find("turned away: a rank 1 (nranks 3), a rank 1 (another secret)") != std::string::npos);
+}
+
+TEST_CASE("ParseSocketAddress takes a port of digits only", "[internals][bootstrap]") {
+  ccoll::SocketAddress a{};
+  CHECK(ccoll::ParseSocketAddress("127.0.0.1:29123", &a));
+  CHECK(a.port == 29123);
+  for (const char* bad : {"127.0.0.1: 29123", "127.0.0.1:+29123", "127.0.0.1:-1", "127.0.0.1:0x10", "127.0.0.1:",
+                          "127.0.0.1:65536", "127.0.0.1:99999999999999999999", "127.0.0.1"}) {
+    INFO(bad);
+    CHECK_FALSE(ccoll::ParseSocketAddress(bad, &a));
+  }
+}
+
 TEST_CASE("a bootstrap session all-gathers several rounds over one connection", "[internals][bootstrap]") {
   ccUniqueId id;
   REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 30000, &id) == ccSuccess);

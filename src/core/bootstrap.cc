@@ -89,6 +89,7 @@ class Root {
   std::vector<std::string> infos_;
   int joined_ = 0;
   std::vector<int> lost_;  // ranks that died or left while the others continued
+  std::vector<std::string> turnedAway_;  // the first few hellos turned away, for the ranks still waiting
 };
 
 bool Root::Advance(Pending* p, bool* complete) {
@@ -140,16 +141,21 @@ bool Root::Accept(Pending* p) {
     rankFd_.assign(nranks_, -1);
     infos_.assign(nranks_, std::string());
   }
+  std::string brief;  // for the ranks that wait for the group
   if (!knowsSecret) {
     why = "its secret differs from the root's: CC_SECRET (where unset, the launcher's job id) must be the same on "
           "every rank, and a rank of another job given the same address is turned away";
+    brief = "another secret";
   } else if (h.nranks != nranks_) {
     why = "it announced nranks " + std::to_string(h.nranks) + ", the group has " + std::to_string(nranks_) + " ranks";
+    brief = "nranks " + std::to_string(h.nranks);
   } else if (rankFd_[h.rank] >= 0) {
     why = "rank " + std::to_string(h.rank) + " joined already";
+    brief = "joined twice";
   }
   if (!why.empty()) {
     CC_WARN("bootstrap root: turned away a rank %d: %s", h.rank, why.c_str());
+    if (turnedAway_.size() < 4) turnedAway_.push_back("a rank " + std::to_string(h.rank) + " (" + brief + ")");
     why.resize(std::min<size_t>(why.size(), kMaxReplyText));
     ReplyHeader bad{kBootstrapMagic, static_cast<uint32_t>(ccInvalidUsage), nranks_, static_cast<uint32_t>(why.size())};
     if (SendAll(p->fd, &bad, sizeof(bad), DeadlineIn(1000), "bootstrap rejection") == ccSuccess) {
@@ -241,6 +247,7 @@ void Root::ReplyMissing() {
   if (count > 16) missing += ", ...";
   std::string text = "rank" + std::string(count > 1 ? "s " : " ") + missing + " of " + std::to_string(nranks_) +
                      " did not join within " + std::to_string(timeoutMs_) + " ms";
+  for (size_t i = 0; i < turnedAway_.size(); ++i) text += (i == 0 ? "; turned away: " : ", ") + turnedAway_[i];
   text.resize(std::min<size_t>(text.size(), kMaxReplyText));
   ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccTimeout), nranks_, static_cast<uint32_t>(text.size())};
   Deadline deadline = DeadlineIn(1000);

@@ -95,6 +95,7 @@ bool ParseSocketAddress(const std::string& text, SocketAddress* out) {
   if (colon == std::string::npos || colon + 1 >= text.size()) return false;
   std::string host = text.substr(0, colon);
   std::string port = text.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos) return false;  // strtol would take " +80"
   char* end = nullptr;
   long p = std::strtol(port.c_str(), &end, 10);
   if (*end != '\0' || p <= 0 || p > 65535) return false;
