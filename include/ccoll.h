@@ -243,10 +243,11 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
  * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach). Rank 0 opens the
  * bootstrap listener on CC_ROOT; the others connect to it, retrying until the timeout. A joining rank presents a
  * hash of CC_SECRET (the same string on every rank) or, where that is unset, of the job's identity (CC_JOB_ID, or the
- * launcher's: TORCHELASTIC_RUN_ID, SLURM_JOB_ID and SLURM_STEP_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid); a rank
- * whose secret differs (another job given the same CC_ROOT) is turned away with ccInvalidUsage. With none of these
- * set, any process that can reach CC_ROOT could join (rank 0 warns). Collective over the group, like ccCommInitRank.
- * config may be NULL.
+ * launcher's: TORCHELASTIC_RUN_ID but torchrun's default "none", PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, then
+ * SLURM_HET_JOB_ID, SLURM_PACK_JOB_ID, SLURM_JOB_ID); a rank whose secret differs (another job given the same
+ * CC_ROOT, or a rank started by another launcher: give those CC_SECRET or CC_JOB_ID) is turned away with
+ * ccInvalidUsage. With none of these set, any process that can reach CC_ROOT could join (rank 0 warns). Collective
+ * over the group, like ccCommInitRank. config may be NULL.
  */
 CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config);
 
@@ -515,7 +516,7 @@ typedef enum {
                                     after 3200 calls, 14.5 after 12800 (f32 factors: 0.94 and 1.07; one matrix on
                                     every rank, bf16: 0.003), with or without warm start (perf/powersgd_drift). The
                                     per-rank memories are PowerSGD's own (PyTorch's hook keeps them too); with fresh
-                                    inputs each call they drift apart as a random walk, more slowly. */
+                                    inputs each call their difference is a random walk instead of a line. */
   ccParamUnbiased = 240,       /**< [unbiased] randk: 1 scales sent values by 1/density (unbiased, higher
                                     variance); needs ef=0 (a call with ef=1 is ccInvalidUsage, a spec string
                                     ccInvalidArgument). Default 0. */

@@ -3,13 +3,16 @@
 // differences between ranks of non-iid data), or all ranks one matrix (-S). Thread ranks of one process
 // (ccCommInitAll), ccAvg, one row per compressor spec, |sum_t out_t - t * avg| / |avg| after each checkpoint's calls.
 //
-//   powersgd_drift [-n ranks] [-r rows] [-c cols] [-k input rank] [-t calls] [-S] [-z spec]...
+//   powersgd_drift [-t ranks] [-R rows] [-C cols] [-k input rank] [-n calls] [-S] [-z spec]...
 //
-// Defaults: 2 ranks, 64 x 64, inputs of rank 2, 12800 calls, specs powersgd:rank=2 with f32 and with bf16 factors
+// (-t and -n as in the other perf binaries: thread ranks, iterations.) Defaults: 2 ranks, 64 x 64, inputs of rank 2,
+// 12800 calls, specs powersgd:rank=2 with f32 and with bf16 factors
 // (rows and cols are added to each spec). With bf16 factors each rank's share of P and Q is rounded on the wire, and
 // the ranks' memories drift apart by the sum of their differences: the shares grow and cancel in the sum, their
 // rounding does not (include/ccoll.h, ccParamValueType).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +36,7 @@ struct Options {
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
-               "powersgd_drift: %s\nusage: powersgd_drift [-n ranks] [-r rows] [-c cols] [-k input rank] [-t calls] "
+               "powersgd_drift: %s\nusage: powersgd_drift [-t ranks] [-R rows] [-C cols] [-k input rank] [-n calls] "
                "[-S (every rank the same input)] [-z spec]...\n",
                why);
   std::exit(2);
@@ -56,16 +59,16 @@ Options Parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) Usage("an option without its value");
     const char* v = argv[++i];
-    if (a == "-n") {
-      o.ranks = static_cast<int>(Positive(v, "-n takes a positive rank count"));
-    } else if (a == "-r") {
-      o.rows = Positive(v, "-r takes a positive row count");
-    } else if (a == "-c") {
-      o.cols = Positive(v, "-c takes a positive column count");
+    if (a == "-t") {
+      o.ranks = static_cast<int>(Positive(v, "-t takes a positive rank count"));
+    } else if (a == "-R") {
+      o.rows = Positive(v, "-R takes a positive row count");
+    } else if (a == "-C") {
+      o.cols = Positive(v, "-C takes a positive column count");
     } else if (a == "-k") {
       o.inputRank = static_cast<int>(Positive(v, "-k takes a positive rank"));
-    } else if (a == "-t") {
-      o.calls = Positive(v, "-t takes a positive call count");
+    } else if (a == "-n") {
+      o.calls = Positive(v, "-n takes a positive call count");
     } else if (a == "-z") {
       o.specs.push_back(v);
     } else {
@@ -73,7 +76,7 @@ Options Parse(int argc, char** argv) {
     }
   }
   if (o.inputRank > std::min(o.rows, o.cols)) Usage("-k is larger than the matrix allows");
-  if (o.rows * o.cols > (1L << 26)) Usage("-r times -c is over 2^26 elements");
+  if (o.rows * o.cols > (1L << 26)) Usage("-R times -C is over 2^26 elements");
   if (o.specs.empty()) o.specs = {"powersgd:rank=2,dtype=f32", "powersgd:rank=2,dtype=bf16"};
   return o;
 }

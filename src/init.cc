@@ -1,7 +1,6 @@
 // C API entry points of versions, errors and communicators: argument checks, then the core.
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -14,7 +13,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/error.h"
-#include "core/fnv.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "core/socket.h"
@@ -84,38 +83,6 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
   }
   *out = comm;
   return ccSuccess;
-}
-
-// The credential ccCommInitFromEnv's ranks present to the root, 16 bytes of a 128-bit hash of its source: CC_SECRET,
-// or else the launcher's identity of this job (the same on every rank of a job, different between jobs), so that two
-// jobs given one CC_ROOT by mistake do not join each other's groups. Returns the source's name, "" for none (zeros).
-std::string JobSecret(uint8_t (&secret)[ccoll::kSecretBytes]) {
-  std::string source, value;
-  if (!(value = ccoll::ParamString("CC_SECRET")).empty()) {
-    source = "CC_SECRET";
-  } else if (!(value = ccoll::ParamString("CC_JOB_ID")).empty()) {
-    source = "CC_JOB_ID";
-  } else {
-    // torchrun, Slurm (one step of a job), PMIx launchers (OpenMPI's mpirun, prrte), OpenMPI without PMIx.
-    for (const char* name : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
-      const char* v = std::getenv(name);
-      if (v == nullptr || *v == '\0') continue;
-      source = name;
-      value = v;
-      if (source == "SLURM_JOB_ID") {
-        const char* step = std::getenv("SLURM_STEP_ID");
-        value += std::string(".") + (step != nullptr ? step : "");
-      }
-      break;
-    }
-  }
-  std::memset(secret, 0, sizeof(secret));
-  if (source.empty()) return source;
-  const std::string keyed = source + "=" + value;
-  const uint64_t halves[2] = {ccoll::Fnv1a(keyed), ccoll::Fnv1a("ccoll secret\n" + keyed)};
-  static_assert(sizeof(halves) == sizeof(secret), "16 bytes");
-  std::memcpy(secret, halves, sizeof(secret));
-  return source;
 }
 
 }  // namespace
@@ -196,11 +163,14 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
     if (!ccoll::ParseSocketAddress(root, &content.root)) {
       return Fail(ccInvalidArgument, "ccCommInitFromEnv: CC_ROOT=\"%s\" is not host:port", root.c_str());
     }
-    if (JobSecret(content.secret).empty() && rank == 0) {
-      CC_WARN("ccCommInitFromEnv: neither CC_SECRET nor a launcher's job id (CC_JOB_ID, TORCHELASTIC_RUN_ID, "
-              "SLURM_JOB_ID, PMIX_NAMESPACE) is set, so a rank of another job given the same CC_ROOT could join this "
-              "group; set CC_SECRET to one string on every rank");
+    const std::string source = ccoll::JobSecret(content.secret);
+    if (source.empty() && rank == 0) {
+      CC_WARN("ccCommInitFromEnv: none of %s names this job, so a rank of another job given the same CC_ROOT could "
+              "join this group; set CC_SECRET (or CC_JOB_ID) to one string on every rank",
+              ccoll::JobSecretSources().c_str());
     }
+    CC_INFO(ccoll::kLogBoot, "rank %lld: the bootstrap secret is a hash of %s", static_cast<long long>(rank),
+            source.empty() ? "nothing (zeros)" : source.c_str());
     ccUniqueId id;
     if (rank == 0) {
       ccoll::CommConfig cfg;
@@ -210,7 +180,14 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
       std::memset(&id, 0, sizeof(id));
       std::memcpy(id.internal, &content, sizeof(content));
     }
-    return InitRank(comm, static_cast<int>(nranks), id, static_cast<int>(rank), config, "ccCommInitFromEnv");
+    const ccResult_t r =
+        InitRank(comm, static_cast<int>(nranks), id, static_cast<int>(rank), config, "ccCommInitFromEnv");
+    if (r == ccInvalidUsage && ccoll::LastError().find("secret differs") != std::string::npos) {
+      ccoll::SetLastError(ccoll::LastError() + " (this rank's secret: a hash of " +
+                          (source.empty() ? std::string("nothing, zeros") : source) +
+                          "; ranks started by different launchers or launcher steps share CC_SECRET or CC_JOB_ID)");
+    }
+    return r;
   });
 }
 

@@ -1507,8 +1507,8 @@ TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is tur
   int probe = -1;
   REQUIRE(ccoll::Listen(&addr, &probe) == ccSuccess);  // a free port
   ccoll::CloseFd(probe);
-  const std::string clean = "env -u CC_SECRET -u CC_JOB_ID -u TORCHELASTIC_RUN_ID -u SLURM_JOB_ID -u PMIX_NAMESPACE "
-                            "-u OMPI_MCA_ess_base_jobid ";
+  const std::string clean = "env -u CC_SECRET -u CC_JOB_ID -u TORCHELASTIC_RUN_ID -u PMIX_NAMESPACE "
+                            "-u OMPI_MCA_ess_base_jobid -u SLURM_HET_JOB_ID -u SLURM_PACK_JOB_ID -u SLURM_JOB_ID ";
   const std::string job = clean + "CC_ROOT=127.0.0.1:" + std::to_string(addr.port) + " CC_NRANKS=2 CC_TIMEOUT_MS=" +
                           std::to_string(static_cast<int>(30000 * cctest::TimeScale())) + " ";
   const char* name = "root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE";
@@ -1527,10 +1527,11 @@ TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is tur
     CHECK(!died[i]);
     if (i < 2) {
       CHECK(Contains(out[i], "sum 3\n"));
-      CHECK(!Contains(out[i], "neither CC_SECRET"));
+      CHECK(!Contains(out[i], "names this job"));
     } else {
       CHECK(Contains(out[i], "init 5: "));  // ccInvalidUsage
       CHECK(Contains(out[i], "turned this rank away: its secret differs from the root's"));
+      CHECK(Contains(out[i], "(this rank's secret: a hash of CC_JOB_ID;"));
       CHECK(!Contains(out[i], "\nsum "));
     }
   }
@@ -1542,7 +1543,7 @@ TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is tur
   INFO(one);
   CHECK(!alone);
   CHECK(Contains(one, "sum 5\n"));
-  CHECK(Contains(one, "neither CC_SECRET nor a launcher's job id"));
+  CHECK(Contains(one, "SLURM_JOB_ID names this job, so a rank of another job given the same CC_ROOT"));
 }
 
 TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {

@@ -14,13 +14,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
+#include <map>
 #include <memory>
 #include <queue>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collectives/btree.h"
@@ -28,6 +31,7 @@
 #include "compress/float16.h"
 #include "core/bootstrap.h"
 #include "core/error.h"
+#include "core/job_secret.h"
 #include "core/params.h"
 #include "core/socket.h"
 #include "rank_harness.h"
@@ -586,7 +590,7 @@ TEST_CASE("Connect to a host that drops connection requests gives up at the dead
   bool full = false;
   while (!full && fillers.size() < 64) {
     int fd = -1;
-    const ccResult_t rc = ccoll::Connect(addr, ccoll::DeadlineIn(300), &fd);
+    const ccResult_t rc = ccoll::Connect(addr, ccoll::DeadlineIn(static_cast<int64_t>(300 * cctest::TimeScale())), &fd);
     if (rc == ccSuccess) {
       fillers.push_back(fd);
     } else {
@@ -642,6 +646,9 @@ TEST_CASE("the bootstrap root turns away a rank of another size or secret, and t
   stranger.secret[3] ^= 1;
   std::vector<std::string> got;
   std::string zero, wrongSize, wrongSecret;
+  // A stranger first, claiming a group of 3: turned away, it must not set the group's size.
+  CHECK(ccoll::BootstrapAllGather(stranger, 1, 3, "one", 20000, &got) == ccInvalidUsage);
+  wrongSecret = ccoll::LastError();
   ccResult_t rcZero = ccSuccess;
   std::thread rank0([&] {
     rcZero = ccoll::BootstrapAllGather(content, 0, 2, "zero", 20000, &got);
@@ -652,8 +659,6 @@ TEST_CASE("the bootstrap root turns away a rank of another size or secret, and t
   std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(200 * scale)));
   CHECK(ccoll::BootstrapAllGather(content, 1, 3, "one", 20000, &got) == ccInvalidUsage);
   wrongSize = ccoll::LastError();
-  CHECK(ccoll::BootstrapAllGather(stranger, 1, 2, "one", 20000, &got) == ccInvalidUsage);
-  wrongSecret = ccoll::LastError();
   rank0.join();
   INFO(wrongSize);
   INFO(wrongSecret);
@@ -662,7 +667,59 @@ TEST_CASE("the bootstrap root turns away a rank of another size or secret, and t
   CHECK(wrongSecret.find("turned this rank away: its secret differs") != std::string::npos);
   CHECK(rcZero == ccTimeout);
   CHECK(zero.find("rank 1 of 2 did not join") != std::string::npos);
-  CHECK(zero.find("turned away: a rank 1 (nranks 3), a rank 1 (another secret)") != std::string::npos);
+  CHECK(zero.find("turned away: a rank 1 (another secret), a rank 1 (nranks 3)") != std::string::npos);
+}
+
+namespace {
+
+// JobSecret with exactly these variables set; returns its source and fills *secret.
+std::string SecretWith(std::initializer_list<std::pair<const char*, const char*>> set, std::string* secret) {
+  const std::map<std::string, std::string> env(set.begin(), set.end());
+  uint8_t bytes[ccoll::kSecretBytes];
+  const std::string source = ccoll::JobSecret(bytes, [&](const char* name) {
+    const auto it = env.find(name);
+    return it != env.end() ? it->second : std::string();
+  });
+  secret->assign(reinterpret_cast<const char*>(bytes), sizeof(bytes));
+  return source;
+}
+
+}  // namespace
+
+TEST_CASE("JobSecret: CC_SECRET, then CC_JOB_ID, then the process launcher's job id, then the allocation's",
+          "[internals][bootstrap]") {
+  std::string a, b;
+  CHECK(SecretWith({}, &a) == "");
+  CHECK(a == std::string(ccoll::kSecretBytes, '\0'));
+  // CC_SECRET whole: strings that share their first 16 bytes differ.
+  CHECK(SecretWith({{"CC_SECRET", "0123456789abcdef-one"}}, &a) == "CC_SECRET");
+  CHECK(SecretWith({{"CC_SECRET", "0123456789abcdef-two"}}, &b) == "CC_SECRET");
+  CHECK(a != b);
+  CHECK(a != std::string(ccoll::kSecretBytes, '\0'));
+  CHECK(SecretWith({{"CC_SECRET", "s"}, {"CC_JOB_ID", "j"}, {"PMIX_NAMESPACE", "p"}}, &a) == "CC_SECRET");
+  CHECK(SecretWith({{"CC_JOB_ID", "j"}, {"TORCHELASTIC_RUN_ID", "t"}}, &a) == "CC_JOB_ID");
+  // One value under two sources is two secrets.
+  CHECK(SecretWith({{"TORCHELASTIC_RUN_ID", "j"}}, &b) == "TORCHELASTIC_RUN_ID");
+  CHECK(SecretWith({{"CC_JOB_ID", "j"}}, &a) == "CC_JOB_ID");
+  CHECK(a != b);
+  // torchrun's default run id names no job: every plain torchrun job has it.
+  CHECK(SecretWith({{"TORCHELASTIC_RUN_ID", "none"}}, &a) == "");
+  CHECK(SecretWith({{"TORCHELASTIC_RUN_ID", "none"}, {"PMIX_NAMESPACE", "p"}}, &a) == "PMIX_NAMESPACE");
+  // mpirun inside a Slurm allocation: its ranks share PMIX_NAMESPACE, not the Slurm step, so PMIx comes first.
+  CHECK(SecretWith({{"PMIX_NAMESPACE", "p"}, {"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "0"}}, &a) == "PMIX_NAMESPACE");
+  CHECK(SecretWith({{"PMIX_NAMESPACE", "p"}, {"SLURM_JOB_ID", "7"}}, &b) == "PMIX_NAMESPACE");
+  CHECK(a == b);
+  CHECK(SecretWith({{"OMPI_MCA_ess_base_jobid", "5"}, {"SLURM_JOB_ID", "7"}}, &a) == "OMPI_MCA_ess_base_jobid");
+  // Slurm: the job (or heterogeneous job), not the step, so that the job's steps form one group.
+  CHECK(SecretWith({{"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "0"}}, &a) == "SLURM_JOB_ID");
+  CHECK(SecretWith({{"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "1"}}, &b) == "SLURM_JOB_ID");
+  CHECK(a == b);
+  CHECK(SecretWith({{"SLURM_JOB_ID", "8"}}, &b) == "SLURM_JOB_ID");
+  CHECK(a != b);
+  CHECK(SecretWith({{"SLURM_HET_JOB_ID", "7"}, {"SLURM_JOB_ID", "9"}}, &a) == "SLURM_HET_JOB_ID");
+  CHECK(SecretWith({{"SLURM_HET_JOB_ID", "7"}, {"SLURM_JOB_ID", "10"}}, &b) == "SLURM_HET_JOB_ID");
+  CHECK(a == b);
+  CHECK(SecretWith({{"SLURM_PACK_JOB_ID", "7"}, {"SLURM_JOB_ID", "9"}}, &a) == "SLURM_PACK_JOB_ID");
 }
 
 TEST_CASE("ParseSocketAddress takes a port of digits only", "[internals][bootstrap]") {

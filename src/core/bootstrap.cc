@@ -57,6 +57,7 @@ struct Pending {
   HelloHeader header{};
   size_t got = 0;  // bytes of header + info received
   std::string info;
+  bool stranger = false;  // its secret is not the root's: its info is read and dropped, then it is turned away
 };
 
 class Root {
@@ -95,6 +96,7 @@ class Root {
 bool Root::Advance(Pending* p, bool* complete) {
   *complete = false;
   char* hdr = reinterpret_cast<char*>(&p->header);
+  char sink[4096];  // a stranger's info goes here, unread
   while (true) {
     size_t want;
     char* dst;
@@ -105,7 +107,12 @@ bool Root::Advance(Pending* p, bool* complete) {
       size_t infoGot = p->got - sizeof(HelloHeader);
       want = p->header.infoLen - infoGot;
       if (want == 0) break;
-      dst = &p->info[infoGot];
+      if (p->stranger) {
+        want = std::min(want, sizeof(sink));
+        dst = sink;
+      } else {
+        dst = &p->info[infoGot];
+      }
     }
     ssize_t n = recv(p->fd, dst, want, MSG_DONTWAIT);
     if (n == 0) return false;
@@ -123,7 +130,10 @@ bool Root::Advance(Pending* p, bool* complete) {
                 h.infoLen);
         return false;
       }
-      p->info.assign(h.infoLen, '\0');
+      // A hello without the secret is read to its end (so that closing does not reset the connection under the
+      // answer) but not kept: a stranger costs the root nothing but its socket.
+      p->stranger = !SecretEqual(h.secret, secret_);
+      if (!p->stranger) p->info.assign(h.infoLen, '\0');
     }
   }
   *complete = true;
@@ -135,7 +145,7 @@ bool Root::Accept(Pending* p) {
   // A rejected rank is told why; the hello is read whole first, so that closing does not reset the connection
   // under the answer. The secret first: a hello without it says nothing about the group.
   std::string why;
-  const bool knowsSecret = SecretEqual(h.secret, secret_);
+  const bool knowsSecret = !p->stranger;
   if (knowsSecret && nranks_ < 0) {
     nranks_ = h.nranks;
     rankFd_.assign(nranks_, -1);
@@ -143,8 +153,9 @@ bool Root::Accept(Pending* p) {
   }
   std::string brief;  // for the ranks that wait for the group
   if (!knowsSecret) {
-    why = "its secret differs from the root's: CC_SECRET (where unset, the launcher's job id) must be the same on "
-          "every rank, and a rank of another job given the same address is turned away";
+    why = "its secret differs from the root's (the unique id's; with ccCommInitFromEnv, a hash of CC_SECRET or of "
+          "the job's id, the same on every rank of a job): a rank of another job given the same address is turned "
+          "away";
     brief = "another secret";
   } else if (h.nranks != nranks_) {
     why = "it announced nranks " + std::to_string(h.nranks) + ", the group has " + std::to_string(nranks_) + " ranks";

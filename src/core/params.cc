@@ -50,9 +50,8 @@ const ParamDef kParams[] = {
     {"CC_ROOT", ParamType::kString, "",
      "host:port of the bootstrap root for ccCommInitFromEnv; rank 0 listens there, the others connect."},
     {"CC_SECRET", ParamType::kString, "",
-     "Shared secret that ccCommInitFromEnv ranks present to the root (hashed to 16 bytes); unset: the launcher's job "
-     "id (CC_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID.SLURM_STEP_ID, PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid), so "
-     "that two jobs given one CC_ROOT stay apart."},
+     "Shared secret that ccCommInitFromEnv ranks present to the root (hashed to 16 bytes); unset: the job's id "
+     "(CC_JOB_ID, else the launcher's: core/job_secret.h), so that two jobs given one CC_ROOT stay apart."},
     {"CC_JOB_ID", ParamType::kString, "",
      "This job's identity, the same on every rank, for a launcher that sets none of its own (see CC_SECRET)."},
     {"CC_UCX_ERR_MODE", ParamType::kString, "auto",
@@ -114,6 +113,11 @@ bool ParseSize(const char* text, int64_t* value) {
 }
 
 bool ForeignEnvIsSet(const char* name) { return std::getenv(name) != nullptr; }
+
+std::string ForeignEnv(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::string(v) : std::string();
+}
 
 bool ParamIsSet(const char* name) {
   Find(name);

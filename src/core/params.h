@@ -34,6 +34,8 @@ bool ParamIsSet(const char* name);
 
 // True when a variable that is not ccoll's (UCX_*, ...) is set: ccoll never overrides what the user set.
 bool ForeignEnvIsSet(const char* name);
+// The value of a variable that is not ccoll's (a launcher's job id, ...), "" when unset.
+std::string ForeignEnv(const char* name);
 
 // Prints every parameter with type, default, current value and doc.
 void PrintParams(FILE* out);

@@ -189,17 +189,19 @@ int ConnectOnce(const sockaddr_storage& ss, socklen_t len, Deadline deadline, co
       err = ECANCELED;
       break;
     }
-    if (Clock::now() >= deadline) {
-      err = ETIMEDOUT;
-      break;
-    }
+    // At the deadline, one last look without waiting: a handshake that completed while this thread was not running
+    // is a connection, not a timeout.
+    const bool last = Clock::now() >= deadline;
     pollfd pfd{s, POLLOUT, 0};
-    const int r = poll(&pfd, 1, PollSlice(deadline, cancel));
+    const int r = poll(&pfd, 1, last ? 0 : PollSlice(deadline, cancel));
     if (r < 0 && errno != EINTR) {
       err = errno;
       break;
     }
-    if (r <= 0) continue;
+    if (r <= 0) {
+      if (last) err = ETIMEDOUT;
+      continue;
+    }
     socklen_t errLen = sizeof(err);
     if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &errLen) != 0) err = errno;
     if (err == 0) {
@@ -224,9 +226,6 @@ ccResult_t Connect(const SocketAddress& addr, Deadline deadline, int* fd, const 
       SetNoDelay(s);
       *fd = s;  // non-blocking: SendAll and RecvAll poll
       return ccSuccess;
-    }
-    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-      return Fail(ccSystemError, "socket() failed: %s", std::strerror(err));
     }
     bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN || err == EINTR || err == ENETUNREACH;
     if (!retry && err != ECANCELED) {

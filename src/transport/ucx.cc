@@ -155,8 +155,9 @@ bool ParseAddressRecord(const std::string& record, AddressHeader* header, const 
     *why = "not a ccoll record (another program, or another version of ccoll, at the bootstrap root?)";
     return false;
   }
-  if (h.bytes != record.size() - sizeof(h) || h.fingerprint != Fnv1a(record.data() + sizeof(h), h.bytes)) {
-    *why = "its length or fingerprint does not match its bytes (corrupted)";
+  if (h.reserved != 0 || h.bytes != record.size() - sizeof(h) ||
+      h.fingerprint != Fnv1a(record.data() + sizeof(h), h.bytes)) {
+    *why = "its header does not match its bytes (corrupted)";
     return false;
   }
   *address = record.data() + sizeof(h);
@@ -367,6 +368,7 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
                                  const std::vector<bool>& peerErrors) {
   AddressHeader mine{};
   std::memcpy(&mine, impl_->address.data(), sizeof(mine));
+  bool warnedVersion = false;
   for (size_t i = 0; i < peers.size(); ++i) {
     const int peer = peers[i];
     if (addresses[peer].empty()) {
@@ -379,7 +381,8 @@ ccResult_t UcxTransport::Connect(const std::vector<int>& peers, const std::vecto
       return Fail(ccRemoteError, "rank %d: what rank %d sent as its UCX worker address is not one: %s", impl_->rank,
                   peer, why.c_str());
     }
-    if (theirs.ucxMajor != mine.ucxMajor || theirs.ucxMinor != mine.ucxMinor) {
+    if ((theirs.ucxMajor != mine.ucxMajor || theirs.ucxMinor != mine.ucxMinor) && !warnedVersion) {
+      warnedVersion = true;  // once per rank, not once per peer
       CC_WARN("rank %d: rank %d runs UCX %u.%u, this rank %u.%u; where one version cannot read the other's worker "
               "addresses, UCX aborts the process", impl_->rank, peer, theirs.ucxMajor, theirs.ucxMinor, mine.ucxMajor,
               mine.ucxMinor);
