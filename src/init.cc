@@ -182,7 +182,7 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
     }
     const ccResult_t r =
         InitRank(comm, static_cast<int>(nranks), id, static_cast<int>(rank), config, "ccCommInitFromEnv");
-    if (r == ccInvalidUsage && ccoll::LastError().find("secret differs") != std::string::npos) {
+    if (r == ccInvalidUsage && ccoll::LastError().find(ccoll::kSecretDiffers) != std::string::npos) {
       ccoll::SetLastError(ccoll::LastError() + " (this rank's secret: a hash of " +
                           (source.empty() ? std::string("nothing, zeros") : source) +
                           "; ranks started by different launchers or launcher steps share CC_SECRET or CC_JOB_ID)");

@@ -153,9 +153,8 @@ bool Root::Accept(Pending* p) {
   }
   std::string brief;  // for the ranks that wait for the group
   if (!knowsSecret) {
-    why = "its secret differs from the root's (the unique id's; with ccCommInitFromEnv, a hash of CC_SECRET or of "
-          "the job's id, the same on every rank of a job): a rank of another job given the same address is turned "
-          "away";
+    why = std::string(kSecretDiffers) + " (the unique id's; with ccCommInitFromEnv, a hash of CC_SECRET or of the "
+          "job's id, the same on every rank of a job): a rank of another job given the same address is turned away";
     brief = "another secret";
   } else if (h.nranks != nranks_) {
     why = "it announced nranks " + std::to_string(h.nranks) + ", the group has " + std::to_string(nranks_) + " ranks";
