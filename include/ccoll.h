@@ -240,8 +240,10 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
 
 /**
  * Creates this rank's communicator from the environment, for launchers without MPI (torchrun-like): CC_RANK (this
- * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach). Rank 0 opens the
- * bootstrap listener on CC_ROOT; the others connect to it, retrying until the timeout. A joining rank presents a
+ * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach: IPv4, [IPv6], or a host
+ * name, looked up within the timeout: ccTimeout when the lookup takes longer, ccInvalidArgument for a name that
+ * cannot be looked up). Rank 0 opens the bootstrap listener on CC_ROOT; the others connect to it, retrying until the
+ * timeout. A joining rank presents a
  * hash of CC_SECRET (the same string on every rank) or, where that is unset, of the job's identity (CC_JOB_ID, or the
  * launcher's: TORCHELASTIC_RUN_ID but torchrun's default "none", PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, then
  * SLURM_HET_JOB_ID, SLURM_PACK_JOB_ID, SLURM_JOB_ID); a rank whose secret differs (another job given the same

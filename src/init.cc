@@ -157,11 +157,15 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
       return Fail(ccInvalidArgument, "ccCommInitFromEnv: CC_RANK=%lld and CC_NRANKS=%lld must satisfy 0 <= CC_RANK < "
                   "CC_NRANKS (both set by the launcher)", static_cast<long long>(rank), static_cast<long long>(nranks));
     }
+    ccoll::CommConfig cfg;
+    CC_CHECK(ccoll::ResolveConfig(config, &cfg));
     ccoll::UniqueIdContent content{};
     content.magic = ccoll::kUniqueIdMagic;
     content.version = ccoll::kBootstrapVersion;
-    if (!ccoll::ParseSocketAddress(root, &content.root)) {
-      return Fail(ccInvalidArgument, "ccCommInitFromEnv: CC_ROOT=\"%s\" is not host:port", root.c_str());
+    const ccResult_t parsed = ccoll::ParseSocketAddress(root, cfg.timeoutMs, &content.root);
+    if (parsed != ccSuccess) {
+      ccoll::SetLastError("ccCommInitFromEnv: CC_ROOT=" + ccoll::LastError());
+      return parsed;
     }
     const std::string source = ccoll::JobSecret(content.secret);
     if (source.empty() && rank == 0) {
@@ -173,21 +177,12 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
             source.empty() ? "nothing (zeros)" : source.c_str());
     ccUniqueId id;
     if (rank == 0) {
-      ccoll::CommConfig cfg;
-      CC_CHECK(ccoll::ResolveConfig(config, &cfg));
       CC_CHECK(ccoll::BootstrapStartRoot(&content.root, content.secret, cfg.timeoutMs, &id));
     } else {
       std::memset(&id, 0, sizeof(id));
       std::memcpy(id.internal, &content, sizeof(content));
     }
-    const ccResult_t r =
-        InitRank(comm, static_cast<int>(nranks), id, static_cast<int>(rank), config, "ccCommInitFromEnv");
-    if (r == ccInvalidUsage && ccoll::LastError().find(ccoll::kSecretDiffers) != std::string::npos) {
-      ccoll::SetLastError(ccoll::LastError() + " (this rank's secret: a hash of " +
-                          (source.empty() ? std::string("nothing, zeros") : source) +
-                          "; ranks started by different launchers or launcher steps share CC_SECRET or CC_JOB_ID)");
-    }
-    return r;
+    return InitRank(comm, static_cast<int>(nranks), id, static_cast<int>(rank), config, "ccCommInitFromEnv");
   });
 }
 

@@ -2,6 +2,10 @@
 // recvbuff untouched, the live-communicator table, configs (truncated, bad, non-blocking), traffic counters, and
 // the failure paths of a group: mismatched calls, abort from another thread, timeouts.
 #include <catch2/catch.hpp>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1544,6 +1548,85 @@ TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is tur
   CHECK(!alone);
   CHECK(Contains(one, "sum 5\n"));
   CHECK(Contains(one, "SLURM_JOB_ID names this job, so a rank of another job given the same CC_ROOT"));
+}
+
+// Run by the case below in network and mount namespaces of its own (unshare -nm): brings up loopback, puts
+// CCTEST_RESOLV over /etc/resolv.conf and, with CCTEST_DEAF_DNS, binds the DNS port that file names and never
+// answers; then ccCommInitFromEnv, timed.
+TEST_CASE("dns_child: ccCommInitFromEnv with CC_ROOT a host name", "[.][dns_child]") {
+  const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  REQUIRE(s >= 0);
+  ifreq ifr{};
+  std::strcpy(ifr.ifr_name, "lo");
+  REQUIRE(ioctl(s, SIOCGIFFLAGS, &ifr) == 0);
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+  REQUIRE(ioctl(s, SIOCSIFFLAGS, &ifr) == 0);
+  REQUIRE(mount(std::getenv("CCTEST_RESOLV"), "/etc/resolv.conf", nullptr, MS_BIND, nullptr) == 0);
+  if (std::getenv("CCTEST_DEAF_DNS") != nullptr) {
+    sockaddr_in dns{};
+    dns.sin_family = AF_INET;
+    dns.sin_port = htons(53);
+    dns.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&dns), sizeof(dns)) == 0);  // queries arrive, nothing answers
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ccComm_t comm = nullptr;
+  const ccResult_t rc = ccCommInitFromEnv(&comm, nullptr);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  std::printf("init %d after %lld ms: %s\n", static_cast<int>(rc), static_cast<long long>(ms.count()),
+              rc == ccSuccess ? "" : ccGetLastError(nullptr));
+  if (rc == ccSuccess) CHECK(ccCommDestroy(comm) == ccSuccess);
+  close(s);
+}
+
+// getaddrinfo has no deadline of its own: a DNS server that does not answer held ccCommInitFromEnv for the
+// resolver's retries (60 s with the resolv.conf below), whatever CC_TIMEOUT_MS, and an unknown name was reported as
+// "not host:port". Needs root for the namespaces (CI runs as root).
+TEST_CASE("a CC_ROOT host name is looked up within CC_TIMEOUT_MS, and a name that cannot be looked up is named",
+          "[api][init]") {
+  if (geteuid() != 0 || std::system("unshare -nm true > /dev/null 2>&1") != 0) {
+    WARN("not run: needs root and unshare(1) for a network namespace with a DNS server that does not answer");
+    return;
+  }
+  char resolv[] = "/tmp/cctest_resolv_XXXXXX";
+  const int fd = mkstemp(resolv);
+  REQUIRE(fd >= 0);
+  const std::string conf = "nameserver 127.0.0.1\noptions timeout:30 attempts:2\n";
+  REQUIRE(write(fd, conf.data(), conf.size()) == static_cast<ssize_t>(conf.size()));
+  close(fd);
+  const std::string clean = "env -u CC_SECRET -u CC_JOB_ID -u TORCHELASTIC_RUN_ID -u PMIX_NAMESPACE "
+                            "-u OMPI_MCA_ess_base_jobid -u SLURM_HET_JOB_ID -u SLURM_PACK_JOB_ID -u SLURM_JOB_ID ";
+  const std::string env = clean + "CCTEST_RESOLV=" + resolv + " CC_TIMEOUT_MS=1000 CC_RANK=0 ";
+  const char* name = "dns_child: ccCommInitFromEnv with CC_ROOT a host name";
+  bool died = true;
+  {
+    const std::string out = cctest::RunHiddenCase(
+        name, env + "CC_NRANKS=2 CC_ROOT=ccoll-deaf-dns.example:29000 CCTEST_DEAF_DNS=1 timeout 150 unshare -nm",
+        &died);
+    INFO(out);
+    CHECK(!died);
+    CHECK(Contains(out, "init 8 after "));  // ccTimeout, within seconds rather than the resolver's minute
+    CHECK(Contains(out, "CC_ROOT=\"ccoll-deaf-dns.example:29000\": looking up host \"ccoll-deaf-dns.example\" "
+                        "took longer than 1000 ms"));
+    const size_t at = out.find("init 8 after ");
+    CHECK((at != std::string::npos && std::atol(out.c_str() + at + 13) < 20000 * cctest::TimeScale()));
+  }
+  {  // nothing at the DNS port: the name is unknown at once
+    const std::string out = cctest::RunHiddenCase(
+        name, env + "CC_NRANKS=2 CC_ROOT=ccoll-no-dns.example:29000 timeout 150 unshare -nm", &died);
+    INFO(out);
+    CHECK(!died);
+    CHECK(Contains(out, "init 4 after "));  // ccInvalidArgument
+    CHECK(Contains(out, "CC_ROOT=\"ccoll-no-dns.example:29000\": cannot look up host \"ccoll-no-dns.example\": "));
+  }
+  {  // a name from /etc/hosts
+    const std::string out =
+        cctest::RunHiddenCase(name, env + "CC_NRANKS=1 CC_ROOT=localhost:29000 timeout 150 unshare -nm", &died);
+    INFO(out);
+    CHECK(!died);
+    CHECK(Contains(out, "init 0 after "));
+  }
+  std::remove(resolv);
 }
 
 TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an integer", "[.][env_child]") {

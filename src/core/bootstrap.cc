@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <thread>
 
 #include "core/error.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 
 namespace ccoll {
@@ -33,13 +35,19 @@ struct RoundHeader {
   uint32_t len;
 };
 
-// Root -> rank, followed (when status == 0) by nranks records of {uint32 len, len bytes}; when status is ccTimeout,
-// by `textLen` bytes saying which ranks never joined.
+// Why the root turned a rank away (ReplyHeader::reason, with status ccInvalidUsage).
+enum TurnAway : uint32_t { kNotTurnedAway = 0, kOtherSecret = 1, kOtherNranks = 2, kJoinedTwice = 3 };
+
+// Root -> rank, followed (when status == 0) by nranks records of {uint32 len, len bytes}; otherwise by `textLen`
+// bytes saying why: which ranks never joined (ccTimeout), which were lost (ccRemoteError), or why this rank was
+// turned away (ccInvalidUsage, with the reason).
 struct ReplyHeader {
   uint32_t magic;
   uint32_t status;  // 0 ok; otherwise a ccResult_t
   int32_t nranks;
   uint32_t textLen;
+  uint32_t reason;  // a TurnAway
+  uint32_t reserved;
 };
 constexpr uint32_t kMaxReplyText = 512;
 constexpr int kRootVerdictGraceMs = 1000;
@@ -91,6 +99,8 @@ class Root {
   int joined_ = 0;
   std::vector<int> lost_;  // ranks that died or left while the others continued
   std::vector<std::string> turnedAway_;  // the first few hellos turned away, for the ranks still waiting
+  std::string acceptError_;              // why accepting failed (out of file descriptors), for the same
+  Deadline acceptRest_{};                // the listener is not polled before then
 };
 
 bool Root::Advance(Pending* p, bool* complete) {
@@ -152,22 +162,28 @@ bool Root::Accept(Pending* p) {
     infos_.assign(nranks_, std::string());
   }
   std::string brief;  // for the ranks that wait for the group
+  TurnAway reason = kNotTurnedAway;
   if (!knowsSecret) {
-    why = std::string(kSecretDiffers) + " (the unique id's; with ccCommInitFromEnv, a hash of CC_SECRET or of the "
-          "job's id, the same on every rank of a job): a rank of another job given the same address is turned away";
+    why = "its secret differs from the root's (the unique id's; with ccCommInitFromEnv, a hash of CC_SECRET or of "
+          "the job's id, the same on every rank of a job): a rank of another job given the same address is turned "
+          "away";
     brief = "another secret";
+    reason = kOtherSecret;
   } else if (h.nranks != nranks_) {
     why = "it announced nranks " + std::to_string(h.nranks) + ", the group has " + std::to_string(nranks_) + " ranks";
     brief = "nranks " + std::to_string(h.nranks);
+    reason = kOtherNranks;
   } else if (rankFd_[h.rank] >= 0) {
     why = "rank " + std::to_string(h.rank) + " joined already";
     brief = "joined twice";
+    reason = kJoinedTwice;
   }
   if (!why.empty()) {
     CC_WARN("bootstrap root: turned away a rank %d: %s", h.rank, why.c_str());
     if (turnedAway_.size() < 4) turnedAway_.push_back("a rank " + std::to_string(h.rank) + " (" + brief + ")");
     why.resize(std::min<size_t>(why.size(), kMaxReplyText));
-    ReplyHeader bad{kBootstrapMagic, static_cast<uint32_t>(ccInvalidUsage), nranks_, static_cast<uint32_t>(why.size())};
+    ReplyHeader bad{kBootstrapMagic, static_cast<uint32_t>(ccInvalidUsage), nranks_, static_cast<uint32_t>(why.size()),
+                    reason, 0};
     if (SendAll(p->fd, &bad, sizeof(bad), DeadlineIn(1000), "bootstrap rejection") == ccSuccess) {
       SendAll(p->fd, why.data(), why.size(), DeadlineIn(1000), "bootstrap rejection");
     }
@@ -230,7 +246,7 @@ bool Root::Reply() {
     payload.append(reinterpret_cast<const char*>(&len), sizeof(len));
     payload.append(info);
   }
-  ReplyHeader ok{kBootstrapMagic, 0, nranks_, 0};
+  ReplyHeader ok{kBootstrapMagic, 0, nranks_, 0, kNotTurnedAway, 0};
   Deadline deadline = DeadlineIn(timeoutMs_);
   // Every rank gets its answer even when one cannot be reached (it died after joining): the others then find the
   // dead peer when they connect to it, at once, instead of waiting for the timeout.
@@ -258,8 +274,10 @@ void Root::ReplyMissing() {
   std::string text = "rank" + std::string(count > 1 ? "s " : " ") + missing + " of " + std::to_string(nranks_) +
                      " did not join within " + std::to_string(timeoutMs_) + " ms";
   for (size_t i = 0; i < turnedAway_.size(); ++i) text += (i == 0 ? "; turned away: " : ", ") + turnedAway_[i];
+  if (!acceptError_.empty()) text += "; the root could not accept connections for a while: " + acceptError_;
   text.resize(std::min<size_t>(text.size(), kMaxReplyText));
-  ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccTimeout), nranks_, static_cast<uint32_t>(text.size())};
+  ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccTimeout), nranks_, static_cast<uint32_t>(text.size()),
+                   kNotTurnedAway, 0};
   Deadline deadline = DeadlineIn(1000);
   for (int r = 0; r < nranks_; ++r) {
     if (rankFd_[r] < 0) continue;
@@ -277,7 +295,8 @@ void Root::ReplyLost() {
   std::string text = "rank" + std::string(lost_.size() > 1 ? "s " : " ") + list + " of " + std::to_string(nranks_) +
                      " left the bootstrap while the others continued (died, or its connection was lost)";
   text.resize(std::min<size_t>(text.size(), kMaxReplyText));
-  ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccRemoteError), nranks_, static_cast<uint32_t>(text.size())};
+  ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccRemoteError), nranks_,
+                   static_cast<uint32_t>(text.size()), kNotTurnedAway, 0};
   std::vector<pollfd> open;
   Deadline deadline = DeadlineIn(1000);
   for (int r = 0; r < nranks_; ++r) {
@@ -324,7 +343,10 @@ void Root::Run() {
     }
     if (listenFd_ < 0 && pending.empty()) break;  // nothing more can arrive
     fds.clear();
-    fds.push_back({listenFd_, POLLIN, 0});
+    // While accepting fails for want of resources, the connection stays queued and the listener readable: it is
+    // left out of the poll for a turn instead of spinning on it (a negative fd is ignored by poll).
+    const bool resting = Clock::now() < acceptRest_;
+    fds.push_back({resting ? -1 : listenFd_, POLLIN, 0});
     for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
     int r = poll(fds.data(), fds.size(), std::max(0, std::min(100, RemainingMs(end_))));
     if (r < 0 && errno != EINTR) break;
@@ -335,6 +357,13 @@ void Root::Run() {
         p.fd = fd;
         p.deadline = DeadlineIn(kHandshakeMs);
         pending.push_back(std::move(p));
+      } else if (const int err = errno; err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        if (acceptError_.empty()) {
+          acceptError_ = std::strerror(err);
+          CC_WARN("bootstrap root: cannot accept a rank's connection: %s%s; retrying every 100 ms",
+                  acceptError_.c_str(), err == EMFILE ? " (raise the limit, ulimit -n)" : "");
+        }
+        acceptRest_ = DeadlineIn(100);
       }
     }
     next.clear();
@@ -369,6 +398,16 @@ void Root::Run() {
     ReplyMissing();  // the ranks that joined learn who is missing instead of timing out on their own
   }
   for (int fd : rankFd_) CloseFd(fd);
+}
+
+// For a rank turned away for its secret: where the secret came from, when it is ccCommInitFromEnv's (a hash of the
+// job's environment); "" for a unique id's random secret.
+std::string SecretHint(const uint8_t* secret) {
+  uint8_t fromEnv[kSecretBytes];
+  const std::string source = JobSecret(fromEnv);
+  if (std::memcmp(fromEnv, secret, kSecretBytes) != 0) return "";
+  return " (this rank's secret: a hash of " + (source.empty() ? std::string("nothing, zeros") : source) +
+         "; ranks started by different launchers or launcher steps share CC_SECRET or CC_JOB_ID)";
 }
 
 }  // namespace
@@ -484,6 +523,7 @@ ccResult_t BootstrapSession::ReceiveAll(std::vector<std::string>* all, Deadline 
       why = "nranks " + std::to_string(nranks_) + ", the group has " + std::to_string(reply.nranks) +
             " ranks, or rank " + std::to_string(rank_) + " joined twice";
     }
+    if (reply.reason == kOtherSecret) why += SecretHint(id_.secret);
     return Fail(ccInvalidUsage, "rank %d of %d: the bootstrap root %s turned this rank away: %s", rank_, nranks_,
                 ToString(id_.root).c_str(), why.c_str());
   }

@@ -15,12 +15,10 @@ namespace ccoll {
 
 constexpr uint32_t kUniqueIdMagic = 0x44495543;   // "CUID"
 constexpr uint32_t kBootstrapMagic = 0x53424343;  // "CCBS"
-constexpr uint32_t kBootstrapVersion = 1;
+constexpr uint32_t kBootstrapVersion = 2;
 constexpr uint32_t kMaxRankInfoBytes = 1 << 16;   // bound on one rank's blob
 constexpr int kMaxRanks = 1 << 16;
 constexpr int kSecretBytes = 16;
-// How the root's answer to a rank whose secret is not the root's begins (ccCommInitFromEnv adds its secret's source).
-constexpr const char* kSecretDiffers = "its secret differs from the root's";
 
 // The unique id's content (fits in CC_UNIQUE_ID_BYTES).
 struct UniqueIdContent {

@@ -11,7 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
@@ -80,6 +84,57 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// One getaddrinfo call, shared by the caller and the thread that makes it: whichever finishes last frees it.
+struct HostLookup {
+  std::mutex mu;
+  std::condition_variable done;
+  bool finished = false;
+  int rc = 0;
+  int err = 0;  // errno, for EAI_SYSTEM
+  SocketAddress addr{};
+};
+
+ccResult_t LookUpHost(const std::string& host, int timeoutMs, SocketAddress* out) {
+  auto lookup = std::make_shared<HostLookup>();
+  try {
+    std::thread([lookup, host] {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* res = nullptr;
+      const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+      const int err = errno;
+      SocketAddress addr{};
+      const addrinfo* pick = nullptr;
+      for (const addrinfo* it = rc == 0 ? res : nullptr; it != nullptr; it = it->ai_next) {
+        if (it->ai_family == AF_INET && (pick == nullptr || pick->ai_family != AF_INET)) pick = it;
+        if (it->ai_family == AF_INET6 && pick == nullptr) pick = it;
+      }
+      if (pick != nullptr) FromSockaddr(pick->ai_addr, &addr);
+      if (res != nullptr) freeaddrinfo(res);
+      std::lock_guard<std::mutex> lock(lookup->mu);
+      lookup->rc = rc != 0 ? rc : (pick == nullptr ? EAI_NONAME : 0);
+      lookup->err = err;
+      lookup->addr = addr;
+      lookup->finished = true;
+      lookup->done.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {
+    return Fail(ccSystemError, "cannot start a thread to look up host \"%s\": %s", host.c_str(), e.what());
+  }
+  std::unique_lock<std::mutex> lock(lookup->mu);
+  if (!lookup->done.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] { return lookup->finished; })) {
+    return Fail(ccTimeout, "looking up host \"%s\" took longer than %d ms (a DNS server that does not answer?); "
+                "give a numeric address", host.c_str(), timeoutMs);
+  }
+  if (lookup->rc != 0) {
+    return Fail(ccInvalidArgument, "cannot look up host \"%s\": %s", host.c_str(),
+                lookup->rc == EAI_SYSTEM ? std::strerror(lookup->err) : gai_strerror(lookup->rc));
+  }
+  *out = lookup->addr;
+  return ccSuccess;
+}
+
 }  // namespace
 
 std::string ToString(const SocketAddress& a) {
@@ -89,33 +144,36 @@ std::string ToString(const SocketAddress& a) {
                               : std::string(host) + ":" + std::to_string(a.port);
 }
 
-bool ParseSocketAddress(const std::string& text, SocketAddress* out) {
+ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddress* out) {
   std::memset(out, 0, sizeof(*out));
-  size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= text.size()) return false;
-  std::string host = text.substr(0, colon);
-  std::string port = text.substr(colon + 1);
-  if (port.find_first_not_of("0123456789") != std::string::npos) return false;  // strtol would take " +80"
+  const size_t colon = text.rfind(':');
+  const std::string host = colon == std::string::npos ? text : text.substr(0, colon);
+  const std::string port = colon == std::string::npos ? std::string() : text.substr(colon + 1);
   char* end = nullptr;
-  long p = std::strtol(port.c_str(), &end, 10);
-  if (*end != '\0' || p <= 0 || p > 65535) return false;
-  out->port = static_cast<uint16_t>(p);
+  // Digits only: strtol alone would take " +80".
+  const long p = port.empty() || port.find_first_not_of("0123456789") != std::string::npos
+                     ? 0
+                     : std::strtol(port.c_str(), &end, 10);
+  if (host.empty() || p <= 0 || p > 65535) {
+    return Fail(ccInvalidArgument, "\"%s\" is not host:port (a port of 1..65535)", text.c_str());
+  }
+  const uint16_t port16 = static_cast<uint16_t>(p);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     out->family = AF_INET6;
-    return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), out->addr) == 1;
+    out->port = port16;
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), out->addr) == 1) return ccSuccess;
+    return Fail(ccInvalidArgument, "\"%s\": %s is not an IPv6 address", text.c_str(), host.c_str());
   }
   out->family = AF_INET;
-  if (inet_pton(AF_INET, host.c_str(), out->addr) == 1) return true;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
-  uint16_t port16 = out->port;
-  FromSockaddr(res->ai_addr, out);
   out->port = port16;
-  freeaddrinfo(res);
-  return true;
+  if (inet_pton(AF_INET, host.c_str(), out->addr) == 1) return ccSuccess;
+  const ccResult_t found = LookUpHost(host, timeoutMs, out);
+  if (found != ccSuccess) {
+    SetLastError("\"" + text + "\": " + LastError());
+    return found;
+  }
+  out->port = port16;
+  return ccSuccess;
 }
 
 ccResult_t ChooseBootstrapAddress(SocketAddress* out) {
