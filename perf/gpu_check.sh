@@ -377,12 +377,13 @@ if [ $have_nccl = 1 ] && part nccl; then
   mark nccl
 fi
 # Out-of-bounds and misaligned accesses in the kernels: compute-sanitizer's memcheck over test_gpu's kernel cases
-# (each kernel against the CPU driver; the collectives' cases are left out, memcheck makes them too slow).
+# (each kernel against the CPU driver; the collectives' cases are left out, memcheck makes them too slow), the two
+# largest sweeps (requant, homomorphic lanes) at every 29th of their configurations.
 san="not run"
 if [ "$tests" = ON ] && part sanitize; then
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -n "$cs" ]; then
-    step 120 "$cs" --tool memcheck --error-exitcode 3 "$BUILD_DIR/tests/test_gpu" \
+    step 120 env CCTEST_SWEEP_STRIDE=29 "$cs" --tool memcheck --error-exitcode 3 "$BUILD_DIR/tests/test_gpu" \
       "*rotation*,*requant*,*exact reductions*,*16-bit cast*,*homomorphic*,*sparsifier*,*the chunk choice*,*PowerSGD*" \
       >"$LOGS/memcheck.log" 2>&1
     san=$?
