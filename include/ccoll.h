@@ -497,7 +497,8 @@ typedef enum {
                                     requantized to `bits`. Default exact. */
   ccParamDensityPpm = 200,     /**< [density] topk/randk: fraction of chunks sent, in parts per million (the spec
                                     string takes a fraction, e.g. density=0.1). Default 100000. */
-  ccParamChunkSize = 210,      /**< [chunk] topk/randk: elements per chunk, 1..2^24. Default 1024. */
+  ccParamChunkSize = 210,      /**< [chunk] topk/randk: elements per chunk, 1..2^24. Default 1024. A bucket
+                                    is at most 2^32 - 1 chunks (ccInvalidUsage beyond: use a larger chunk). */
   ccParamErrorFeedback = 220,  /**< [ef] topk/randk/powersgd: 1 keeps what was not sent (the input minus its
                                     compressed average) and adds it to the next call. Default 1. topk/randk with
                                     dtype=bf16 also keep what the bf16 sums of the sent chunks round away (each

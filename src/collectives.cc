@@ -17,6 +17,7 @@
 #endif
 #include "compress/codecs.h"
 #include "compress/compressor.h"
+#include "compress/sparse.h"
 #include "compress/widen.h"
 #ifdef CCOLL_HAVE_CUDA
 #include "collectives/device_buffers.h"
@@ -217,6 +218,10 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
       return Fail(ccInvalidUsage, "%s: powersgd: %s (rank %d)", fn, why.c_str(), rank);
     }
 #endif
+    if ((c.compressor->kind == ccCompressTopkChunk || c.compressor->kind == ccCompressRandk) &&
+        !ccoll::ChunksFit(c.count, static_cast<size_t>(c.compressor->Get(ccParamChunkSize)), &why)) {
+      return Fail(ccInvalidUsage, "%s: %s: %s (rank %d)", fn, ccoll::KindName(c.compressor->kind), why.c_str(), rank);
+    }
     if (c.compressor->kind == ccCompressQuant && !ccoll::QuantFitsRanks(*c.compressor, n, &why)) {
       return Fail(ccInvalidUsage, "%s: quant: %s (rank %d)", fn, why.c_str(), rank);
     }

@@ -9,6 +9,7 @@
 // Rank bodies run on threads and only record what happened; the main thread asserts after the join (Catch2 v2
 // assertions are not thread-safe). Every rank has its own compressor, made from the same spec.
 #include <catch2/catch.hpp>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1127,6 +1128,53 @@ void CheckScaledExactly(const CallResult& small, const CallResult& large, float 
 }
 
 }  // namespace
+
+// topk and randk number their chunks in 32 bits (the chosen indices; randk's sort keys hold the index in 32 bits):
+// with more than 2^32 - 1 chunks, indices wrapped and the wrong chunks were sent, silently (a helper's audit). The
+// buffers are 16 GiB of address space that any access would fault on: the refusal must come before one.
+// PowerSGD's random start of Q draws 4 words per element of Q (cols x rank): past 2^32 counters, a 32-bit counter
+// wrapped and the start's rows repeated (a helper's audit). RandomWord64 keeps RandomWord's words below 2^32.
+TEST_CASE("RandomWord64 is RandomWord below 2^32 and does not repeat it above", "[rng]") {
+  for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{12345}, (uint64_t{1} << 32) - 1}) {
+    CHECK(ccoll::RandomWord64(77, i) == ccoll::RandomWord(77, static_cast<uint32_t>(i)));
+  }
+  int same = 0;
+  for (uint64_t i = 0; i < 4096; ++i) {
+    same += ccoll::RandomWord64(77, (uint64_t{1} << 32) + i) == ccoll::RandomWord(77, static_cast<uint32_t>(i));
+    same += ccoll::RandomWord64(77, (uint64_t{3} << 32) + i) == ccoll::RandomWord64(77, (uint64_t{2} << 32) + i);
+  }
+  CHECK(same <= 2);  // chance agreements of 32-bit words: expected 2^-19 of them
+}
+
+TEST_CASE("the sparsifiers refuse a bucket of more than 2^32 - 1 chunks before touching it", "[params][sparse]") {
+  const size_t count = (size_t{1} << 32) + 1;
+  const size_t bytes = count * sizeof(float);
+  void* buf = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  REQUIRE(buf != MAP_FAILED);
+  const int nranks = 2;
+  Group g = MakeGroup(nranks, ccAlgoRing);
+  REQUIRE(g.status == ccSuccess);
+  for (const char* spec : {"topk:density=0.1,chunk=1", "randk:density=0.1,chunk=1"}) {
+    Compressors comps(spec, nranks);
+    REQUIRE(comps.status == ccSuccess);
+    std::vector<RankResult> rc(nranks);
+    RunRanks(nranks, [&](int r) {
+      rc[r] = Record(ccAllReduce(buf, buf, count, ccFloat32, ccAvg, comps[r], g[r], nullptr), g[r]);
+    });
+    for (int r = 0; r < nranks; ++r) {
+      INFO(spec << ", rank " << r << ": " << rc[r].error);
+      CHECK(rc[r].rc == ccInvalidUsage);
+      CHECK(Contains(rc[r].error, "4294967297 chunks of 1, more than the 2^32 - 1 a sparsifier numbers: use a chunk "
+                                  "of at least 2"));
+    }
+  }
+  std::string why;
+  CHECK(ccoll::ChunksFit(count, 2, &why));
+  CHECK(ccoll::ChunksFit(std::numeric_limits<uint32_t>::max(), 1, &why));
+  CHECK_FALSE(ccoll::ChunksFit(size_t{1} << 40, 64, &why));
+  CHECK(Contains(why, "use a chunk of at least 257"));
+  munmap(buf, bytes);
+}
 
 TEST_CASE("a NaN or an Inf on one rank gives the same non-finite result on every rank, for every codec",
           "[numerics]") {

@@ -126,7 +126,7 @@ void RandomQ(float* q, int64_t cols, int r, uint32_t key, std::vector<double>* s
   for (size_t i = 0; i < n; ++i) {
     float sum = 0.0f;
     for (uint32_t k = 0; k < 4; ++k) {
-      uint32_t bits = RandomWord(key, static_cast<uint32_t>(4 * i + k));
+      uint32_t bits = RandomWord64(key, 4 * uint64_t{i} + k);
       sum += (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f) - 0.5f;
     }
     q[i] = sum * 1.7320508f;

@@ -103,7 +103,7 @@ __global__ void StartQKernel(float* q, int64_t cols, int r, uint32_t key, int wa
   for (int64_t i = threadIdx.x; i < elems; i += kThreads) {
     float sum = 0.0f;
     for (uint32_t k = 0; k < 4; ++k) {
-      const uint32_t bits = RandomWord(key, static_cast<uint32_t>(4 * i + k));
+      const uint32_t bits = RandomWord64(key, 4 * static_cast<uint64_t>(i) + k);
       sum += (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f) - 0.5f;
     }
     w[i] = static_cast<double>(sum * 1.7320508f);

@@ -33,6 +33,13 @@ CC_HD uint32_t StreamKey(uint64_t seed, uint64_t call, uint32_t rank, uint32_t p
 // 32 random bits number `counter` of the stream `key`.
 CC_HD uint32_t RandomWord(uint32_t key, uint32_t counter) { return Mix32(key ^ Mix32(counter + 0x632be5abu)); }
 
+// RandomWord over a 64-bit counter: RandomWord's words below 2^32, and for each further 2^32 counters a stream of
+// another key (for streams that can outgrow 32-bit counters: PowerSGD's random start of a very wide Q).
+CC_HD uint32_t RandomWord64(uint32_t key, uint64_t counter) {
+  const uint32_t high = static_cast<uint32_t>(counter >> 32);
+  return RandomWord(high == 0 ? key : Mix32(key ^ high ^ 0x27d4eb2fu), static_cast<uint32_t>(counter));
+}
+
 // The random sign of element i (+1 or -1 as 0 or 1 bit).
 CC_HD uint32_t SignBit(uint32_t key, uint64_t i) {
   return (RandomWord(key, static_cast<uint32_t>(i >> 5)) >> (i & 31)) & 1u;

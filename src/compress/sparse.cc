@@ -15,6 +15,15 @@ namespace ccoll {
 
 size_t ChunkCount(size_t count, size_t chunk) { return (count + chunk - 1) / chunk; }
 
+bool ChunksFit(size_t count, size_t chunk, std::string* why) {
+  const size_t chunks = ChunkCount(count, chunk);
+  if (chunks <= std::numeric_limits<uint32_t>::max()) return true;
+  *why = std::to_string(count) + " elements make " + std::to_string(chunks) + " chunks of " + std::to_string(chunk) +
+         ", more than the 2^32 - 1 a sparsifier numbers: use a chunk of at least " +
+         std::to_string(ChunkCount(count, std::numeric_limits<uint32_t>::max())) + " (chunk=)";
+  return false;
+}
+
 size_t KeptChunks(size_t chunks, int64_t densityPpm) {
   if (chunks == 0) return 0;
   size_t k = static_cast<size_t>(std::llround(static_cast<double>(chunks) * static_cast<double>(densityPpm) / 1e6));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ccoll.h"
@@ -16,6 +17,9 @@ namespace ccoll {
 // `densityPpm` (at least one).
 size_t ChunkCount(size_t count, size_t chunk);
 size_t KeptChunks(size_t chunks, int64_t densityPpm);
+// Chunks are numbered in 32 bits (the chosen indices, randk's (word, index) sort keys): false, saying why, for a
+// bucket of more than 2^32 - 1 chunks.
+bool ChunksFit(size_t count, size_t chunk, std::string* why);
 
 // Squared L2 norm of every chunk of x (compress/sparse_math.h's order), rounded to float. A chunk holding a non-finite
 // value reports +inf, so it is always sent and every rank sees the non-finite result.
