@@ -241,10 +241,11 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
 /**
  * Creates this rank's communicator from the environment, for launchers without MPI (torchrun-like): CC_RANK (this
  * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach: IPv4, [IPv6], or a host
- * name, looked up within the timeout: ccTimeout when the lookup takes longer, ccInvalidArgument for a name that
- * cannot be looked up). Rank 0 opens the bootstrap listener on CC_ROOT; the others connect to it, retrying until the
- * timeout. A joining rank presents a
- * hash of CC_SECRET (the same string on every rank) or, where that is unset, of the job's identity (CC_JOB_ID, or the
+ * name, whose first IPv4 address is taken, else its first IPv6 one). A name is looked up within the timeout, before
+ * the bootstrap's own timeout starts: ccTimeout when the lookup takes longer, ccInvalidArgument for a name that does
+ * not exist, ccSystemError when the resolver gives up first (no DNS server answered). Rank 0 opens the bootstrap
+ * listener on CC_ROOT; the others connect to it, retrying until the timeout. A joining rank presents a hash of
+ * CC_SECRET (the same string on every rank) or, where that is unset, of the job's identity (CC_JOB_ID, or the
  * launcher's: TORCHELASTIC_RUN_ID but torchrun's default "none", PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, then
  * SLURM_HET_JOB_ID, SLURM_PACK_JOB_ID, SLURM_JOB_ID); a rank whose secret differs (another job given the same
  * CC_ROOT, or a rank started by another launcher: give those CC_SECRET or CC_JOB_ID) is turned away with
@@ -498,7 +499,7 @@ typedef enum {
   ccParamDensityPpm = 200,     /**< [density] topk/randk: fraction of chunks sent, in parts per million (the spec
                                     string takes a fraction, e.g. density=0.1). Default 100000. */
   ccParamChunkSize = 210,      /**< [chunk] topk/randk: elements per chunk, 1..2^24. Default 1024. A bucket
-                                    is at most 2^32 - 1 chunks (ccInvalidUsage beyond: use a larger chunk). */
+                                    is at most 2^31 - 1 chunks (ccInvalidUsage beyond: use a larger chunk). */
   ccParamErrorFeedback = 220,  /**< [ef] topk/randk/powersgd: 1 keeps what was not sent (the input minus its
                                     compressed average) and adds it to the next call. Default 1. topk/randk with
                                     dtype=bf16 also keep what the bf16 sums of the sent chunks round away (each

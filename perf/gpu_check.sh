@@ -405,8 +405,8 @@ cat "$LOGS/toolkit.txt" 2>/dev/null
 if [ "$tests" = ON ]; then
   cat "$LOGS/results.txt" 2>/dev/null
   echo "python test_cuda.py: exit $py ($(tail -1 "$LOGS/test_cuda_py.log" 2>/dev/null))"
-  echo "compute-sanitizer memcheck, test_gpu's kernel cases: exit $san ($(grep -E 'ERROR SUMMARY' \
-    "$LOGS/memcheck.log" 2>/dev/null | tail -1))"
+  echo "compute-sanitizer memcheck, test_gpu's kernel cases (two sweeps at every 29th configuration): exit $san" \
+    "($(grep -E 'ERROR SUMMARY' "$LOGS/memcheck.log" 2>/dev/null | tail -1))"
 else
   echo "tests: not built (no Catch2 in .deps/)"
 fi

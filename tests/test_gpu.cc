@@ -89,13 +89,13 @@ std::vector<float> Inputs(size_t n, uint64_t seed, bool nonFinite) {
 // Under compute-sanitizer's memcheck (perf/gpu_check.sh), which slows every launch and copy many times over, the two
 // largest sweeps (1728 and 1152 configurations) run every CCTEST_SWEEP_STRIDE-th configuration: a prime stride walks
 // through every loop's values. Unset, every configuration runs.
-bool InSweep() {
+// *seen counts one sweep's configurations, so that a case run alone samples what it samples in a whole run.
+bool InSweep(long* seen) {
   static const long stride = [] {
     const char* s = std::getenv("CCTEST_SWEEP_STRIDE");
     return s != nullptr && std::atol(s) > 1 ? std::atol(s) : 1L;
   }();
-  static long seen = 0;
-  return seen++ % stride == 0;
+  return (*seen)++ % stride == 0;
 }
 
 bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
@@ -288,6 +288,7 @@ TEST_CASE("[gpu] rotation: the kernels equal the CPU driver byte for byte", "[gp
 
 TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU driver byte for byte", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
+  long seen = 0;
   using ccoll::ScaleFormat;
   for (size_t len : {size_t{1}, size_t{33}, size_t{1000}, size_t{65536 + 7}}) {
     // Groups up to tile::kMaxGroup take the tile kernels, 2048 the one-thread-per-group ones.
@@ -296,7 +297,7 @@ TEST_CASE("[gpu] requant encode, decode and hop: the kernels equal the CPU drive
         for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kBf16, ScaleFormat::kFp16}) {
           for (int rounding : {0, 1, 2}) {
             for (float clipK : {0.0f, 2.5f}) {
-              if (!InSweep()) continue;
+              if (!InSweep(&seen)) continue;
               INFO("len " << len << " group " << group << " bits " << bits << " format " << static_cast<int>(format)
                           << " rounding " << rounding << " clipK " << clipK);
               ccoll::DitherRule rule;
@@ -586,13 +587,14 @@ TEST_CASE("[gpu] 16-bit cast hop and decode: the kernels equal the CPU codec byt
 
 TEST_CASE("[gpu] homomorphic lanes: scales, encode, add and decode equal the CPU driver byte for byte", "[gpu]") {
   SKIP_WITHOUT_DEVICE();
+  long seen = 0;
   for (size_t len : {size_t{1}, size_t{13}, size_t{1000}, size_t{65536 + 5}}) {
     for (size_t group : {size_t{1024}, size_t{7}, size_t{100}, size_t{2048}}) {  // tiles up to 1024
       for (int bits : {1, 2, 4, 8}) {
         for (int nranks : {2, 3, 8}) {
           for (int rounding : {0, 1, 2}) {
             for (float clipK : {0.0f, 2.5f}) {
-              if (!InSweep()) continue;
+              if (!InSweep(&seen)) continue;
               int laneBits = bits;
               while ((1 << (laneBits - bits)) < nranks) ++laneBits;
               INFO("len " << len << " group " << group << " bits " << bits << " lanes " << laneBits << " rounding "

@@ -674,6 +674,22 @@ TEST_CASE("the bootstrap root turns away a rank of another size or secret, and t
   CHECK(zero.find("turned away: a rank 1 (another secret), a rank 1 (nranks 3)") != std::string::npos);
 }
 
+namespace {
+
+// The sockets among this process's open file descriptors.
+int CountSockets() {
+  int sockets = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    char link[64], target[64];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0 && std::strncmp(target, "socket:", 7) == 0) ++sockets;
+  }
+  return sockets;
+}
+
+}  // namespace
+
 // Run by the case below in a child process, whose file descriptors it uses up.
 TEST_CASE("emfile_child: the bootstrap root out of file descriptors", "[.][emfile_child]") {
   const int timeoutMs = static_cast<int>(3000 * cctest::TimeScale());
@@ -688,7 +704,13 @@ TEST_CASE("emfile_child: the bootstrap root out of file descriptors", "[.][emfil
     rc0 = ccoll::BootstrapAllGather(content, 0, 2, "zero", timeoutMs, &got0);
     error0 = ccoll::LastError();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 joins while descriptors are left
+  // Rank 0 joins while descriptors are left: once the root has accepted it, the process holds three sockets (the
+  // listener, rank 0's end, the root's end).
+  const auto start = std::chrono::steady_clock::now();
+  while (CountSockets() < 3 && cctest::SecondsSince(start) < 20 * cctest::TimeScale()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(CountSockets() == 3);
   // Rank 1's thread starts now and connects once the descriptors are used up: UBSan's check of a new thread's
   // object needs a pipe, and reports a false "invalid vptr" without one.
   std::atomic<bool> full{false};
@@ -722,8 +744,8 @@ TEST_CASE("emfile_child: the bootstrap root out of file descriptors", "[.][emfil
               static_cast<int>(rc0), error0.c_str(), static_cast<int>(rc1));
 }
 
-// A connection the root cannot accept (no file descriptor left) stays queued and keeps the listener readable: the
-// root polled it and failed to accept at full speed, one core busy until its timeout. It now tries every 100 ms, and
+// A connection the root cannot accept (no file descriptor left) stays queued and keeps the listener readable: the root
+// rests the listener 100 ms at a time rather than fail to accept at full speed, a core busy until its timeout, and
 // its verdict to the ranks that joined says why the others did not.
 TEST_CASE("the bootstrap root out of file descriptors waits without spinning and says so", "[internals][bootstrap]") {
   bool died = true;
@@ -737,6 +759,42 @@ TEST_CASE("the bootstrap root out of file descriptors waits without spinning and
   CHECK(out.find("rank 0: 8 ") != std::string::npos);  // ccTimeout
   CHECK(out.find("rank 1 of 2 did not join") != std::string::npos);
   CHECK(out.find("the root could not accept connections for a while: Too many open files") != std::string::npos);
+}
+
+// A rank of another ccoll version (another bootstrap protocol) is told so in the reply's first 16 bytes, which every
+// version shares, rather than dropped unanswered ("no answer from the bootstrap root ... did every rank start?").
+TEST_CASE("the bootstrap root answers a rank of another protocol version in the layout every version reads",
+          "[internals][bootstrap]") {
+  ccUniqueId id;
+  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, static_cast<int>(5000 * cctest::TimeScale()), &id) ==
+          ccSuccess);
+  ccoll::UniqueIdContent content;
+  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  const int fd = ConnectTo(content.root);
+  REQUIRE(fd >= 0);
+  WireHello h{};
+  h.magic = ccoll::kBootstrapMagic;
+  h.version = 1;
+  std::memcpy(h.secret, content.secret, sizeof(h.secret));
+  h.rank = 0;
+  h.nranks = 1;
+  h.infoLen = 3;
+  SendRaw(fd, &h, sizeof(h));
+  SendRaw(fd, "old", 3);
+  uint32_t prefix[4] = {};  // magic, status, nranks, textLen
+  REQUIRE(ccoll::RecvAll(fd, prefix, sizeof(prefix), ccoll::DeadlineIn(10000), "reply") == ccSuccess);
+  CHECK(prefix[0] == ccoll::kBootstrapMagic);
+  CHECK(prefix[1] == static_cast<uint32_t>(ccInvalidUsage));
+  REQUIRE(prefix[3] <= 512);
+  std::string text(prefix[3], '\0');
+  REQUIRE(ccoll::RecvAll(fd, &text[0], text.size(), ccoll::DeadlineIn(10000), "reply") == ccSuccess);
+  CHECK(text == "the ranks run different ccoll versions: bootstrap protocol 1 at this rank, " +
+                    std::to_string(ccoll::kBootstrapVersion) + " at the root");
+  ccoll::CloseFd(fd);
+  // It did not join: a rank of this version is rank 0 of its own group of 1.
+  std::vector<std::string> got;
+  CHECK(ccoll::BootstrapAllGather(content, 0, 1, "new", 10000, &got) == ccSuccess);
+  CHECK(got == std::vector<std::string>{"new"});
 }
 
 namespace {
@@ -805,6 +863,12 @@ TEST_CASE("ParseSocketAddress takes a port of digits only", "[internals][bootstr
   }
   CHECK(ccoll::ParseSocketAddress("[::zz]:1", 1000, &a) == ccInvalidArgument);
   CHECK_THAT(ccoll::LastError(), Catch::Contains("is not an IPv6 address"));
+  // An IPv6 address without brackets is refused before any lookup ("fd00::5" would look up "fd00:" at port 5).
+  for (const char* bare : {"::1:29500", "fd00::5", "fe80::1%eth0:29500"}) {
+    INFO(bare);
+    CHECK(ccoll::ParseSocketAddress(bare, 1000, &a) == ccInvalidArgument);
+    CHECK_THAT(ccoll::LastError(), Catch::Contains("an IPv6 address goes in brackets, [address]:port"));
+  }
 }
 
 TEST_CASE("a bootstrap session all-gathers several rounds over one connection", "[internals][bootstrap]") {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -424,12 +423,7 @@ ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor
     }
 #endif
     if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) {
-      const SparsePlan p = PlanSparse(*c, a.count);
-      if (p.chunks > static_cast<size_t>(std::numeric_limits<int>::max())) {
-        // CUB's radix sort counts its items in an int.
-        return Fail(ccInvalidUsage, "%s: %zu chunks of %zu elements; the device chunk choice sorts at most %d: use "
-                    "a larger chunk", CompressorSpec(*c).c_str(), p.chunks, p.chunk, std::numeric_limits<int>::max());
-      }
+      const SparsePlan p = PlanSparse(*c, a.count);  // at most 2^31 - 1 chunks, as CUB counts (ChunksFit)
       if (c->Get(ccParamErrorFeedback) != 0) st->ErrorFeedback(a.count);
       st->index.Reserve<uint32_t>(p.keep);
       st->choice.Reserve(gpu::ChooseChunksScratchBytes(p.chunks));

@@ -16,11 +16,12 @@ namespace ccoll {
 size_t ChunkCount(size_t count, size_t chunk) { return (count + chunk - 1) / chunk; }
 
 bool ChunksFit(size_t count, size_t chunk, std::string* why) {
+  const size_t most = static_cast<size_t>(std::numeric_limits<int>::max());
   const size_t chunks = ChunkCount(count, chunk);
-  if (chunks <= std::numeric_limits<uint32_t>::max()) return true;
+  if (chunks <= most) return true;
   *why = std::to_string(count) + " elements make " + std::to_string(chunks) + " chunks of " + std::to_string(chunk) +
-         ", more than the 2^32 - 1 a sparsifier numbers: use a chunk of at least " +
-         std::to_string(ChunkCount(count, std::numeric_limits<uint32_t>::max())) + " (chunk=)";
+         ", more than the 2^31 - 1 a sparsifier numbers: use a chunk of at least " +
+         std::to_string(ChunkCount(count, most)) + " (chunk=)";
   return false;
 }
 

@@ -17,8 +17,9 @@ namespace ccoll {
 // `densityPpm` (at least one).
 size_t ChunkCount(size_t count, size_t chunk);
 size_t KeptChunks(size_t chunks, int64_t densityPpm);
-// Chunks are numbered in 32 bits (the chosen indices, randk's (word, index) sort keys): false, saying why, for a
-// bucket of more than 2^32 - 1 chunks.
+// Chunks are numbered in 32 bits (the chosen indices, randk's (word, index) sort keys), and the device's chunk choice
+// sorts them with CUB, which counts items in an int: false, saying why, for a bucket of more than 2^31 - 1 chunks, on
+// every path alike.
 bool ChunksFit(size_t count, size_t chunk, std::string* why);
 
 // Squared L2 norm of every chunk of x (compress/sparse_math.h's order), rounded to float. A chunk holding a non-finite

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -36,7 +37,13 @@ struct RoundHeader {
 };
 
 // Why the root turned a rank away (ReplyHeader::reason, with status ccInvalidUsage).
-enum TurnAway : uint32_t { kNotTurnedAway = 0, kOtherSecret = 1, kOtherNranks = 2, kJoinedTwice = 3 };
+enum TurnAway : uint32_t {
+  kNotTurnedAway = 0,
+  kOtherSecret = 1,
+  kOtherNranks = 2,
+  kJoinedTwice = 3,
+  kOtherVersion = 4,
+};
 
 // Root -> rank, followed (when status == 0) by nranks records of {uint32 len, len bytes}; otherwise by `textLen`
 // bytes saying why: which ranks never joined (ccTimeout), which were lost (ccRemoteError), or why this rank was
@@ -49,6 +56,10 @@ struct ReplyHeader {
   uint32_t reason;  // a TurnAway
   uint32_t reserved;
 };
+// Every version's reply begins with magic, status, nranks and textLen (version 1's was only these): a rank of another
+// ccoll version is answered with them and a text, which it reads as why it was turned away.
+constexpr size_t kReplyPrefixBytes = offsetof(ReplyHeader, reason);
+static_assert(kReplyPrefixBytes == 16 && sizeof(ReplyHeader) == 24, "the reply's layout is part of the protocol");
 constexpr uint32_t kMaxReplyText = 512;
 constexpr int kRootVerdictGraceMs = 1000;
 
@@ -65,7 +76,8 @@ struct Pending {
   HelloHeader header{};
   size_t got = 0;  // bytes of header + info received
   std::string info;
-  bool stranger = false;  // its secret is not the root's: its info is read and dropped, then it is turned away
+  bool stranger = false;  // its secret or version is not the root's: its info is read and dropped, then it is turned
+                          // away
 };
 
 class Root {
@@ -99,7 +111,7 @@ class Root {
   int joined_ = 0;
   std::vector<int> lost_;  // ranks that died or left while the others continued
   std::vector<std::string> turnedAway_;  // the first few hellos turned away, for the ranks still waiting
-  std::string acceptError_;              // why accepting failed (out of file descriptors), for the same
+  std::string acceptError_;              // why accepting a connection failed (out of file descriptors), for them too
   Deadline acceptRest_{};                // the listener is not polled before then
 };
 
@@ -130,8 +142,8 @@ bool Root::Advance(Pending* p, bool* complete) {
     p->got += static_cast<size_t>(n);
     if (p->got == sizeof(HelloHeader)) {
       const HelloHeader& h = p->header;
-      if (h.magic != kBootstrapMagic || h.version != kBootstrapVersion) {
-        CC_WARN("bootstrap root: dropped a connection with a bad magic/version (0x%x/%u)", h.magic, h.version);
+      if (h.magic != kBootstrapMagic) {
+        CC_WARN("bootstrap root: dropped a connection with a bad magic (0x%x)", h.magic);
         return false;
       }
       if (h.infoLen > kMaxRankInfoBytes || h.nranks < 1 || h.nranks > kMaxRanks || h.rank < 0 ||
@@ -142,7 +154,7 @@ bool Root::Advance(Pending* p, bool* complete) {
       }
       // A hello without the secret is read to its end (so that closing does not reset the connection under the
       // answer) but not kept: a stranger costs the root nothing but its socket.
-      p->stranger = !SecretEqual(h.secret, secret_);
+      p->stranger = !SecretEqual(h.secret, secret_) || h.version != kBootstrapVersion;
       if (!p->stranger) p->info.assign(h.infoLen, '\0');
     }
   }
@@ -155,7 +167,7 @@ bool Root::Accept(Pending* p) {
   // A rejected rank is told why; the hello is read whole first, so that closing does not reset the connection
   // under the answer. The secret first: a hello without it says nothing about the group.
   std::string why;
-  const bool knowsSecret = !p->stranger;
+  const bool knowsSecret = !p->stranger;  // and speaks this version
   if (knowsSecret && nranks_ < 0) {
     nranks_ = h.nranks;
     rankFd_.assign(nranks_, -1);
@@ -163,7 +175,12 @@ bool Root::Accept(Pending* p) {
   }
   std::string brief;  // for the ranks that wait for the group
   TurnAway reason = kNotTurnedAway;
-  if (!knowsSecret) {
+  if (h.version != kBootstrapVersion) {
+    why = "the ranks run different ccoll versions: bootstrap protocol " + std::to_string(h.version) +
+          " at this rank, " + std::to_string(kBootstrapVersion) + " at the root";
+    brief = "bootstrap protocol " + std::to_string(h.version);
+    reason = kOtherVersion;
+  } else if (!knowsSecret) {
     why = "its secret differs from the root's (the unique id's; with ccCommInitFromEnv, a hash of CC_SECRET or of "
           "the job's id, the same on every rank of a job): a rank of another job given the same address is turned "
           "away";
@@ -184,7 +201,8 @@ bool Root::Accept(Pending* p) {
     why.resize(std::min<size_t>(why.size(), kMaxReplyText));
     ReplyHeader bad{kBootstrapMagic, static_cast<uint32_t>(ccInvalidUsage), nranks_, static_cast<uint32_t>(why.size()),
                     reason, 0};
-    if (SendAll(p->fd, &bad, sizeof(bad), DeadlineIn(1000), "bootstrap rejection") == ccSuccess) {
+    const size_t headerBytes = reason == kOtherVersion ? kReplyPrefixBytes : sizeof(bad);
+    if (SendAll(p->fd, &bad, headerBytes, DeadlineIn(1000), "bootstrap rejection") == ccSuccess) {
       SendAll(p->fd, why.data(), why.size(), DeadlineIn(1000), "bootstrap rejection");
     }
     return false;
@@ -343,8 +361,8 @@ void Root::Run() {
     }
     if (listenFd_ < 0 && pending.empty()) break;  // nothing more can arrive
     fds.clear();
-    // While accepting fails for want of resources, the connection stays queued and the listener readable: it is
-    // left out of the poll for a turn instead of spinning on it (a negative fd is ignored by poll).
+    // While accepting fails for want of resources, the connection stays queued and the listener readable: the
+    // listener rests out of the poll for 100 ms at a time (poll ignores a negative fd) rather than spin on it.
     const bool resting = Clock::now() < acceptRest_;
     fds.push_back({resting ? -1 : listenFd_, POLLIN, 0});
     for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
@@ -359,9 +377,10 @@ void Root::Run() {
         pending.push_back(std::move(p));
       } else if (const int err = errno; err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
         if (acceptError_.empty()) {
-          acceptError_ = std::strerror(err);
-          CC_WARN("bootstrap root: cannot accept a rank's connection: %s%s; retrying every 100 ms",
-                  acceptError_.c_str(), err == EMFILE ? " (raise the limit, ulimit -n)" : "");
+          acceptError_ = std::string(std::strerror(err)) +
+                         (err == EMFILE ? " (raise the limit of open files, ulimit -n, on rank 0's host)" : "");
+          CC_WARN("bootstrap root: cannot accept a rank's connection: %s; retrying every 100 ms",
+                  acceptError_.c_str());
         }
         acceptRest_ = DeadlineIn(100);
       }

@@ -84,7 +84,7 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// One getaddrinfo call, shared by the caller and the thread that makes it: whichever finishes last frees it.
+// One lookup, shared by the caller and the thread that makes it: whichever finishes last frees it.
 struct HostLookup {
   std::mutex mu;
   std::condition_variable done;
@@ -94,26 +94,32 @@ struct HostLookup {
   SocketAddress addr{};
 };
 
+// getaddrinfo for one family: 0 and the first address, or its error.
+int LookUpFamily(const std::string& host, int family, SocketAddress* addr, int* err) {
+  addrinfo hints{};
+  hints.ai_family = family;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  *err = errno;
+  if (rc == 0 && (res == nullptr || res->ai_addr == nullptr)) rc = EAI_NONAME;
+  if (rc == 0) FromSockaddr(res->ai_addr, addr);
+  if (res != nullptr) freeaddrinfo(res);
+  return rc;
+}
+
 ccResult_t LookUpHost(const std::string& host, int timeoutMs, SocketAddress* out) {
   auto lookup = std::make_shared<HostLookup>();
   try {
     std::thread([lookup, host] {
-      addrinfo hints{};
-      hints.ai_family = AF_UNSPEC;
-      hints.ai_socktype = SOCK_STREAM;
-      addrinfo* res = nullptr;
-      const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-      const int err = errno;
+      // IPv4 first, as one query: asking for both families at once waits out the resolver's timeout where a server
+      // drops AAAA queries. IPv6 only for a name without an IPv4 address.
       SocketAddress addr{};
-      const addrinfo* pick = nullptr;
-      for (const addrinfo* it = rc == 0 ? res : nullptr; it != nullptr; it = it->ai_next) {
-        if (it->ai_family == AF_INET && (pick == nullptr || pick->ai_family != AF_INET)) pick = it;
-        if (it->ai_family == AF_INET6 && pick == nullptr) pick = it;
-      }
-      if (pick != nullptr) FromSockaddr(pick->ai_addr, &addr);
-      if (res != nullptr) freeaddrinfo(res);
+      int err = 0;
+      int rc = LookUpFamily(host, AF_INET, &addr, &err);
+      if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY) rc = LookUpFamily(host, AF_INET6, &addr, &err);
       std::lock_guard<std::mutex> lock(lookup->mu);
-      lookup->rc = rc != 0 ? rc : (pick == nullptr ? EAI_NONAME : 0);
+      lookup->rc = rc;
       lookup->err = err;
       lookup->addr = addr;
       lookup->finished = true;
@@ -124,15 +130,25 @@ ccResult_t LookUpHost(const std::string& host, int timeoutMs, SocketAddress* out
   }
   std::unique_lock<std::mutex> lock(lookup->mu);
   if (!lookup->done.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] { return lookup->finished; })) {
-    return Fail(ccTimeout, "looking up host \"%s\" took longer than %d ms (a DNS server that does not answer?); "
-                "give a numeric address", host.c_str(), timeoutMs);
+    return Fail(ccTimeout, "looking up host \"%s\" took longer than the timeout, %d ms (a DNS server that does not "
+                "answer?); give a numeric address, or raise CC_TIMEOUT_MS", host.c_str(), timeoutMs);
   }
-  if (lookup->rc != 0) {
-    return Fail(ccInvalidArgument, "cannot look up host \"%s\": %s", host.c_str(),
-                lookup->rc == EAI_SYSTEM ? std::strerror(lookup->err) : gai_strerror(lookup->rc));
+  switch (lookup->rc) {
+    case 0:
+      *out = lookup->addr;
+      return ccSuccess;
+    case EAI_NONAME:
+    case EAI_NODATA:
+    case EAI_ADDRFAMILY:
+    case EAI_FAIL:
+      return Fail(ccInvalidArgument, "cannot look up host \"%s\": %s", host.c_str(), gai_strerror(lookup->rc));
+    case EAI_AGAIN:
+      return Fail(ccSystemError, "cannot look up host \"%s\" now: %s (the DNS server did not answer, or could not "
+                  "be reached, within the resolver's own time)", host.c_str(), gai_strerror(lookup->rc));
+    default:
+      return Fail(ccSystemError, "cannot look up host \"%s\": %s", host.c_str(),
+                  lookup->rc == EAI_SYSTEM ? std::strerror(lookup->err) : gai_strerror(lookup->rc));
   }
-  *out = lookup->addr;
-  return ccSuccess;
 }
 
 }  // namespace
@@ -163,6 +179,9 @@ ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddr
     out->port = port16;
     if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), out->addr) == 1) return ccSuccess;
     return Fail(ccInvalidArgument, "\"%s\": %s is not an IPv6 address", text.c_str(), host.c_str());
+  }
+  if (host.find(':') != std::string::npos) {
+    return Fail(ccInvalidArgument, "\"%s\": an IPv6 address goes in brackets, [address]:port", text.c_str());
   }
   out->family = AF_INET;
   out->port = port16;

@@ -33,8 +33,10 @@ struct SocketAddress {
 std::string ToString(const SocketAddress& a);
 // Parses "host:port" or "[v6]:port"; host is a numeric address, or a name looked up within timeoutMs (its first
 // IPv4 address, else its first IPv6 one). getaddrinfo has no deadline of its own (a DNS server that does not answer
-// holds it for the resolver's retries, tens of seconds), so the lookup runs on a thread of its own that is left
-// behind at the deadline. ccInvalidArgument: not host:port, or an unknown name; ccTimeout: the lookup took longer.
+// holds it for the resolver's retries: 10 s with glibc's defaults, more with longer resolver options), so the lookup
+// runs on a thread of its own that is left behind at the deadline, running until the resolver gives up.
+// ccInvalidArgument: not host:port, or a name that does not exist; ccTimeout: the lookup outlasted timeoutMs;
+// ccSystemError: the resolver gave up first (EAI_AGAIN: no DNS server answered), or another system failure.
 ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddress* out);
 // The address of the interface CC_SOCKET_IFNAME names (prefix match, ^ to exclude), or loopback when unset.
 ccResult_t ChooseBootstrapAddress(SocketAddress* out);

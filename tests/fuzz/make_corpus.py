@@ -3,10 +3,13 @@
 read (fuzz_bootstrap_root.cc, fuzz_codec.cc, fuzz_wire.cc). Deterministic: running it again rewrites the same files."""
 import os
 import random
+import re
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAGIC, VERSION = 0x53424343, 1
+with open(os.path.join(HERE, "..", "..", "src", "core", "bootstrap.h")) as f:
+    VERSION = int(re.search(r"kBootstrapVersion = (\d+);", f.read()).group(1))
+MAGIC = 0x53424343
 rng = random.Random(8)
 
 
@@ -40,6 +43,7 @@ write(t, "bad_round", record(1, hello_tail(0, 1, b"a") + struct.pack("<II", 0x12
 write(t, "huge_lengths", record(1, hello_tail(0, 1, b"") + struct.pack("<II", MAGIC, 0xffffffff))
       + record(1, struct.pack("<iiII", 0, 65536, 0xffffffff, 0)))
 write(t, "wrong_secret", record(0, struct.pack("<II", MAGIC, VERSION) + bytes(16) + hello_tail(0, 1, b"x")))
+write(t, "other_version", record(0, struct.pack("<II", MAGIC, VERSION + 7) + bytes(16) + hello_tail(0, 1, b"x")))
 write(t, "garbage_and_half_open", record(0, rnd(50)) + record(1, b"\x00\x00") + record(0, b"GET / HTTP/1.0\r\n\r\n")
       + record(1, hello_tail(0, 1, b"ok")))
 
