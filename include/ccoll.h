@@ -241,16 +241,16 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
 /**
  * Creates this rank's communicator from the environment, for launchers without MPI (torchrun-like): CC_RANK (this
  * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach: IPv4, [IPv6], or a host
- * name, whose first IPv4 address is taken, else its first IPv6 one). A name is looked up within the timeout, before
- * the bootstrap's own timeout starts: ccTimeout when the lookup takes longer, ccInvalidArgument for a name that does
- * not exist, ccSystemError when the resolver gives up first (no DNS server answered). Rank 0 opens the bootstrap
- * listener on CC_ROOT; the others connect to it, retrying until the timeout. A joining rank presents a hash of
- * CC_SECRET (the same string on every rank) or, where that is unset, of the job's identity (CC_JOB_ID, or the
- * launcher's: TORCHELASTIC_RUN_ID but torchrun's default "none", PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, then
- * SLURM_HET_JOB_ID, SLURM_PACK_JOB_ID, SLURM_JOB_ID); a rank whose secret differs (another job given the same
- * CC_ROOT, or a rank started by another launcher: give those CC_SECRET or CC_JOB_ID) is turned away with
- * ccInvalidUsage. With none of these set, any process that can reach CC_ROOT could join (rank 0 warns). Collective
- * over the group, like ccCommInitRank. config may be NULL.
+ * name, whose first IPv4 address is taken, else its first IPv6 one). A name is looked up within the timeout, before the
+ * bootstrap's own timeout starts and before the call returns, also with a non-blocking config: ccTimeout when the
+ * lookup takes longer, ccInvalidArgument for a name that does not exist, ccSystemError when the resolver gives up first
+ * (no DNS server answered). Rank 0 opens the bootstrap listener on CC_ROOT; the others connect to it, retrying until
+ * the timeout. A joining rank presents a hash of CC_SECRET (the same string on every rank) or, where that is unset, of
+ * the job's identity (CC_JOB_ID, or the launcher's: TORCHELASTIC_RUN_ID but torchrun's default "none", PMIX_NAMESPACE,
+ * OMPI_MCA_ess_base_jobid, then SLURM_HET_JOB_ID, SLURM_PACK_JOB_ID, SLURM_JOB_ID); a rank whose secret differs
+ * (another job given the same CC_ROOT, or a rank started by another launcher: give those CC_SECRET or CC_JOB_ID) is
+ * turned away with ccInvalidUsage. With none of these set, any process that can reach CC_ROOT could join (rank 0
+ * warns). Collective over the group, like ccCommInitRank. config may be NULL.
  */
 CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config);
 
