@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "child_process.h"
 #include "collectives/btree.h"
 #include "collectives/reduce.h"
 #include "compress/float16.h"
@@ -35,7 +36,6 @@
 #include "core/error.h"
 #include "core/job_secret.h"
 #include "core/params.h"
-#include "child_process.h"
 #include "core/socket.h"
 #include "rank_harness.h"
 #include "transport/local.h"
