@@ -165,7 +165,7 @@ bool Root::Advance(Pending* p, bool* complete) {
 bool Root::Accept(Pending* p) {
   const HelloHeader& h = p->header;
   // A rejected rank is told why; the hello is read whole first, so that closing does not reset the connection
-  // under the answer. The secret first: a hello without it says nothing about the group.
+  // under the answer. The version and the secret first: a hello without them says nothing about the group.
   std::string why;
   const bool knowsSecret = !p->stranger;  // and speaks this version
   if (knowsSecret && nranks_ < 0) {

@@ -165,11 +165,10 @@ ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddr
   const size_t colon = text.rfind(':');
   const std::string host = colon == std::string::npos ? text : text.substr(0, colon);
   const std::string port = colon == std::string::npos ? std::string() : text.substr(colon + 1);
-  char* end = nullptr;
   // Digits only: strtol alone would take " +80".
   const long p = port.empty() || port.find_first_not_of("0123456789") != std::string::npos
                      ? 0
-                     : std::strtol(port.c_str(), &end, 10);
+                     : std::strtol(port.c_str(), nullptr, 10);
   if (host.empty() || p <= 0 || p > 65535) {
     return Fail(ccInvalidArgument, "\"%s\" is not host:port (a port of 1..65535)", text.c_str());
   }
