@@ -241,8 +241,9 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
 /**
  * Creates this rank's communicator from the environment, for launchers without MPI (torchrun-like): CC_RANK (this
  * rank), CC_NRANKS (the group size) and CC_ROOT=host:port (an address every rank can reach: IPv4, [IPv6], or a host
- * name, whose first IPv4 address is taken, else its first IPv6 one). A name is looked up within the timeout, before the
- * bootstrap's own timeout starts and before the call returns, also with a non-blocking config: ccTimeout when the
+ * name, whose first IPv4 address is taken, else its first IPv6 one). CC_ROOT's form is checked before the call returns
+ * (ccInvalidArgument). A name is looked up as init's first step, within the timeout and before the bootstrap's own
+ * timeout starts (with a non-blocking config, after the call returns; ccCommAbort stops the wait): ccTimeout when the
  * lookup takes longer, ccInvalidArgument for a name that does not exist, ccSystemError when the resolver gives up first
  * (no DNS server answered). Rank 0 opens the bootstrap listener on CC_ROOT; the others connect to it, retrying until
  * the timeout. A joining rank presents a hash of CC_SECRET (the same string on every rank) or, where that is unset, of

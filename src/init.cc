@@ -1,8 +1,10 @@
 // C API entry points of versions, errors and communicators: argument checks, then the core.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,8 +34,18 @@ void DeleteComm(ccComm* comm) {
   delete comm;
 }
 
-// CommSetup, then what a new communicator's device needs (collectives/device_prepare.h).
-ccResult_t Setup(ccComm* comm, const ccUniqueId& id) {
+// Makes the unique id of a rank that was not given one (ccCommInitFromEnv: CC_ROOT's lookup, and rank 0's root), as
+// the first step of its init; it gives up when *cancel becomes true (ccCommAbort of a non-blocking init).
+using MakeId = std::function<ccResult_t(const std::atomic<bool>* cancel, ccUniqueId* id)>;
+
+// The id (made first where `make` is given), CommSetup, then what a new communicator's device needs
+// (collectives/device_prepare.h).
+ccResult_t Setup(ccComm* comm, ccUniqueId id, const MakeId& make) {
+  if (make) {
+    CC_CHECK(make(&comm->aborting, &id));
+    ccoll::UniqueIdContent content;
+    CC_CHECK(ccoll::BootstrapParseId(id, &content));
+  }
   CC_CHECK(ccoll::CommSetup(comm, id));
 #ifdef CCOLL_HAVE_CUDA
   ccoll::PrepareNewComm(comm->config.cudaDev);
@@ -41,8 +53,11 @@ ccResult_t Setup(ccComm* comm, const ccUniqueId& id) {
   return ccSuccess;
 }
 
-ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config,
-                    const char* fn) {
+// A rank's init: its arguments are checked before it returns; the rest (`make`, then the bootstrap and transports)
+// runs on a thread of its own when the config does not block. `id` is the rank's unique id, or ignored where `make`
+// is given.
+ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config, const char* fn,
+                    MakeId make = nullptr) {
   if (out == nullptr) return Fail(ccInvalidArgument, "%s: comm (the output pointer) is NULL", fn);
   *out = nullptr;
   if (nranks < 1 || nranks > ccoll::kMaxRanks) {
@@ -53,8 +68,10 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
   }
   ccoll::CommConfig cfg;
   CC_CHECK(ccoll::ResolveConfig(config, &cfg));
-  ccoll::UniqueIdContent content;
-  CC_CHECK(ccoll::BootstrapParseId(id, &content));
+  if (!make) {
+    ccoll::UniqueIdContent content;
+    CC_CHECK(ccoll::BootstrapParseId(id, &content));
+  }
 
   auto* comm = new ccComm();
   comm->rank = rank;
@@ -64,8 +81,8 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
   if (!cfg.blocking) {
     comm->asyncError = ccInProgress;
     try {
-      comm->initThread = std::thread([comm, id] {
-        ccResult_t r = Guarded("ccCommInitRankConfig", [&] { return Setup(comm, id); });
+      comm->initThread = std::thread([comm, id, make, fn] {
+        ccResult_t r = Guarded(fn, [&] { return Setup(comm, id, make); });
         if (r != ccSuccess) comm->RecordError(ccoll::LastError());
         comm->asyncError = r;
       });
@@ -76,7 +93,7 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
     *out = comm;
     return ccInProgress;
   }
-  ccResult_t r = Setup(comm, id);
+  ccResult_t r = Setup(comm, id, make);
   if (r != ccSuccess) {
     DeleteComm(comm);
     return r;
@@ -162,7 +179,10 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
     ccoll::UniqueIdContent content{};
     content.magic = ccoll::kUniqueIdMagic;
     content.version = ccoll::kBootstrapVersion;
-    const ccResult_t parsed = ccoll::ParseSocketAddress(root, cfg.timeoutMs, &content.root);
+    // CC_ROOT's form is checked here; a host name is looked up as init's first step (below), which a non-blocking
+    // config runs after the call returns.
+    std::string name;
+    const ccResult_t parsed = ccoll::SplitSocketAddress(root, &content.root, &name);
     if (parsed != ccSuccess) {
       ccoll::SetLastError("ccCommInitFromEnv: CC_ROOT=" + ccoll::LastError());
       return parsed;
@@ -175,14 +195,25 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
     }
     CC_INFO(ccoll::kLogBoot, "rank %lld: the bootstrap secret is a hash of %s", static_cast<long long>(rank),
             source.empty() ? "nothing (zeros)" : source.c_str());
-    ccUniqueId id;
-    if (rank == 0) {
-      CC_CHECK(ccoll::BootstrapStartRoot(&content.root, content.secret, cfg.timeoutMs, &id));
-    } else {
-      std::memset(&id, 0, sizeof(id));
-      std::memcpy(id.internal, &content, sizeof(content));
-    }
-    return InitRank(comm, static_cast<int>(nranks), id, static_cast<int>(rank), config, "ccCommInitFromEnv");
+    const int timeoutMs = cfg.timeoutMs;
+    const bool isRoot = rank == 0;
+    MakeId make = [content, root, timeoutMs, isRoot, hasName = !name.empty()](const std::atomic<bool>* cancel,
+                                                                              ccUniqueId* id) mutable {
+      if (hasName) {
+        const ccResult_t found = ccoll::ParseSocketAddress(root, timeoutMs, &content.root, cancel);
+        if (found != ccSuccess) {
+          ccoll::SetLastError("ccCommInitFromEnv: CC_ROOT=" + ccoll::LastError());
+          return found;
+        }
+      }
+      if (isRoot) return ccoll::BootstrapStartRoot(&content.root, content.secret, timeoutMs, id);
+      std::memset(id, 0, sizeof(*id));
+      std::memcpy(id->internal, &content, sizeof(content));
+      return ccSuccess;
+    };
+    ccUniqueId unused{};
+    return InitRank(comm, static_cast<int>(nranks), unused, static_cast<int>(rank), config, "ccCommInitFromEnv",
+                    std::move(make));
   });
 }
 

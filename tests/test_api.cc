@@ -1497,11 +1497,21 @@ const char* const kWithoutJobIdentity = "env -u CC_SECRET -u CC_JOB_ID -u TORCHE
                                         "-u OMPI_MCA_ess_base_jobid -u SLURM_HET_JOB_ID -u SLURM_PACK_JOB_ID "
                                         "-u SLURM_JOB_ID ";
 
+// CCTEST_NONBLOCKING: with a non-blocking config.
 TEST_CASE("root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE", "[.][root_child]") {
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ccComm_t comm = nullptr;
-  const ccResult_t rc = ccCommInitFromEnv(&comm, nullptr);
-  std::printf("init %d: %s\n", static_cast<int>(rc), rc == ccSuccess ? "" : ccGetLastError(nullptr));
-  if (rc != ccSuccess) return;
+  const ccResult_t rc = ccCommInitFromEnv(&comm, std::getenv("CCTEST_NONBLOCKING") != nullptr ? &config : nullptr);
+  std::printf("init %d: %s\n", static_cast<int>(rc),
+              rc == ccSuccess || rc == ccInProgress ? "" : ccGetLastError(nullptr));
+  if (rc == ccInProgress) {
+    ccResult_t state = ccInProgress;
+    while (state == ccInProgress) REQUIRE(ccCommGetAsyncError(comm, &state) == ccSuccess);
+    REQUIRE(state == ccSuccess);
+  } else if (rc != ccSuccess) {
+    return;
+  }
   float x = std::strtof(std::getenv("CCTEST_VALUE"), nullptr);
   CHECK(ccAllReduce(&x, &x, 1, ccFloat32, ccSum, nullptr, comm, nullptr) == ccSuccess);
   std::printf("sum %g\n", static_cast<double>(x));
@@ -1558,6 +1568,43 @@ TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is tur
   CHECK(Contains(one, "SLURM_JOB_ID names this job, so a rank of another job given the same CC_ROOT"));
 }
 
+// CC_ROOT's form is checked before ccCommInitFromEnv returns, also with a non-blocking config (a host name's lookup
+// runs after it returns, as init's first step), and such a config forms the group.
+TEST_CASE("ccCommInitFromEnv refuses a CC_ROOT that is not host:port at once, also without blocking", "[api][init]") {
+  const std::string name = "root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE";
+  const std::string clean = std::string(kWithoutJobIdentity) + "CC_NRANKS=2 CC_RANK=1 CC_TIMEOUT_MS=600000 ";
+  for (const char* nonblocking : {"", "CCTEST_NONBLOCKING=1 "}) {
+    for (const char* root : {"node-7:99999", "node-7", "fd00::5", "[fd00::zz]:29500"}) {
+      bool died = true;
+      const std::string out =
+          cctest::RunHiddenCase(name, clean + nonblocking + "CC_ROOT=" + root + " timeout 120", &died);
+      INFO(nonblocking << root << ": " << out);
+      CHECK(!died);
+      CHECK(Contains(out, std::string("init 4: ccCommInitFromEnv: CC_ROOT=\"") + root + "\""));
+    }
+  }
+  ccoll::SocketAddress addr{};
+  addr.family = AF_INET;
+  addr.addr[0] = 127;
+  addr.addr[3] = 1;
+  int probe = -1;
+  REQUIRE(ccoll::Listen(&addr, &probe) == ccSuccess);  // a free port
+  ccoll::CloseFd(probe);
+  const std::string job = std::string(kWithoutJobIdentity) + "CC_ROOT=localhost:" + std::to_string(addr.port) +
+                          " CC_NRANKS=2 CC_JOB_ID=nb CCTEST_NONBLOCKING=1 timeout 90";
+  std::string out[2];
+  bool died[2] = {true, true};
+  std::thread r0([&] { out[0] = cctest::RunHiddenCase(name, "CC_RANK=0 CCTEST_VALUE=1 " + job, &died[0]); });
+  out[1] = cctest::RunHiddenCase(name, "CC_RANK=1 CCTEST_VALUE=2 " + job, &died[1]);
+  r0.join();
+  for (int i = 0; i < 2; ++i) {
+    INFO("rank " << i << ": " << out[i]);
+    CHECK(!died[i]);
+    CHECK(Contains(out[i], "init 7: "));
+    CHECK(Contains(out[i], "sum 3\n"));
+  }
+}
+
 // Run by the case below in network and mount namespaces of its own (unshare -nm): makes its mounts private, brings
 // up loopback, puts CCTEST_RESOLV over /etc/resolv.conf (a DNS server on 127.0.0.1), and plays that server as
 // CCTEST_DNS says: "deaf" binds its port and never answers, "nxdomain" answers every query that the name does not
@@ -1598,13 +1645,34 @@ TEST_CASE("dns_child: ccCommInitFromEnv with CC_ROOT a host name", "[.][dns_chil
       });
     }
   }
-  const auto start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return static_cast<long long>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t).count());
+  };
+  // CCTEST_NONBLOCKING: a non-blocking config, and then (CCTEST_ABORT) ccCommAbort, or ccCommGetAsyncError until
+  // init ends.
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const bool nonblocking = std::getenv("CCTEST_NONBLOCKING") != nullptr;
+  auto start = std::chrono::steady_clock::now();
   ccComm_t comm = nullptr;
-  const ccResult_t rc = ccCommInitFromEnv(&comm, nullptr);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-  std::printf("init %d after %lld ms: %s\n", static_cast<int>(rc), static_cast<long long>(ms.count()),
-              rc == ccSuccess ? "" : ccGetLastError(nullptr));
-  if (rc == ccSuccess) CHECK(ccCommDestroy(comm) == ccSuccess);
+  ccResult_t rc = ccCommInitFromEnv(&comm, nonblocking ? &config : nullptr);
+  std::printf("init %d after %lld ms: %s\n", static_cast<int>(rc), since(start),
+              rc == ccSuccess || rc == ccInProgress ? "" : ccGetLastError(nullptr));
+  if (rc == ccInProgress && std::getenv("CCTEST_ABORT") != nullptr) {
+    start = std::chrono::steady_clock::now();
+    CHECK(ccCommAbort(comm) == ccSuccess);
+    std::printf("abort after %lld ms\n", since(start));
+    comm = nullptr;
+  } else if (rc == ccInProgress) {
+    do {
+      REQUIRE(ccCommGetAsyncError(comm, &rc) == ccSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (rc == ccInProgress);
+    std::printf("async %d after %lld ms: %s\n", static_cast<int>(rc), since(start),
+                rc == ccSuccess ? "" : ccGetLastError(comm));
+  }
+  if (comm != nullptr) CHECK(ccCommDestroy(comm) == ccSuccess);
   stop = true;
   if (server.joinable()) server.join();
   close(s);
@@ -1693,6 +1761,41 @@ TEST_CASE("a CC_ROOT host name is looked up within CC_TIMEOUT_MS, and a name tha
     INFO(out);
     CHECK(!died);
     CHECK(Contains(out, "init 0 after "));
+  }
+  // A non-blocking config: the call returns before the lookup, which init makes as its first step; its failure is the
+  // communicator's async error, and ccCommAbort stops the wait for it.
+  {
+    const std::string out = cctest::RunHiddenCase(
+        name, env + "CC_NRANKS=2 CC_ROOT=ccoll-deaf-dns.example:29000 CCTEST_DNS=deaf CCTEST_NONBLOCKING=1 timeout 150 "
+        "unshare -nm", &died);
+    INFO(out);
+    CHECK(!died);
+    CHECK(Contains(out, "init 7 after "));  // ccInProgress
+    CHECK(Contains(out, "async 8 after "));  // ccTimeout
+    CHECK(Contains(out, "ccCommInitFromEnv: CC_ROOT=\"ccoll-deaf-dns.example:29000\": looking up host "
+                        "\"ccoll-deaf-dns.example\" took longer than the timeout, 1000 ms"));
+  }
+  {  // the resolver would wait 60 s here, and CC_TIMEOUT_MS is longer
+    const std::string slow = clean + "CCTEST_RESOLV=" + resolv + " CC_TIMEOUT_MS=90000 CC_RANK=1 ";
+    const std::string out = cctest::RunHiddenCase(
+        name, slow + "CC_NRANKS=2 CC_ROOT=ccoll-deaf-dns.example:29000 CCTEST_DNS=deaf CCTEST_NONBLOCKING=1 "
+        "CCTEST_ABORT=1 timeout 150 unshare -nm", &died);
+    INFO(out);
+    CHECK(!died);
+    const size_t init = out.find("init 7 after ");
+    const size_t abort = out.find("abort after ");
+    REQUIRE(init != std::string::npos);
+    REQUIRE(abort != std::string::npos);
+    CHECK(std::atol(out.c_str() + init + 13) < 20000 * cctest::TimeScale());
+    CHECK(std::atol(out.c_str() + abort + 12) < 20000 * cctest::TimeScale());
+  }
+  {
+    const std::string out = cctest::RunHiddenCase(
+        name, env + "CC_NRANKS=1 CC_ROOT=localhost:29000 CCTEST_NONBLOCKING=1 timeout 150 unshare -nm", &died);
+    INFO(out);
+    CHECK(!died);
+    CHECK(Contains(out, "init 7 after "));
+    CHECK(Contains(out, "async 0 after "));
   }
   std::remove(resolv);
 }

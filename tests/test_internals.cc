@@ -860,7 +860,17 @@ TEST_CASE("ParseSocketAddress takes a port of digits only", "[internals][bootstr
     INFO(bad);
     CHECK(ccoll::ParseSocketAddress(bad, 1000, &a) == ccInvalidArgument);
     CHECK_THAT(ccoll::LastError(), Catch::Contains("is not host:port"));
+    std::string name;
+    CHECK(ccoll::SplitSocketAddress(bad, &a, &name) == ccInvalidArgument);
+    CHECK_THAT(ccoll::LastError(), Catch::Contains("is not host:port"));
   }
+  // SplitSocketAddress: the same checks without the lookup, which it leaves to the caller.
+  std::string name = "x";
+  CHECK(ccoll::SplitSocketAddress("10.1.2.3:29500", &a, &name) == ccSuccess);
+  CHECK((name.empty() && a.family == AF_INET && a.port == 29500 && a.addr[0] == 10 && a.addr[3] == 3));
+  CHECK(ccoll::SplitSocketAddress("node-7.cluster:29501", &a, &name) == ccSuccess);
+  CHECK((name == "node-7.cluster" && a.port == 29501));
+  CHECK(ccoll::SplitSocketAddress("fd00::5", &a, &name) == ccInvalidArgument);
   CHECK(ccoll::ParseSocketAddress("[::zz]:1", 1000, &a) == ccInvalidArgument);
   CHECK_THAT(ccoll::LastError(), Catch::Contains("is not an IPv6 address"));
   // An IPv6 address without brackets is refused before any lookup ("fd00::5" would look up "fd00:" at port 5).

@@ -108,7 +108,7 @@ int LookUpFamily(const std::string& host, int family, SocketAddress* addr, int* 
   return rc;
 }
 
-ccResult_t LookUpHost(const std::string& host, int timeoutMs, SocketAddress* out) {
+ccResult_t LookUpHost(const std::string& host, int timeoutMs, SocketAddress* out, const std::atomic<bool>* cancel) {
   auto lookup = std::make_shared<HostLookup>();
   try {
     std::thread([lookup, host] {
@@ -128,8 +128,15 @@ ccResult_t LookUpHost(const std::string& host, int timeoutMs, SocketAddress* out
   } catch (const std::system_error& e) {
     return Fail(ccSystemError, "cannot start a thread to look up host \"%s\": %s", host.c_str(), e.what());
   }
+  const Deadline deadline = DeadlineIn(timeoutMs);
   std::unique_lock<std::mutex> lock(lookup->mu);
-  if (!lookup->done.wait_for(lock, std::chrono::milliseconds(timeoutMs), [&] { return lookup->finished; })) {
+  while (!lookup->finished && !Cancelled(cancel) && RemainingMs(deadline) > 0) {
+    lookup->done.wait_for(lock, std::chrono::milliseconds(PollSlice(deadline, cancel)));
+  }
+  if (!lookup->finished && Cancelled(cancel)) {
+    return Fail(ccRemoteError, "aborted while looking up host \"%s\"", host.c_str());
+  }
+  if (!lookup->finished) {
     return Fail(ccTimeout, "looking up host \"%s\" took longer than the timeout, %d ms (a DNS server that does not "
                 "answer?); give a numeric address, or raise CC_TIMEOUT_MS", host.c_str(), timeoutMs);
   }
@@ -160,8 +167,9 @@ std::string ToString(const SocketAddress& a) {
                               : std::string(host) + ":" + std::to_string(a.port);
 }
 
-ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddress* out) {
+ccResult_t SplitSocketAddress(const std::string& text, SocketAddress* out, std::string* name) {
   std::memset(out, 0, sizeof(*out));
+  name->clear();
   const size_t colon = text.rfind(':');
   const std::string host = colon == std::string::npos ? text : text.substr(0, colon);
   const std::string port = colon == std::string::npos ? std::string() : text.substr(colon + 1);
@@ -184,13 +192,23 @@ ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddr
   }
   out->family = AF_INET;
   out->port = port16;
-  if (inet_pton(AF_INET, host.c_str(), out->addr) == 1) return ccSuccess;
-  const ccResult_t found = LookUpHost(host, timeoutMs, out);
+  if (inet_pton(AF_INET, host.c_str(), out->addr) != 1) *name = host;
+  return ccSuccess;
+}
+
+ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddress* out,
+                              const std::atomic<bool>* cancel) {
+  std::string name;
+  CC_CHECK(SplitSocketAddress(text, out, &name));
+  if (name.empty()) return ccSuccess;
+  const uint16_t port = out->port;
+  const ccResult_t found = LookUpHost(name, timeoutMs, out, cancel);
   if (found != ccSuccess) {
+    std::memset(out, 0, sizeof(*out));
     SetLastError("\"" + text + "\": " + LastError());
     return found;
   }
-  out->port = port16;
+  out->port = port;
   return ccSuccess;
 }
 

@@ -36,8 +36,13 @@ std::string ToString(const SocketAddress& a);
 // holds it for the resolver's retries: 10 s with glibc's defaults, more with longer resolver options), so the lookup
 // runs on a thread of its own that is left behind at the deadline, running until the resolver gives up.
 // ccInvalidArgument: not host:port, or a name that does not exist; ccTimeout: the lookup outlasted timeoutMs;
-// ccSystemError: the resolver gave up first (EAI_AGAIN: no DNS server answered), or another system failure.
-ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddress* out);
+// ccSystemError: the resolver gave up first (EAI_AGAIN: no DNS server answered), or another system failure;
+// ccRemoteError: *cancel became true first (the wait notices within 50 ms), when cancel is given.
+ccResult_t ParseSocketAddress(const std::string& text, int timeoutMs, SocketAddress* out,
+                              const std::atomic<bool>* cancel = nullptr);
+// ParseSocketAddress's checks without the lookup: a numeric address is filled in and *name left empty; for a host
+// name, *name is the name and only out->port is meaningful.
+ccResult_t SplitSocketAddress(const std::string& text, SocketAddress* out, std::string* name);
 // The address of the interface CC_SOCKET_IFNAME names (prefix match, ^ to exclude), or loopback when unset.
 ccResult_t ChooseBootstrapAddress(SocketAddress* out);
 
