@@ -378,12 +378,14 @@ if [ $have_nccl = 1 ] && part nccl; then
 fi
 # Out-of-bounds and misaligned accesses in the kernels: compute-sanitizer's memcheck over test_gpu's kernel cases
 # (each kernel against the CPU driver; the collectives' cases are left out, memcheck makes them too slow), the two
-# largest sweeps (requant, homomorphic lanes) at every 29th of their configurations.
+# largest sweeps (requant, homomorphic lanes) at every 29th of their configurations, starting at an offset drawn per
+# run (printed in the summary; GPU_CHECK_SWEEP_OFFSET repeats one), so that runs sample different configurations.
 san="not run"
+sweep_offset=${GPU_CHECK_SWEEP_OFFSET:-$((RANDOM % 29))}
 if [ "$tests" = ON ] && part sanitize; then
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if [ -n "$cs" ]; then
-    step 120 env CCTEST_SWEEP_STRIDE=29 "$cs" --tool memcheck --error-exitcode 3 "$BUILD_DIR/tests/test_gpu" \
+    step 120 env CCTEST_SWEEP_STRIDE=29 CCTEST_SWEEP_OFFSET="$sweep_offset" "$cs" --tool memcheck --error-exitcode 3 "$BUILD_DIR/tests/test_gpu" \
       "*rotation*,*requant*,*exact reductions*,*16-bit cast*,*homomorphic*,*sparsifier*,*the chunk choice*,*PowerSGD*" \
       >"$LOGS/memcheck.log" 2>&1
     san=$?
@@ -405,7 +407,8 @@ cat "$LOGS/toolkit.txt" 2>/dev/null
 if [ "$tests" = ON ]; then
   cat "$LOGS/results.txt" 2>/dev/null
   echo "python test_cuda.py: exit $py ($(tail -1 "$LOGS/test_cuda_py.log" 2>/dev/null))"
-  echo "compute-sanitizer memcheck, test_gpu's kernel cases (two sweeps at every 29th configuration): exit $san" \
+  echo "compute-sanitizer memcheck, test_gpu's kernel cases (two sweeps at every 29th configuration from" \
+    "$sweep_offset): exit $san" \
     "($(grep -E 'ERROR SUMMARY' "$LOGS/memcheck.log" 2>/dev/null | tail -1))"
 else
   echo "tests: not built (no Catch2 in .deps/)"

@@ -88,14 +88,19 @@ std::vector<float> Inputs(size_t n, uint64_t seed, bool nonFinite) {
 
 // Under compute-sanitizer's memcheck (perf/gpu_check.sh), which slows every launch and copy many times over, the two
 // largest sweeps (1728 and 1152 configurations) run every CCTEST_SWEEP_STRIDE-th configuration: a prime stride walks
-// through every loop's values. Unset, every configuration runs.
+// through every loop's values; CCTEST_SWEEP_OFFSET picks which of the stride's residues, so that runs with other
+// offsets cover other configurations. Unset, every configuration runs.
 // *seen counts one sweep's configurations, so that a case run alone samples what it samples in a whole run.
 bool InSweep(long* seen) {
   static const long stride = [] {
     const char* s = std::getenv("CCTEST_SWEEP_STRIDE");
     return s != nullptr && std::atol(s) > 1 ? std::atol(s) : 1L;
   }();
-  return (*seen)++ % stride == 0;
+  static const long offset = [] {
+    const char* s = std::getenv("CCTEST_SWEEP_OFFSET");
+    return s != nullptr && std::atol(s) > 0 ? std::atol(s) % stride : 0L;
+  }();
+  return (*seen)++ % stride == offset;
 }
 
 bool SameBytes(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
