@@ -313,6 +313,13 @@ CC_API ccResult_t ccCommCount(const ccComm_t comm, int* count);
 CC_API ccResult_t ccCommUserRank(const ccComm_t comm, int* rank);
 
 /**
+ * Writes the CUDA device comm is bound to (ccConfig_t.cudaDev, or the device current at init) to *device, like
+ * ncclCommCuDevice; -1 where it has none (a build without CUDA, or no device current at init): its calls then take
+ * host buffers only.
+ */
+CC_API ccResult_t ccCommCuDevice(const ccComm_t comm, int* device);
+
+/**
  * Writes the communicator's asynchronous state to *asyncError: ccInProgress while a non-blocking init runs, the
  * error that ended a failed init or an aborted communicator, else ccSuccess.
  */

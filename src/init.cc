@@ -357,6 +357,16 @@ CC_API ccResult_t ccCommUserRank(const ccComm_t comm, int* rank) {
   });
 }
 
+CC_API ccResult_t ccCommCuDevice(const ccComm_t comm, int* device) {
+  return Guarded("ccCommCuDevice", [&]() -> ccResult_t {
+    ccoll::CommUse use(comm);
+    if (comm == nullptr || !use.ok()) return Fail(ccInvalidArgument, "ccCommCuDevice: comm is not a live communicator");
+    if (device == nullptr) return Fail(ccInvalidArgument, "ccCommCuDevice: device is NULL");
+    *device = comm->config.cudaDev;
+    return ccSuccess;
+  });
+}
+
 CC_API ccResult_t ccCommGetAsyncError(ccComm_t comm, ccResult_t* asyncError) {
   return Guarded("ccCommGetAsyncError", [&] {
     ccoll::CommUse use(comm);

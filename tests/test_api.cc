@@ -23,6 +23,10 @@
 #include <thread>
 #include <vector>
 
+#ifdef CCOLL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "ccoll.h"
 #include "child_process.h"
 #include "collectives/call_check.h"
@@ -377,21 +381,30 @@ TEST_CASE("NULL buffers are accepted when count is 0", "[api][args]") {
 // Communicator lifetime.
 // ------------------------------------------------------------------------------------------------------------
 
-TEST_CASE("ccCommCount and ccCommUserRank", "[api][comm]") {
+// ccCommCuDevice on a device-bound communicator: test_gpu_collectives.
+TEST_CASE("ccCommCount, ccCommUserRank and ccCommCuDevice", "[api][comm]") {
   Group g = Group::InitAll(3);
   REQUIRE(g.status == ccSuccess);
+  int current = -1;
+#ifdef CCOLL_HAVE_CUDA
+  if (cudaGetDevice(&current) != cudaSuccess) current = -1;  // no driver, no device here: none
+#endif
   for (int r = 0; r < 3; ++r) {
-    int count = -1, rank = -1;
+    int count = -1, rank = -1, device = -2;
     CHECK(ccCommCount(g[r], &count) == ccSuccess);
     CHECK(ccCommUserRank(g[r], &rank) == ccSuccess);
+    CHECK(ccCommCuDevice(g[r], &device) == ccSuccess);
     CHECK(count == 3);
     CHECK(rank == r);
+    CHECK(device == current);
   }
   int x;
   CHECK(ccCommCount(g[0], nullptr) == ccInvalidArgument);
   CHECK(ccCommUserRank(g[0], nullptr) == ccInvalidArgument);
+  CHECK(ccCommCuDevice(g[0], nullptr) == ccInvalidArgument);
   CHECK(ccCommCount(nullptr, &x) == ccInvalidArgument);
   CHECK(ccCommUserRank(nullptr, &x) == ccInvalidArgument);
+  CHECK(ccCommCuDevice(nullptr, &x) == ccInvalidArgument);
   ccResult_t async;
   CHECK(ccCommGetAsyncError(nullptr, &async) == ccInvalidArgument);
   CHECK(ccCommGetAsyncError(g[0], nullptr) == ccInvalidArgument);
@@ -422,6 +435,7 @@ TEST_CASE("a destroyed communicator is rejected, not used", "[api][comm]") {
   stats.size = sizeof(stats);
   CHECK(ccCommCount(c0, &x) == ccInvalidArgument);
   CHECK(ccCommUserRank(c0, &x) == ccInvalidArgument);
+  CHECK(ccCommCuDevice(c0, &x) == ccInvalidArgument);
   CHECK(ccCommGetAsyncError(c0, &async) == ccInvalidArgument);
   CHECK(ccCommGetStats(c0, &stats) == ccInvalidArgument);
   CHECK(ccCommDestroy(c0) == ccInvalidArgument);  // destroyed twice

@@ -278,6 +278,11 @@ TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte fo
   for (int n : {1, 2, 4}) {
     Group g = DeviceGroup(n);
     REQUIRE(g.status == ccSuccess);
+    for (int r = 0; r < n; ++r) {
+      int device = -1;
+      CHECK(ccCommCuDevice(g[r], &device) == ccSuccess);
+      CHECK(device == 0);
+    }
     Streams st(n);
     for (const Case& k : cases) {
       for (size_t count : {size_t{1}, size_t{1000}, size_t{3 * 65537}}) {
