@@ -142,7 +142,7 @@ struct BadCall {
 TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[api][args]") {
   // A short timeout: a bad call that is wrongly accepted waits for a peer that never calls, and must fail (with
   // ccTimeout) instead of hanging the test.
-  const ccConfig_t config = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 2000);
+  const ccConfig_t config = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, cctest::ScaledMs(2000));
   Group g = Group::InitConfig(2, config);
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
@@ -318,7 +318,7 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
       CHECK(peerRc == ccInvalidUsage);
       CHECK(Contains(peerErr, "rank " + std::to_string(bc.rank) + " refused the call"));
       CHECK(std::memcmp(peerRecv.data(), peerPristine.data(), peerRecv.size() * sizeof(float)) == 0);
-      CHECK(seconds < 1.5);  // not the 2 s timeout
+      CHECK(seconds < 1.5 * cctest::TimeScale());  // not the 2 s timeout
     }
     ccResult_t async0 = ccSuccess, async1 = ccSuccess;
     ccCommGetAsyncError(c0, &async0);
@@ -770,7 +770,7 @@ TEST_CASE("ccCommAbort or ccCommDestroy of a communicator whose non-blocking ini
     REQUIRE(ccGetUniqueId(&id) == ccSuccess);
     ccConfig_t config = CC_CONFIG_INITIALIZER;
     config.blocking = 0;
-    config.timeoutMs = 5000;
+    config.timeoutMs = cctest::ScaledMs(5000);
     ccComm_t comm = nullptr;
     REQUIRE(ccCommInitRankConfig(&comm, 2, id, 0, &config) == ccInProgress);  // rank 1 never comes
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -779,7 +779,7 @@ TEST_CASE("ccCommAbort or ccCommDestroy of a communicator whose non-blocking ini
     double seconds = SecondsSince(start);
     // "every call pending on it ... returns an error, then the communicator is freed": neither may sit out the
     // init's whole timeout (ccCommDestroy did, until the init timed out).
-    CHECK(seconds < 2.0);
+    CHECK(seconds < 2.0 * cctest::TimeScale());
     int n = 0;
     CHECK(ccCommCount(comm, &n) == ccInvalidArgument);
   }
@@ -843,7 +843,7 @@ TEST_CASE("ranks that disagree on count or datatype all get an error that says s
   const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree);
   const bool dtypeMismatch = GENERATE(false, true);
   CAPTURE(algo, dtypeMismatch);
-  Group g = Group::InitConfig(2, cctest::MakeConfig(algo, 3000));
+  Group g = Group::InitConfig(2, cctest::MakeConfig(algo, cctest::ScaledMs(3000)));
   INFO(g.error);
   REQUIRE(g.status == ccSuccess);
   std::vector<RankResult> results(2);
@@ -877,7 +877,7 @@ TEST_CASE("ranks that disagree on count or datatype all get an error that says s
       CHECK(async != ccSuccess);  // the communicator is out of step and says so
     }
   }
-  CHECK(seconds < 2.5);
+  CHECK(seconds < 2.5 * cctest::TimeScale());
   if (CallCheckOn()) {
     // ... and the next, matching call works on the same communicator.
     RunRanks(2, [&](int r) {
@@ -918,7 +918,7 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
 #endif
   for (const Case& odd : cases) {
     INFO(odd.what);
-    Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, 5000));
+    Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, cctest::ScaledMs(5000)));
     REQUIRE(g.status == ccSuccess);
     std::vector<RankResult> results(n);
     std::vector<std::vector<float>> outs(n, std::vector<float>(1000 * n, -7.0f));
@@ -957,7 +957,7 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
       REQUIRE(ccCommGetAsyncError(g[r], &async) == ccSuccess);
       CHECK(async == ccSuccess);
     }
-    CHECK(seconds < 2.5);
+    CHECK(seconds < 2.5 * cctest::TimeScale());
     // The same communicators then run a matching all-reduce.
     RunRanks(n, [&](int r) {
       std::vector<float> in(1000, 1.0f), out(1000, 0.0f);
@@ -1237,7 +1237,7 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
 TEST_CASE("a rank that refuses its arguments: with the call check every rank fails at once and the communicator "
           "stays usable; without it the refusing rank returns at once", "[api][mismatch]") {
   const int n = 3;
-  Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, 3000));
+  Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, cctest::ScaledMs(3000)));
   REQUIRE(g.status == ccSuccess);
   std::vector<RankResult> results(n);
   std::vector<double> seconds(n);
@@ -1252,7 +1252,7 @@ TEST_CASE("a rank that refuses its arguments: with the call check every rank fai
   INFO("rank 0: " << results[0].error << "; rank 1: " << results[1].error << "; rank 2: " << results[2].error);
   CHECK(results[1].rc == ccInvalidArgument);
   CHECK(Contains(results[1].error, "recvbuff is NULL"));
-  CHECK(seconds[1] < 1.5);
+  CHECK(seconds[1] < 1.5 * cctest::TimeScale());
   if (!CallCheckOn()) {
     CHECK(results[0].rc != ccSuccess);  // they waited for rank 1 until the timeout
     CHECK(results[2].rc != ccSuccess);
@@ -1261,7 +1261,7 @@ TEST_CASE("a rank that refuses its arguments: with the call check every rank fai
   for (int r : {0, 2}) {
     CHECK(results[r].rc == ccInvalidUsage);
     CHECK(Contains(results[r].error, "rank 1 refused the call (ccInvalidArgument"));
-    CHECK(seconds[r] < 1.5);
+    CHECK(seconds[r] < 1.5 * cctest::TimeScale());
     for (float x : outs[r]) CHECK(x == -7.0f);
   }
   for (int r = 0; r < n; ++r) {

@@ -1094,7 +1094,7 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
     std::vector<RankResult> init(n);
     RunRanks(n, [&](int r) {
       ccConfig_t config = CC_CONFIG_INITIALIZER;
-      config.timeoutMs = 2000;  // the first call, not held, must fit in it also under a sanitizer
+      config.timeoutMs = cctest::ScaledMs(2000);  // the first call, not held, must fit in it
       config.cudaDev = 0;
       init[r] = Record(ccCommInitRankConfig(&comms[r], n, id, r, &config), nullptr);
     });
@@ -1134,7 +1134,7 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
           CHECK(async == ccSuccess);
           continue;
         }
-        CHECK(seconds < 20.0);
+        CHECK(seconds < 20.0 * cctest::TimeScale());
         // The rank whose wait timed out has ccTimeout; its peer may fail first on the exchange that follows.
         const std::string err = CommLastError(comms[r]);
         INFO("rank " << r << ": " << err);
@@ -1297,7 +1297,7 @@ TEST_CASE("[gpu] a refusal met by a peer's device call: later calls fail at once
     REQUIRE(ccGetUniqueId(&id) == ccSuccess);
     std::vector<ccResult_t> rc(n);
     RunRanks(n, [&](int r) {
-      ccConfig_t c = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 4000);
+      ccConfig_t c = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, cctest::ScaledMs(4000));
       c.cudaDev = 0;
       rc[r] = ccCommInitRankConfig(&g.comms[r], n, id, r, &c);
     });
@@ -1338,8 +1338,8 @@ TEST_CASE("[gpu] a refusal met by a peer's device call: later calls fail at once
     CHECK(Contains(results[1].error, "failed earlier"));
     CHECK(results[0].rc == ccInvalidUsage);
     CHECK(Contains(results[0].error, "rank 1 refused the call"));
-    CHECK(seconds[0] < 2.0);
-    CHECK(seconds[1] < 2.0);
+    CHECK(seconds[0] < 2.0 * cctest::TimeScale());
+    CHECK(seconds[1] < 2.0 * cctest::TimeScale());
     for (float x : host[0]) CHECK(x == 1.0f);
   }
   cudaFree(dev);
@@ -1355,7 +1355,7 @@ void CheckToldOfRefusal(const Group& g, const RankResult& queued) {
   CHECK(Contains(CommLastError(g[0]), "rank 1 refused the call"));
 }
 
-// Two ranks bound to device 0 with the given transport and a 4 s timeout.
+// Two ranks bound to device 0 with the given transport and a 4 s timeout (scaled under a sanitizer).
 Group TwoDeviceRanks(int transport) {
   Group g;
   g.comms.assign(2, nullptr);
@@ -1363,7 +1363,7 @@ Group TwoDeviceRanks(int transport) {
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
   std::vector<ccResult_t> rc(2);
   RunRanks(2, [&](int r) {
-    ccConfig_t c = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 4000);
+    ccConfig_t c = cctest::MakeConfig(CC_CONFIG_UNDEF_INT, cctest::ScaledMs(4000));
     c.cudaDev = 0;
     c.transport = transport;
     rc[r] = ccCommInitRankConfig(&g.comms[r], 2, id, r, &c);
@@ -1456,7 +1456,7 @@ TEST_CASE("[gpu] abort and destroy do not wait for a held stream past the timeou
           "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
   // Rank 0's stream is held by earlier work when its call is queued. An abort returns at once, a destroy after at most
-  // CC_TIMEOUT_MS (4 s here), both while the stream is still held (the call is skipped; its staging and wait word are
+  // CC_TIMEOUT_MS (4 s here, scaled under a sanitizer), both while the stream is still held (the call is skipped; its staging and wait word are
   // left to the stream, not freed); the stream, released later, runs to its end.
   const size_t count = 4096;
   for (bool abort : {true, false}) {
@@ -1474,7 +1474,7 @@ TEST_CASE("[gpu] abort and destroy do not wait for a held stream past the timeou
     REQUIRE(cudaLaunchHostFunc(st.s[0], HoldUntil, &release) == cudaSuccess);
     REQUIRE(ccAllReduce(dev[0], dev[0], count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccSuccess);
     std::thread safety([&] {  // a hung abort or destroy fails the check below instead of the whole run
-      for (int ms = 0; ms < 20000 && !release.load(); ms += 10) {
+      for (int ms = 0; ms < cctest::ScaledMs(20000) && !release.load(); ms += 10) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       release = true;

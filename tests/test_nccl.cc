@@ -1240,7 +1240,7 @@ TEST_CASE("[nccl] a scratch allocation that fails on one rank: no rank queues th
   // its thread). With the call check, rank 0 refuses and the others learn it there: nothing is queued anywhere, and
   // the same call made again runs on every rank. Without the check rank 0 fails its communicator (the others may have
   // queued the call), and the others' calls end with its abort or the timeout.
-  const int n = 3, timeoutMs = 3000;
+  const int n = 3, timeoutMs = cctest::ScaledMs(3000);
   const size_t count = 50001;
   const bool checked = CallCheckRuns();
   const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
@@ -1348,7 +1348,7 @@ TEST_CASE("[nccl] no elements and no host transport: every collective returns at
 TEST_CASE("[nccl] a dead peer or one that never calls: an error within the timeout, streams released",
           "[gpu][nccl][fault]") {
   SKIP_WITHOUT_NCCL_DEVICE();
-  const int n = 3, timeoutMs = 3000;
+  const int n = 3, timeoutMs = cctest::ScaledMs(3000);
   const size_t count = 1 << 16;
   for (bool dies : {true, false}) {
     INFO((dies ? "the last rank dies after init" : "the last rank never calls"));
