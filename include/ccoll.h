@@ -102,7 +102,9 @@ typedef enum {
 
 /**
  * Reduction operations. Values match NCCL's ncclRedOp_t.
- * ccAvg divides the sum by the number of ranks (integer division for integer types, as NCCL does).
+ * ccAvg, as NCCL's ncclAvg: of floating-point types, the sum of every rank's input multiplied by 1/nranks (the factor
+ * rounded to the type, then each product), so that an average whose sum would overflow the type stays finite; of
+ * integer types, the sum divided by the number of ranks, rounded toward zero.
  */
 typedef enum {
   ccSum = 0,  /**< Sum. */
@@ -111,7 +113,7 @@ typedef enum {
                    NaN, 0x7fc00000 for float32), +0 above -0; so the bytes do not depend on the algorithm or the
                    number of ranks. (With CC_TRANSPORT=nccl, exact device calls are NCCL's own, with NCCL's rule.) */
   ccMin = 3,  /**< Minimum. On floats IEEE 754-2019's minimum: NaN as ccMax, -0 below +0. */
-  ccAvg = 4   /**< Sum divided by the number of ranks. */
+  ccAvg = 4   /**< Average over the ranks (see above). */
 } ccRedOp_t;
 
 /** Transports between ranks. ccTransportAuto picks local within a process and the network otherwise. */

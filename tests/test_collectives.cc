@@ -337,8 +337,10 @@ std::string CheckReduceTyped(ccRedOp_t op, const std::vector<const void*>& in, c
         tol = kExactSums<T> ? 0 : n * Eps<T>() * sumAbs;
       } else if (op == ccAvg) {
         acc /= n;
-        // The sum's error divided by n, plus the final division, rounded through float then T (double rounding).
-        tol = (kExactSums<T> ? 0 : Eps<T>() * sumAbs) + 2 * Eps<T>() * std::fabs(acc);
+        // Every rank's input times 1/n, the factor rounded to T (through float: at most 1.01 units of roundoff) and
+        // then the product, summed with n - 1 more roundings: within (n + 1.01) units of sumAbs / n. A sum divided at
+        // the end instead would overflow where the average does not (test "... float16 average ...").
+        tol = (n + 2) * Eps<T>() * sumAbs / n;
       }
       double got = ToDouble(o[i]);
       if (!(std::fabs(got - acc) <= tol)) {  // also catches NaN
@@ -1049,6 +1051,85 @@ TEST_CASE("integer sums wrap around as two's complement, identically on every ra
     CHECK(out64[4 * r + 0] == static_cast<int64_t>(3ull * 0x7fffffffffffffffull));
     CHECK(out64[4 * r + 1] == static_cast<int64_t>(3ull * 0x8000000000000000ull));
     CHECK(out64[4 * r + 3] == 3);
+  }
+}
+
+// ccAvg of floats multiplies every rank's input by 1/nranks before the sum, as NCCL's ncclAvg does, so an average
+// whose sum is beyond the type's range stays finite. Until 2026-12-05 the sum was divided at the end: two ranks'
+// float16 40000 averaged to infinity (float16's largest value is 65504), where DDP over NCCL or gloo gives 40000.
+TEST_CASE("a float average whose sum overflows the type stays finite: inputs premultiplied by 1/nranks",
+          "[collectives][avg]") {
+  struct Range {
+    ccDataType_t dtype;
+    double lo, hi;  // every input in [lo, hi): any two sum beyond the type's largest value
+  };
+  const Range ranges[] = {{ccFloat16, 33000.0, 65000.0}, {ccBfloat16, 1.8e38, 3.3e38}, {ccFloat32, 1.8e38, 3.4e38}};
+  const size_t count = 999;
+  auto check = [&](auto tag, const Range& range, int n, const std::vector<std::vector<uint8_t>>& in,
+                   const std::vector<std::vector<uint8_t>>& out, size_t outOffset, size_t outCount) -> std::string {
+    using T = decltype(tag);
+    for (int r = 0; r < static_cast<int>(out.size()); ++r) {
+      if (out[r] != out[0]) return "rank " + std::to_string(r) + "'s output differs from rank 0's";
+      const T* o = reinterpret_cast<const T*>(out[r].data());
+      for (size_t i = 0; i < outCount; ++i) {
+        double sum = 0;
+        for (int q = 0; q < n; ++q) sum += ToDouble(reinterpret_cast<const T*>(in[q].data())[outOffset + i]);
+        const double want = sum / n, got = ToDouble(o[i]);
+        if (!(std::fabs(got - want) <= (n + 2) * Eps<T>() * sum / n)) {
+          std::ostringstream s;
+          s.precision(17);
+          s << "element " << outOffset + i << ": got " << got << ", want " << want;
+          return s.str();
+        }
+      }
+    }
+    (void)range;
+    return "";
+  };
+  for (int n : {2, 3, 4}) {
+    for (ccAlgo_t algo : {ccAlgoRing, ccAlgoTree}) {
+      Group g = Group::InitConfig(n, AlgoConfig(algo));
+      REQUIRE(g.status == ccSuccess);
+      for (const Range& range : ranges) {
+        WithType(range.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (!kIsInt<T>) {
+            INFO(n << " ranks, " << (algo == ccAlgoRing ? "ring" : "tree") << ", dtype " << range.dtype);
+            std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * n * sizeof(T)));
+            for (int r = 0; r < n; ++r) {
+              T* p = reinterpret_cast<T*>(in[r].data());
+              for (size_t i = 0; i < count * n; ++i) {
+                const double u = static_cast<double>((i * 7919 + static_cast<size_t>(r) * 104729) % 1000) / 1000.0;
+                p[i] = FromDouble<T>(range.lo + u * (range.hi - range.lo));
+              }
+            }
+            std::vector<RankResult> results(n);
+            std::vector<std::vector<uint8_t>> all(n, std::vector<uint8_t>(count * sizeof(T)));
+            std::vector<std::vector<uint8_t>> scattered(n, std::vector<uint8_t>(count * sizeof(T)));
+            std::vector<std::vector<uint8_t>> reduced(1, std::vector<uint8_t>(count * sizeof(T)));
+            RunRanks(n, [&](int r) {
+              ccResult_t rc = ccAllReduce(in[r].data(), all[r].data(), count, range.dtype, ccAvg, nullptr, g[r],
+                                          nullptr);
+              if (rc == ccSuccess) {
+                rc = ccReduceScatter(in[r].data(), scattered[r].data(), count, range.dtype, ccAvg, g[r], nullptr);
+              }
+              if (rc == ccSuccess) {
+                rc = ccReduce(in[r].data(), r == 1 ? reduced[0].data() : nullptr, count, range.dtype, ccAvg, 1, g[r],
+                              nullptr);
+              }
+              results[r] = Record(rc, g[r]);
+            });
+            REQUIRE(RankErrors(results, "ccAllReduce, ccReduceScatter, ccReduce") == "");
+            CHECK(check(tag, range, n, in, all, 0, count) == "");
+            CHECK(check(tag, range, n, in, reduced, 0, count) == "");
+            for (int r = 0; r < n; ++r) {
+              INFO("reduce-scatter, rank " << r);
+              CHECK(check(tag, range, n, in, {scattered[r]}, static_cast<size_t>(r) * count, count) == "");
+            }
+          }
+        });
+      }
+    }
   }
 }
 

@@ -534,6 +534,16 @@ TEST_CASE("[gpu] exact reductions: the kernels equal the host loops byte for byt
           REQUIRE(ccoll::gpu::FinishAvg(dd.p, count, dtype, 3, nullptr) == ccSuccess);
           CHECK(SameBytes(cpu.data(), dd.Get().data(), bytes));
         }
+        if (op == ccAvg && ccoll::IsFloatType(dtype)) {  // a float average's input, times 1/3 and 1/8
+          for (int n : {3, 8}) {
+            ccoll::PremultiplyHost(cpu.data(), a.data(), count, dtype, n);
+            da.Put(a);
+            REQUIRE(ccoll::gpu::Premultiply(dd.p, da.p, count, dtype, n, nullptr) == ccSuccess);
+            CHECK(SameBytes(cpu.data(), dd.Get().data(), bytes));
+            REQUIRE(ccoll::gpu::Premultiply(da.p, da.p, count, dtype, n, nullptr) == ccSuccess);  // in place
+            CHECK(SameBytes(cpu.data(), da.Get().data(), bytes));
+          }
+        }
       }
     }
   }

@@ -1,9 +1,11 @@
 #include "collectives/buffers.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "collectives/reduce.h"
 #include "core/comm.h"
+#include "core/error.h"
 
 namespace ccoll {
 
@@ -17,6 +19,19 @@ ccResult_t HostBuffers::FinishAvg(void* buf, size_t count, ccDataType_t dtype, i
   FinishAvgHost(buf, count, dtype, nranks);
   return ccSuccess;
 }
+
+ccResult_t HostBuffers::Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) {
+  PremultiplyHost(dst, src, count, dtype, nranks);
+  return ccSuccess;
+}
+
+ccResult_t HostBuffers::Temporary(size_t bytes, void** p) {
+  *p = std::malloc(bytes > 0 ? bytes : 1);
+  if (*p == nullptr) return Fail(ccSystemError, "rank %d: out of host memory for %zu bytes", comm_->rank, bytes);
+  return ccSuccess;
+}
+
+void HostBuffers::ReleaseTemporary(void* p) { std::free(p); }
 
 ccResult_t HostBuffers::Copy(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memmove(dst, src, bytes);

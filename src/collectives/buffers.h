@@ -15,6 +15,9 @@ class HostBuffers : public BufferOps {
   explicit HostBuffers(ccComm* comm) : comm_(comm) {}
   ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) override;
   ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks) override;
+  ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) override;
+  ccResult_t Temporary(size_t bytes, void** p) override;
+  void ReleaseTemporary(void* p) override;
   ccResult_t Copy(void* dst, const void* src, size_t bytes) override;
   char* Scratch(int i) override;
 
@@ -26,6 +29,7 @@ class CallBuffers {
  public:
   CallBuffers(ccComm* comm, const CollArgs& a);
   BufferOps* operator->() { return ops_; }
+  BufferOps* get() { return ops_; }
 
  private:
   HostBuffers host_;

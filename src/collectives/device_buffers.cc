@@ -53,6 +53,19 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the average");
   }
 
+  ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) override {
+    CC_CHECK(gpu::Premultiply(dst, src, count, dtype, nranks, stream_));
+    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the average's premultiply");
+  }
+
+  ccResult_t Temporary(size_t bytes, void** p) override {
+    CC_CHECK(AllocateScratch(device_, false, bytes, stream_, p));
+    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "an allocation");
+  }
+
+  // After the work queued on the stream, which the schedule has synchronized: nothing waits.
+  void ReleaseTemporary(void* p) override { FreeScratch(device_, false, p, stream_); }
+
   ccResult_t Copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return ccSuccess;
     CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync (copy)"));

@@ -1,5 +1,7 @@
 #include "collectives/reduce.h"
 
+#include <type_traits>
+
 #include "collectives/reduce_op.h"
 
 namespace ccoll {
@@ -29,6 +31,22 @@ void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks) {
     T* p = static_cast<T*>(buf);
     for (size_t i = 0; i < count; ++i) p[i] = A::Store(DivideByRanks(A::Load(p[i]), nranks));
   });
+}
+
+void PremultiplyHost(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) {
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_integral<T>::value) {
+      using A = Arith<T>;
+      const T* in = static_cast<const T*>(src);
+      T* out = static_cast<T*>(dst);
+      for (size_t i = 0; i < count; ++i) out[i] = A::Store(PremultiplyByRanks<T>(A::Load(in[i]), nranks));
+    }
+  });
+}
+
+bool IsFloatType(ccDataType_t dtype) {
+  return dtype == ccFloat16 || dtype == ccBfloat16 || dtype == ccFloat32 || dtype == ccFloat64;
 }
 
 size_t DataTypeSize(ccDataType_t dtype) {

@@ -11,9 +11,14 @@ namespace ccoll {
 // ccAvg reduces as a sum here; FinishAvg divides once at the end.
 void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op);
 
-// buf[i] = buf[i] / nranks: the last step of ccAvg, done by the rank that owns the finished sum so every rank gets
-// the same bits.
+// buf[i] = buf[i] / nranks: the last step of ccAvg of integers, done by the rank that owns the finished sum so every
+// rank gets the same bits.
 void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks);
+// dst[i] = src[i] * (1 / nranks) in dtype, a floating-point type (PremultiplyByRanks): a rank's input to a ccAvg of
+// floats (collectives/average.h). dst may be src.
+void PremultiplyHost(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks);
+// ccFloat16, ccBfloat16, ccFloat32 and ccFloat64.
+bool IsFloatType(ccDataType_t dtype);
 
 // Size in bytes of one element; 0 for an unknown datatype.
 size_t DataTypeSize(ccDataType_t dtype);

@@ -2,6 +2,8 @@
 // the same Arith load/store and operator functors as the host loops in reduce.cc.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "collectives/reduce.h"
 #include "collectives/reduce_cuda.h"
 #include "core/cuda_result.h"
@@ -36,6 +38,15 @@ __global__ void FinishAvgKernel(T* buf, size_t count, int nranks) {
   }
 }
 
+template <typename T>
+__global__ void PremultiplyKernel(T* dst, const T* src, size_t count, int nranks) {
+  using A = Arith<T>;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    dst[i] = A::Store(PremultiplyByRanks<T>(A::Load(src[i]), nranks));
+  }
+}
+
 template <typename T, typename Op>
 void LaunchReduce(void* dst, const void* a, const void* b, size_t count, Op op, cudaStream_t stream) {
   ReduceKernel<T, Op><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(a),
@@ -58,6 +69,9 @@ ccResult_t LoadReduceKernels() {
         });
       }
       if (r == ccSuccess) r = LoadKernel(FinishAvgKernel<T>, "loading FinishAvgKernel");
+      if constexpr (!std::is_integral<T>::value) {
+        if (r == ccSuccess) r = LoadKernel(PremultiplyKernel<T>, "loading PremultiplyKernel");
+      }
     });
   }
   return r;
@@ -80,6 +94,18 @@ ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cu
     FinishAvgKernel<T><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(buf), count, nranks);
   });
   return Launched("average kernel launch");
+}
+
+ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_integral<T>::value) {
+      PremultiplyKernel<T><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src),
+                                                                   count, nranks);
+    }
+  });
+  return Launched("average premultiply kernel launch");
 }
 
 }  // namespace gpu

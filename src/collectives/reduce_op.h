@@ -101,8 +101,18 @@ struct OpMin {
   }
 };
 
-// Division of a finished sum by the number of ranks (ccAvg); integers round toward zero, and are divided in 64 bits
-// (nranks need not fit in an 8-bit type).
+// A rank's input to a ccAvg of floating-point data (collectives/average.h): v * (1 / nranks), with the factor
+// rounded to the datatype T first, as NCCL's ncclAvg multiplies (its PreMulSum). For 16-bit types the product of two
+// such values is exact in float, so the one rounding is Store's.
+template <typename T>
+CC_HD typename Arith<T>::Compute PremultiplyByRanks(typename Arith<T>::Compute v, int nranks) {
+  using A = Arith<T>;
+  using C = typename Arith<T>::Compute;
+  return v * A::Load(A::Store(static_cast<C>(1.0 / static_cast<double>(nranks))));
+}
+
+// Division of a finished sum by the number of ranks (ccAvg of integers); rounds toward zero, in 64 bits (nranks need
+// not fit in an 8-bit type).
 template <typename C>
 CC_HD C DivideByRanks(C sum, int nranks) {
   if constexpr (std::is_integral<C>::value && std::is_signed<C>::value) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "collectives/average.h"
 #include "collectives/buffers.h"
 #include "core/comm.h"
 #include "core/error.h"
@@ -19,11 +20,14 @@ ccResult_t OneRank(CallBuffers& mem, const CollArgs& a, size_t count) {
 
 }  // namespace
 
-ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
+ccResult_t RingAllReduce(ccComm* comm, const CollArgs& args) {
   const int n = comm->nranks, r = comm->rank;
-  const size_t es = a.eltSize;
-  CallBuffers mem(comm, a);
-  if (n == 1) return OneRank(mem, a, a.count);
+  const size_t es = args.eltSize;
+  CallBuffers mem(comm, args);
+  if (n == 1) return OneRank(mem, args, args.count);
+  CollArgs a = args;
+  AverageInput average(mem.get());
+  CC_CHECK(average.Prepare(&a, a.count, true, n));
   const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
@@ -73,12 +77,15 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& a) {
   return io.WaitAll();
 }
 
-ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& a) {
+ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& args) {
   const int n = comm->nranks, r = comm->rank;
-  const size_t es = a.eltSize;
-  const size_t block = a.count;  // elements each rank ends with
-  CallBuffers mem(comm, a);
-  if (n == 1) return OneRank(mem, a, block);
+  const size_t es = args.eltSize;
+  const size_t block = args.count;  // elements each rank ends with
+  CallBuffers mem(comm, args);
+  if (n == 1) return OneRank(mem, args, block);
+  CollArgs a = args;
+  AverageInput average(mem.get());
+  CC_CHECK(average.Prepare(&a, block * static_cast<size_t>(n), false, n));
   const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
@@ -169,12 +176,15 @@ ccResult_t RingBroadcast(ccComm* comm, const CollArgs& a) {
   return io.WaitAll();
 }
 
-ccResult_t RingReduce(ccComm* comm, const CollArgs& a) {
+ccResult_t RingReduce(ccComm* comm, const CollArgs& args) {
   const int n = comm->nranks, r = comm->rank;
-  const size_t es = a.eltSize;
-  CallBuffers mem(comm, a);
-  if (n == 1) return OneRank(mem, a, a.count);
-  if (a.count == 0) return ccSuccess;
+  const size_t es = args.eltSize;
+  CallBuffers mem(comm, args);
+  if (n == 1) return OneRank(mem, args, args.count);
+  if (args.count == 0) return ccSuccess;
+  CollArgs a = args;
+  AverageInput average(mem.get());
+  CC_CHECK(average.Prepare(&a, a.count, r == a.root, n));
   const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const bool first = prev == a.root, isRoot = r == a.root;

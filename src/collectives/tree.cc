@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "collectives/average.h"
 #include "collectives/btree.h"
 #include "collectives/buffers.h"
 #include "core/comm.h"
@@ -22,10 +23,13 @@ struct TreeState {
 
 }  // namespace
 
-ccResult_t TreeAllReduce(ccComm* comm, const CollArgs& a) {
+ccResult_t TreeAllReduce(ccComm* comm, const CollArgs& args) {
   const int n = comm->nranks;
-  const size_t es = a.eltSize;
-  CallBuffers mem(comm, a);
+  const size_t es = args.eltSize;
+  CallBuffers mem(comm, args);
+  CollArgs a = args;
+  AverageInput average(mem.get());
+  CC_CHECK(average.Prepare(&a, a.count, true, n));  // a premultiplied average: the input scaled into recv
   CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
   if (n == 1) {
     if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));

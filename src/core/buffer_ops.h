@@ -13,11 +13,17 @@ namespace ccoll {
 class BufferOps {
  public:
   virtual ~BufferOps() = default;
-  // dst[i] = op(a[i], b[i]); dst may be a or b. ccAvg reduces as a sum (FinishAvg divides once at the end).
+  // dst[i] = op(a[i], b[i]); dst may be a or b. ccAvg reduces as a sum (collectives/average.h).
   virtual ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype,
                             ccRedOp_t op) = 0;
-  // buf[i] /= nranks.
+  // buf[i] /= nranks: the end of a ccAvg of integers.
   virtual ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks) = 0;
+  // dst[i] = src[i] * (1 / nranks), rounded to dtype (a floating-point type; reduce_op.h's PremultiplyByRanks): the
+  // start of a ccAvg of floats. dst may be src; other overlaps are not allowed.
+  virtual ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) = 0;
+  // Memory of the call's kind (host or device) for `bytes`, until ReleaseTemporary(*p).
+  virtual ccResult_t Temporary(size_t bytes, void** p) = 0;
+  virtual void ReleaseTemporary(void* p) = 0;
   // Copies bytes from src to dst; nothing when they are the same buffer. Other overlaps are not allowed.
   virtual ccResult_t Copy(void* dst, const void* src, size_t bytes) = 0;
   // Scratch slot i (of ccComm::kScratchSlots), sliceBytes long, in the same kind of memory as the call's buffers.

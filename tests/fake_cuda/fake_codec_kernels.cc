@@ -456,5 +456,12 @@ ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cu
   return Launch(stream, [=] { FinishAvgHost(buf, count, dtype, nranks); });
 }
 
+ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  dst = HostView(dst);
+  src = HostView(src);
+  return Launch(stream, [=] { PremultiplyHost(dst, src, count, dtype, nranks); });
+}
+
 }  // namespace gpu
 }  // namespace ccoll

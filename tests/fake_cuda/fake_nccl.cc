@@ -64,7 +64,8 @@
 // call has arrived, computes its output from all inputs combined in rank order 0..n-1 (every rank gets the same
 // bytes: a reduce-scatter chunk or a reduce's result is the matching part of the all-reduce's), waits until all have
 // computed (an in-place call must not overwrite an input another rank still reads), then writes. Integers wrap; ncclAvg
-// is the sum divided by nranks (integers: division truncating toward zero); float16 and bfloat16 are combined in
+// of integers is the sum divided by nranks (truncating toward zero), of floats the sum of each input multiplied by
+// 1/nranks rounded to the type (NCCL's PreMulSum, its factor rounded too); float16 and bfloat16 are combined in
 // float and rounded to nearest even after every step, as NCCL's ring does. In-place: AllReduce, Broadcast and Reduce
 // with sendbuff == recvbuff, AllGather with sendbuff == recvbuff + rank * sendcount, ReduceScatter with
 // recvbuff == sendbuff + rank * recvcount.
@@ -244,6 +245,8 @@ struct IntArith {
     if (std::is_signed<T>::value) return static_cast<T>(static_cast<int64_t>(sum) / n);
     return static_cast<T>(static_cast<uint64_t>(sum) / static_cast<uint64_t>(n));
   }
+  static constexpr bool kPremultiplies = false;
+  static T Premultiply(T x, int) { return x; }
 };
 
 template <typename T>
@@ -262,6 +265,8 @@ struct FloatArith {
     }
   }
   static T Divide(T sum, int n) { return sum / static_cast<T>(n); }
+  static constexpr bool kPremultiplies = true;
+  static T Premultiply(T x, int n) { return x * static_cast<T>(1.0 / n); }
 };
 
 // float16 and bfloat16: in float, rounded back after every step (float's 24 bits make that the correctly rounded
@@ -273,6 +278,10 @@ struct Arith16 {
     return kFromFloat(FloatArith<float>::Combine(op, kToFloat(a), kToFloat(b)));
   }
   static uint16_t Divide(uint16_t sum, int n) { return kFromFloat(kToFloat(sum) / static_cast<float>(n)); }
+  static constexpr bool kPremultiplies = true;
+  static uint16_t Premultiply(uint16_t x, int n) {
+    return kFromFloat(kToFloat(x) * kToFloat(kFromFloat(static_cast<float>(1.0 / n))));
+  }
 };
 
 template <typename F>
@@ -313,21 +322,25 @@ void WithArith(ncclDataType_t type, F&& f) {
   }
 }
 
-// out[i] = in[0][i] op in[1][i] op ... in rank order (then / n for ncclAvg).
+// out[i] = in[0][i] op in[1][i] op ... in rank order (ncclAvg: of floats each input premultiplied, of integers the sum
+// divided by n).
 void ReduceRanks(ncclDataType_t type, ncclRedOp_t op, const std::vector<const char*>& in, size_t count, char* out) {
   WithArith(type, [&](auto arith) {
     using A = decltype(arith);
     using S = typename A::Storage;
     const ncclRedOp_t step = op == ncclAvg ? ncclSum : op;
+    const int n = static_cast<int>(in.size());
+    const bool premultiply = op == ncclAvg && A::kPremultiplies;
     for (size_t i = 0; i < count; ++i) {
       S acc;
       std::memcpy(&acc, in[0] + i * sizeof(S), sizeof(S));
+      if (premultiply) acc = A::Premultiply(acc, n);
       for (size_t j = 1; j < in.size(); ++j) {
         S x;
         std::memcpy(&x, in[j] + i * sizeof(S), sizeof(S));
-        acc = A::Combine(step, acc, x);
+        acc = A::Combine(step, acc, premultiply ? A::Premultiply(x, n) : x);
       }
-      if (op == ncclAvg) acc = A::Divide(acc, static_cast<int>(in.size()));
+      if (op == ncclAvg && !premultiply) acc = A::Divide(acc, n);
       std::memcpy(out + i * sizeof(S), &acc, sizeof(S));
     }
   });

@@ -1,0 +1,38 @@
+// ccAvg of floating-point data as NCCL's ncclAvg computes it: each rank's input is multiplied by 1 / nranks (the
+// factor rounded to the datatype, then the product) before the sum, so that partial sums stay within the inputs'
+// range. A sum divided at the end overflowed where the average does not: two ranks' float16 40000 summed to infinity
+// (float16's largest value is 65504). ccAvg of integers stays the sum divided once at the end (FinishAvg), rounded
+// toward zero. The exact schedules (ring.cc, tree.cc) call it first, so every caller gets the same rule.
+#pragma once
+
+#include <cstddef>
+
+#include "ccoll.h"
+#include "collectives/coll_args.h"
+
+namespace ccoll {
+
+class BufferOps;
+
+// Whether op on dtype premultiplies: ccAvg of a floating-point type.
+bool PremultipliesAverage(ccRedOp_t op, ccDataType_t dtype);
+
+// The premultiplied input of one exact schedule call; it must outlive the schedule's use of the arguments.
+class AverageInput {
+ public:
+  explicit AverageInput(BufferOps* mem) : mem_(mem) {}
+  ~AverageInput();
+  AverageInput(const AverageInput&) = delete;
+  AverageInput& operator=(const AverageInput&) = delete;
+
+  // For a call whose input is inputCount elements at a->send: where it premultiplies (and nranks > 1), writes the
+  // scaled input to a->recv when recvHoldsInput (recv has room for the whole input, as an all-reduce's and the
+  // root's of a reduce), else to temporary memory of the call's kind, and makes *a a sum over it. Else nothing.
+  ccResult_t Prepare(CollArgs* a, size_t inputCount, bool recvHoldsInput, int nranks);
+
+ private:
+  BufferOps* mem_;
+  void* temp_ = nullptr;
+};
+
+}  // namespace ccoll
