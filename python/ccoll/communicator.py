@@ -171,6 +171,15 @@ class Communicator:
             self.abort()
         return False
 
+    def __del__(self):
+        # A communicator dropped without destroy(): ccCommDestroy frees this rank's sockets and memory (it involves no
+        # peer; a peer's later call on the group fails, as after any rank's destroy). Not at interpreter exit, where
+        # the library may be unloaded already.
+        handle = getattr(self, "_handle", None)
+        if handle is not None and lib is not None:
+            self._handle = None
+            lib.ccCommDestroy(handle)
+
     def __repr__(self):
         state = "" if self._handle is not None else ", freed"
         return "<ccoll.Communicator rank %d of %d%s>" % (self._rank, self._size, state)

@@ -29,7 +29,9 @@ on. Every hook call first checks the communicator's async error (a CUDA call's f
 the call returned, ccCommGetAsyncError) and raises it: a bucket whose all-reduce failed on the device is used for at
 most the step in which it failed.
 
-Works with torch 1.13 and current torch (GradBucket.buffer(); the older name get_tensor() is accepted too).
+Buckets are dense: DDP with sparse gradients (nn.Embedding(sparse=True)) needs DDP's own all-reduce, and the hook
+refuses such a bucket. Works with torch 1.13 and current torch (GradBucket.buffer(), index() and gradients(); the
+older names get_tensor(), get_index() and get_per_parameter_tensors() of torch 1.8 and 1.9 are accepted too).
 """
 
 import queue
@@ -43,6 +45,14 @@ from .errors import SUCCESS, CcollError, InvalidUsageError, check, comm_error_se
 
 def _bucket_tensor(bucket):
     return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+
+
+def _bucket_index(bucket):
+    return bucket.index() if hasattr(bucket, "index") else bucket.get_index()
+
+
+def _bucket_gradients(bucket):
+    return bucket.gradients() if hasattr(bucket, "gradients") else bucket.get_per_parameter_tensors()
 
 
 def _bucket_parameters(bucket):
@@ -122,6 +132,12 @@ class CommWorker:
                 self._failure = e
                 if self._comm is not None:
                     _abort(self._comm)
+                # torch's Future takes an Exception only: a KeyboardInterrupt or SystemExit goes as a RuntimeError
+                # that names it (its __cause__), so that this thread lives on to fail the calls after it.
+                if not isinstance(e, Exception):
+                    wrapped = RuntimeError("%s in a ccoll CommWorker call" % type(e).__name__)
+                    wrapped.__cause__ = e
+                    e = wrapped
                 fut.set_exception(e)
             else:
                 fut.set_result(result)
@@ -157,10 +173,16 @@ class CommWorker:
             self._thread = None
 
 
+def _value(fut):
+    return fut.wait()  # raises the exception the Future carries
+
+
 def future_of(worker, fn):
-    """A hook's Future of fn(): fn runs on the CommWorker when worker is set (the Future completes later), else now."""
+    """A hook's Future of fn(): fn runs on the CommWorker when worker is set (the Future completes later), else now.
+    The worker's Future is chained through then(): a Future completed by set_exception holds the exception as its
+    value, which DDP would try to read as the bucket's tensor; the chained one fails with it."""
     if worker is not None:
-        return worker.submit(fn)
+        return worker.submit(fn).then(_value)
     fut = torch.futures.Future()
     fut.set_result(fn())
     return fut
@@ -182,7 +204,7 @@ class CcollHookState:
     def __init__(self, comm, spec="quant:bits=4,mode=requant", async_op=False):
         self.comm = comm
         self.spec = spec
-        self.worker = CommWorker(comm) if async_op else None
+        self.worker = None  # made last, once the spec is known to be good (a refused spec leaves no thread behind)
         self._failure = None  # the first exception of a hook call (sync), see fail()
         self._compressors = {}  # bucket index -> ((element count, parameter ids, shapes), Compressor)
         self._side_streams = {}  # CUDA device -> the stream CUDA buckets are all-reduced on
@@ -196,6 +218,15 @@ class CcollHookState:
             values = dict(item.split("=", 1) for item in params.split(",") if "=" in item)
             self.wants_shapes = (kind == "powersgd" and "shapes" not in values and values.get("rows", "0") == "0" and
                                  values.get("cols", "0") == "0")
+        if async_op:
+            self.worker = CommWorker(comm)
+
+    def __del__(self):
+        # A state dropped without close(): its worker thread ends after the calls already submitted (not joined here,
+        # which may run on that very thread). The compressors free themselves (Compressor.__del__).
+        worker = getattr(self, "worker", None)
+        if worker is not None and worker._thread is not None:
+            worker._queue.put(None)
 
     def compressor(self, index, numel, shapes=None, parameters=()):
         """The compressor of bucket `index` holding `numel` elements (None when spec is None). shapes: the shapes of
@@ -209,7 +240,7 @@ class CcollHookState:
         if entry is not None:
             self._free(entry[1])
         comp = Compressor(self.spec)
-        if self.wants_shapes and shapes is not None:
+        if self.wants_shapes and shapes:  # (a bucket of zero-size gradients only has no matrix)
             comp.set_shapes(shapes)
         self._compressors[index] = (layout, comp)
         return comp
@@ -272,10 +303,15 @@ def _allreduce(state, bucket):
     _raise_earlier_failure(state)
     _check_async_error(state.comm)
     tensor = _bucket_tensor(bucket)
+    if tensor.layout != torch.strided:
+        raise InvalidUsageError("the ccoll DDP hook takes dense gradient buckets, and this one is %s: a model with "
+                                "sparse gradients (nn.Embedding(sparse=True)) needs DDP's own all-reduce, or dense "
+                                "gradients (sparse=False)" % tensor.layout)
     comp = None
     if tensor.dtype in (torch.float32, torch.bfloat16, torch.float16) and state.spec is not None:
-        shapes = [tuple(g.shape) for g in bucket.gradients()]
-        comp = state.compressor(bucket.index(), tensor.numel(), shapes, _bucket_parameters(bucket))
+        # Zero-size gradients hold no elements of the bucket: no matrix of PowerSGD's.
+        shapes = [tuple(g.shape) for g in _bucket_gradients(bucket) if g.numel() > 0]
+        comp = state.compressor(_bucket_index(bucket), tensor.numel(), shapes, _bucket_parameters(bucket))
 
     if tensor.is_cuda:
         return _cuda_allreduce(state, tensor, comp)

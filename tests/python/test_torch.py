@@ -17,6 +17,7 @@ binding, and the hook state's compressors, failures and async errors.
 Run as a script, it exits with 77 (ctest's "skipped") when torch cannot be imported, and says so.
 """
 
+import ctypes
 import os
 import shutil
 import sys
@@ -173,6 +174,71 @@ def _train(comm, rank, seed, spec, async_op=False, double=False):
             "buckets": sorted(buckets), "compressor_specs": specs}
 
 
+def _ddp_edge_cases(store, rank, nranks):
+    """DDP with the hook where it once failed (a helper's audit, 2026-12-05): a float16 average whose sum overflows
+    float16, PowerSGD on a bucket holding a zero-size parameter, and a failing hook call with async_op, which DDP must
+    see as the hook's error (it read the exception as a tensor: "Unable to cast ... to Tensor")."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    out = {}
+    comm = ccoll.Communicator.from_store(store, rank, nranks, timeout_ms=ranks.RANK_TIMEOUT_MS)
+    # Every rank's gradient is 40000 (float16's largest value is 65504): the average is 40000, not infinity.
+    model = torch.nn.Module()
+    model.weight = torch.nn.Parameter(torch.zeros(4, dtype=torch.float16))
+    model.forward = lambda x: (x.float() * model.weight.float()).sum()
+    ddp = DDP(model)
+    state = ccoll.torch.CcollHookState(comm, spec=None)
+    ddp.register_comm_hook(state, ccoll.torch.allreduce_hook)
+    ddp(torch.full((1, 4), 40000.0, dtype=torch.float16)).backward()
+    out["float16"] = model.weight.grad.float().tolist()
+    state.close()
+    try:
+        ccoll.Compressor("powersgd").destroy()
+        has_powersgd = True
+    except ccoll.InvalidUsageError:  # a build without BLAS
+        has_powersgd = False
+    if has_powersgd:
+        model = torch.nn.Module()
+        model.lin = torch.nn.Linear(8, 8)
+        model.empty = torch.nn.Parameter(torch.zeros(0))
+        model.forward = lambda x: model.lin(x) + model.empty.sum()
+        ddp = DDP(model)
+        state = ccoll.torch.CcollHookState(comm, spec="powersgd:rank=2")
+        ddp.register_comm_hook(state, ccoll.torch.allreduce_hook)
+        try:
+            ddp(torch.ones(2, 8) * (rank + 1)).sum().backward()
+            out["powersgd_zero_size"] = "ok"
+        except Exception as e:  # noqa: B902
+            out["powersgd_zero_size"] = "%s: %s" % (type(e).__name__, e)
+        state.close()
+    comm.destroy()
+    # Rank 1's bucket is one the binding refuses (not contiguous), on the worker of an async_op state.
+    comm = ccoll.Communicator.from_store(store, rank, nranks, timeout_ms=ranks.RANK_TIMEOUT_MS)
+    ddp = DDP(torch.nn.Linear(16, 16))
+    state = ccoll.torch.CcollHookState(comm, spec=None, async_op=True)
+
+    class Strided:
+        def __init__(self, bucket):
+            self._t = ccoll.torch._bucket_tensor(bucket).view(-1, 2)[:, 0]
+
+        def buffer(self):
+            return self._t
+
+    def hook(st, bucket):
+        return ccoll.torch.allreduce_hook(st, Strided(bucket) if rank == 1 else bucket)
+
+    ddp.register_comm_hook(state, hook)
+    try:
+        ddp(torch.randn(4, 16)).sum().backward()
+        out["async_failure"] = "no error"
+    except Exception as e:  # noqa: B902
+        out["async_failure"] = "%s: %s" % (type(e).__name__, e)
+    state.close()
+    if comm._handle is not None:
+        comm.destroy()
+    return out
+
+
 def torch_rank(rank, nranks, uid, store_path, seed):
     import torch
     import torch.distributed as dist
@@ -199,6 +265,7 @@ def torch_rank(rank, nranks, uid, store_path, seed):
     for spec in ["gloo", None]:
         out[("float64", spec)] = _train(comm, rank, seed, spec, double=True)
     comm.destroy()
+    out["edge"] = _ddp_edge_cases(store, rank, nranks)
     dist.destroy_process_group()
     return out
 
@@ -335,6 +402,25 @@ class TestTorch(unittest.TestCase):
                     self.assertEqual(res["params"].tobytes(), self.results[r][spec]["params"].tobytes(),
                                      "rank %d: async hook differs from the synchronous one" % r)
                     self.assertEqual(res["collectives"], self.results[r][spec]["collectives"])
+
+    def test_ddp_float16_average_does_not_overflow(self):
+        for rank, res in enumerate(self.results):
+            self.assertEqual(res["edge"]["float16"], [40000.0] * 4, "rank %d" % rank)
+
+    def test_ddp_powersgd_with_a_zero_size_parameter(self):
+        for rank, res in enumerate(self.results):
+            if "powersgd_zero_size" not in res["edge"]:
+                self.skipTest("no PowerSGD in this build")
+            self.assertEqual(res["edge"]["powersgd_zero_size"], "ok", "rank %d" % rank)
+
+    def test_ddp_async_hook_failure_reaches_ddp_as_the_error(self):
+        for rank, res in enumerate(self.results):
+            failure = res["edge"]["async_failure"]
+            self.assertNotIn("Unable to cast", failure, "rank %d" % rank)
+            self.assertNotEqual(failure, "no error", "rank %d" % rank)
+        self.assertIn("InvalidArgumentError: all_reduce: the tensor is not contiguous", self.results[1]["edge"]
+                      ["async_failure"])
+        self.assertRegex(self.results[0]["edge"]["async_failure"], "(InvalidUsageError|RemoteError): .*rank 1")
 
     def test_comm_worker_runs_in_order_and_carries_errors(self):
         import threading
@@ -596,24 +682,95 @@ class TestInProcess(unittest.TestCase):
 
     def test_later_hook_calls_name_the_first_failure(self):
         # After a failed hook call the communicator is aborted; a later call must say why (the first failure, its
-        # __cause__), not only that the communicator is gone. Sync and async_op.
+        # __cause__), not only that the communicator is gone. Sync and async_op. With async_op the hook's future fails
+        # as a chained torch future does, which is what DDP reads: wait() raises RuntimeError with the sentence
+        # ("Got the following error when running the callback: InvalidArgumentError: ..."); state.failure is the
+        # exception itself.
         torch = TORCH
         p = torch.nn.Parameter(torch.zeros(4))
         for async_op in (False, True):
             comm = _single_rank()
             state = ccoll.torch.CcollHookState(comm, spec=None, async_op=async_op)
             bad = _Bucket(torch.zeros(4, 2)[:, 0], [p])  # not contiguous
-            with self.assertRaises(ccoll.InvalidArgumentError) as first:
+            with self.assertRaises(RuntimeError if async_op else ccoll.InvalidArgumentError) as first:
                 ccoll.torch.allreduce_hook(state, bad).wait()
+            self.assertIsInstance(state.failure, ccoll.InvalidArgumentError)
+            self.assertIn("InvalidArgumentError: all_reduce: the tensor is not contiguous" if async_op else
+                          "all_reduce: the tensor is not contiguous", str(first.exception))
             for _ in range(2):  # the second and the third call both name the first failure, not the one before
-                with self.assertRaises(ccoll.InvalidUsageError) as later:
+                with self.assertRaises(RuntimeError if async_op else ccoll.InvalidUsageError) as later:
                     ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(4), [p])).wait()
                 self.assertIn("an earlier call of this rank's ccoll hook failed (InvalidArgumentError",
                               str(later.exception))
-                self.assertIn(str(first.exception), str(later.exception))
-                self.assertIs(later.exception.__cause__, first.exception)
+                self.assertIn(str(state.failure), str(later.exception))
+                if not async_op:
+                    self.assertIs(later.exception.__cause__, first.exception)
             state.close()
             self.assertIsNone(comm._handle, "the communicator was not aborted")
+
+    def test_hook_refuses_sparse_buckets_and_takes_older_bucket_names(self):
+        torch = TORCH
+        p = torch.nn.Parameter(torch.zeros(8))
+
+        class OldBucket:  # torch 1.8/1.9's GradBucket names
+            def __init__(self, tensor):
+                self._t = tensor
+
+            def get_tensor(self):
+                return self._t
+
+            def get_index(self):
+                return 0
+
+            def get_per_parameter_tensors(self):
+                return [self._t]
+
+        with _single_rank() as comm:
+            state = ccoll.torch.CcollHookState(comm, spec="quant:bits=4")
+            got = ccoll.torch.allreduce_hook(state, OldBucket(torch.ones(8))).wait()
+            self.assertEqual(got.shape, (8,))
+            self.assertEqual(len(state._compressors), 1)
+            state.close()
+            state = ccoll.torch.CcollHookState(comm, spec=None)
+            with self.assertRaisesRegex(ccoll.InvalidUsageError, "takes dense gradient buckets, and this one is "
+                                        "torch.sparse_coo: a model with sparse gradients"):
+                ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(8).to_sparse(), [p]))
+            state.close()
+
+    def test_worker_outlives_a_base_exception(self):
+        # A KeyboardInterrupt inside a worker call: its future fails (torch's Future takes an Exception only), the
+        # thread lives on, and later calls fail without running instead of never completing.
+        def interrupted():
+            raise KeyboardInterrupt()
+
+        worker = ccoll.torch.CommWorker()
+        with self.assertRaisesRegex(RuntimeError, "KeyboardInterrupt in a ccoll CommWorker call"):
+            worker.submit(interrupted).wait()
+        later = worker.submit(lambda: 1)
+        with self.assertRaisesRegex(ccoll.InvalidUsageError, "an earlier call .* failed \\(KeyboardInterrupt"):
+            later.wait()
+        self.assertTrue(worker._thread.is_alive())
+        worker.close()
+
+    def test_dropped_states_and_communicators_free_what_they_hold(self):
+        import gc
+        before = threading.active_count()
+        comm = _single_rank()
+        for _ in range(3):
+            ccoll.torch.CcollHookState(comm, spec=None, async_op=True)  # dropped without close()
+            with self.assertRaises(ccoll.InvalidArgumentError):
+                ccoll.torch.CcollHookState(comm, spec="quant:bitz=4", async_op=True)  # refused: no thread made
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while threading.active_count() > before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(threading.active_count(), before, "worker threads left behind")
+        handle = comm.handle
+        del comm  # dropped without destroy(): freed by the garbage collector
+        gc.collect()
+        count = ctypes.c_int()
+        self.assertEqual(ccoll._library.lib.ccCommCount(ctypes.c_void_p(handle), ctypes.byref(count)),
+                         ccoll.errors.INVALID_ARGUMENT, "the dropped communicator is still alive")
 
     def test_hook_raises_the_async_error(self):
         # On CPU a collective that fails midway (here: the peer aborted) becomes the communicator's async error, as
