@@ -72,6 +72,7 @@ _PROTOTYPES = {
     "ccCommAbort": (_Result, [_Handle]),
     "ccCommCount": (_Result, [_Handle, ctypes.POINTER(ctypes.c_int)]),
     "ccCommUserRank": (_Result, [_Handle, ctypes.POINTER(ctypes.c_int)]),
+    "ccCommCuDevice": (_Result, [_Handle, ctypes.POINTER(ctypes.c_int)]),
     "ccCommGetAsyncError": (_Result, [_Handle, ctypes.POINTER(ctypes.c_int)]),
     "ccCommGetStats": (_Result, [_Handle, ctypes.POINTER(CommStats)]),
     "ccAllReduce": (_Result, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _Handle,

@@ -219,6 +219,15 @@ class Communicator:
     def size(self):
         return self._size
 
+    @property
+    def cuda_device(self):
+        """ccCommCuDevice: the CUDA device the communicator is bound to, or None where it has none (a library built
+        without CUDA, or no device current at init): then it takes host buffers only."""
+        device = ctypes.c_int()
+        h = self._live()
+        check(lib.ccCommCuDevice(h, ctypes.byref(device)), h)
+        return device.value if device.value >= 0 else None
+
     def stats(self):
         """ccCommGetStats as a dict: bytes_sent, bytes_received, collectives since init; of bytes_sent,
         call_check_bytes_sent (the call check's records) and nominal_bytes_sent (computed, not counted)."""

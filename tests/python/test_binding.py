@@ -33,6 +33,8 @@ class TestLibrary(unittest.TestCase):
         for kwargs in ({}, {"timeout_ms": 5000, "algorithm": "tree", "transport": "auto"}, {"algorithm": "ring"}):
             with single_rank(**kwargs) as comm:
                 self.assertEqual((comm.rank, comm.size), (0, 1))
+                if not os.path.exists("/dev/nvidiactl"):  # no GPU driver: host buffers only
+                    self.assertIsNone(comm.cuda_device)
                 x = np.arange(11, dtype=np.float64)
                 self.assertIs(comm.all_reduce(x), x)
                 np.testing.assert_array_equal(x, np.arange(11))

@@ -80,6 +80,8 @@ def _bits(t):
 
 def _cpu_vs_cuda(rank, comm, barrier):
     import torch
+    if comm.cuda_device != 0:
+        raise AssertionError("cuda_device is %r, not 0" % comm.cuda_device)
     stream = torch.cuda.Stream()
     cases = []
     for dtype in (torch.float32, torch.bfloat16):
