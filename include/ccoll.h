@@ -149,7 +149,9 @@ typedef struct {
   int transport;      /**< A ccTransport_t; env CC_TRANSPORT. */
   int algorithm;      /**< A ccAlgo_t for ccAllReduce; env CC_ALGO. */
   int timeoutMs;      /**< How long a rank waits for a peer before failing with ccTimeout, in ms (> 0);
-                           env CC_TIMEOUT_MS. */
+                           env CC_TIMEOUT_MS; default 300000 (5 minutes). A call that times out fails the
+                           communicator, on every rank (NCCL waits without limit): raise it where a rank may
+                           be that late on purpose (a long evaluation or checkpoint on one rank). */
   int blocking;       /**< 1: ccCommInitRankConfig returns when the communicator is ready. 0: it returns
                            ccInProgress at once and ccCommGetAsyncError reports when init ends. Env CC_BLOCKING. */
   int cudaDev;        /**< CUDA device the communicator is bound to (>= 0); default the current device. A number
@@ -223,8 +225,12 @@ CC_API ccResult_t ccGetUniqueId(ccUniqueId* uniqueId);
 
 /**
  * Creates this rank's communicator of a group of nranks ranks. Collective over the group: every rank calls it with
- * the same id and nranks and a distinct rank in [0, nranks); it returns when all have joined. Ranks that are
- * threads of one process must call it from different threads (or use ccCommInitAll).
+ * the same id and nranks and a distinct rank in [0, nranks); it returns when all have joined (with CC_BLOCKING=0 in
+ * the environment it returns ccInProgress at once, as ccCommInitRankConfig with a non-blocking config does). Ranks
+ * that are threads of one process call it from different threads, or from one thread between ccGroupStart and
+ * ccGroupEnd (as with NCCL: each call returns ccSuccess at once, with its init running; ccGroupEnd returns once they
+ * end, with the first failure, whose communicator is left for ccCommDestroy; it does not wait for inits of
+ * non-blocking configs, and returns ccInProgress while one runs), or use ccCommInitAll.
  * @param comm      out: the new communicator; set to NULL on failure.
  * @param nranks    number of ranks (>= 1).
  * @param commId    the id from ccGetUniqueId.
@@ -235,7 +241,8 @@ CC_API ccResult_t ccCommInitRank(ccComm_t* comm, int nranks, ccUniqueId commId, 
 /**
  * ccCommInitRank with a configuration. config may be NULL (all defaults). With config->blocking == 0 the call
  * returns ccInProgress at once and *comm is valid for ccCommGetAsyncError, ccCommAbort and ccCommDestroy only,
- * until ccCommGetAsyncError reports ccSuccess.
+ * until ccCommGetAsyncError reports ccSuccess (a collective or point-to-point call before that is ccInvalidUsage;
+ * NCCL says ncclInvalidArgument).
  */
 CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId commId, int rank,
                                        ccConfig_t* config);
@@ -337,7 +344,9 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
 /* ------------------------------------------------------------------------------------------------------------ */
 /*
  * Common rules:
- * - Every rank of comm calls the collective, in the same order, with the same count, datatype and op.
+ * - Every rank of comm calls the collective, in the same order, with the same count, datatype and op. A call with
+ *   count 0 is a call too, which every rank makes (NCCL discards it locally): a rank that skips it puts the next
+ *   call out of step.
  * - Host buffers take stream == NULL; the call blocks until this rank's part is done and recvbuff holds the
  *   result (like MPI_Allreduce).
  * - Device buffers (a build with CUDA; both buffers on the communicator's device, see ccConfig_t.cudaDev) take a
@@ -439,6 +448,8 @@ CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, in
  * - Calls on several communicators (one thread driving the ranks of ccCommInitAll) run side by side, one thread per
  *   communicator, so that they do not wait for one another.
  * - Groups nest; only the outermost ccGroupEnd issues the calls.
+ * - Inits (ccCommInitRank, ccCommInitRankConfig, ccCommInitFromEnv) inside a group start at once, each on a thread
+ *   of its own; ccGroupEnd waits for them (see ccCommInitRank) before it issues the group's calls.
  * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once and makes ccGroupEnd
  *   return it too, without issuing any call of the group. So does what ccGroupEnd refuses before anything moves (a
  *   communicator destroyed or failed since, mixed buffers or streams, a send to this rank without its receive). A

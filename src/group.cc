@@ -1,6 +1,8 @@
 // C API entry points ccGroupStart and ccGroupEnd, and the recording of the calls made between them.
 #include "group.h"
 
+#include <chrono>
+#include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "api_guard.h"
+#include "core/comm.h"
 #include "core/error.h"
 #include "p2p.h"
 
@@ -23,6 +26,7 @@ struct Batch {
 
 struct GroupState {
   int depth = 0;
+  std::vector<std::pair<ccComm*, bool>> inits;  // communicators whose init the group started, and whether it blocks
   std::vector<Batch> batches;  // by first use of the communicator
   ccResult_t failed = ccSuccess;
   std::string failure;  // the first failed call's sentence
@@ -66,6 +70,31 @@ void GroupAddTransfer(ccComm* comm, const GroupedTransfer& t) { BatchOf(comm).tr
 
 void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call) { BatchOf(comm).calls.push_back(std::move(call)); }
 
+void GroupAddInit(ccComm* comm, bool blocking) { gGroup.inits.emplace_back(comm, blocking); }
+
+// Waits for the inits the group started: those of blocking configs until they end (the first failure is the result,
+// its sentence in LastError), the others not (ccInProgress while one runs).
+ccResult_t WaitForInits(const std::vector<std::pair<ccComm*, bool>>& inits) {
+  ccResult_t result = ccSuccess;
+  std::string error;
+  bool running = false;
+  for (const auto& [comm, blocking] : inits) {
+    ccResult_t state = static_cast<ccResult_t>(comm->asyncError.load());
+    while (blocking && state == ccInProgress) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      state = static_cast<ccResult_t>(comm->asyncError.load());
+    }
+    running = running || state == ccInProgress;
+    if (state != ccSuccess && state != ccInProgress && result == ccSuccess) {
+      result = state;
+      std::lock_guard<std::mutex> lock(comm->errorMutex);
+      error = comm->lastError;
+    }
+  }
+  if (result != ccSuccess) return Fail(result, "ccGroupEnd: a communicator's init failed: %s", error.c_str());
+  return running ? ccInProgress : ccSuccess;
+}
+
 void GroupFail(ccResult_t r) {
   if (gGroup.failed != ccSuccess) return;
   gGroup.failed = r;
@@ -90,6 +119,15 @@ CC_API ccResult_t ccGroupEnd(void) {
     if (--gGroup.depth > 0) return ccSuccess;
     std::vector<ccoll::Batch> batches = std::move(gGroup.batches);
     gGroup.batches.clear();
+    const std::vector<std::pair<ccComm*, bool>> inits = std::move(gGroup.inits);
+    gGroup.inits.clear();
+    // The group's inits first: its calls may use the communicators they make.
+    const ccResult_t initialized = ccoll::WaitForInits(inits);
+    if (initialized != ccSuccess && initialized != ccInProgress) {
+      gGroup.failed = ccSuccess;
+      gGroup.failure.clear();
+      return initialized;
+    }
     const ccResult_t failed = gGroup.failed;
     const std::string failure = std::move(gGroup.failure);
     gGroup.failed = ccSuccess;
@@ -131,7 +169,7 @@ CC_API ccResult_t ccGroupEnd(void) {
         return o.result;
       }
     }
-    return ccSuccess;
+    return initialized;
   });
 }
 

@@ -26,5 +26,8 @@ void GroupAddTransfer(ccComm* comm, const GroupedTransfer& t);
 void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call);
 // A call of the group failed its checks with r (its sentence in LastError): ccGroupEnd returns r and issues nothing.
 void GroupFail(ccResult_t r);
+// A communicator whose init was called inside the group (NCCL's way of making several ranks from one thread): its
+// init already runs on a thread of its own; ccGroupEnd waits for it where `blocking`, before the group's calls.
+void GroupAddInit(ccComm* comm, bool blocking);
 
 }  // namespace ccoll

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/socket.h"
+#include "group.h"
 #ifdef CCOLL_HAVE_CUDA
 #include "collectives/device_prepare.h"
 #endif
@@ -78,7 +79,10 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
   comm->nranks = nranks;
   comm->config = cfg;
   ccoll::RegisterComm(comm);
-  if (!cfg.blocking) {
+  // Inside a group (NCCL's way of making several ranks from one thread) the init runs on its own thread, as a
+  // non-blocking one does; ccGroupEnd waits for it unless its config does not block.
+  const bool grouped = ccoll::InGroup();
+  if (!cfg.blocking || grouped) {
     comm->asyncError = ccInProgress;
     try {
       comm->initThread = std::thread([comm, id, make, fn] {
@@ -91,6 +95,10 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
       return Fail(ccSystemError, "%s: starting the non-blocking init's thread failed (%s)", fn, e.what());
     }
     *out = comm;
+    if (grouped) {
+      ccoll::GroupAddInit(comm, cfg.blocking != 0);
+      return ccSuccess;
+    }
     return ccInProgress;
   }
   ccResult_t r = Setup(comm, id, make);
@@ -152,8 +160,7 @@ CC_API ccResult_t ccGetUniqueId(ccUniqueId* uniqueId) {
 
 CC_API ccResult_t ccCommInitRank(ccComm_t* comm, int nranks, ccUniqueId commId, int rank) {
   return Guarded("ccCommInitRank", [&] {
-    ccConfig_t config = CC_CONFIG_INITIALIZER;
-    config.blocking = 1;
+    ccConfig_t config = CC_CONFIG_INITIALIZER;  // blocking unless CC_BLOCKING=0, as NCCL_COMM_BLOCKING
     return InitRank(comm, nranks, commId, rank, &config, "ccCommInitRank");
   });
 }

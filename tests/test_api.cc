@@ -762,6 +762,83 @@ TEST_CASE("a non-blocking init that cannot finish reports its error through ccCo
   CHECK(ccCommDestroy(comm) == ccSuccess);
 }
 
+TEST_CASE("blocking_child: ccCommInitRank of one rank", "[.][blocking_child]") {
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  ccComm_t comm = nullptr;
+  const ccResult_t rc = ccCommInitRank(&comm, 1, id, 0);
+  ccResult_t state = rc;
+  while (state == ccInProgress && ccCommGetAsyncError(comm, &state) == ccSuccess) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::printf("init %d, then %d\n", static_cast<int>(rc), static_cast<int>(state));
+  if (comm != nullptr) CHECK(ccCommDestroy(comm) == ccSuccess);
+}
+
+// CC_BLOCKING=0 makes ccCommInitRank non-blocking, as NCCL_COMM_BLOCKING=0 does ncclCommInitRank.
+TEST_CASE("CC_BLOCKING=0 applies to ccCommInitRank too", "[api][init]") {
+  for (const char* blocking : {"0", "1"}) {
+    bool died = true;
+    const std::string out = cctest::RunHiddenCase("blocking_child: ccCommInitRank of one rank",
+                                                  std::string("CC_BLOCKING=") + blocking + " timeout 60", &died);
+    INFO("CC_BLOCKING=" << blocking << ": " << out);
+    CHECK(!died);
+    CHECK(Contains(out, std::string(blocking) == "0" ? "init 7, then 0" : "init 0, then 0"));
+  }
+}
+
+// NCCL's way of making several ranks from one thread: their inits inside a group (a helper's audit: each init blocked
+// until the timeout, waiting for the next, and ccGroupEnd then returned ccSuccess).
+TEST_CASE("ranks made by ccCommInitRank inside a group from one thread", "[api][init][group]") {
+  const int n = 3;
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<ccComm_t> comms(n, nullptr);
+  REQUIRE(ccGroupStart() == ccSuccess);
+  for (int r = 0; r < n; ++r) CHECK(ccCommInitRank(&comms[r], n, id, r) == ccSuccess);
+  const ccResult_t end = ccGroupEnd();
+  INFO(ccGetLastError(nullptr));
+  REQUIRE(end == ccSuccess);
+  std::vector<float> x = {1.0f, 2.0f, 3.0f};
+  REQUIRE(ccGroupStart() == ccSuccess);  // the same thread drives the three ranks' all-reduce
+  for (int r = 0; r < n; ++r) CHECK(ccAllReduce(&x[r], &x[r], 1, ccFloat32, ccSum, nullptr, comms[r], nullptr) == 0);
+  REQUIRE(ccGroupEnd() == ccSuccess);
+  CHECK(x == std::vector<float>{6.0f, 6.0f, 6.0f});
+  for (ccComm_t c : comms) CHECK(ccCommDestroy(c) == ccSuccess);
+
+  // Non-blocking configs: ccGroupEnd does not wait (ccInProgress while an init runs).
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  REQUIRE(ccGroupStart() == ccSuccess);
+  for (int r = 0; r < n; ++r) CHECK(ccCommInitRankConfig(&comms[r], n, id, r, &config) == ccSuccess);
+  const ccResult_t nb = ccGroupEnd();
+  CHECK((nb == ccInProgress || nb == ccSuccess));
+  for (ccComm_t c : comms) {
+    ccResult_t state = ccInProgress;
+    while (state == ccInProgress && ccCommGetAsyncError(c, &state) == ccSuccess) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(state == ccSuccess);
+    CHECK(ccCommDestroy(c) == ccSuccess);
+  }
+
+  // A rank that never comes: ccGroupEnd returns the init's failure, and the handles are left to destroy.
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = cctest::ScaledMs(1000);
+  REQUIRE(ccGroupStart() == ccSuccess);
+  for (int r = 0; r < n - 1; ++r) CHECK(ccCommInitRankConfig(&comms[r], n, id, r, &config) == ccSuccess);
+  CHECK(ccGroupEnd() == ccTimeout);
+  CHECK(Contains(ccGetLastError(nullptr), "ccGroupEnd: a communicator's init failed: "));
+  for (int r = 0; r < n - 1; ++r) {
+    ccResult_t state = ccSuccess;
+    CHECK(ccCommGetAsyncError(comms[r], &state) == ccSuccess);
+    CHECK(state == ccTimeout);
+    CHECK(ccCommDestroy(comms[r]) == ccSuccess);
+  }
+}
+
 TEST_CASE("ccCommAbort or ccCommDestroy of a communicator whose non-blocking init waits for its peers returns "
           "promptly", "[api][config][abort]") {
   for (bool abort : {true, false}) {
