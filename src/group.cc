@@ -79,6 +79,8 @@ ccResult_t WaitForInits(const std::vector<std::pair<ccComm*, bool>>& inits) {
   std::string error;
   bool running = false;
   for (const auto& [comm, blocking] : inits) {
+    CommUse use(comm);  // one destroyed (or aborted) before ccGroupEnd is skipped
+    if (!use.ok()) continue;
     ccResult_t state = static_cast<ccResult_t>(comm->asyncError.load());
     while (blocking && state == ccInProgress) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
