@@ -102,9 +102,11 @@ typedef enum {
 
 /**
  * Reduction operations. Values match NCCL's ncclRedOp_t.
- * ccAvg, as NCCL's ncclAvg: of floating-point types, the sum of every rank's input multiplied by 1/nranks (the factor
- * rounded to the type, then each product), so that an average whose sum would overflow the type stays finite; of
- * integer types, the sum divided by the number of ranks, rounded toward zero.
+ * ccAvg: of ccFloat16, as NCCL's ncclAvg, the sum of every rank's input multiplied by 1/nranks (the factor rounded to
+ * float16, then each product), so that an average whose sum would pass float16's 65504 stays finite; of ccBfloat16,
+ * ccFloat32 and ccFloat64 the sum divided by the number of ranks (their range is float32's or more; one rounding
+ * fewer, and no bias from a rounded 1/nranks, where NCCL premultiplies these too); of integer types, the sum divided
+ * by the number of ranks, rounded toward zero.
  */
 typedef enum {
   ccSum = 0,  /**< Sum. */

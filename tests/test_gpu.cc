@@ -542,6 +542,10 @@ TEST_CASE("[gpu] exact reductions: the kernels equal the host loops byte for byt
             CHECK(SameBytes(cpu.data(), dd.Get().data(), bytes));
             REQUIRE(ccoll::gpu::Premultiply(da.p, da.p, count, dtype, n, nullptr) == ccSuccess);  // in place
             CHECK(SameBytes(cpu.data(), da.Get().data(), bytes));
+            ccoll::ReducePremultipliedHost(cpu.data(), a.data(), b.data(), count, dtype, n);
+            da.Put(a);
+            REQUIRE(ccoll::gpu::ReducePremultiplied(dd.p, da.p, db.p, count, dtype, n, nullptr) == ccSuccess);
+            CHECK(SameBytes(cpu.data(), dd.Get().data(), bytes));
           }
         }
       }

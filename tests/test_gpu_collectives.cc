@@ -273,7 +273,8 @@ TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte fo
   const Case cases[] = {{ccFloat32, ccSum}, {ccFloat32, ccAvg}, {ccFloat32, ccMax}, {ccFloat32, ccProd},
                         {ccFloat64, ccSum}, {ccFloat64, ccMin}, {ccInt32, ccSum},   {ccInt32, ccMin},
                         {ccInt64, ccProd},  {ccBfloat16, ccSum}, {ccBfloat16, ccAvg}, {ccFloat16, ccSum},
-                        {ccFloat16, ccMax}, {ccInt8, ccSum},     {ccUint8, ccProd},   {ccUint32, ccAvg},
+                        {ccFloat16, ccMax}, {ccFloat16, ccAvg}, {ccInt8, ccSum},     {ccUint8, ccProd},
+                        {ccUint32, ccAvg},
                         {ccUint64, ccMax}};
   for (int n : {1, 2, 4}) {
     Group g = DeviceGroup(n);
@@ -354,11 +355,12 @@ TEST_CASE("[gpu] reduce-scatter, all-gather, broadcast and reduce on device buff
     const size_t count = 12345;
     const std::vector<Bytes> big = Inputs(n, count * n, ccFloat32, 7 + n);
     const std::vector<Bytes> small = Inputs(n, count, ccFloat32, 9 + n);
+    const std::vector<Bytes> big16 = Inputs(n, count * n, ccFloat16, 11 + n);
     Issue rs = [&](int r, const void* s, void* d, ccStream_t stream) {
       return ccReduceScatter(s, d, count, ccFloat32, ccSum, g[r], stream);
     };
     Issue rsAvg = [&](int r, const void* s, void* d, ccStream_t stream) {  // premultiplied into device scratch
-      return ccReduceScatter(s, d, count, ccFloat32, ccAvg, g[r], stream);
+      return ccReduceScatter(s, d, count, ccFloat16, ccAvg, g[r], stream);
     };
     Issue ag = [&](int r, const void* s, void* d, ccStream_t stream) {
       return ccAllGather(s, d, count, ccFloat32, g[r], stream);
@@ -375,7 +377,7 @@ TEST_CASE("[gpu] reduce-scatter, all-gather, broadcast and reduce on device buff
       const std::vector<Bytes>* in;
       size_t outBytes;
     } calls[] = {{"reduce-scatter", &rs, &big, count * 4},
-                 {"reduce-scatter avg", &rsAvg, &big, count * 4},
+                 {"reduce-scatter float16 avg", &rsAvg, &big16, count * 2},
                  {"all-gather", &ag, &small, count * n * 4},
                  {"broadcast", &bc, &small, count * 4},
                  {"reduce", &rd, &small, count * 4}};

@@ -6,7 +6,7 @@
 
 namespace ccoll {
 
-bool PremultipliesAverage(ccRedOp_t op, ccDataType_t dtype) { return op == ccAvg && IsFloatType(dtype); }
+bool PremultipliesAverage(ccRedOp_t op, ccDataType_t dtype) { return op == ccAvg && dtype == ccFloat16; }
 
 AverageInput::~AverageInput() {
   if (temp_ != nullptr) mem_->ReleaseTemporary(temp_);

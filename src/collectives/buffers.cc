@@ -25,6 +25,12 @@ ccResult_t HostBuffers::Premultiply(void* dst, const void* src, size_t count, cc
   return ccSuccess;
 }
 
+ccResult_t HostBuffers::ReducePremultiplied(void* dst, const void* own, const void* other, size_t count,
+                                            ccDataType_t dtype, int nranks) {
+  ReducePremultipliedHost(dst, own, other, count, dtype, nranks);
+  return ccSuccess;
+}
+
 ccResult_t HostBuffers::Temporary(size_t bytes, void** p) {
   *p = std::malloc(bytes > 0 ? bytes : 1);
   if (*p == nullptr) return Fail(ccSystemError, "rank %d: out of host memory for %zu bytes", comm_->rank, bytes);

@@ -16,6 +16,8 @@ class HostBuffers : public BufferOps {
   ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) override;
   ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks) override;
   ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) override;
+  ccResult_t ReducePremultiplied(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
+                                 int nranks) override;
   ccResult_t Temporary(size_t bytes, void** p) override;
   void ReleaseTemporary(void* p) override;
   ccResult_t Copy(void* dst, const void* src, size_t bytes) override;

@@ -58,6 +58,12 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the average's premultiply");
   }
 
+  ccResult_t ReducePremultiplied(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
+                                 int nranks) override {
+    CC_CHECK(gpu::ReducePremultiplied(dst, own, other, count, dtype, nranks, stream_));
+    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the average's reduction");
+  }
+
   ccResult_t Temporary(size_t bytes, void** p) override {
     CC_CHECK(AllocateScratch(device_, false, bytes, stream_, p));
     return Cuda(SynchronizeWithin(stream_, timeoutMs_), "an allocation");

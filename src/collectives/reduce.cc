@@ -45,6 +45,23 @@ void PremultiplyHost(void* dst, const void* src, size_t count, ccDataType_t dtyp
   });
 }
 
+void ReducePremultipliedHost(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
+                             int nranks) {
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_integral<T>::value) {
+      using A = Arith<T>;
+      const T* mine = static_cast<const T*>(own);
+      const T* rest = static_cast<const T*>(other);
+      T* out = static_cast<T*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        const T scaled = A::Store(PremultiplyByRanks<T>(A::Load(mine[i]), nranks));
+        out[i] = A::Store(OpSum()(A::Load(scaled), A::Load(rest[i])));
+      }
+    }
+  });
+}
+
 bool IsFloatType(ccDataType_t dtype) {
   return dtype == ccFloat16 || dtype == ccBfloat16 || dtype == ccFloat32 || dtype == ccFloat64;
 }

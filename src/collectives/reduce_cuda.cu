@@ -47,6 +47,16 @@ __global__ void PremultiplyKernel(T* dst, const T* src, size_t count, int nranks
   }
 }
 
+template <typename T>
+__global__ void ReducePremultipliedKernel(T* dst, const T* own, const T* other, size_t count, int nranks) {
+  using A = Arith<T>;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const T scaled = A::Store(PremultiplyByRanks<T>(A::Load(own[i]), nranks));
+    dst[i] = A::Store(OpSum()(A::Load(scaled), A::Load(other[i])));
+  }
+}
+
 template <typename T, typename Op>
 void LaunchReduce(void* dst, const void* a, const void* b, size_t count, Op op, cudaStream_t stream) {
   ReduceKernel<T, Op><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(a),
@@ -71,6 +81,7 @@ ccResult_t LoadReduceKernels() {
       if (r == ccSuccess) r = LoadKernel(FinishAvgKernel<T>, "loading FinishAvgKernel");
       if constexpr (!std::is_integral<T>::value) {
         if (r == ccSuccess) r = LoadKernel(PremultiplyKernel<T>, "loading PremultiplyKernel");
+        if (r == ccSuccess) r = LoadKernel(ReducePremultipliedKernel<T>, "loading ReducePremultipliedKernel");
       }
     });
   }
@@ -106,6 +117,19 @@ ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dt
     }
   });
   return Launched("average premultiply kernel launch");
+}
+
+ccResult_t ReducePremultiplied(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
+                               int nranks, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  DispatchType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_integral<T>::value) {
+      ReducePremultipliedKernel<T><<<Blocks(count), kThreads, 0, stream>>>(
+          static_cast<T*>(dst), static_cast<const T*>(own), static_cast<const T*>(other), count, nranks);
+    }
+  });
+  return Launched("average reduction kernel launch");
 }
 
 }  // namespace gpu

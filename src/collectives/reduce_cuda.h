@@ -19,6 +19,9 @@ ccResult_t Reduce(void* dst, const void* a, const void* b, size_t count, ccDataT
 ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream);
 // dst[i] = src[i] * (1 / nranks) in dtype, a floating-point type (ccAvg of floats; PremultiplyHost). dst may be src.
 ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks, cudaStream_t stream);
+// dst[i] = own[i] premultiplied + other[i] (ReducePremultipliedHost). dst may be own or other.
+ccResult_t ReducePremultiplied(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
+                               int nranks, cudaStream_t stream);
 
 // Loads every kernel of this file into the current device's context (core/cuda_result.h: LoadKernel).
 ccResult_t LoadReduceKernels();

@@ -26,8 +26,10 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& args) {
   CallBuffers mem(comm, args);
   if (n == 1) return OneRank(mem, args, args.count);
   CollArgs a = args;
-  AverageInput average(mem.get());
-  CC_CHECK(average.Prepare(&a, a.count, true, n));
+  // A premultiplied average (average.h) without a pass of its own: the rank's own chunk is scaled into recv, whence
+  // it is sent at step 0, and the other chunks' own elements are scaled where they are added.
+  const bool premultiply = PremultipliesAverage(a.op, a.dtype);
+  if (premultiply) a.op = ccSum;
   const uint64_t seq = comm->NextSeq();
   const int next = Mod(r + 1, n), prev = Mod(r - 1, n);
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
@@ -46,15 +48,22 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& args) {
       return io.Recv(prev, mem->Scratch(s % 2), in.count * es, Tag(seq, msg + s), &recv);
     };
     CC_CHECK(postRecv(0));
+    const Slice mine = ChunkSlice(a.count, n, r, k, sliceElems);
+    if (premultiply && mine.count > 0) {
+      CC_CHECK(mem->Premultiply(At(a.recv, mine.offset, es), At(a.send, mine.offset, es), mine.count, a.dtype, n));
+    }
     for (int s = 0; s < n - 1; ++s) {
       Slice out = ChunkSlice(a.count, n, Mod(r - s, n), k, sliceElems);
       Slice in = ChunkSlice(a.count, n, Mod(r - s - 1, n), k, sliceElems);
-      const void* src = s == 0 ? At(a.send, out.offset, es) : At(a.recv, out.offset, es);
+      const void* src = s == 0 && !premultiply ? At(a.send, out.offset, es) : At(a.recv, out.offset, es);
       CC_CHECK(io.Wait(&send));
       if (out.count > 0) CC_CHECK(io.Send(next, src, out.count * es, Tag(seq, msg + s), &send));
       CC_CHECK(io.Wait(&recv));
       if (s + 1 < n - 1) CC_CHECK(postRecv(s + 1));
-      if (in.count > 0) {
+      if (in.count > 0 && premultiply) {
+        CC_CHECK(mem->ReducePremultiplied(At(a.recv, in.offset, es), At(a.send, in.offset, es), mem->Scratch(s % 2),
+                                          in.count, a.dtype, n));
+      } else if (in.count > 0) {
         CC_CHECK(mem->Reduce(At(a.recv, in.offset, es), At(a.send, in.offset, es), mem->Scratch(s % 2), in.count,
                              a.dtype, a.op));
       }

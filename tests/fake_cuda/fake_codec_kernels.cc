@@ -463,5 +463,14 @@ ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dt
   return Launch(stream, [=] { PremultiplyHost(dst, src, count, dtype, nranks); });
 }
 
+ccResult_t ReducePremultiplied(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
+                               int nranks, cudaStream_t stream) {
+  if (count == 0) return ccSuccess;
+  dst = HostView(dst);
+  own = HostView(own);
+  other = HostView(other);
+  return Launch(stream, [=] { ReducePremultipliedHost(dst, own, other, count, dtype, nranks); });
+}
+
 }  // namespace gpu
 }  // namespace ccoll
