@@ -1,7 +1,8 @@
 // ccAvg of float16 as NCCL's ncclAvg computes it: each rank's input is multiplied by 1 / nranks (the factor rounded
-// to float16, then the product) before the sum, so that partial sums stay within the inputs' range. A sum divided at
-// the end overflowed where the average does not: two ranks' 40000 summed to infinity (float16's largest value is
-// 65504). bfloat16, float32 and float64 keep the sum divided once at the end (FinishAvg), as integers do (rounded toward
+// to float16) before the sum, so that partial sums stay within the inputs' range. A sum divided at the end overflowed
+// where the average does not: two ranks' 40000 summed to infinity (float16's largest value is 65504). Where the
+// product is sent as it is, it is rounded to float16; where it is added to a partial sum, product and sum are one
+// step in float, rounded once (the ring all-reduce: ReducePremultiplied). bfloat16, float32 and float64 keep the sum divided once at the end (FinishAvg), as integers do (rounded toward
 // zero there): their range is float32's or more, so a sum of gradients does not overflow, and the division at the end
 // rounds once less and has no bias from a rounded factor (bfloat16's 1/3 is 0.2% high; NCCL premultiplies these too).
 // On the CPU a premultiplied bfloat16 all-reduce also took a third longer (4 thread ranks, 64 MiB). The exact

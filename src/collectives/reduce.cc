@@ -55,8 +55,7 @@ void ReducePremultipliedHost(void* dst, const void* own, const void* other, size
       const T* rest = static_cast<const T*>(other);
       T* out = static_cast<T*>(dst);
       for (size_t i = 0; i < count; ++i) {
-        const T scaled = A::Store(PremultiplyByRanks<T>(A::Load(mine[i]), nranks));
-        out[i] = A::Store(OpSum()(A::Load(scaled), A::Load(rest[i])));
+        out[i] = A::Store(OpSum()(PremultiplyByRanks<T>(A::Load(mine[i]), nranks), A::Load(rest[i])));
       }
     }
   });

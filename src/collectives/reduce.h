@@ -17,8 +17,9 @@ void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks);
 // dst[i] = src[i] * (1 / nranks) in dtype, a floating-point type (PremultiplyByRanks): a rank's input to a ccAvg of
 // floats (collectives/average.h). dst may be src.
 void PremultiplyHost(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks);
-// dst[i] = Premultiplied(own[i]) + other[i] in dtype, a floating-point type: PremultiplyHost of own, then
-// ReduceHost's sum, in one pass (the same bits). dst may be own or other.
+// dst[i] = own[i] * (1 / nranks) + other[i] in dtype, a floating-point type: the factor rounded to dtype as in
+// PremultiplyHost, the product and the sum computed as one step of ReduceHost's sum (for 16-bit types in float,
+// rounded to dtype once). dst may be own or other.
 void ReducePremultipliedHost(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
                              int nranks);
 // ccFloat16, ccBfloat16, ccFloat32 and ccFloat64.

@@ -52,8 +52,7 @@ __global__ void ReducePremultipliedKernel(T* dst, const T* own, const T* other, 
   using A = Arith<T>;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    const T scaled = A::Store(PremultiplyByRanks<T>(A::Load(own[i]), nranks));
-    dst[i] = A::Store(OpSum()(A::Load(scaled), A::Load(other[i])));
+    dst[i] = A::Store(OpSum()(PremultiplyByRanks<T>(A::Load(own[i]), nranks), A::Load(other[i])));
   }
 }
 

@@ -21,8 +21,9 @@ class BufferOps {
   // dst[i] = src[i] * (1 / nranks), rounded to dtype (a floating-point type; reduce_op.h's PremultiplyByRanks): the
   // start of a ccAvg of floats. dst may be src; other overlaps are not allowed.
   virtual ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) = 0;
-  // dst[i] = own[i] premultiplied (as Premultiply) + other[i], rounded to dtype after each: a ccAvg of floats' sum of
-  // this rank's input and a partial sum in one pass. dst may be own or other.
+  // dst[i] = own[i] * (1 / nranks) + other[i] (the factor as Premultiply's, then one step of the sum: for 16-bit types
+  // in float, rounded once): a premultiplied ccAvg's sum of this rank's input and a partial sum. dst may be own or
+  // other.
   virtual ccResult_t ReducePremultiplied(void* dst, const void* own, const void* other, size_t count,
                                          ccDataType_t dtype, int nranks) = 0;
   // Memory of the call's kind (host or device) for `bytes`, until ReleaseTemporary(*p).
