@@ -103,10 +103,11 @@ typedef enum {
 /**
  * Reduction operations. Values match NCCL's ncclRedOp_t.
  * ccAvg: of ccFloat16, as NCCL's ncclAvg, the sum of every rank's input multiplied by 1/nranks (the factor rounded to
- * float16, then each product), so that an average whose sum would pass float16's 65504 stays finite; of ccBfloat16,
- * ccFloat32 and ccFloat64 the sum divided by the number of ranks (their range is float32's or more; one rounding
- * fewer, and no bias from a rounded 1/nranks, where NCCL premultiplies these too); of integer types, the sum divided
- * by the number of ranks, rounded toward zero.
+ * float16; each product rounded to float16 or added to the partial sum in float), so that an average whose sum would
+ * pass float16's 65504 stays finite; of ccBfloat16, ccFloat32 and ccFloat64 the sum divided by the number of ranks
+ * (their range is float32's or more; one rounding fewer, and no bias from a rounded 1/nranks, where NCCL
+ * premultiplies these too); of integer types, the sum divided by the number of ranks, rounded toward zero. Exact
+ * device calls over transport nccl take ncclAvg itself.
  */
 typedef enum {
   ccSum = 0,  /**< Sum. */
@@ -241,10 +242,10 @@ CC_API ccResult_t ccGetUniqueId(ccUniqueId* uniqueId);
 CC_API ccResult_t ccCommInitRank(ccComm_t* comm, int nranks, ccUniqueId commId, int rank);
 
 /**
- * ccCommInitRank with a configuration. config may be NULL (all defaults). With config->blocking == 0 the call
- * returns ccInProgress at once and *comm is valid for ccCommGetAsyncError, ccCommAbort and ccCommDestroy only,
- * until ccCommGetAsyncError reports ccSuccess (a collective or point-to-point call before that is ccInvalidUsage;
- * NCCL says ncclInvalidArgument).
+ * ccCommInitRank with a configuration. config may be NULL (all defaults). With config->blocking == 0 the call returns
+ * ccInProgress at once (ccSuccess inside a group, see ccCommInitRank) and *comm is valid for ccCommGetAsyncError,
+ * ccCommAbort and ccCommDestroy only, until ccCommGetAsyncError reports ccSuccess (a collective or point-to-point call
+ * before that is ccInvalidUsage; NCCL says ncclInvalidArgument).
  */
 CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId commId, int rank,
                                        ccConfig_t* config);
@@ -451,7 +452,9 @@ CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, in
  *   communicator, so that they do not wait for one another.
  * - Groups nest; only the outermost ccGroupEnd issues the calls.
  * - Inits (ccCommInitRank, ccCommInitRankConfig, ccCommInitFromEnv) inside a group start at once, each on a thread
- *   of its own; ccGroupEnd waits for them (see ccCommInitRank) before it issues the group's calls.
+ *   of its own; ccGroupEnd waits for them (see ccCommInitRank) before it issues the group's calls, whose checks on a
+ *   communicator made in the group wait for ccGroupEnd too. An init that fails, or any call of the group that fails
+ *   its checks, makes the group's other inits give up (their communicators left for ccCommDestroy).
  * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once and makes ccGroupEnd
  *   return it too, without issuing any call of the group. So does what ccGroupEnd refuses before anything moves (a
  *   communicator destroyed or failed since, mixed buffers or streams, a send to this rank without its receive). A

@@ -2,6 +2,7 @@
 #include "group.h"
 
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -27,6 +28,7 @@ struct Batch {
 struct GroupState {
   int depth = 0;
   std::vector<std::pair<ccComm*, bool>> inits;  // communicators whose init the group started, and whether it blocks
+  std::vector<std::function<ccResult_t()>> deferred;  // calls on those communicators, made again once they are up
   std::vector<Batch> batches;  // by first use of the communicator
   ccResult_t failed = ccSuccess;
   std::string failure;  // the first failed call's sentence
@@ -72,29 +74,51 @@ void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call) { BatchOf(comm
 
 void GroupAddInit(ccComm* comm, bool blocking) { gGroup.inits.emplace_back(comm, blocking); }
 
-// Waits for the inits the group started: those of blocking configs until they end (the first failure is the result,
-// its sentence in LastError), the others not (ccInProgress while one runs).
-ccResult_t WaitForInits(const std::vector<std::pair<ccComm*, bool>>& inits) {
+bool GroupInitRunning(ccComm* comm) {
+  for (const auto& init : gGroup.inits) {
+    if (init.first == comm) return comm->asyncError.load() == ccInProgress;
+  }
+  return false;
+}
+
+void GroupDefer(std::function<ccResult_t()> call) { gGroup.deferred.push_back(std::move(call)); }
+
+// Waits for the inits the group started: those of blocking configs until they end, the others not (ccInProgress while
+// one runs). The first that fails (or, with abortAll, every one at once) makes the others give up, as ccCommAbort
+// does, so that none waits for its timeout for a rank that will not come; the first failure is the result, its
+// sentence in LastError.
+ccResult_t WaitForInits(const std::vector<std::pair<ccComm*, bool>>& inits, bool abortAll) {
+  std::vector<std::unique_ptr<CommUse>> uses;  // one destroyed (or aborted) before ccGroupEnd is skipped
+  std::vector<std::pair<ccComm*, bool>> live;
+  for (const auto& init : inits) {
+    uses.push_back(std::make_unique<CommUse>(init.first));
+    if (uses.back()->ok()) live.push_back(init);
+  }
+  auto abortOthers = [&] {
+    for (const auto& init : live) init.first->aborting = true;
+  };
+  if (abortAll) abortOthers();
   ccResult_t result = ccSuccess;
   std::string error;
-  bool running = false;
-  for (const auto& [comm, blocking] : inits) {
-    CommUse use(comm);  // one destroyed (or aborted) before ccGroupEnd is skipped
-    if (!use.ok()) continue;
-    ccResult_t state = static_cast<ccResult_t>(comm->asyncError.load());
-    while (blocking && state == ccInProgress) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      state = static_cast<ccResult_t>(comm->asyncError.load());
+  for (;;) {
+    bool waiting = false, running = false;
+    for (const auto& [comm, blocking] : live) {
+      const ccResult_t state = static_cast<ccResult_t>(comm->asyncError.load());
+      running = running || state == ccInProgress;
+      waiting = waiting || (blocking && state == ccInProgress);
+      if (state != ccSuccess && state != ccInProgress && result == ccSuccess && !abortAll) {
+        result = state;
+        std::lock_guard<std::mutex> lock(comm->errorMutex);
+        error = comm->lastError;
+        abortOthers();
+      }
     }
-    running = running || state == ccInProgress;
-    if (state != ccSuccess && state != ccInProgress && result == ccSuccess) {
-      result = state;
-      std::lock_guard<std::mutex> lock(comm->errorMutex);
-      error = comm->lastError;
+    if (!waiting) {
+      if (result != ccSuccess) return Fail(result, "ccGroupEnd: a communicator's init failed: %s", error.c_str());
+      return running ? ccInProgress : ccSuccess;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (result != ccSuccess) return Fail(result, "ccGroupEnd: a communicator's init failed: %s", error.c_str());
-  return running ? ccInProgress : ccSuccess;
 }
 
 void GroupFail(ccResult_t r) {
@@ -123,12 +147,26 @@ CC_API ccResult_t ccGroupEnd(void) {
     gGroup.batches.clear();
     const std::vector<std::pair<ccComm*, bool>> inits = std::move(gGroup.inits);
     gGroup.inits.clear();
-    // The group's inits first: its calls may use the communicators they make.
-    const ccResult_t initialized = ccoll::WaitForInits(inits);
+    std::vector<std::function<ccResult_t()>> deferred = std::move(gGroup.deferred);
+    gGroup.deferred.clear();
+    // The group's inits first: its calls may use the communicators they make. A call that failed its checks (an init
+    // among them) makes them all give up.
+    const ccResult_t initialized = ccoll::WaitForInits(inits, gGroup.failed != ccSuccess);
     if (initialized != ccSuccess && initialized != ccInProgress) {
       gGroup.failed = ccSuccess;
       gGroup.failure.clear();
       return initialized;
+    }
+    // The sends and receives on those communicators, recorded now that they are up (they were only kept).
+    if (gGroup.failed == ccSuccess && !deferred.empty()) {
+      gGroup.depth = 1;
+      for (const auto& call : deferred) {
+        const ccResult_t r = call();
+        if (r != ccSuccess) ccoll::GroupFail(r);
+      }
+      gGroup.depth = 0;
+      batches = std::move(gGroup.batches);
+      gGroup.batches.clear();
     }
     const ccResult_t failed = gGroup.failed;
     const std::string failure = std::move(gGroup.failure);

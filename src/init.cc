@@ -57,8 +57,8 @@ ccResult_t Setup(ccComm* comm, ccUniqueId id, const MakeId& make) {
 // A rank's init: its arguments are checked before it returns; the rest (`make`, then the bootstrap and transports)
 // runs on a thread of its own when the config does not block. `id` is the rank's unique id, or ignored where `make`
 // is given.
-ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config, const char* fn,
-                    MakeId make = nullptr) {
+ccResult_t StartRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config, const char* fn,
+                     MakeId make) {
   if (out == nullptr) return Fail(ccInvalidArgument, "%s: comm (the output pointer) is NULL", fn);
   *out = nullptr;
   if (nranks < 1 || nranks > ccoll::kMaxRanks) {
@@ -92,7 +92,7 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
       });
     } catch (const std::exception& e) {
       DeleteComm(comm);
-      return Fail(ccSystemError, "%s: starting the non-blocking init's thread failed (%s)", fn, e.what());
+      return Fail(ccSystemError, "%s: starting the init's thread failed (%s)", fn, e.what());
     }
     *out = comm;
     if (grouped) {
@@ -108,6 +108,14 @@ ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, c
   }
   *out = comm;
   return ccSuccess;
+}
+
+// StartRank; inside a group, a failure is also the group's, whose other inits then give up at ccGroupEnd.
+ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config, const char* fn,
+                    MakeId make = nullptr) {
+  const ccResult_t r = StartRank(out, nranks, id, rank, config, fn, std::move(make));
+  if (r != ccSuccess && ccoll::InGroup()) ccoll::GroupFail(r);
+  return r;
 }
 
 }  // namespace

@@ -823,6 +823,45 @@ TEST_CASE("ranks made by ccCommInitRank inside a group from one thread", "[api][
     CHECK(ccCommDestroy(c) == ccSuccess);
   }
 
+  // Sends and receives on communicators made in the same group: checked and recorded once the inits are done.
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::vector<float> mine = {10.0f, 20.0f, 30.0f}, got(n, 0.0f);
+  REQUIRE(ccGroupStart() == ccSuccess);
+  for (int r = 0; r < n; ++r) CHECK(ccCommInitRank(&comms[r], n, id, r) == ccSuccess);
+  for (int r = 0; r < n; ++r) {
+    CHECK(ccSend(&mine[r], 1, ccFloat32, (r + 1) % n, comms[r], nullptr) == ccSuccess);
+    CHECK(ccRecv(&got[r], 1, ccFloat32, (r + n - 1) % n, comms[r], nullptr) == ccSuccess);
+  }
+  const ccResult_t p2p = ccGroupEnd();
+  INFO(ccGetLastError(nullptr));
+  REQUIRE(p2p == ccSuccess);
+  CHECK(got == std::vector<float>{30.0f, 10.0f, 20.0f});
+  for (ccComm_t c : comms) CHECK(ccCommDestroy(c) == ccSuccess);
+
+  // An init refused in the group: ccGroupEnd returns that refusal at once; the other inits give up rather than wait
+  // for the refused rank until their timeout (here longer than the case).
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 600000;
+  ccConfig_t bad = CC_CONFIG_INITIALIZER;
+  bad.timeoutMs = -1;
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(ccGroupStart() == ccSuccess);
+  CHECK(ccCommInitRankConfig(&comms[0], n, id, 0, &config) == ccSuccess);
+  CHECK(ccCommInitRankConfig(&comms[1], n, id, 1, &bad) == ccInvalidArgument);
+  CHECK(ccCommInitRankConfig(&comms[2], n, id, 2, &config) == ccSuccess);
+  CHECK(ccGroupEnd() == ccInvalidArgument);
+  CHECK(Contains(ccGetLastError(nullptr), "timeout"));
+  CHECK(cctest::SecondsSince(start) < 60.0 * cctest::TimeScale());
+  CHECK(comms[1] == nullptr);
+  for (int r : {0, 2}) {
+    ccResult_t state = ccSuccess;
+    CHECK(ccCommGetAsyncError(comms[r], &state) == ccSuccess);
+    CHECK(state != ccSuccess);
+    CHECK(state != ccInProgress);
+    CHECK(ccCommDestroy(comms[r]) == ccSuccess);
+  }
+
   // A rank that never comes: ccGroupEnd returns the init's failure, and the handles are left to destroy.
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
   config = CC_CONFIG_INITIALIZER;
