@@ -180,7 +180,7 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
 }
 
 CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
-  return Guarded("ccCommInitFromEnv", [&]() -> ccResult_t {
+  const ccResult_t result = Guarded("ccCommInitFromEnv", [&]() -> ccResult_t {
     if (comm == nullptr) return Fail(ccInvalidArgument, "ccCommInitFromEnv: comm (the output pointer) is NULL");
     *comm = nullptr;
     int64_t rank = ccoll::ParamInt("CC_RANK"), nranks = ccoll::ParamInt("CC_NRANKS");
@@ -230,6 +230,9 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
     return InitRank(comm, static_cast<int>(nranks), unused, static_cast<int>(rank), config, "ccCommInitFromEnv",
                     std::move(make));
   });
+  // Inside a group a refusal is the group's too (InitRank records those it makes itself).
+  if (result != ccSuccess && ccoll::InGroup()) ccoll::GroupFail(result);
+  return result;
 }
 
 CC_API ccResult_t ccCommInitAll(ccComm_t* comms, int ndev, const int* devlist) {
