@@ -1627,6 +1627,18 @@ const char* const kWithoutJobIdentity = "env -u CC_SECRET -u CC_JOB_ID -u TORCHE
                                         "-u OMPI_MCA_ess_base_jobid -u SLURM_HET_JOB_ID -u SLURM_PACK_JOB_ID "
                                         "-u SLURM_JOB_ID ";
 
+// A TCP port on 127.0.0.1 that was free a moment ago (a listener opened on port 0, then closed).
+int FreeLoopbackPort() {
+  ccoll::SocketAddress addr{};
+  addr.family = AF_INET;
+  addr.addr[0] = 127;
+  addr.addr[3] = 1;
+  int probe = -1;
+  REQUIRE(ccoll::Listen(&addr, &probe) == ccSuccess);
+  ccoll::CloseFd(probe);
+  return addr.port;
+}
+
 // CCTEST_NONBLOCKING: with a non-blocking config.
 TEST_CASE("root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE", "[.][root_child]") {
   ccConfig_t config = CC_CONFIG_INITIALIZER;
@@ -1653,15 +1665,9 @@ TEST_CASE("root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE", "[.][root
 // turned away, told why, instead of joining A's group (a helper's audit: A0 with B1 formed a group and summed 1 + 200
 // with ccSuccess on both).
 TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is turned away, told why", "[api][init]") {
-  ccoll::SocketAddress addr{};
-  addr.family = AF_INET;
-  addr.addr[0] = 127;
-  addr.addr[3] = 1;
-  int probe = -1;
-  REQUIRE(ccoll::Listen(&addr, &probe) == ccSuccess);  // a free port
-  ccoll::CloseFd(probe);
+  const int port = FreeLoopbackPort();
   const std::string clean = kWithoutJobIdentity;
-  const std::string job = clean + "CC_ROOT=127.0.0.1:" + std::to_string(addr.port) + " CC_NRANKS=2 CC_TIMEOUT_MS=" +
+  const std::string job = clean + "CC_ROOT=127.0.0.1:" + std::to_string(port) + " CC_NRANKS=2 CC_TIMEOUT_MS=" +
                           std::to_string(static_cast<int>(30000 * cctest::TimeScale())) + " ";
   const char* name = "root_child: ccCommInitFromEnv and the sum of CCTEST_VALUE";
   std::string out[3];
@@ -1690,7 +1696,7 @@ TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is tur
   // With no job id and no CC_SECRET, rank 0 says that the group is open to other jobs.
   bool alone = true;
   const std::string aloneEnv =
-      clean + "CC_ROOT=127.0.0.1:" + std::to_string(addr.port) + " CC_NRANKS=1 CC_RANK=0 CCTEST_VALUE=5 timeout 90";
+      clean + "CC_ROOT=127.0.0.1:" + std::to_string(port) + " CC_NRANKS=1 CC_RANK=0 CCTEST_VALUE=5 timeout 90";
   const std::string one = cctest::RunHiddenCase(name, aloneEnv, &alone);
   INFO(one);
   CHECK(!alone);
@@ -1713,14 +1719,8 @@ TEST_CASE("ccCommInitFromEnv refuses a CC_ROOT that is not host:port at once, al
       CHECK(Contains(out, std::string("init 4: ccCommInitFromEnv: CC_ROOT=\"") + root + "\""));
     }
   }
-  ccoll::SocketAddress addr{};
-  addr.family = AF_INET;
-  addr.addr[0] = 127;
-  addr.addr[3] = 1;
-  int probe = -1;
-  REQUIRE(ccoll::Listen(&addr, &probe) == ccSuccess);  // a free port
-  ccoll::CloseFd(probe);
-  const std::string job = std::string(kWithoutJobIdentity) + "CC_ROOT=localhost:" + std::to_string(addr.port) +
+  const int port = FreeLoopbackPort();
+  const std::string job = std::string(kWithoutJobIdentity) + "CC_ROOT=localhost:" + std::to_string(port) +
                           " CC_NRANKS=2 CC_JOB_ID=nb CCTEST_NONBLOCKING=1 timeout 90";
   std::string out[2];
   bool died[2] = {true, true};
