@@ -32,6 +32,7 @@
 #include "collectives/btree.h"
 #include "collectives/reduce.h"
 #include "compress/float16.h"
+#include "compress/widen.h"
 #include "core/bootstrap.h"
 #include "core/error.h"
 #include "core/job_secret.h"
@@ -290,6 +291,105 @@ TEST_CASE("max and min of floats are IEEE maximum and minimum: commutative and a
       }
       CHECK(failures == 0);
     }
+  }
+}
+
+namespace {
+
+// One element at a time, through references independent of float16.h: _Float16 (libgcc) for binary16, the integer
+// rounding above for bfloat16; float arithmetic in between, each operation rounded to float as the library's is.
+// Every NaN is the type's one quiet NaN.
+struct Ref16 {
+  ccDataType_t dtype;
+  float Load(uint16_t b) const { return dtype == ccFloat16 ? RefHalfToFloat(b) : FromBits(uint32_t{b} << 16); }
+  uint16_t Store(float f) const {
+    if (std::isnan(f)) return dtype == ccFloat16 ? 0x7e00 : 0x7fc0;
+    return dtype == ccFloat16 ? RefHalfBits(f) : RefBf16Bits(f);
+  }
+};
+
+// Every 16-bit pattern in a (and again, shifted), against a permutation of them in b: count is not a multiple of
+// any vector width, and the buffers start one element past an alignment.
+struct Patterns16 {
+  static constexpr size_t kCount = 65536 * 2 + 7;
+  std::vector<uint16_t> aStore = std::vector<uint16_t>(kCount + 1), bStore = aStore, outStore = aStore;
+  uint16_t* a = aStore.data() + 1;
+  uint16_t* b = bStore.data() + 1;
+  uint16_t* out = outStore.data() + 1;
+  Patterns16() {
+    for (size_t i = 0; i < kCount; ++i) {
+      a[i] = static_cast<uint16_t>(i < 65536 ? i : i * 7 + 3);
+      b[i] = static_cast<uint16_t>(i * 40503u + 12345u);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the host loops of 16-bit floats (vectorized, and an AVX2 clone where the CPU has it) give the bytes of "
+          "the element math one element at a time", "[internals][float16][reduce]") {
+  for (ccDataType_t dtype : {ccFloat16, ccBfloat16}) {
+    const Ref16 ref{dtype};
+    Patterns16 p;
+    const size_t n = Patterns16::kCount;
+    int failures = 0;
+    auto expect = [&](const char* what, size_t i, uint16_t got, uint16_t want) {
+      if (got != want && ++failures <= 10) {
+        UNSCOPED_INFO(ccoll::DataTypeName(dtype) << " " << what << " at " << i << " (a 0x" << std::hex << p.a[i]
+                      << ", b 0x" << p.b[i] << "): 0x" << got << ", want 0x" << want);
+      }
+    };
+    for (ccRedOp_t op : {ccSum, ccProd}) {
+      ccoll::ReduceHost(p.out, p.a, p.b, n, dtype, op);
+      for (size_t i = 0; i < n; ++i) {
+        const float x = ref.Load(p.a[i]), y = ref.Load(p.b[i]);
+        expect(op == ccSum ? "sum" : "prod", i, p.out[i], ref.Store(op == ccSum ? x + y : x * y));
+      }
+    }
+    for (int nranks : {3, 4, 7}) {
+      const float factor = ref.Load(ref.Store(static_cast<float>(1.0 / nranks)));
+      ccoll::PremultiplyHost(p.out, p.a, n, dtype, nranks);
+      for (size_t i = 0; i < n; ++i) expect("premultiply", i, p.out[i], ref.Store(ref.Load(p.a[i]) * factor));
+      ccoll::ReducePremultipliedHost(p.out, p.a, p.b, n, dtype, nranks);
+      for (size_t i = 0; i < n; ++i) {
+        volatile float scaled = ref.Load(p.a[i]) * factor;  // not contracted with the sum
+        expect("premultiplied sum", i, p.out[i], ref.Store(scaled + ref.Load(p.b[i])));
+      }
+    }
+    std::vector<float> wide(n + 1), lost(n + 1);
+    ccoll::Widen(dtype, p.a, n, wide.data() + 1);
+    for (size_t i = 0; i < n; ++i) {
+      const float want = ref.Load(p.a[i]);
+      const bool same = std::isnan(want) ? std::isnan(wide[i + 1]) : Bits(wide[i + 1]) == Bits(want);
+      if (!same && ++failures <= 10) UNSCOPED_INFO("Widen at " << i << ": " << wide[i + 1] << ", want " << want);
+    }
+    // Floats to narrow: sums of neighbouring patterns (ties and near-ties of the 16-bit grid among them) and random
+    // bit patterns (every exponent, NaNs and infinities).
+    std::mt19937 rng(7);
+    std::vector<float> local(n);
+    for (size_t i = 0; i < n; ++i) {
+      local[i] = i % 2 ? FromBits(static_cast<uint32_t>(rng())) : (ref.Load(p.a[i]) + ref.Load(p.b[i])) * 0.5f;
+    }
+    ccoll::Narrow(dtype, local.data(), n, p.out);
+    for (size_t i = 0; i < n; ++i) expect("Narrow", i, p.out[i], ref.Store(local[i]));
+    const void* in[2] = {p.a, p.b};
+    for (int nin = 0; nin <= 2; ++nin) {
+      for (bool record : {false, true}) {
+        ccoll::NarrowSum(dtype, local.data(), in, nin, n, p.out, record ? lost.data() : nullptr);
+        for (size_t i = 0; i < n; ++i) {
+          float v = local[i];
+          if (nin > 0) v += ref.Load(p.a[i]);
+          if (nin > 1) v += ref.Load(p.b[i]);
+          expect("NarrowSum", i, p.out[i], ref.Store(v));
+          if (!record) continue;
+          const float want = v - ref.Load(ref.Store(v));
+          const bool same = std::isnan(want) ? std::isnan(lost[i]) : Bits(lost[i]) == Bits(want);
+          if (!same && ++failures <= 10) UNSCOPED_INFO("NarrowSum's lost at " << i << ": " << lost[i] << ", want "
+                                                       << want);
+        }
+      }
+    }
+    CHECK(failures == 0);
   }
 }
 

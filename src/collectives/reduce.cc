@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "collectives/reduce_op.h"
+#include "compress/cpu_clones.h"
 
 namespace ccoll {
 namespace {
@@ -15,7 +16,7 @@ void ReduceLoop(T* dst, const T* a, const T* b, size_t count, Op op) {
 
 }  // namespace
 
-void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) {
+CC_HOT CC_FLATTEN void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) {
   DispatchType(dtype, [&](auto tag) {
     using T = decltype(tag);
     DispatchOp(op, [&](auto fn) {
@@ -24,7 +25,7 @@ void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataTyp
   });
 }
 
-void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks) {
+CC_HOT CC_FLATTEN void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks) {
   DispatchType(dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = Arith<T>;
@@ -33,19 +34,20 @@ void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks) {
   });
 }
 
-void PremultiplyHost(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) {
+CC_HOT CC_FLATTEN void PremultiplyHost(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) {
   DispatchType(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_integral<T>::value) {
       using A = Arith<T>;
       const T* in = static_cast<const T*>(src);
       T* out = static_cast<T*>(dst);
-      for (size_t i = 0; i < count; ++i) out[i] = A::Store(PremultiplyByRanks<T>(A::Load(in[i]), nranks));
+      const auto factor = AverageFactor<T>(nranks);
+      for (size_t i = 0; i < count; ++i) out[i] = A::Store(A::Load(in[i]) * factor);
     }
   });
 }
 
-void ReducePremultipliedHost(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
+CC_HOT CC_FLATTEN void ReducePremultipliedHost(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
                              int nranks) {
   DispatchType(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -54,9 +56,8 @@ void ReducePremultipliedHost(void* dst, const void* own, const void* other, size
       const T* mine = static_cast<const T*>(own);
       const T* rest = static_cast<const T*>(other);
       T* out = static_cast<T*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        out[i] = A::Store(OpSum()(PremultiplyByRanks<T>(A::Load(mine[i]), nranks), A::Load(rest[i])));
-      }
+      const auto factor = AverageFactor<T>(nranks);
+      for (size_t i = 0; i < count; ++i) out[i] = A::Store(OpSum()(A::Load(mine[i]) * factor, A::Load(rest[i])));
     }
   });
 }

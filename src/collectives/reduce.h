@@ -14,7 +14,7 @@ void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataTyp
 // buf[i] = buf[i] / nranks: the last step of ccAvg of integers, done by the rank that owns the finished sum so every
 // rank gets the same bits.
 void FinishAvgHost(void* buf, size_t count, ccDataType_t dtype, int nranks);
-// dst[i] = src[i] * (1 / nranks) in dtype, a floating-point type (PremultiplyByRanks): a rank's input to a ccAvg of
+// dst[i] = src[i] * (1 / nranks) in dtype, a floating-point type (AverageFactor): a rank's input to a ccAvg of
 // floats (collectives/average.h). dst may be src.
 void PremultiplyHost(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks);
 // dst[i] = own[i] * (1 / nranks) + other[i] in dtype, a floating-point type: the factor rounded to dtype as in

@@ -41,18 +41,20 @@ __global__ void FinishAvgKernel(T* buf, size_t count, int nranks) {
 template <typename T>
 __global__ void PremultiplyKernel(T* dst, const T* src, size_t count, int nranks) {
   using A = Arith<T>;
+  const auto factor = AverageFactor<T>(nranks);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    dst[i] = A::Store(PremultiplyByRanks<T>(A::Load(src[i]), nranks));
+    dst[i] = A::Store(A::Load(src[i]) * factor);
   }
 }
 
 template <typename T>
 __global__ void ReducePremultipliedKernel(T* dst, const T* own, const T* other, size_t count, int nranks) {
   using A = Arith<T>;
+  const auto factor = AverageFactor<T>(nranks);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
-    dst[i] = A::Store(OpSum()(PremultiplyByRanks<T>(A::Load(own[i]), nranks), A::Load(other[i])));
+    dst[i] = A::Store(OpSum()(A::Load(own[i]) * factor, A::Load(other[i])));
   }
 }
 

@@ -101,14 +101,13 @@ struct OpMin {
   }
 };
 
-// A rank's input to a ccAvg of floating-point data (collectives/average.h): v * (1 / nranks), with the factor
-// rounded to the datatype T first, as NCCL's ncclAvg multiplies (its PreMulSum). For 16-bit types the product of two
-// such values is exact in float, so the one rounding is Store's.
+// The factor of a rank's input to a ccAvg of floating-point data (collectives/average.h): 1 / nranks rounded to the
+// datatype T, as NCCL's ncclAvg multiplies (its PreMulSum); the input is v * factor in T's compute type. For 16-bit
+// types the product of two such values is exact in float, so the one rounding is Store's. Loops compute it once.
 template <typename T>
-CC_HD typename Arith<T>::Compute PremultiplyByRanks(typename Arith<T>::Compute v, int nranks) {
+CC_HD typename Arith<T>::Compute AverageFactor(int nranks) {
   using A = Arith<T>;
-  using C = typename Arith<T>::Compute;
-  return v * A::Load(A::Store(static_cast<C>(1.0 / static_cast<double>(nranks))));
+  return A::Load(A::Store(static_cast<typename Arith<T>::Compute>(1.0 / static_cast<double>(nranks))));
 }
 
 // Division of a finished sum by the number of ranks (ccAvg of integers); rounds toward zero, in 64 bits (nranks need

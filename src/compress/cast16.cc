@@ -2,30 +2,19 @@
 // rounds once. With an f32 "wire" it is the exact identity codec the sparsifiers use for their values. On request it
 // records what each of this rank's roundings took away (the sparsifiers' error feedback).
 #include <cstring>
+#include <type_traits>
 
 #include "compress/codecs.h"
 #include "compress/float16.h"
+#include "compress/widen.h"
 
 namespace ccoll {
 namespace {
 
+// The wire type's ccDataType_t: float32 (the identity codec), or a 16-bit type whose loops are widen.h's.
 template <typename W>
-struct Wire;
-template <>
-struct Wire<Bf16> {
-  static float Load(Bf16 v) { return Bf16ToFloat(v); }
-  static Bf16 Store(float v) { return FloatToBf16(v); }
-};
-template <>
-struct Wire<Half> {
-  static float Load(Half v) { return HalfToFloat(v); }
-  static Half Store(float v) { return FloatToHalf(v); }
-};
-template <>
-struct Wire<float> {
-  static float Load(float v) { return v; }
-  static float Store(float v) { return v; }
-};
+constexpr ccDataType_t kWireType = std::is_same<W, float>::value ? ccFloat32
+                                   : std::is_same<W, Half>::value ? ccFloat16 : ccBfloat16;
 
 template <typename W>
 class CastCodec : public Codec {
@@ -41,24 +30,18 @@ class CastCodec : public Codec {
 
   // Sums in fp32 in a fixed order (local, then the inputs in order) and rounds once.
   size_t Hop(const void* const* wiresIn, int nin, const float* local, size_t off, size_t len, void* wireOut) override {
-    W* out = static_cast<W*>(wireOut);
-    const W* a = nin > 0 ? static_cast<const W*>(wiresIn[0]) : nullptr;
-    const W* b = nin > 1 ? static_cast<const W*>(wiresIn[1]) : nullptr;
-    if (rounding_ != nullptr) {
-      float* lost = rounding_ + off;
+    if constexpr (kWireType<W> != ccFloat32) {
+      NarrowSum(kWireType<W>, local, wiresIn, nin, len, wireOut, rounding_ != nullptr ? rounding_ + off : nullptr);
+    } else {  // nothing is lost, and the sum is in float already
+      float* out = static_cast<float*>(wireOut);
+      const float* a = nin > 0 ? static_cast<const float*>(wiresIn[0]) : nullptr;
+      const float* b = nin > 1 ? static_cast<const float*>(wiresIn[1]) : nullptr;
       for (size_t i = 0; i < len; ++i) {
         float v = local[i];
-        if (nin > 0) v += Wire<W>::Load(a[i]);
-        if (nin > 1) v += Wire<W>::Load(b[i]);
-        out[i] = Wire<W>::Store(v);
-        lost[i] = v - Wire<W>::Load(out[i]);  // exact: a float minus its own 16-bit rounding
+        if (nin > 0) v += a[i];
+        if (nin > 1) v += b[i];
+        out[i] = v;
       }
-    } else if (nin == 0) {
-      for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i]);
-    } else if (nin == 1) {
-      for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]));
-    } else {
-      for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Store(local[i] + Wire<W>::Load(a[i]) + Wire<W>::Load(b[i]));
     }
     return len * sizeof(W);
   }
@@ -69,8 +52,11 @@ class CastCodec : public Codec {
   }
 
   void DecodeGather(const void* wire, size_t, size_t len, float* out) override {
-    const W* in = static_cast<const W*>(wire);
-    for (size_t i = 0; i < len; ++i) out[i] = Wire<W>::Load(in[i]);
+    if constexpr (kWireType<W> != ccFloat32) {
+      Widen(kWireType<W>, wire, len, out);
+    } else {
+      std::memmove(out, wire, len * sizeof(float));
+    }
   }
 
   void Finish(float* work, size_t count, bool average) override {

@@ -35,38 +35,32 @@ CC_HD float BitsFloat(uint32_t u) {
 CC_HD float Bf16ToFloat(Bf16 h) { return BitsFloat(static_cast<uint32_t>(h.bits) << 16); }
 
 CC_HD Bf16 FloatToBf16(float f) {
-  uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{0x7fc0};  // NaN: the one quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even; overflow correctly becomes inf
-  return Bf16{static_cast<uint16_t>(u >> 16)};
+  const uint32_t u = FloatBits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest, ties to even; overflow gives inf
+  return Bf16{static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded)};  // NaN: the one NaN
 }
 
 CC_HD float HalfToFloat(Half h) {
-  uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
-  uint32_t exp = (h.bits >> 10) & 0x1fu;
-  uint32_t man = h.bits & 0x3ffu;
-  if (exp == 0x1f) return BitsFloat(sign | 0x7f800000u | (man << 13));  // inf / NaN
-  if (exp == 0) {
-    // zero or subnormal: man * 2^-24, exact in float
-    float v = static_cast<float>(man) * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  }
-  return BitsFloat(sign | ((exp + 112u) << 23) | (man << 13));
+  const uint32_t shifted = static_cast<uint32_t>(h.bits & 0x7fffu) << 13;  // exponent and mantissa, float's places
+  const uint32_t exp = shifted & 0x0f800000u;
+  const uint32_t normal = shifted + (112u << 23);  // rebiased (15 -> 127)
+  // inf and NaN: the exponent all ones again. Zero and subnormals: m * 2^-24, as (2^-14 + m 2^-24) - 2^-14 (exact).
+  const uint32_t special = normal + (112u << 23);
+  const float tiny = BitsFloat(normal + (1u << 23)) - BitsFloat(113u << 23);
+  const uint32_t mag = exp == 0x0f800000u ? special : (exp == 0 ? FloatBits(tiny) : normal);
+  return BitsFloat(mag | (static_cast<uint32_t>(h.bits & 0x8000u) << 16));
 }
 
 CC_HD Half FloatToHalf(float f) {
-  uint32_t u = FloatBits(f);
-  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return Half{0x7e00};  // NaN: the one quiet NaN
-  if (absu >= 0x477ff000u) return Half{static_cast<uint16_t>(sign | 0x7c00u)};  // rounds to >= 65520: inf
-  if (absu < 0x38800000u) {
-    // Result is subnormal or zero: add 0.5 (2^-1) so the float adder does the ties-to-even rounding at 2^-24.
-    float a = BitsFloat(absu) + 0.5f;
-    return Half{static_cast<uint16_t>(sign | (FloatBits(a) - 0x3f000000u))};
-  }
-  uint32_t rounded = absu + 0xfffu + ((absu >> 13) & 1u);  // ties to even at bit 13
-  return Half{static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13))};
+  const uint32_t u = FloatBits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t absu = u & 0x7fffffffu;
+  const uint32_t normal = (absu + 0xfffu + ((absu >> 13) & 1u) - 0x38000000u) >> 13;  // ties to even at bit 13
+  // A result below 2^-14 (subnormal or zero): adding 0.5 (2^-1) makes the float adder round to even at 2^-24.
+  const uint32_t tiny = FloatBits(BitsFloat(absu) + 0.5f) - 0x3f000000u;
+  uint32_t mag = absu < 0x38800000u ? tiny : normal;
+  mag = absu >= 0x477ff000u ? 0x7c00u : mag;  // rounds to 65520 or more: inf
+  return Half{static_cast<uint16_t>(absu > 0x7f800000u ? 0x7e00u : (sign | mag))};  // NaN: the one quiet NaN
 }
 
 }  // namespace ccoll

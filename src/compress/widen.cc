@@ -30,6 +30,35 @@ CC_HOT void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out)
 
 namespace {
 
+template <typename W, typename Wire>
+inline void NarrowSumLoop(const float* local, const W* a, const W* b, int nin, size_t count, W* out, float* lost,
+                          Wire wire) {
+  if (lost != nullptr) {
+    for (size_t i = 0; i < count; ++i) {
+      float v = local[i];
+      if (nin > 0) v += wire.Load(a[i]);
+      if (nin > 1) v += wire.Load(b[i]);
+      out[i] = wire.Store(v);
+      lost[i] = v - wire.Load(out[i]);  // exact: a float minus its own 16-bit rounding
+    }
+  } else if (nin == 0) {
+    for (size_t i = 0; i < count; ++i) out[i] = wire.Store(local[i]);
+  } else if (nin == 1) {
+    for (size_t i = 0; i < count; ++i) out[i] = wire.Store(local[i] + wire.Load(a[i]));
+  } else {
+    for (size_t i = 0; i < count; ++i) out[i] = wire.Store(local[i] + wire.Load(a[i]) + wire.Load(b[i]));
+  }
+}
+
+struct Bf16Wire {
+  float Load(uint16_t v) const { return Bf16ToFloat(Bf16{v}); }
+  uint16_t Store(float v) const { return FloatToBf16(v).bits; }
+};
+struct HalfWire {
+  float Load(uint16_t v) const { return HalfToFloat(Half{v}); }
+  uint16_t Store(float v) const { return FloatToHalf(v).bits; }
+};
+
 // Nonzero when the float32 bits are those of an infinity or a NaN (all exponent bits set).
 inline uint32_t NonFinite(float f) { return static_cast<uint32_t>((FloatBits(f) & 0x7f800000u) == 0x7f800000u); }
 
@@ -51,6 +80,18 @@ inline AddReport AddLoop(const T* in, size_t count, float* acc, W widen) {
 }
 
 }  // namespace
+
+CC_HOT CC_FLATTEN void NarrowSum(ccDataType_t dtype, const float* local, const void* const* in, int nin, size_t count,
+                                  void* out, float* lost) {
+  const uint16_t* a = nin > 0 ? static_cast<const uint16_t*>(in[0]) : nullptr;
+  const uint16_t* b = nin > 1 ? static_cast<const uint16_t*>(in[1]) : nullptr;
+  uint16_t* o = static_cast<uint16_t*>(out);
+  if (dtype == ccBfloat16) {
+    NarrowSumLoop(local, a, b, nin, count, o, lost, Bf16Wire());
+  } else {
+    NarrowSumLoop(local, a, b, nin, count, o, lost, HalfWire());
+  }
+}
 
 CC_HOT AddReport AddChecked(ccDataType_t dtype, const void* in, size_t count, float* acc) {
   if (dtype == ccFloat32) return AddLoop(static_cast<const float*>(in), count, acc, [](float v) { return v; });

@@ -18,6 +18,12 @@ void Widen(ccDataType_t dtype, const void* in, size_t count, float* out);
 // out[i] = in[i] rounded to `dtype` (nearest, ties to even; NaN stays NaN, overflow becomes infinity).
 void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out);
 
+// The 16-bit cast codec's hop (cast16.cc): out[i] = (local[i] + in[0][i] + ... + in[nin-1][i]) rounded to `dtype`
+// (16-bit), the nin (0..2) inputs of `dtype` widened exactly and added in float in that order. Where lost is not null,
+// lost[i] = that sum minus its rounding (exact).
+void NarrowSum(ccDataType_t dtype, const float* local, const void* const* in, int nin, size_t count, void* out,
+               float* lost);
+
 // Fused forms for the codecs that read and write 16-bit data themselves (the sparsifiers, PowerSGD), the same bytes
 // as a widened copy would give: acc[i] += in[i] as float (float32 or 16-bit input), reporting whether every input
 // value was finite and whether every sum is (what a sparsifier would otherwise make passes of its own for); and

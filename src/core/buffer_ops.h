@@ -18,7 +18,7 @@ class BufferOps {
                             ccRedOp_t op) = 0;
   // buf[i] /= nranks: the end of a ccAvg of integers.
   virtual ccResult_t FinishAvg(void* buf, size_t count, ccDataType_t dtype, int nranks) = 0;
-  // dst[i] = src[i] * (1 / nranks), rounded to dtype (a floating-point type; reduce_op.h's PremultiplyByRanks): the
+  // dst[i] = src[i] * (1 / nranks), rounded to dtype (a floating-point type; reduce_op.h's AverageFactor): the
   // start of a ccAvg of floats. dst may be src; other overlaps are not allowed.
   virtual ccResult_t Premultiply(void* dst, const void* src, size_t count, ccDataType_t dtype, int nranks) = 0;
   // dst[i] = own[i] * (1 / nranks) + other[i] (the factor as Premultiply's, then one step of the sum: for 16-bit types
