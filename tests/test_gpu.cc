@@ -35,12 +35,14 @@
 #include "compress/requant_tile.h"
 #include "compress/sparse.h"
 #include "core/device_memory.h"
+#include "core/stream_sync.h"
 #include "core/stream_wait.h"
 #ifdef CCOLL_HAVE_CUBLAS
 #include "compress/lowrank.h"
 #include "compress/lowrank_cuda.h"
 #endif
 #include "gpu_skip.h"
+#include "rank_harness.h"
 #ifdef CCOLL_FAKE_CUDA
 #include "fake_cuda/fake_launch.h"
 #endif
@@ -259,6 +261,71 @@ TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream b
   ccoll::FreeScratch(0, true, c, other);
   ccoll::FreeScratch(0, true, d, other);
   REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+  ccoll::ReturnWaitWord(0, word);
+  REQUIRE(cudaStreamDestroy(held) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
+}
+
+TEST_CASE("[gpu] memory freed while tracked work may still write it is freed once that work has run; no stream "
+          "waits for it", "[gpu][scratch]") {
+  SKIP_WITHOUT_DEVICE();
+  // As when one rank's message copy into another rank's scratch times out, and the other rank frees that scratch on
+  // its own stream: the copy may still run.
+  REQUIRE(ccoll::PrepareDevice(0) == ccSuccess);
+  cudaStream_t held = nullptr, other = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  const size_t bytes = 3 * 4096 + 64;
+  void* x = nullptr;
+  REQUIRE(ccoll::AllocateScratch(0, false, bytes, other, &x) == ccSuccess);
+  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+  uint64_t* word = nullptr;
+  uint64_t* onDevice = nullptr;
+  REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
+  struct Releaser {  // lets the stream go after a while at the latest (and on the way out), so nothing can hang
+    uint64_t* word;
+    std::atomic<bool> done{false}, released{false};
+    std::thread thread;
+    explicit Releaser(uint64_t* w) : word(w) {
+      thread = std::thread([this] {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(cctest::ScaledMs(3000));
+        while (!done.load() && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        released = true;
+        __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+      });
+    }
+    ~Releaser() {
+      done = true;
+      thread.join();
+    }
+  };
+  {
+    Releaser releaser(word);
+    REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, held) == cudaSuccess);
+    REQUIRE(cudaMemsetAsync(x, 0x5a, bytes, held) == cudaSuccess);  // the work given up on: it writes x
+    const ccoll::TrackedWork work = ccoll::TrackWork(held);
+    REQUIRE(work != nullptr);
+    CHECK(ccoll::SynchronizeWithin(held, 20) == cudaErrorTimeout);
+    ccoll::EndTrackedWork(work, false);
+    ccoll::FreeScratch(0, false, x, other);
+    // Neither the freeing stream nor a later allocation and free on it waits for the held one.
+    void* y = nullptr;
+    REQUIRE(ccoll::AllocateScratch(0, false, bytes, other, &y) == ccSuccess);
+    REQUIRE(cudaMemsetAsync(y, 1, bytes, other) == cudaSuccess);
+    ccoll::FreeScratch(0, false, y, other);
+    CHECK(ccoll::SynchronizeWithin(other, cctest::ScaledMs(2000)) == cudaSuccess);
+    CHECK(!releaser.released.load());  // all of that while the memset had not run
+  }
+  // The memset writes x once the stream goes: x must still be there (the fake runtime faults on freed device memory,
+  // as the code before this test did: it freed x on `other` at once).
+  REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+  // Work that ran is forgotten at the next free; work ended as run is forgotten at once.
+  const ccoll::TrackedWork done = ccoll::TrackWork(other);
+  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+  ccoll::EndTrackedWork(done, true);
   ccoll::ReturnWaitWord(0, word);
   REQUIRE(cudaStreamDestroy(held) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(other) == cudaSuccess);

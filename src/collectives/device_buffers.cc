@@ -24,11 +24,13 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
   DeviceBuffers(int rank, int device, size_t sliceBytes, int timeoutMs)
       : rank_(rank), device_(device), timeoutMs_(timeoutMs), sliceBytes_(sliceBytes) {}
   ~DeviceBuffers() override {
-    // The communicator is being destroyed: its calls are done, and so are its streams' copies (each was synchronized).
+    // The communicator is being destroyed: its calls are done, and so are its streams' work, each synchronized but
+    // for what a timeout left queued; a stream destroyed with work queued is released once that work has run. (A
+    // peer's copy into the scratch that timed out: the free waits for it, core/device_memory.h.)
     DeviceScope scope(device_);
     FreeScratch(device_, false, scratch_, stream_);
     if (stream_ != nullptr) {
-      cudaStreamSynchronize(stream_);
+      if (SynchronizeWithin(stream_, timeoutMs_) != cudaSuccess) cudaGetLastError();
       cudaStreamDestroy(stream_);
     }
     if (copyStream_ != nullptr) cudaStreamDestroy(copyStream_);
@@ -89,10 +91,15 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     const int to = PointerDevice(dst), from = PointerDevice(src);
     if (to >= 0 && from >= 0 && to != from) {
       CC_CHECK(Cuda(cudaMemcpyPeerAsync(dst, to, src, from, bytes, copyStream_), "cudaMemcpyPeerAsync (message)"));
-      return Cuda(SynchronizeWithin(copyStream_, timeoutMs_), "the message copy");
+    } else {
+      CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream_), "cudaMemcpyAsync (message)"));
     }
-    CC_CHECK(Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, copyStream_), "cudaMemcpyAsync (message)"));
-    return Cuda(SynchronizeWithin(copyStream_, timeoutMs_), "the message copy");
+    // The copy writes the receiver's memory, which the receiver frees on its own stream: until the copy is known to
+    // have run (a timeout leaves it queued), such frees wait for it (core/device_memory.h).
+    const TrackedWork copy = TrackWork(copyStream_);
+    const cudaError_t e = SynchronizeWithin(copyStream_, timeoutMs_);
+    EndTrackedWork(copy, e == cudaSuccess);
+    return Cuda(e, "the message copy");
   }
 
  private:

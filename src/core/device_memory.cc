@@ -1,5 +1,6 @@
 #include "core/device_memory.h"
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -235,8 +236,103 @@ ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream
   return gpu::CudaResult(cudaMallocFromPoolAsync(p, bytes, pool, stream), "cudaMallocFromPoolAsync");
 }
 
+namespace {
+
+// TrackWork's work not known to have run, of every device (a peer copy touches two), under gMutex, with whether some
+// cannot be tracked (gKeepEverything); gTracking: either holds (FreeScratch's common case takes no lock).
+std::vector<cudaEvent_t> gTracked;
+bool gKeepEverything = false;
+std::atomic<bool> gTracking{false};
+std::map<int, cudaStream_t> gLaterFrees;  // per device: the stream of the frees that wait for tracked work
+
+// Under gMutex.
+void UpdateTrackingLocked() { gTracking.store(gKeepEverything || !gTracked.empty(), std::memory_order_release); }
+
+// Forgets the tracked work that has run. Work whose state cannot be read (a sticky error: the context is lost) stays,
+// so memory freed after it is kept. Under gMutex.
+void DropFinishedLocked() {
+  for (auto it = gTracked.begin(); it != gTracked.end();) {
+    if (cudaEventQuery(*it) == cudaSuccess) {
+      cudaEventDestroy(*it);
+      it = gTracked.erase(it);
+    } else {
+      cudaGetLastError();  // (cudaErrorNotReady, or the error that keeps it)
+      ++it;
+    }
+  }
+  UpdateTrackingLocked();
+}
+
+// The stream a free of `device`'s memory goes to instead of `stream` while tracked work may still touch it: one that
+// waits for the point `stream` has reached and for every piece of tracked work. False where that cannot be queued
+// (the memory is then kept). Under gMutex, with `device` current.
+bool LaterFreeStreamLocked(int device, cudaStream_t* stream) {
+  cudaStream_t& later = gLaterFrees[device];
+  cudaError_t e = later != nullptr ? cudaSuccess : cudaStreamCreateWithFlags(&later, cudaStreamNonBlocking);
+  cudaEvent_t reached = nullptr;
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&reached, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(reached, *stream);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(later, reached, 0);
+  if (reached != nullptr) cudaEventDestroy(reached);  // (released once it has completed)
+  for (size_t i = 0; e == cudaSuccess && i < gTracked.size(); ++i) e = cudaStreamWaitEvent(later, gTracked[i], 0);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // (the failed call's error)
+    CC_WARN("CUDA device %d: a free could not be queued behind the work that may still use the memory (%s): it is "
+            "kept", device, cudaGetErrorString(e));
+    return false;
+  }
+  *stream = later;
+  return true;
+}
+
+}  // namespace
+
+TrackedWork TrackWork(cudaStream_t stream) {
+  cudaEvent_t reached = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&reached, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(reached, stream);
+  if (e == cudaSuccess) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    gTracked.push_back(reached);
+    UpdateTrackingLocked();
+    return reached;
+  }
+  cudaGetLastError();  // (the failed call's error)
+  if (reached != nullptr) cudaEventDestroy(reached);
+  return nullptr;
+}
+
+void EndTrackedWork(TrackedWork work, bool ran) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  if (!ran) {  // it stays tracked until it has run (DropFinishedLocked)
+    if (work == nullptr && !gKeepEverything) {
+      CC_WARN("work that a wait gave up on may still run and could not be tracked: ccoll's device and pinned memory "
+              "is no longer freed in this process");
+      gKeepEverything = true;
+    }
+    UpdateTrackingLocked();
+    return;
+  }
+  if (work == nullptr) return;
+  for (auto it = gTracked.begin(); it != gTracked.end(); ++it) {
+    if (*it == work) {
+      cudaEventDestroy(*it);
+      gTracked.erase(it);
+      break;
+    }
+  }
+  UpdateTrackingLocked();
+}
+
 void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream) {
   if (p == nullptr) return;
+  if (gTracking.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(gMutex);
+    if (gKeepEverything) return;
+    DropFinishedLocked();
+    DeviceScope scope(device);
+    if (!gTracked.empty() && !LaterFreeStreamLocked(device, &stream)) return;  // kept: something may still use it
+  }
   bool pooled = true;
   if (pinnedHost) {
     std::lock_guard<std::mutex> lock(gMutex);

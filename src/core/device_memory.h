@@ -44,6 +44,17 @@ ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream
 // where the event that marks the free cannot be recorded).
 void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream);
 
+// Work queued on one stream that may touch memory freed on another: a message copy on one rank's copy stream into
+// another rank's scratch, which that rank frees on its own stream. TrackWork marks what `stream` (of the current
+// device) has queued so far; EndTrackedWork(work, true) once it is known to have run, (work, false) when a wait for it
+// gave up (a timeout): it then stays tracked until it has run, which may be never. While any work is tracked,
+// FreeScratch frees on a stream of its own per device that first waits for the freeing stream's point and for all of
+// that work; no other stream waits for it. Where work cannot be tracked (nullptr) and its wait gave up, nothing is
+// freed any more in the process (a warning says so).
+using TrackedWork = cudaEvent_t;
+TrackedWork TrackWork(cudaStream_t stream);
+void EndTrackedWork(TrackedWork work, bool ran);
+
 // A non-blocking stream of `device` for frees to the pools once nothing uses the memory (a destructor's), made with
 // them.
 cudaStream_t ReleaseStream(int device);
