@@ -105,6 +105,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
  private:
   ccResult_t Cuda(cudaError_t e, const char* what) const {
     if (e == cudaSuccess) return ccSuccess;
+    cudaGetLastError();  // taken off the thread's error state (core/cuda_result.h, Launched)
     if (e == cudaErrorTimeout) {  // SynchronizeWithin's
       return Fail(ccTimeout, "rank %d: %s on CUDA device %d did not finish within %d ms (CC_TIMEOUT_MS); if the GPU "
                   "is not busy with other work, ccoll's streams may share a hardware queue with a stream that waits "

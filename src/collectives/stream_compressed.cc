@@ -328,6 +328,7 @@ ccResult_t Capturing(const ccComm* comm, cudaStream_t stream, bool* capturing) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaError_t e = cudaStreamIsCapturing(stream, &status);
   if (e != cudaSuccess) {
+    cudaGetLastError();
     return Fail(ccUnhandledCudaError, "rank %d: cudaStreamIsCapturing failed: %s", comm->rank, cudaGetErrorString(e));
   }
   *capturing = status != cudaStreamCaptureStatusNone;
@@ -450,6 +451,7 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
     const cudaError_t e = cudaMemcpyAsync(a.recv, a.send, a.count * a.eltSize, cudaMemcpyDeviceToDevice,
                                           reinterpret_cast<cudaStream_t>(stream));
     if (e != cudaSuccess) {
+      cudaGetLastError();
       return Fail(ccUnhandledCudaError, "rank %d: cudaMemcpyAsync (one rank): %s", comm->rank, cudaGetErrorString(e));
     }
     return ccSuccess;

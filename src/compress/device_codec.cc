@@ -342,7 +342,9 @@ class DeviceQuantCodec : public KernelCodec {
 }  // namespace
 
 void CheckCuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw DeviceCodecError(std::string(what) + " failed: " + cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  cudaGetLastError();  // taken off the thread's error state (core/cuda_result.h, Launched)
+  throw DeviceCodecError(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
 void CheckLaunch(ccResult_t r) {

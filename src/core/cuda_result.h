@@ -8,13 +8,17 @@
 namespace ccoll {
 namespace gpu {
 
-// ccSuccess, or ccUnhandledCudaError with "what: CUDA's sentence" as the last error.
+// ccSuccess, or ccUnhandledCudaError with "what: CUDA's sentence" as the last error. The failure is also taken off the
+// thread's CUDA error state (see Launched).
 inline ccResult_t CudaResult(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return ccSuccess;
+  cudaGetLastError();
   return Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
 }
 
-// The result of the kernel launch this thread just made.
+// The result of the kernel launch this thread just made: cudaGetLastError, which is also the error of any earlier
+// call on the thread that nobody took off. So every path that turns a CUDA error into ccoll's takes it off
+// (cudaGetLastError; a sticky error, which spoils the context, stays and is rightly reported again).
 inline ccResult_t Launched(const char* what) { return CudaResult(cudaGetLastError(), what); }
 
 // Loads `kernel` into the current device's context now. CUDA loads kernels lazily, at their first launch, and a load

@@ -31,6 +31,7 @@ namespace ccoll {
 namespace {
 
 ccResult_t CudaFail(cudaError_t e, const char* what, int rank) {
+  cudaGetLastError();  // taken off the thread's error state (core/cuda_result.h, Launched)
   return Fail(ccUnhandledCudaError, "rank %d: %s failed: %s", rank, what, cudaGetErrorString(e));
 }
 

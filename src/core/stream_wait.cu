@@ -16,6 +16,7 @@ __global__ void StreamWaitKernel(const volatile uint64_t* flag, uint64_t ticket)
 ccResult_t LoadStreamWaitKernel() { return gpu::LoadKernel(StreamWaitKernel, "loading StreamWaitKernel"); }
 
 cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t stream) {
+  cudaGetLastError();  // an earlier call's error, reported where it happened, is not this launch's
   StreamWaitKernel<<<1, 1, 0, stream>>>(flag, ticket);
   return cudaGetLastError();
 }
