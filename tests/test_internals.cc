@@ -340,10 +340,16 @@ TEST_CASE("the host loops of 16-bit floats (vectorized, and an AVX2 clone where 
       }
     };
     for (ccRedOp_t op : {ccSum, ccProd}) {
-      ccoll::ReduceHost(p.out, p.a, p.b, n, dtype, op);
-      for (size_t i = 0; i < n; ++i) {
-        const float x = ref.Load(p.a[i]), y = ref.Load(p.b[i]);
-        expect(op == ccSum ? "sum" : "prod", i, p.out[i], ref.Store(op == ccSum ? x + y : x * y));
+      for (int inPlace : {0, 1, 2}) {  // dst separate, dst == a, dst == b
+        uint16_t* dst = p.out;
+        if (inPlace > 0) {
+          std::copy(inPlace == 1 ? p.a : p.b, (inPlace == 1 ? p.a : p.b) + n, p.out);
+        }
+        ccoll::ReduceHost(dst, inPlace == 1 ? dst : p.a, inPlace == 2 ? dst : p.b, n, dtype, op);
+        for (size_t i = 0; i < n; ++i) {
+          const float x = ref.Load(p.a[i]), y = ref.Load(p.b[i]);
+          expect(op == ccSum ? "sum" : "prod", i, p.out[i], ref.Store(op == ccSum ? x + y : x * y));
+        }
       }
     }
     for (int nranks : {3, 4, 7}) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "compress/cpu_clones.h"  // the loops vectorize; integer and exact float operations: the same bytes
+#include "compress/cpu_clones.h"  // the loops vectorize: integer selects, float adds in a fixed order, no contraction
 #include "compress/float16.h"
 
 namespace ccoll {
