@@ -239,22 +239,31 @@ ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream
 namespace {
 
 // TrackWork's work not known to have run, of every device (a peer copy touches two), under gMutex, with whether some
-// cannot be tracked (gKeepEverything); gTracking: either holds (FreeScratch's common case takes no lock).
-std::vector<cudaEvent_t> gTracked;
+// cannot be tracked (gKeepEverything); gTracking: either holds (FreeScratch's common case takes no lock). Never freed,
+// as Devices(): threads may still free memory during exit.
+std::vector<cudaEvent_t>& Tracked() {
+  static auto* tracked = new std::vector<cudaEvent_t>();
+  return *tracked;
+}
 bool gKeepEverything = false;
 std::atomic<bool> gTracking{false};
-std::map<int, cudaStream_t> gLaterFrees;  // per device: the stream of the frees that wait for tracked work
+std::map<int, cudaStream_t>& LaterFrees() {  // per device: the stream of the frees that wait for tracked work
+  static auto* streams = new std::map<int, cudaStream_t>();
+  return *streams;
+}
 
 // Under gMutex.
-void UpdateTrackingLocked() { gTracking.store(gKeepEverything || !gTracked.empty(), std::memory_order_release); }
+void UpdateTrackingLocked() {
+  gTracking.store(gKeepEverything || !Tracked().empty(), std::memory_order_release);
+}
 
 // Forgets the tracked work that has run. Work whose state cannot be read (a sticky error: the context is lost) stays,
 // so memory freed after it is kept. Under gMutex.
 void DropFinishedLocked() {
-  for (auto it = gTracked.begin(); it != gTracked.end();) {
+  for (auto it = Tracked().begin(); it != Tracked().end();) {
     if (cudaEventQuery(*it) == cudaSuccess) {
       cudaEventDestroy(*it);
-      it = gTracked.erase(it);
+      it = Tracked().erase(it);
     } else {
       cudaGetLastError();  // (cudaErrorNotReady, or the error that keeps it)
       ++it;
@@ -267,14 +276,14 @@ void DropFinishedLocked() {
 // waits for the point `stream` has reached and for every piece of tracked work. False where that cannot be queued
 // (the memory is then kept). Under gMutex, with `device` current.
 bool LaterFreeStreamLocked(int device, cudaStream_t* stream) {
-  cudaStream_t& later = gLaterFrees[device];
+  cudaStream_t& later = LaterFrees()[device];
   cudaError_t e = later != nullptr ? cudaSuccess : cudaStreamCreateWithFlags(&later, cudaStreamNonBlocking);
   cudaEvent_t reached = nullptr;
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&reached, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventRecord(reached, *stream);
   if (e == cudaSuccess) e = cudaStreamWaitEvent(later, reached, 0);
   if (reached != nullptr) cudaEventDestroy(reached);  // (released once it has completed)
-  for (size_t i = 0; e == cudaSuccess && i < gTracked.size(); ++i) e = cudaStreamWaitEvent(later, gTracked[i], 0);
+  for (size_t i = 0; e == cudaSuccess && i < Tracked().size(); ++i) e = cudaStreamWaitEvent(later, Tracked()[i], 0);
   if (e != cudaSuccess) {
     cudaGetLastError();  // (the failed call's error)
     CC_WARN("CUDA device %d: a free could not be queued behind the work that may still use the memory (%s): it is "
@@ -293,7 +302,8 @@ TrackedWork TrackWork(cudaStream_t stream) {
   if (e == cudaSuccess) e = cudaEventRecord(reached, stream);
   if (e == cudaSuccess) {
     std::lock_guard<std::mutex> lock(gMutex);
-    gTracked.push_back(reached);
+    DropFinishedLocked();
+    Tracked().push_back(reached);
     UpdateTrackingLocked();
     return reached;
   }
@@ -313,15 +323,14 @@ void EndTrackedWork(TrackedWork work, bool ran) {
     UpdateTrackingLocked();
     return;
   }
-  if (work == nullptr) return;
-  for (auto it = gTracked.begin(); it != gTracked.end(); ++it) {
+  for (auto it = Tracked().begin(); work != nullptr && it != Tracked().end(); ++it) {
     if (*it == work) {
       cudaEventDestroy(*it);
-      gTracked.erase(it);
+      Tracked().erase(it);
       break;
     }
   }
-  UpdateTrackingLocked();
+  DropFinishedLocked();  // (and any other that has run meanwhile)
 }
 
 void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream) {
@@ -331,7 +340,7 @@ void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream) {
     if (gKeepEverything) return;
     DropFinishedLocked();
     DeviceScope scope(device);
-    if (!gTracked.empty() && !LaterFreeStreamLocked(device, &stream)) return;  // kept: something may still use it
+    if (!Tracked().empty() && !LaterFreeStreamLocked(device, &stream)) return;  // kept: something may still use it
   }
   bool pooled = true;
   if (pinnedHost) {
