@@ -16,7 +16,8 @@ void ReduceLoop(T* dst, const T* a, const T* b, size_t count, Op op) {
 
 }  // namespace
 
-CC_HOT CC_FLATTEN void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype, ccRedOp_t op) {
+CC_HOT CC_FLATTEN void ReduceHost(void* dst, const void* a, const void* b, size_t count, ccDataType_t dtype,
+                                  ccRedOp_t op) {
   DispatchType(dtype, [&](auto tag) {
     using T = decltype(tag);
     DispatchOp(op, [&](auto fn) {
@@ -47,8 +48,8 @@ CC_HOT CC_FLATTEN void PremultiplyHost(void* dst, const void* src, size_t count,
   });
 }
 
-CC_HOT CC_FLATTEN void ReducePremultipliedHost(void* dst, const void* own, const void* other, size_t count, ccDataType_t dtype,
-                             int nranks) {
+CC_HOT CC_FLATTEN void ReducePremultipliedHost(void* dst, const void* own, const void* other, size_t count,
+                                               ccDataType_t dtype, int nranks) {
   DispatchType(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_integral<T>::value) {
