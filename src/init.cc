@@ -110,10 +110,10 @@ ccResult_t StartRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, 
   return ccSuccess;
 }
 
-// StartRank; inside a group, a failure is also the group's, whose other inits then give up at ccGroupEnd.
-ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config, const char* fn,
-                    MakeId make = nullptr) {
-  const ccResult_t r = StartRank(out, nranks, id, rank, config, fn, std::move(make));
+// StartRank of a rank given its id; inside a group, a failure is also the group's, whose other inits then give up at
+// ccGroupEnd.
+ccResult_t InitRank(ccComm_t* out, int nranks, const ccUniqueId& id, int rank, ccConfig_t* config, const char* fn) {
+  const ccResult_t r = StartRank(out, nranks, id, rank, config, fn, nullptr);
   if (r != ccSuccess && ccoll::InGroup()) ccoll::GroupFail(r);
   return r;
 }
@@ -227,10 +227,10 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
       return ccSuccess;
     };
     ccUniqueId unused{};
-    return InitRank(comm, static_cast<int>(nranks), unused, static_cast<int>(rank), config, "ccCommInitFromEnv",
-                    std::move(make));
+    return StartRank(comm, static_cast<int>(nranks), unused, static_cast<int>(rank), config, "ccCommInitFromEnv",
+                     std::move(make));
   });
-  // Inside a group a refusal is the group's too (InitRank records those it makes itself).
+  // Inside a group a refusal is the group's too: those of the checks above and StartRank's (as InitRank does).
   if (result != ccSuccess && ccoll::InGroup()) ccoll::GroupFail(result);
   return result;
 }
