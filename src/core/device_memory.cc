@@ -302,7 +302,6 @@ TrackedWork TrackWork(cudaStream_t stream) {
   if (e == cudaSuccess) e = cudaEventRecord(reached, stream);
   if (e == cudaSuccess) {
     std::lock_guard<std::mutex> lock(gMutex);
-    DropFinishedLocked();
     Tracked().push_back(reached);
     UpdateTrackingLocked();
     return reached;
