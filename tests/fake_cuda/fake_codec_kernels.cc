@@ -23,6 +23,7 @@
 #include "compress/codecs.h"
 #include "compress/quant_cpu.h"
 #include "compress/sparse.h"
+#include "core/cuda_result.h"
 #ifdef CCOLL_HAVE_CUBLAS
 #include "compress/lowrank.h"
 #include "compress/lowrank_cuda.h"
@@ -35,10 +36,11 @@ namespace {
 
 std::atomic<uint64_t> gLaunches{0};
 
+// As the real kernels' launches: the launch's check (gpu::Launched) also reports an error the thread left behind.
 ccResult_t Launch(cudaStream_t stream, std::function<void()> op) {
   gLaunches.fetch_add(1);
   FakeLaunch(stream, std::move(op));
-  return ccSuccess;
+  return ccoll::gpu::Launched("a fake codec kernel's launch");
 }
 
 }  // namespace

@@ -47,6 +47,11 @@
 // cudaErrorInvalidMemcpyDirection. Copies of 0 bytes are not checked (CUDA takes them with any pointers, null
 // included).
 //
+// Errors: every call that fails records its error as the thread's last error (cudaGetLastError takes it off,
+// cudaPeekAtLastError reads it), except cudaErrorNotReady; the fake kernels' launch checks read it, as the real ones
+// do (core/cuda_result.h, Launched), so an error some path reported but left on the thread fails the next launch.
+// No error is sticky (a GPU's faults spoil the context for good; nothing here faults that way).
+//
 // Not modelled otherwise: other kernels, the legacy default stream's implicit synchronization with other streams,
 // memory pools (an allocation from one is a plain allocation: no reuse, no dependency on other streams).
 // Implements the functions as declared in cuda_runtime_api.h, so the signatures are the real ones.
@@ -78,6 +83,16 @@
 #include "fake_launch.h"
 
 namespace {
+
+// The calling thread's last error (cudaGetLastError, cudaPeekAtLastError): every call that fails records its error
+// here, as the runtime does, except cudaErrorNotReady (a query's answer, not a failure). A kernel launch reports it
+// (cctest::FakeLaunchResult), so an error a caller left behind fails the next launch's check, as on a GPU.
+thread_local cudaError_t tLastError = cudaSuccess;
+
+cudaError_t Note(cudaError_t e) {
+  if (e != cudaSuccess && e != cudaErrorNotReady) tLastError = e;
+  return e;
+}
 
 // How far a stream has come. Shared with the events recorded on it, which outlive the stream (as in CUDA, where an
 // event of a destroyed stream is simply complete).
@@ -168,7 +183,7 @@ class FakeStream {
     if (gCaptureCount.load(std::memory_order_acquire) > 0) {
       std::lock_guard<std::mutex> lock(gCaptureMutex);
       if (capture_ != nullptr) {
-        if (capture_->invalidated) return cudaErrorStreamCaptureInvalidated;
+        if (capture_->invalidated) return Note(cudaErrorStreamCaptureInvalidated);
         capture_->ops.push_back(std::move(op));
         return cudaSuccess;
       }
@@ -277,7 +292,7 @@ cudaError_t CheckUnsafeCall() {
       forbidden = true;
     }
   }
-  return forbidden ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+  return forbidden ? Note(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 
 // A use of the legacy stream: it would depend on every blocking stream.
@@ -291,7 +306,7 @@ cudaError_t CheckLegacyStreamUse() {
       conflict = true;
     }
   }
-  return conflict ? cudaErrorStreamCaptureImplicit : cudaSuccess;
+  return conflict ? Note(cudaErrorStreamCaptureImplicit) : cudaSuccess;
 }
 
 // A call that synchronizes or queries the stream, or allocates or frees in its order: not while it captures.
@@ -299,9 +314,9 @@ cudaError_t CheckNotCapturing(FakeStream* s) {
   if (gCaptureCount.load(std::memory_order_acquire) == 0) return cudaSuccess;
   std::lock_guard<std::mutex> lock(gCaptureMutex);
   if (s->capture_ == nullptr) return cudaSuccess;
-  if (s->capture_->invalidated) return cudaErrorStreamCaptureInvalidated;
+  if (s->capture_->invalidated) return Note(cudaErrorStreamCaptureInvalidated);
   Invalidate(s->capture_.get());
-  return cudaErrorStreamCaptureUnsupported;
+  return Note(cudaErrorStreamCaptureUnsupported);
 }
 
 // A synchronization or query of the event: not while it marks a point of a capture that goes on.
@@ -315,7 +330,7 @@ cudaError_t CheckEventNotCaptured(FakeEvent* e) {
   std::lock_guard<std::mutex> lock(gCaptureMutex);
   if (c->ended) return cudaSuccess;
   Invalidate(c.get());
-  return cudaErrorCapturedEvent;
+  return Note(cudaErrorCapturedEvent);
 }
 
 // Queues op on the stream (or records it into the stream's capture).
@@ -520,7 +535,7 @@ const char* KindName(cudaMemcpyKind kind) {
 // A copy's kind against its pointers: cudaErrorInvalidMemcpyDirection for a kind outside the enum; a mismatch aborts
 // (or, with FAKE_CUDA_COPY_KIND=warn, is reported and let through).
 cudaError_t CheckCopyKind(const char* fn, void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  if (static_cast<unsigned>(kind) > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+  if (static_cast<unsigned>(kind) > cudaMemcpyDefault) return Note(cudaErrorInvalidMemcpyDirection);
   if (count == 0 || kind == cudaMemcpyDefault) return cudaSuccess;
   bool dstDevice, srcDevice;
   const char* dstName = MemoryName(dst, &dstDevice);
@@ -595,7 +610,13 @@ const char* cudaGetErrorName(cudaError_t error) {
   }
 }
 
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaGetLastError(void) {
+  const cudaError_t e = tLastError;
+  tLastError = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return tLastError; }
 
 // The version of the headers built against, for both.
 cudaError_t cudaDriverGetVersion(int* version) {
@@ -615,7 +636,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 
 // The name says what it is; the rest is zero.
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device != 0) return Note(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof(*prop));
   std::snprintf(prop->name, sizeof(prop->name), "fake CUDA runtime (tests/fake_cuda)");
   return cudaSuccess;
@@ -627,7 +648,7 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device != 0) return Note(cudaErrorInvalidDevice);
   tDevice = device;
   return cudaSuccess;
 }
@@ -647,7 +668,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("malloc")) SynchronizeDevice("cudaMalloc (FAKE_CUDA_STRICT)");
   *devPtr = Allocate(size, cudaMemoryTypeDevice, false);
-  return *devPtr ? cudaSuccess : cudaErrorMemoryAllocation;
+  return *devPtr ? cudaSuccess : Note(cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaFree(void* devPtr) {
@@ -672,7 +693,7 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const struct cudaMemPoolPr
   } else if (poolProps->location.type == cudaMemLocationTypeHost && !NoHostPools()) {
     type = cudaMemoryTypeHost;
   } else {
-    return cudaErrorInvalidValue;
+    return Note(cudaErrorInvalidValue);
   }
   *memPool = reinterpret_cast<cudaMemPool_t>(new cudaMemoryType(type));  // kept for the process, as ccoll's are
   return cudaSuccess;
@@ -684,11 +705,11 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (device != 0) return Note(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMemoryPoolsSupported: *value = 1; return cudaSuccess;
     case cudaDevAttrHostMemoryPoolsSupported: *value = NoHostPools() ? 0 : 1; return cudaSuccess;
-    default: return cudaErrorInvalidValue;
+    default: return Note(cudaErrorInvalidValue);
   }
 }
 
@@ -697,26 +718,26 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t /*memPool*/, enum cudaMemPoolA
 }
 
 cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc* descList, size_t count) {
-  if (memPool == nullptr || (count > 0 && descList == nullptr)) return cudaErrorInvalidValue;
+  if (memPool == nullptr || (count > 0 && descList == nullptr)) return Note(cudaErrorInvalidValue);
   for (size_t i = 0; i < count; ++i) {
     if (descList[i].location.type != cudaMemLocationTypeDevice || descList[i].location.id != 0) {
-      return cudaErrorInvalidDevice;
+      return Note(cudaErrorInvalidDevice);
     }
   }
   return cudaSuccess;
 }
 
 cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream) {
-  if (memPool == nullptr) return cudaErrorInvalidValue;
+  if (memPool == nullptr) return Note(cudaErrorInvalidValue);
   if (cudaError_t e = CheckNotCapturing(StreamOf(stream))) return e;
   *ptr = Allocate(size, *reinterpret_cast<cudaMemoryType*>(memPool), true);
-  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+  return *ptr ? cudaSuccess : Note(cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   const cudaMemoryType type = TypeOf(devPtr);
-  if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeHost) return cudaErrorInvalidValue;
+  if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeHost) return Note(cudaErrorInvalidValue);
   if (cudaError_t e = CheckNotCapturing(StreamOf(hStream))) return e;
   return Enqueue(hStream, [=] { Release(devPtr, type, true, "cudaFreeAsync"); });
 }
@@ -725,11 +746,11 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
   if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("hostalloc")) SynchronizeDevice("cudaHostAlloc (FAKE_CUDA_STRICT)");
   *pHost = Allocate(size, cudaMemoryTypeHost, false);
-  return *pHost ? cudaSuccess : cudaErrorMemoryAllocation;
+  return *pHost ? cudaSuccess : Note(cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int /*flags*/) {
-  if (TypeOf(pHost) != cudaMemoryTypeHost) return cudaErrorInvalidValue;
+  if (TypeOf(pHost) != cudaMemoryTypeHost) return Note(cudaErrorInvalidValue);
   *pDevice = pHost;  // unified addressing
   return cudaSuccess;
 }
@@ -796,11 +817,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
       // CUDA would join the waiting stream into that capture (a fork of the graph): not modelled.
       Invalidate(captured.get());
       if (s->capture_ != nullptr) Invalidate(s->capture_.get());
-      return cudaErrorStreamCaptureUnsupported;
+      return Note(cudaErrorStreamCaptureUnsupported);
     }
     if (s->capture_ != nullptr && p != nullptr) {
       Invalidate(s->capture_.get());
-      return cudaErrorStreamCaptureIsolation;
+      return Note(cudaErrorStreamCaptureIsolation);
     }
   }
   if (p == nullptr) return cudaSuccess;  // never recorded, or in a capture that has ended: nothing to wait for
@@ -817,7 +838,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
     // CUDA: an error while a blocking stream captures, which it leaves as it is.
     std::lock_guard<std::mutex> lock(gCaptureMutex);
     for (auto& c : Captures()) {
-      if (c->blocking) return cudaErrorStreamCaptureImplicit;
+      if (c->blocking) return Note(cudaErrorStreamCaptureImplicit);
     }
     *pCaptureStatus = cudaStreamCaptureStatusNone;
     return cudaSuccess;
@@ -831,14 +852,14 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
-  if (IsLegacy(stream) || stream == cudaStreamPerThread) return cudaErrorStreamCaptureUnsupported;
+  if (IsLegacy(stream) || stream == cudaStreamPerThread) return Note(cudaErrorStreamCaptureUnsupported);
   if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
       mode != cudaStreamCaptureModeRelaxed) {
-    return cudaErrorInvalidValue;
+    return Note(cudaErrorInvalidValue);
   }
   FakeStream* s = StreamOf(stream);
   std::lock_guard<std::mutex> lock(gCaptureMutex);
-  if (s->capture_ != nullptr) return cudaErrorIllegalState;
+  if (s->capture_ != nullptr) return Note(cudaErrorIllegalState);
   auto c = std::make_shared<Capture>();
   c->mode = mode;
   c->thread = std::this_thread::get_id();
@@ -850,19 +871,19 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
-  if (IsLegacy(stream) || stream == cudaStreamPerThread) return cudaErrorIllegalState;
+  if (IsLegacy(stream) || stream == cudaStreamPerThread) return Note(cudaErrorIllegalState);
   FakeStream* s = StreamOf(stream);
   std::shared_ptr<Capture> c;
   {
     std::lock_guard<std::mutex> lock(gCaptureMutex);
-    if (s->capture_ == nullptr) return cudaErrorIllegalState;
+    if (s->capture_ == nullptr) return Note(cudaErrorIllegalState);
     if (s->capture_->mode != cudaStreamCaptureModeRelaxed && s->capture_->thread != std::this_thread::get_id()) {
-      return cudaErrorStreamCaptureWrongThread;
+      return Note(cudaErrorStreamCaptureWrongThread);
     }
     c = s->EndCaptureLocked();
   }
   *pGraph = nullptr;
-  if (c->invalidated) return cudaErrorStreamCaptureInvalidated;
+  if (c->invalidated) return Note(cudaErrorStreamCaptureInvalidated);
   auto* g = new FakeGraph();
   g->ops = std::make_shared<const std::vector<std::function<void()>>>(std::move(c->ops));
   *pGraph = reinterpret_cast<cudaGraph_t>(g);
@@ -870,13 +891,13 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph, unsigned long long /*flags*/) {
-  if (pGraphExec == nullptr || graph == nullptr) return cudaErrorInvalidValue;
+  if (pGraphExec == nullptr || graph == nullptr) return Note(cudaErrorInvalidValue);
   *pGraphExec = reinterpret_cast<cudaGraphExec_t>(new FakeGraph(*reinterpret_cast<FakeGraph*>(graph)));
   return cudaSuccess;
 }
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
-  if (graphExec == nullptr) return cudaErrorInvalidValue;
+  if (graphExec == nullptr) return Note(cudaErrorInvalidValue);
   std::shared_ptr<const std::vector<std::function<void()>>> ops = reinterpret_cast<FakeGraph*>(graphExec)->ops;
   return Enqueue(stream, [ops] {
     for (const auto& op : *ops) op();
@@ -914,7 +935,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (gCaptureCount.load(std::memory_order_acquire) > 0) {
     std::lock_guard<std::mutex> lock(gCaptureMutex);
     if (s->capture_ != nullptr) {
-      if (s->capture_->invalidated) return cudaErrorStreamCaptureInvalidated;
+      if (s->capture_->invalidated) return Note(cudaErrorStreamCaptureInvalidated);
       std::lock_guard<std::mutex> event_lock(e->m);
       e->progress = nullptr;
       e->captured = s->capture_;
@@ -946,7 +967,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   FakeEvent* b = reinterpret_cast<FakeEvent*>(end);
   std::lock_guard<std::mutex> la(a->m);
   std::lock_guard<std::mutex> lb(b->m);
-  if (a->progress == nullptr || b->progress == nullptr) return cudaErrorInvalidResourceHandle;  // never recorded
+  if (a->progress == nullptr || b->progress == nullptr) return Note(cudaErrorInvalidResourceHandle);  // never recorded
   *ms = static_cast<float>(static_cast<double>(b->reached->load() - a->reached->load()) / 1e6);
   return cudaSuccess;
 }
@@ -986,7 +1007,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
                                 cudaStream_t stream) {
-  if (dstDevice != 0 || srcDevice != 0) return cudaErrorInvalidDevice;
+  if (dstDevice != 0 || srcDevice != 0) return Note(cudaErrorInvalidDevice);
   if (cudaError_t e = CheckCopyKind("cudaMemcpyPeerAsync", dst, src, count, cudaMemcpyDeviceToDevice)) return e;
   return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
 }
@@ -1067,11 +1088,14 @@ ccResult_t LoadStreamWaitKernel() {
   return ccSuccess;
 }
 
+// As core/stream_wait.cu's: an earlier error is taken off first, and the launch's own is returned.
 cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t stream) {
+  cudaGetLastError();
   BeforeLaunch();
-  return Enqueue(stream, [=] {
+  Enqueue(stream, [=] {
     while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < ticket) std::this_thread::sleep_for(std::chrono::microseconds(20));
   });
+  return cudaGetLastError();
 }
 
 }  // namespace ccoll

@@ -9,6 +9,8 @@
 
 namespace cctest {
 
+// A launch that cannot be queued (a capture invalidated) records its error as the thread's last error, for the
+// launch's check (gpu::Launched, which reports any error the thread left behind) to read.
 void FakeLaunch(cudaStream_t stream, std::function<void()> op);
 
 // While held, every kernel FakeLaunch queued waits when its turn comes, before it runs, until released: a GPU whose
