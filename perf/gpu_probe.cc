@@ -31,6 +31,7 @@
 #include "compress/codec_cuda.h"
 #include "compress/quant_cpu.h"
 #include "core/device_memory.h"
+#include "core/kernel_loading.h"
 #include "core/stream_wait.h"
 
 namespace {
@@ -123,6 +124,17 @@ void Step(const char* name, const std::function<Outcome()>& body) {
     // A sticky error (an illegal address, a launch failure) fails every later call of the context.
     std::printf("        after it: %s\n", ContextState().c_str());
   }
+  std::fflush(stdout);
+}
+
+// Whether cudaFuncGetAttributes loaded ccoll's kernels, as the preparation assumes (core/kernel_loading.h): their
+// states before and after it, and how many cuFuncLoad had to load.
+void PrintKernelLoads() {
+  const ccoll::gpu::KernelLoads k = ccoll::gpu::KernelLoadsSoFar();
+  std::printf("        kernel loads: %d states read; loaded before cudaFuncGetAttributes %d, after it %d, "
+              "by cuFuncLoad %d%s%s\n",
+              k.checked, k.loadedBefore, k.loadedByAttributes, k.loadedExplicitly, k.note.empty() ? "" : "; ",
+              k.note.c_str());
   std::fflush(stdout);
 }
 
@@ -458,6 +470,7 @@ int main(int argc, char** argv) {
   Step("reduce kernel against the CPU", ReduceKernel);
   Step("rotation kernel against the CPU", RotationKernel);
   Step("device preparation (kernels, pools, words)", [] { return Cc(ccoll::PrepareDevice(0), "PrepareDevice"); });
+  PrintKernelLoads();
   Step("stream held on a mapped word, released", HeldStream);
   Step("scratch from the pools", Pools);
   Step("all-reduce, 1 rank, exact", [] { return AllReduce(1, nullptr); });

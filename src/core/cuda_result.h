@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
+#include "core/kernel_loading.h"
 
 namespace ccoll {
 namespace gpu {
@@ -25,10 +26,10 @@ inline ccResult_t Launched(const char* what) { return CudaResult(cudaGetLastErro
 // may synchronize the context; a kernel the proxy launches while a stream-wait kernel holds a stream (see
 // core/device_proxy.h) would then wait for a stream that waits for it. So every kernel is loaded before the first
 // stream wait (collectives/device_prepare.h), as the CUDA guide's lazy-loading section advises.
+// core/kernel_loading.h says how.
 template <typename Kernel>
 ccResult_t LoadKernel(Kernel* kernel, const char* name) {
-  cudaFuncAttributes attributes;
-  return CudaResult(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)), name);
+  return LoadKernelAt(reinterpret_cast<const void*>(kernel), name);
 }
 
 }  // namespace gpu

@@ -405,6 +405,13 @@ ccResult_t LoadSparseKernels() {
   return ccSuccess;
 }
 
+// The fake loads nothing: its kernels are host functions (cctest::FakeKernelsLoaded records the loaders' calls).
+KernelLoads KernelLoadsSoFar() {
+  KernelLoads k;
+  k.note = "the fake CUDA runtime has no modules";
+  return k;
+}
+
 ccResult_t LoadReduceKernels() {
   cctest::FakeKernelsLoaded(cctest::kReduceKernels);
   return ccSuccess;
