@@ -13,6 +13,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -84,7 +85,7 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// One lookup, shared by the caller and the thread that makes it: whichever finishes last frees it.
+// One lookup, shared by the callers waiting for it and the thread that makes it: whichever finishes last frees it.
 struct HostLookup {
   std::mutex mu;
   std::condition_variable done;
@@ -108,25 +109,50 @@ int LookUpFamily(const std::string& host, int family, SocketAddress* addr, int* 
   return rc;
 }
 
+// The lookups in flight, by host name: a caller that finds its name here waits for that lookup rather than starting
+// another, so a lookup left behind at a deadline (a DNS server that does not answer) is not joined by one more thread
+// at every retry of init. Each thread removes its entry when its lookup ends; later callers look up afresh.
+std::mutex gInFlightMutex;
+std::map<std::string, std::shared_ptr<HostLookup>>& InFlight() {  // under gInFlightMutex
+  static auto* m = new std::map<std::string, std::shared_ptr<HostLookup>>();  // outlives threads still looking up
+  return *m;
+}
+
 ccResult_t LookUpHost(const std::string& host, int timeoutMs, SocketAddress* out, const std::atomic<bool>* cancel) {
-  auto lookup = std::make_shared<HostLookup>();
-  try {
-    std::thread([lookup, host] {
-      // IPv4 first, as one query: asking for both families at once waits out the resolver's timeout where a server
-      // drops AAAA queries. IPv6 only for a name without an IPv4 address.
-      SocketAddress addr{};
-      int err = 0;
-      int rc = LookUpFamily(host, AF_INET, &addr, &err);
-      if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY) rc = LookUpFamily(host, AF_INET6, &addr, &err);
-      std::lock_guard<std::mutex> lock(lookup->mu);
-      lookup->rc = rc;
-      lookup->err = err;
-      lookup->addr = addr;
-      lookup->finished = true;
-      lookup->done.notify_all();
-    }).detach();
-  } catch (const std::system_error& e) {
-    return Fail(ccSystemError, "cannot start a thread to look up host \"%s\": %s", host.c_str(), e.what());
+  std::shared_ptr<HostLookup> lookup;
+  {
+    std::lock_guard<std::mutex> lock(gInFlightMutex);
+    auto it = InFlight().find(host);
+    if (it != InFlight().end()) {
+      lookup = it->second;
+    } else {
+      lookup = std::make_shared<HostLookup>();
+      try {
+        std::thread([lookup, host] {
+          // IPv4 first, as one query: asking for both families at once waits out the resolver's timeout where a
+          // server drops AAAA queries. IPv6 only for a name without an IPv4 address.
+          SocketAddress addr{};
+          int err = 0;
+          int rc = LookUpFamily(host, AF_INET, &addr, &err);
+          if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY) {
+            rc = LookUpFamily(host, AF_INET6, &addr, &err);
+          }
+          {
+            std::lock_guard<std::mutex> lock(gInFlightMutex);
+            InFlight().erase(host);
+          }
+          std::lock_guard<std::mutex> lock(lookup->mu);
+          lookup->rc = rc;
+          lookup->err = err;
+          lookup->addr = addr;
+          lookup->finished = true;
+          lookup->done.notify_all();
+        }).detach();
+      } catch (const std::system_error& e) {
+        return Fail(ccSystemError, "cannot start a thread to look up host \"%s\": %s", host.c_str(), e.what());
+      }
+      InFlight().emplace(host, lookup);
+    }
   }
   const Deadline deadline = DeadlineIn(timeoutMs);
   std::unique_lock<std::mutex> lock(lookup->mu);

@@ -34,7 +34,8 @@ std::string ToString(const SocketAddress& a);
 // Parses "host:port" or "[v6]:port"; host is a numeric address, or a name looked up within timeoutMs (its first
 // IPv4 address, else its first IPv6 one). getaddrinfo has no deadline of its own (a DNS server that does not answer
 // holds it for the resolver's retries: 10 s with glibc's defaults, more with longer resolver options), so the lookup
-// runs on a thread of its own that is left behind at the deadline, running until the resolver gives up.
+// runs on a thread of its own that is left behind at the deadline, running until the resolver gives up; a lookup of
+// the same name while it runs waits for it rather than starting another thread.
 // ccInvalidArgument: not host:port, or a name that does not exist; ccTimeout: the lookup outlasted timeoutMs;
 // ccSystemError: the resolver gave up first (EAI_AGAIN: no DNS server answered), or another system failure;
 // ccRemoteError: *cancel became true first (the wait notices within 50 ms), when cancel is given.
