@@ -8,6 +8,7 @@
 #include "collectives/reduce_cuda.h"
 #include "core/buffer_ops.h"
 #include "core/comm.h"
+#include "core/cuda_result.h"
 #include "core/device_memory.h"
 #include "core/device_scope.h"
 #include "core/error.h"
@@ -31,9 +32,9 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     FreeScratch(device_, false, scratch_, stream_);
     if (stream_ != nullptr) {
       if (SynchronizeWithin(stream_, timeoutMs_) != cudaSuccess) cudaGetLastError();
-      cudaStreamDestroy(stream_);
+      gpu::IgnoreCuda(cudaStreamDestroy(stream_));
     }
-    if (copyStream_ != nullptr) cudaStreamDestroy(copyStream_);
+    if (copyStream_ != nullptr) gpu::IgnoreCuda(cudaStreamDestroy(copyStream_));
   }
 
   ccResult_t Init(size_t scratchBytes) {

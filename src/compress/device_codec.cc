@@ -14,6 +14,7 @@
 #include "compress/lanes_tile.h"
 #include "compress/quant.h"
 #include "compress/requant_tile.h"
+#include "core/cuda_result.h"
 #include "core/device_memory.h"
 #include "core/error.h"
 #include "core/stream_sync.h"
@@ -428,7 +429,7 @@ std::shared_ptr<DeviceCodecState> DeviceCodecState::Create() {
 }
 
 DeviceCodecState::~DeviceCodecState() {
-  if (callDone_ != nullptr) cudaEventDestroy(callDone_);
+  if (callDone_ != nullptr) gpu::IgnoreCuda(cudaEventDestroy(callDone_));
 }
 
 void DeviceCodecState::BeginCallOnStream(cudaStream_t stream, bool capturing) {

@@ -254,9 +254,9 @@ ccResult_t LoadChoiceKernels() {
       if (r == ccSuccess) r = ChooseRandomChunks(chunks, chunks / 2, 1u, mem, chosen, stream);
     }
     if (r == ccSuccess) r = CudaResult(cudaStreamSynchronize(stream), "loading the chunk choice: synchronize");
-    cudaFree(mem);
+    IgnoreCuda(cudaFree(mem));
   }
-  cudaStreamDestroy(stream);
+  IgnoreCuda(cudaStreamDestroy(stream));
   return r;
 }
 

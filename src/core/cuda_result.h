@@ -1,4 +1,4 @@
-// CUDA errors as ccResult_t, for the kernel files (*.cu; CUDA builds only): the error names what failed.
+// CUDA errors as ccResult_t, for ccoll's CUDA code (CUDA builds only): the error names what failed.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,6 +15,12 @@ inline ccResult_t CudaResult(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return ccSuccess;
   cudaGetLastError();
   return Fail(ccUnhandledCudaError, "%s: %s", what, cudaGetErrorString(e));
+}
+
+// For a call whose failure ccoll does not report (a free or destroy in a teardown, best effort): its error is taken off
+// the thread's CUDA error state, so that the next launch's check (Launched) does not report it.
+inline void IgnoreCuda(cudaError_t e) {
+  if (e != cudaSuccess) cudaGetLastError();
 }
 
 // The result of the kernel launch this thread just made: cudaGetLastError, which is also the error of any earlier

@@ -162,7 +162,7 @@ ccResult_t TakePinned(int device, size_t bytes, void** p) {
       const cudaError_t e = cudaEventQuery(cache[i].freed);
       if (e == cudaSuccess) {
         *p = cache[i].p;
-        cudaEventDestroy(cache[i].freed);
+        gpu::IgnoreCuda(cudaEventDestroy(cache[i].freed));
         cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(i));
         m.pinnedBytes[*p] = bytes;
         return ccSuccess;
@@ -198,11 +198,11 @@ void KeepPinned(int device, void* p, cudaStream_t stream) {
       return;
     }
     cudaGetLastError();  // (the failed call's error)
-    if (freed != nullptr) cudaEventDestroy(freed);
+    if (freed != nullptr) gpu::IgnoreCuda(cudaEventDestroy(freed));
     m.pinnedBytes.erase(known);
   }
   DeviceScope scope(device);
-  cudaFreeHost(p);
+  gpu::IgnoreCuda(cudaFreeHost(p));
 }
 
 }  // namespace
@@ -262,7 +262,7 @@ void UpdateTrackingLocked() {
 void DropFinishedLocked() {
   for (auto it = Tracked().begin(); it != Tracked().end();) {
     if (cudaEventQuery(*it) == cudaSuccess) {
-      cudaEventDestroy(*it);
+      gpu::IgnoreCuda(cudaEventDestroy(*it));
       it = Tracked().erase(it);
     } else {
       cudaGetLastError();  // (cudaErrorNotReady, or the error that keeps it)
@@ -282,7 +282,7 @@ bool LaterFreeStreamLocked(int device, cudaStream_t* stream) {
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&reached, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventRecord(reached, *stream);
   if (e == cudaSuccess) e = cudaStreamWaitEvent(later, reached, 0);
-  if (reached != nullptr) cudaEventDestroy(reached);  // (released once it has completed)
+  if (reached != nullptr) gpu::IgnoreCuda(cudaEventDestroy(reached));  // (released once it has completed)
   for (size_t i = 0; e == cudaSuccess && i < Tracked().size(); ++i) e = cudaStreamWaitEvent(later, Tracked()[i], 0);
   if (e != cudaSuccess) {
     cudaGetLastError();  // (the failed call's error)
@@ -307,7 +307,7 @@ TrackedWork TrackWork(cudaStream_t stream) {
     return reached;
   }
   cudaGetLastError();  // (the failed call's error)
-  if (reached != nullptr) cudaEventDestroy(reached);
+  if (reached != nullptr) gpu::IgnoreCuda(cudaEventDestroy(reached));
   return nullptr;
 }
 
@@ -324,7 +324,7 @@ void EndTrackedWork(TrackedWork work, bool ran) {
   }
   for (auto it = Tracked().begin(); work != nullptr && it != Tracked().end(); ++it) {
     if (*it == work) {
-      cudaEventDestroy(*it);
+      gpu::IgnoreCuda(cudaEventDestroy(*it));
       Tracked().erase(it);
       break;
     }
@@ -347,7 +347,7 @@ void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream) {
     pooled = Devices()[device].hostPool != nullptr;  // (decided at the first allocation, for good)
   }
   if (pooled) {
-    cudaFreeAsync(p, stream);
+    gpu::IgnoreCuda(cudaFreeAsync(p, stream));
   } else {
     KeepPinned(device, p, stream);
   }

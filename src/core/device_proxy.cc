@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/device_memory.h"
+#include "core/cuda_result.h"
 #include "core/device_scope.h"
 #include "core/stream_wait.h"
 #endif
@@ -119,6 +120,7 @@ struct DeviceProxy::Impl {
       cudaError_t e = cudaEventQuery(ev);
       if (e == cudaSuccess) return true;
       if (e != cudaErrorNotReady) {
+        cudaGetLastError();  // taken off this thread's error state (core/cuda_result.h, Launched)
         comm_->RecordError(std::string("device proxy: waiting for the staged input failed: ") + cudaGetErrorString(e));
         int expected = ccSuccess;
         comm_->asyncError.compare_exchange_strong(expected, ccUnhandledCudaError);
@@ -139,7 +141,7 @@ struct DeviceProxy::Impl {
   }
 
   void Loop() {
-    cudaSetDevice(device);
+    gpu::IgnoreCuda(cudaSetDevice(device));  // (its failure fails the calls' CUDA work)
     // Relaxed: this thread's event queries, copies and pool allocations must not break a capture that another thread
     // of the application began in global mode (PyTorch's default), where CUDA refuses them from every thread.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -285,8 +287,9 @@ struct DeviceProxy::Impl {
               "and wait word are left to it (not freed)", comm_->rank);
     }
     for (Slot& s : slots) {
-      if (s.in) cudaEventDestroy(s.in);  // (an event still pending is released when its work completes)
-      if (s.done) cudaEventDestroy(s.done);
+      // (An event still pending is released when its work completes.)
+      if (s.in) gpu::IgnoreCuda(cudaEventDestroy(s.in));
+      if (s.done) gpu::IgnoreCuda(cudaEventDestroy(s.done));
       if (s.host) retired.push_back(s.host);
     }
     if (streamsDone) {

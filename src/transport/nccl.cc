@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda_result.h"
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -336,8 +337,8 @@ NcclTransport::~NcclTransport() {
       if (r != ncclSuccess) CC_WARN("rank %d: destroying the NCCL communicator failed: %s", m.rank, ncclGetErrorString(r));
     }
   }
-  for (const Impl::Pending& p : m.pending) cudaEventDestroy(p.event);
-  for (cudaEvent_t e : m.spareEvents) cudaEventDestroy(e);
+  for (const Impl::Pending& p : m.pending) gpu::IgnoreCuda(cudaEventDestroy(p.event));
+  for (cudaEvent_t e : m.spareEvents) gpu::IgnoreCuda(cudaEventDestroy(e));
 }
 
 ccResult_t NcclTransport::Group(const StreamTransfer* transfers, size_t n, ccStream_t stream) {
