@@ -140,6 +140,7 @@ const char* cublasGetStatusString(cublasStatus_t status) {
 cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                               int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
                               const float* beta, float* C, int ldc) {
+  cctest::FakeKeepLastError keep;
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   Live(handle, "cublasSgemm");
   // The stored A is m x k (N) or k x m (T), column-major; B is k x n or n x k; C is m x n.

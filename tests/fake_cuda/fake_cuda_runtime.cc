@@ -1055,6 +1055,9 @@ void FakeLaunch(cudaStream_t stream, std::function<void()> op) {
 
 void FakeHoldKernels(bool hold) { gHoldKernels.store(hold); }
 
+FakeKeepLastError::FakeKeepLastError() : saved_(tLastError) {}
+FakeKeepLastError::~FakeKeepLastError() { tLastError = saved_; }
+
 void FakeFailAllocations(int n) { tFailAllocations = n; }
 
 cudaError_t FakePush(cudaStream_t stream, std::function<void()> op) { return Enqueue(stream, std::move(op)); }

@@ -21,6 +21,20 @@ void FakeHoldKernels(bool hold);
 // cudaHostAlloc) fail with cudaErrorMemoryAllocation: a GPU out of memory on one rank (thread).
 void FakeFailAllocations(int n);
 
+// The real NCCL and cuBLAS link the CUDA runtime statically: the errors of their own CUDA calls never reach the
+// application's cudaGetLastError. The fake NCCL and cuBLAS call the fake runtime, so their calls that may fail hold
+// one of these: the thread's last error is as it was when they return.
+class FakeKeepLastError {
+ public:
+  FakeKeepLastError();
+  ~FakeKeepLastError();
+  FakeKeepLastError(const FakeKeepLastError&) = delete;
+  FakeKeepLastError& operator=(const FakeKeepLastError&) = delete;
+
+ private:
+  cudaError_t saved_;
+};
+
 // Queues op on a fake stream as device work that is not one of ccoll's kernels (the fake NCCL's communication): in
 // order with the stream's other work, without FakeLaunch's lazy-loading synchronization. While the stream captures,
 // op is recorded into the graph instead, and runs at every launch of it. cudaErrorStreamCaptureInvalidated: the

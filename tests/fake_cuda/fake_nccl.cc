@@ -732,6 +732,7 @@ thread_local GroupState tGroup;
 
 // Queues each stream's part of a group as one operation.
 ncclResult_t Queue(const std::vector<Queued>& ops) {
+  FakeKeepLastError keep;
   std::vector<cudaStream_t> streams;
   for (const Queued& q : ops) {
     if (std::find(streams.begin(), streams.end(), q.stream) == streams.end()) streams.push_back(q.stream);
