@@ -127,14 +127,13 @@ void Step(const char* name, const std::function<Outcome()>& body) {
   std::fflush(stdout);
 }
 
-// Whether cudaFuncGetAttributes loaded ccoll's kernels, as the preparation assumes (core/kernel_loading.h): their
-// states before and after it, and how many cuFuncLoad had to load.
+// Whether ccoll's kernels were loaded by the preparation's reference (cudaFuncGetAttributes), as it assumes
+// (core/kernel_loading.h), or needed cuFuncLoad.
 void PrintKernelLoads() {
   const ccoll::gpu::KernelLoads k = ccoll::gpu::KernelLoadsSoFar();
-  std::printf("        kernel loads: %d states read; loaded before cudaFuncGetAttributes %d, after it %d, "
-              "by cuFuncLoad %d%s%s\n",
-              k.checked, k.loadedBefore, k.loadedByAttributes, k.loadedExplicitly, k.note.empty() ? "" : "; ",
-              k.note.c_str());
+  std::printf("        kernel loads: %d states read (cuFuncIsLoaded): %d loaded by the reference, %d by "
+              "cuFuncLoad%s%s\n",
+              k.checked, k.loadedByReference, k.loadedExplicitly, k.note.empty() ? "" : "; ", k.note.c_str());
   std::fflush(stdout);
 }
 
