@@ -365,6 +365,8 @@ CC_API ccResult_t ccCommGetStats(ccComm_t comm, ccCommStats_t* stats);
  *   before ccCommDestroy, ccCommAbort, ccCompressorDestroy, ccCompressorSetParam or ccCompressorSetShapes of that
  *   compressor (which reset its state), and replay it on the stream the compressor's other calls use. Thread ranks
  *   sharing a device need a stream each, not the legacy default stream (a call with it is ccInvalidUsage there).
+ *   A stream of another device than the communicator's is ccInvalidUsage (with CUDA 12.8 runtimes and later, which
+ *   tell a stream's device; with older ones the call's CUDA work fails, ccUnhandledCudaError).
  * - Buffers may be NULL only when count is 0, or where they are not read (ccBroadcast's sendbuff and ccReduce's
  *   recvbuff off the root).
  * - Results are deterministic: the same inputs give the same bits on every run, and every rank ends with

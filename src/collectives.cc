@@ -252,6 +252,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
                   "%d)", fn, needSend && sendDev != comm->config.cudaDev ? dev : recvDev, comm->config.cudaDev, rank);
     }
     CC_CHECK(ccoll::RefuseSharedLegacyStream(comm, c.stream, fn));
+    CC_CHECK(ccoll::RefuseStreamOfOtherDevice(comm, c.stream, fn));
   } else if (c.stream != nullptr && c.count > 0) {
     return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
   } else if (!comm->hostTransports && c.count > 0) {

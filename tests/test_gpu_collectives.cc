@@ -1035,6 +1035,37 @@ TEST_CASE("[gpu] device buffers: bad calls are refused before anything moves", "
   CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
   if (graph) cudaGraphDestroy(graph);
 
+  // A stream of another device (cudaStreamGetDevice, CUDA 12.8 runtimes): refused on the call's rank, in a
+  // collective and in a group. The fake lends a second device that has streams only.
+  int devices = 0;
+  cudaGetDeviceCount(&devices);
+#if CUDART_VERSION >= 12080
+#ifdef CCOLL_FAKE_CUDA
+  cctest::FakeDeviceCount(2);
+#endif
+  int now = devices;
+  cudaGetDeviceCount(&now);
+  if (now > 1) {
+    cudaStream_t foreign = nullptr;
+    REQUIRE(cudaSetDevice(1) == cudaSuccess);
+    REQUIRE(cudaStreamCreateWithFlags(&foreign, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+    const ccStream_t other = reinterpret_cast<ccStream_t>(foreign);
+    CHECK(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, g[0], other) == ccInvalidUsage);
+    CHECK(cctest::Contains(ccGetLastError(g[0]), "ccAllReduce: the stream is on CUDA device 1, but the communicator "
+                                                 "is bound to device 0"));
+    REQUIRE(ccGroupStart() == ccSuccess);
+    CHECK(ccSend(dev, 16, ccFloat32, 0, g[0], other) == ccInvalidUsage);
+    CHECK(cctest::Contains(ccGetLastError(g[0]), "ccSend: the stream is on CUDA device 1"));
+    CHECK(ccGroupEnd() == ccInvalidUsage);  // none of the group's calls issued
+    CHECK(cctest::Contains(ccGetLastError(nullptr), "the stream is on CUDA device 1"));
+    cudaStreamDestroy(foreign);
+  }
+#ifdef CCOLL_FAKE_CUDA
+  cctest::FakeDeviceCount(1);
+#endif
+#endif
+
   std::vector<uint8_t> back(count * 4);
   REQUIRE(cudaMemcpy(back.data(), dev, count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
   bool untouched = true;
@@ -1042,8 +1073,6 @@ TEST_CASE("[gpu] device buffers: bad calls are refused before anything moves", "
   CHECK(untouched);
 
   // A device the process does not see is refused at init, and so is a negative number.
-  int devices = 0;
-  cudaGetDeviceCount(&devices);
   for (int bad : {devices, -1}) {
     Group none = DeviceGroup(1, bad);
     INFO("device " << bad << ": " << none.error);

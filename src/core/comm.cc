@@ -470,6 +470,28 @@ ccResult_t RefuseSharedLegacyStream(const ccComm* comm, ccStream_t stream, const
   return ccSuccess;
 }
 
+ccResult_t RefuseStreamOfOtherDevice(const ccComm* comm, ccStream_t stream, const char* fn) {
+#if defined(CCOLL_HAVE_CUDA) && CUDART_VERSION >= 12080
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return ccSuccess;
+  int device = -1;
+  const cudaError_t e = cudaStreamGetDevice(s, &device);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // (not a stream: left to the call's CUDA work, which reports it)
+    return ccSuccess;
+  }
+  if (device != comm->config.cudaDev) {
+    return Fail(ccInvalidUsage, "%s: the stream is on CUDA device %d, but the communicator is bound to device %d "
+                "(rank %d); give a stream of the communicator's device", fn, device, comm->config.cudaDev, comm->rank);
+  }
+#else
+  (void)comm;
+  (void)stream;
+  (void)fn;
+#endif
+  return ccSuccess;
+}
+
 int LiveCommsOnDevice(int device) {
   std::lock_guard<std::mutex> lock(gLiveMutex);
   int n = 0;

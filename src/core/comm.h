@@ -159,6 +159,10 @@ int LiveCommsOnDevice(int device);
 // each rank's stream waits for the others' calls, and the legacy stream serializes with every blocking stream of the
 // device, so the ranks would wait for one another for ever. ccSuccess otherwise.
 ccResult_t RefuseSharedLegacyStream(const ccComm* comm, ccStream_t stream, const char* fn);
+// ccInvalidUsage naming fn when a device call of comm takes a stream of another CUDA device than comm's
+// (cudaStreamGetDevice, CUDA 12.8 runtimes; with older ones the call's CUDA work fails instead). The legacy and
+// per-thread default streams are taken as the communicator's device's (the call runs with that device current).
+ccResult_t RefuseStreamOfOtherDevice(const ccComm* comm, ccStream_t stream, const char* fn);
 void UnregisterComm(ccComm* comm);
 bool AcquireComm(ccComm* comm);
 void ReleaseComm(ccComm* comm);

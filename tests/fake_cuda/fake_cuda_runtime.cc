@@ -1,6 +1,6 @@
 // A CPU stand-in for the part of the CUDA runtime that ccoll's host code and the device tests call, so that the
 // device proxy's orchestration runs where there is no GPU (ctest here and in CI, under the sanitizers too). One
-// device. Each stream is a worker thread that runs its operations in order; an event is "everything its stream had
+// device (cctest::FakeDeviceCount adds devices that have streams only). Each stream is a worker thread that runs its operations in order; an event is "everything its stream had
 // been given when it was recorded"; device memory is memory that cudaPointerGetAttributes reports as device memory
 // and that the host cannot touch at the address cudaMalloc returned (a fault, as on a GPU), only through the fake's
 // copies and kernels; the stream-wait kernel is an operation that polls the flag; the codec kernels
@@ -226,6 +226,7 @@ class FakeStream {
   }
 
   const bool blocking;                // created without cudaStreamNonBlocking
+  int device = 0;                     // the device current at its creation (cudaStreamGetDevice)
   std::shared_ptr<Capture> capture_;  // while it captures; under gCaptureMutex
 
  private:
@@ -502,6 +503,7 @@ cudaMemoryType TypeOf(const void* p) {
 }
 
 thread_local int tDevice = 0;
+std::atomic<int> gDeviceCount{1};  // cctest::FakeDeviceCount
 
 // What a copy's pointer is, as its kind sees it (see the top of the file), for the message.
 const char* MemoryName(const void* p, bool* device) {
@@ -630,7 +632,7 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = gDeviceCount.load();
   return cudaSuccess;
 }
 
@@ -648,7 +650,7 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return Note(cudaErrorInvalidDevice);
+  if (device < 0 || device >= gDeviceCount.load()) return Note(cudaErrorInvalidDevice);
   tDevice = device;
   return cudaSuccess;
 }
@@ -762,7 +764,16 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
-  *pStream = reinterpret_cast<cudaStream_t>(new FakeStream((flags & cudaStreamNonBlocking) == 0));
+  auto* s = new FakeStream((flags & cudaStreamNonBlocking) == 0);
+  s->device = tDevice;
+  *pStream = reinterpret_cast<cudaStream_t>(s);
+  return cudaSuccess;
+}
+
+// The legacy and per-thread streams are the current device's.
+cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
+  if (device == nullptr) return Note(cudaErrorInvalidValue);
+  *device = IsLegacy(stream) || stream == cudaStreamPerThread ? tDevice : StreamOf(stream)->device;
   return cudaSuccess;
 }
 
@@ -1059,6 +1070,8 @@ FakeKeepLastError::FakeKeepLastError() : saved_(tLastError) {}
 FakeKeepLastError::~FakeKeepLastError() { tLastError = saved_; }
 
 void FakeFailAllocations(int n) { tFailAllocations = n; }
+
+void FakeDeviceCount(int n) { gDeviceCount.store(n); }
 
 cudaError_t FakePush(cudaStream_t stream, std::function<void()> op) { return Enqueue(stream, std::move(op)); }
 

@@ -21,6 +21,11 @@ void FakeHoldKernels(bool hold);
 // cudaHostAlloc) fail with cudaErrorMemoryAllocation: a GPU out of memory on one rank (thread).
 void FakeFailAllocations(int n);
 
+// How many devices cudaGetDeviceCount reports and cudaSetDevice takes (default 1). Only device 0 has memory, pools,
+// properties and kernels; on another device a program can make streams (cudaStreamGetDevice tells them apart), to
+// test what a call given another device's stream does.
+void FakeDeviceCount(int n);
+
 // The real NCCL and cuBLAS link the CUDA runtime statically: the errors of their own CUDA calls never reach the
 // application's cudaGetLastError. The fake NCCL and cuBLAS call the fake runtime, so their calls that may fail hold
 // one of these: the thread's last error is as it was when they return.
