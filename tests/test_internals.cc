@@ -395,6 +395,25 @@ TEST_CASE("the host loops of 16-bit floats (vectorized, and an AVX2 clone where 
         }
       }
     }
+    // NarrowingLoss: what narrowing rounds away, scaled or not, written or added to what is there.
+    for (float share : {1.0f, 0.25f, 1.0f / 3.0f}) {
+      for (bool add : {false, true}) {
+        std::vector<float> acc(n);
+        for (size_t i = 0; i < n; ++i) acc[i] = static_cast<float>(static_cast<int>(i % 7) - 3) * 1e-3f;
+        const std::vector<float> before = acc;
+        ccoll::NarrowingLoss(dtype, local.data(), n, share, add, acc.data());
+        for (size_t i = 0; i < n; ++i) {
+          float l = local[i] - ref.Load(ref.Store(local[i]));
+          if (share != 1.0f) l *= share;
+          const float want = add ? before[i] + l : l;
+          const bool same = std::isnan(want) ? std::isnan(acc[i]) : Bits(acc[i]) == Bits(want);
+          if (!same && ++failures <= 10) {
+            UNSCOPED_INFO("NarrowingLoss (share " << share << ", add " << add << ") at " << i << ": " << acc[i]
+                          << ", want " << want);
+          }
+        }
+      }
+    }
     CHECK(failures == 0);
   }
 }

@@ -740,25 +740,35 @@ std::string CloseTo(const Bytes& out, const Bytes& host, ccDataType_t t, double 
   return "";
 }
 
-TEST_CASE("[nccl] topk and randk with bf16 values keep what the sums round away in their error feedback",
+TEST_CASE("[nccl] topk and randk keep what 16-bit sums and results round away in their error feedback",
           "[gpu][nccl][codec]") {
   SKIP_WITHOUT_NCCL_DEVICE();
   // Every chunk sent, the same input every call: the running sum of the outputs stays within about one call's
   // rounding of the running sum of the means, as on the host path (test_compression "[ef]"); without the rounding
-  // kept, every call would round the same way and the drift would grow with the calls (4x in 4x the calls).
+  // kept, every call would round the same way and the drift would grow with the calls (4x in 4x the calls). Float32
+  // data with bf16 values (the sums round), and bf16 data (the result rounds; with bf16 values the sums too).
   const int n = 4, calls = 20;
   const size_t count = 5000;
-  const std::vector<Bytes> in = Inputs(n, count, ccFloat32, FreshSeed());
-  std::vector<double> mean, tol;
-  Reference(in, ccFloat32, ccAvg, &mean, &tol);
-  for (const char* spec : {"topk:density=1,chunk=256,dtype=bf16", "randk:density=1,chunk=256,dtype=bf16"}) {
-    INFO(spec);
-    std::vector<RankOut> outs = NcclAllReduce(in, ccFloat32, ccAvg, spec, false, calls, -1, true);
+  struct Case {
+    ccDataType_t data;
+    const char* spec;
+  };
+  const Case cases[] = {{ccFloat32, "topk:density=1,chunk=256,dtype=bf16"},
+                        {ccFloat32, "randk:density=1,chunk=256,dtype=bf16"},
+                        {ccBfloat16, "topk:density=1,chunk=256"},
+                        {ccBfloat16, "randk:density=1,chunk=256,dtype=bf16"}};
+  for (const Case& k : cases) {
+    const char* spec = k.spec;
+    INFO(spec << ", data " << k.data);
+    const std::vector<Bytes> in = Inputs(n, count, k.data, FreshSeed());
+    std::vector<double> mean, tol;
+    Reference(in, k.data, ccAvg, &mean, &tol);
+    std::vector<RankOut> outs = NcclAllReduce(in, k.data, ccAvg, spec, false, calls, -1, true);
     REQUIRE(FirstFailure(outs) == "");
     CHECK(SameOnAllRanks(outs) == "");
     std::vector<double> drift(count, 0.0), rms;
     for (int c = 0; c < calls; ++c) {
-      const std::vector<double> out = Values(outs[0].each[static_cast<size_t>(c)], ccFloat32);
+      const std::vector<double> out = Values(outs[0].each[static_cast<size_t>(c)], k.data);
       double s = 0.0, m = 0.0;
       for (size_t i = 0; i < count; ++i) {
         drift[i] += out[i] - mean[i];

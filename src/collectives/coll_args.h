@@ -23,6 +23,9 @@ struct CollArgs {
   // The call check agreed that no rank runs this call in a device codec (each runs the host schedule, on its buffers
   // or on staging), so the host schedule's segments are the same on every rank. False where the check did not run.
   bool everyRankOnHost = false;
+  // The type the float32 result is narrowed to after the call (a device codec's 16-bit data, worked on in a widened
+  // copy), for error feedback that keeps that rounding (collectives/sparse.h); ccFloat32 when it is not narrowed.
+  ccDataType_t narrowedTo = ccFloat32;
 };
 
 // Byte pointer arithmetic in elements.

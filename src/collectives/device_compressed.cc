@@ -98,8 +98,8 @@ ccResult_t CodecAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, cons
 
 // topk and randk, as SparseAllReduce does them: the memory and the chunk norms on the device, the choice on the
 // host, the chosen chunks gathered on the device and summed over the ranks through pinned host memory (the host
-// schedule and codec), then scattered into the result on the device, where the memory keeps only what the 16-bit
-// sums rounded away at those chunks.
+// schedule and codec), then scattered into the result on the device, where the memory keeps only what 16-bit
+// roundings (the sums', the narrowed result's) took at those chunks.
 ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call,
                                    DeviceCodecState* st) {
   const size_t count = a.count;
@@ -137,8 +137,8 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
   Copy(devIndex, hostIndex, (chosen.size() + 1) * sizeof(uint32_t), cudaMemcpyHostToDevice, st,
        "cudaMemcpyAsync (chosen chunks)");
   float* devPacked = st->packed.Reserve<float>(packed);
-  // Pinned: the chosen values, then (with error feedback and 16-bit values) what their sums round away.
-  const bool keepRounding = SparseKeepsRounding(*c);
+  // Pinned: the chosen values, then (with error feedback and 16-bit values or data) what 16-bit roundings take.
+  const bool keepRounding = SparseKeepsRounding(*c, a.narrowedTo);
   float* hostPacked = st->hostPacked.Reserve<float>(keepRounding ? 2 * packed : packed);
   float* hostLost = keepRounding ? hostPacked + packed : nullptr;
   CheckLaunch(gpu::GatherChunks(x, count, chunk, devIndex, packed, devPacked, st->stream()));
@@ -150,7 +150,7 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
          "cudaMemcpyAsync (non-finite flag)");
   }
   st->Synchronize();
-  CC_CHECK(SumChosenChunks(comm, c, call, hostPacked, packed, chunks, keep, a.op, hostLost));
+  CC_CHECK(SumChosenChunks(comm, c, call, hostPacked, packed, chunks, keep, a.op, a.narrowedTo, hostLost));
   bool poisoned = false;
   if (flag) CC_CHECK(AgreeNonFinite(comm, hostIndex[chosen.size()] != 0, &poisoned));
   float* out = static_cast<float*>(a.recv);
@@ -162,8 +162,8 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
     CheckLaunch(gpu::ScatterChunks(devPacked, count, chunk, devIndex, packed, out, st->stream()));
   }
   if (ef) {
-    // What was sent leaves the memory, but for what its sums rounded away (scattered over the chosen chunks; zeros
-    // with float32 values); non-finite leftovers are dropped.
+    // What was sent leaves the memory, but for what 16-bit roundings took (scattered over the chosen chunks; zeros
+    // with float32 values and data); non-finite leftovers are dropped.
     if (keepRounding) {
       Copy(devPacked, hostLost, packed * sizeof(float), cudaMemcpyHostToDevice, st, "cudaMemcpyAsync (sums' rounding)");
     } else {
@@ -353,6 +353,7 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
     f.send = f.recv = w;
     f.dtype = ccFloat32;
     f.eltSize = sizeof(float);
+    f.narrowedTo = a.dtype;
     CC_CHECK(CompressedAllReduce(comm, f, c));  // on the same stream; it has synchronized it
     CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, nullptr, st->stream()));  // narrow: nearest-even
     st->Synchronize();

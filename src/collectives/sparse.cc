@@ -155,7 +155,8 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   }
   // With error feedback and 16-bit values: this rank's share of what the sums round away.
   float* lost = nullptr;
-  if (SparseKeepsRounding(*c)) {
+  const ccDataType_t resultType = half ? a.dtype : ccFloat32;
+  if (SparseKeepsRounding(*c, resultType)) {
     c->sentRounding.resize(staging.size());
     lost = c->sentRounding.data();
   }
@@ -163,13 +164,13 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
     UnsentChunks rest(a, UnchosenRanges(count, chunk, chosen), e);
     {
       IdleScope whileWaiting(comm, &rest);
-      CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op, lost));
+      CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op, resultType, lost));
     }
     rest.Finish();
     seen.inputFinite = seen.inputFinite && rest.seen().inputFinite;
     seen.sumsFinite = seen.sumsFinite && rest.seen().sumsFinite;
   } else {
-    CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op, lost));
+    CC_CHECK(SumChosenChunks(comm, c, call, staging.data(), staging.size(), chunks, keep, a.op, resultType, lost));
   }
   if (ef) {
     // What was sent leaves the memory, but for what its 16-bit sums rounded away (dropped where not finite); what
@@ -212,8 +213,9 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
 }
 
 ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
-                           size_t chunks, size_t keep, ccRedOp_t op, float* rounding) {
-  auto codec = MakeCast16Codec(static_cast<ccDataType_t>(c->Get(ccParamValueType)), call, rounding);
+                           size_t chunks, size_t keep, ccRedOp_t op, ccDataType_t resultType, float* rounding) {
+  const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
+  auto codec = MakeCast16Codec(valueType, call, rounding);
   CC_CHECK(RunCodec(comm, c, *codec, values, packed));
   float scale = 1.0f;
   if (c->kind == ccCompressRandk && c->Get(ccParamUnbiased) != 0) {
@@ -223,11 +225,27 @@ ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call,
   if (scale != 1.0f) {
     for (size_t i = 0; i < packed; ++i) values[i] *= scale;
   }
+  if (rounding != nullptr && resultType != ccFloat32) {
+    // The result's own rounding to 16 bits (the same on every rank): each rank keeps its share, so that the memories
+    // together send it again; added to what the 16-bit sums rounded away, or alone after float32 sums, which lose
+    // nothing (the codec left `rounding` alone). The device drivers compute the same with the cast codec's kernels.
+    NarrowingLoss(resultType, values, packed, OutputRoundingShare(*c, chunks, keep, op == ccAvg, comm->nranks),
+                  valueType != ccFloat32, rounding);
+  }
   return ccSuccess;
 }
 
-bool SparseKeepsRounding(const ccCompressor& c) {
-  return c.Get(ccParamErrorFeedback) != 0 && c.Get(ccParamValueType) != ccFloat32;
+bool SparseKeepsRounding(const ccCompressor& c, ccDataType_t resultType) {
+  return c.Get(ccParamErrorFeedback) != 0 && (c.Get(ccParamValueType) != ccFloat32 || resultType != ccFloat32);
+}
+
+float OutputRoundingShare(const ccCompressor& c, size_t chunks, size_t keep, bool average, int nranks) {
+  double share = 1.0;
+  if (c.kind == ccCompressRandk && c.Get(ccParamUnbiased) != 0) {
+    share = static_cast<double>(keep) / static_cast<double>(chunks);
+  }
+  if (!average) share /= static_cast<double>(nranks);
+  return static_cast<float>(share);
 }
 
 ccResult_t AgreeNonFinite(ccComm* comm, bool sawNonFinite, bool* anyRank) {

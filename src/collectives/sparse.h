@@ -18,17 +18,23 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, 
 //   SumChosenChunks: sums the `packed` chosen values over the ranks with the compressor's value type, then scales them
 //   to the result (randk unbiased: chunks / keep; avg: / nranks). Every rank ends with the same bytes. `rounding`
 //   (packed floats, where SparseKeepsRounding, else null) gets this rank's share of what the 16-bit sums rounded
-//   away (MakeCast16Codec's rounding): error feedback keeps it for the next call.
+//   away (MakeCast16Codec's rounding), and, where the result is narrowed to 16 bits (resultType, ccFloat32 when it is
+//   not), each rank's equal share of what that rounds away (OutputRoundingShare): error feedback keeps it for the
+//   next call.
 //   AgreeNonFinite (randk only): whether any rank saw a non-finite value in its input. randk may not pick the chunk
 //   that holds it, so every rank learns it this way and poisons its whole result alike. (topk needs nothing: a
 //   non-finite chunk has an infinite norm and is always picked.) One float, all-reduced after the values, so that a
 //   rank can finish looking at its input while the values travel.
 ccResult_t SumChosenChunks(ccComm* comm, ccCompressor* c, const CodecCall& call, float* values, size_t packed,
-                           size_t chunks, size_t keep, ccRedOp_t op, float* rounding);
+                           size_t chunks, size_t keep, ccRedOp_t op, ccDataType_t resultType, float* rounding);
 ccResult_t AgreeNonFinite(ccComm* comm, bool sawNonFinite, bool* anyRank);
 
-// Whether c's error feedback keeps what the 16-bit sums of its sent values round away (ef=1 with 16-bit values),
-// which every driver then writes into the memory over the sent chunks instead of zeros.
-bool SparseKeepsRounding(const ccCompressor& c);
+// Whether c's error feedback keeps what 16-bit roundings take from its sent values: ef=1 with 16-bit values (their
+// sums round) or a result narrowed to 16 bits (resultType: 16-bit data). Every driver then writes it into the memory
+// over the sent chunks instead of zeros.
+bool SparseKeepsRounding(const ccCompressor& c, ccDataType_t resultType);
+// The factor that makes what the result's narrowing rounds away (result units) one rank's share of it in the units
+// of the sent values: 1 / (scale * nranks), the result being scale times the sum (1 for an average of topk).
+float OutputRoundingShare(const ccCompressor& c, size_t chunks, size_t keep, bool average, int nranks);
 
 }  // namespace ccoll

@@ -119,14 +119,19 @@ ccResult_t Float32Call(ccComm* comm, const float* input, float* work, size_t cou
 
 // The sparsifiers' sizes for one call: chunks, the kept ones, and the packed values rounded up to whole chunks (a short
 // last chunk, if chosen, is padded with zeros, so that the size is known before the choice is), plus randk's mark;
-// and whether the scratch after them keeps what the 16-bit sums round away (error feedback with 16-bit values).
+// whether the scratch after them keeps what 16-bit roundings take (error feedback with 16-bit values or data); and,
+// for 16-bit data (resultType), room for the result's rounding: what it rounds away, and the narrowed values.
 struct SparsePlan {
   size_t chunk, chunks, keep, padded, values;
-  bool mark, keepRounding;
-  size_t Scratch() const { return keepRounding ? 2 * values : values; }  // floats of DeviceCodecState::packed
+  bool mark, keepRounding, outRounding;
+  // Floats of DeviceCodecState::packed: the values, what is lost, what the result's narrowing loses, its 16-bit
+  // values (two to a float).
+  size_t Scratch() const {
+    return values + (keepRounding ? values : 0) + (outRounding ? values + (values + 1) / 2 : 0);
+  }
 };
 
-SparsePlan PlanSparse(const ccCompressor& c, size_t count) {
+SparsePlan PlanSparse(const ccCompressor& c, size_t count, ccDataType_t resultType) {
   SparsePlan p;
   p.chunk = static_cast<size_t>(c.Get(ccParamChunkSize));
   p.chunks = ChunkCount(count, p.chunk);
@@ -134,7 +139,8 @@ SparsePlan PlanSparse(const ccCompressor& c, size_t count) {
   p.padded = p.keep * p.chunk;
   p.mark = c.kind == ccCompressRandk;
   p.values = p.padded + (p.mark ? 1 : 0);
-  p.keepRounding = SparseKeepsRounding(c);
+  p.keepRounding = SparseKeepsRounding(c, resultType);
+  p.outRounding = p.keepRounding && resultType != ccFloat32;
   return p;
 }
 
@@ -145,10 +151,11 @@ SparsePlan PlanSparse(const ccCompressor& c, size_t count) {
 // memory. randk's mark: one element more that is NaN where a rank's input was not finite, so every rank poisons its
 // whole result alike. The sum's order is NCCL's (float32) or the ring's over the padded values, so the bytes are not
 // the host path's, but they are the same on every rank.
-ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count, bool average, ccCompressor* c,
-                      const CodecCall& call, DeviceCodecState* st, ccStream_t stream) {
+ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count, bool average,
+                      ccDataType_t resultType, ccCompressor* c, const CodecCall& call, DeviceCodecState* st,
+                      ccStream_t stream) {
   cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
-  const SparsePlan p = PlanSparse(*c, count);
+  const SparsePlan p = PlanSparse(*c, count, resultType);
   const bool ef = c->Get(ccParamErrorFeedback) != 0;
   const float* x = input;
   float* e = nullptr;
@@ -171,7 +178,7 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
     CheckLaunch(gpu::ChooseRandomChunks(p.chunks, p.keep, key, scratch, chosen, s));
   }
   const ccDataType_t valueType = static_cast<ccDataType_t>(c->Get(ccParamValueType));
-  // The chosen values; then, with error feedback and 16-bit values, what their sums round away on this rank.
+  // The chosen values; then, with error feedback and 16-bit values or data, what 16-bit roundings take on this rank.
   float* packed = st->packed.Reserve<float>(p.Scratch());
   float* lost = p.keepRounding ? packed + p.values : nullptr;
   CheckLaunch(gpu::GatherChunks(x, count, p.chunk, chosen, p.padded, packed, s));
@@ -193,12 +200,24 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
   }
   if (average) scale /= static_cast<float>(comm->nranks);
   if (scale != 1.0f) CheckLaunch(gpu::Scale(packed, p.padded, scale, false, s));
+  if (p.outRounding) {
+    // What the result's narrowing to 16 bits (below, by the caller) rounds away, each rank its share, as
+    // SumChosenChunks keeps it on the host: the cast codec's hop without arriving messages is that narrowing. Added
+    // to what the 16-bit sums rounded away, or alone after float32 sums (which lose nothing).
+    const bool add = valueType != ccFloat32;
+    float* outLost = add ? lost + p.values : lost;
+    void* narrowed = lost + 2 * p.values;
+    CheckLaunch(gpu::CastHop(resultType, nullptr, 0, packed, p.padded, narrowed, outLost, s));
+    const float share = OutputRoundingShare(*c, p.chunks, p.keep, average, comm->nranks);
+    if (share != 1.0f) CheckLaunch(gpu::Scale(outLost, p.padded, share, false, s));
+    if (add) CheckLaunch(gpu::AddInto(lost, outLost, p.padded, s));
+  }
   CheckCuda(cudaMemsetAsync(out, 0, count * sizeof(float), s), "cudaMemsetAsync (result)");
   CheckLaunch(gpu::ScatterChunks(packed, count, p.chunk, chosen, p.padded, out, s));
   if (p.mark) CheckLaunch(gpu::PoisonIfMarked(out, count, packed + p.padded, s));
   if (ef) {
-    // What was sent leaves the memory, but for what its sums rounded away (scattered over the chosen chunks; zeros
-    // with float32 values); non-finite leftovers are dropped.
+    // What was sent leaves the memory, but for what 16-bit roundings took (scattered over the chosen chunks; zeros
+    // with float32 values and data); non-finite leftovers are dropped.
     if (!p.keepRounding) {
       CheckCuda(cudaMemsetAsync(packed, 0, p.padded * sizeof(float), s), "cudaMemsetAsync (sent chunks)");
     }
@@ -424,7 +443,7 @@ ccResult_t StreamCompressedReserve(ccComm* comm, const CollArgs& a, ccCompressor
     }
 #endif
     if (c->kind == ccCompressTopkChunk || c->kind == ccCompressRandk) {
-      const SparsePlan p = PlanSparse(*c, a.count);  // at most 2^31 - 1 chunks, as CUB counts (ChunksFit)
+      const SparsePlan p = PlanSparse(*c, a.count, a.dtype);  // at most 2^31 - 1 chunks, as CUB counts (ChunksFit)
       if (c->Get(ccParamErrorFeedback) != 0) st->ErrorFeedback(a.count);
       st->index.Reserve<uint32_t>(p.keep);
       st->choice.Reserve(gpu::ChooseChunksScratchBytes(p.chunks));
@@ -460,7 +479,8 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
     auto float32Call = [&](const float* input, float* out) -> ccResult_t {
       switch (c->kind) {
         case ccCompressTopkChunk:
-        case ccCompressRandk: return SparseCall(comm, input, out, a.count, a.op == ccAvg, c, call, st, stream);
+        case ccCompressRandk:
+          return SparseCall(comm, input, out, a.count, a.op == ccAvg, a.dtype, c, call, st, stream);
 #ifdef CCOLL_HAVE_CUBLAS
         case ccCompressPowerSGD: return LowRankCall(comm, input, out, a.count, a.op, c, call, st, stream);
 #endif

@@ -78,7 +78,7 @@ struct ccCompressor {
   std::vector<float> errorFeedback;   // sparsifiers and powersgd with ef=1, host calls: what was not sent yet
   std::vector<char> wire;             // wire scratch: a few slices' worth of messages
   std::vector<float> staging;         // sparsifiers: the chosen chunks, packed; powersgd: P (and exact parts)
-  std::vector<float> sentRounding;    // sparsifiers with ef=1, host calls: what the 16-bit sums rounded away, packed
+  std::vector<float> sentRounding;    // sparsifiers with ef=1, host calls: what 16-bit roundings took, packed
   std::vector<float> widened;         // 16-bit data, host calls: the float32 working copy (compress/widen.h)
   std::vector<float> lowRankQ;        // powersgd: every tensor's Q (cols x r), kept for the warm start
   std::vector<float> lowRankOut;      // powersgd: Q's all-reduce buffer

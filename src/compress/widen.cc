@@ -59,6 +59,30 @@ struct HalfWire {
   uint16_t Store(float v) const { return FloatToHalf(v).bits; }
 };
 
+template <typename Wire, bool kScaled, bool kAdd>
+inline void NarrowingLossLoop(const float* v, size_t count, float share, float* lost, Wire wire) {
+  for (size_t i = 0; i < count; ++i) {
+    float l = v[i] - wire.Load(wire.Store(v[i]));  // exact, as NarrowSumLoop's
+    if (kScaled) l *= share;
+    lost[i] = kAdd ? lost[i] + l : l;
+  }
+}
+
+template <typename Wire>
+inline void NarrowingLossOf(const float* v, size_t count, float share, bool add, float* lost, Wire wire) {
+  if (share != 1.0f) {
+    if (add) {
+      NarrowingLossLoop<Wire, true, true>(v, count, share, lost, wire);
+    } else {
+      NarrowingLossLoop<Wire, true, false>(v, count, share, lost, wire);
+    }
+  } else if (add) {
+    NarrowingLossLoop<Wire, false, true>(v, count, share, lost, wire);
+  } else {
+    NarrowingLossLoop<Wire, false, false>(v, count, share, lost, wire);
+  }
+}
+
 // Nonzero when the float32 bits are those of an infinity or a NaN (all exponent bits set).
 inline uint32_t NonFinite(float f) { return static_cast<uint32_t>((FloatBits(f) & 0x7f800000u) == 0x7f800000u); }
 
@@ -90,6 +114,15 @@ CC_HOT CC_FLATTEN void NarrowSum(ccDataType_t dtype, const float* local, const v
     NarrowSumLoop(local, a, b, nin, count, o, lost, Bf16Wire());
   } else {
     NarrowSumLoop(local, a, b, nin, count, o, lost, HalfWire());
+  }
+}
+
+CC_HOT CC_FLATTEN void NarrowingLoss(ccDataType_t dtype, const float* v, size_t count, float share, bool add,
+                                      float* lost) {
+  if (dtype == ccBfloat16) {
+    NarrowingLossOf(v, count, share, add, lost, Bf16Wire());
+  } else {
+    NarrowingLossOf(v, count, share, add, lost, HalfWire());
   }
 }
 

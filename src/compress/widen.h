@@ -24,6 +24,11 @@ void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out);
 void NarrowSum(ccDataType_t dtype, const float* local, const void* const* in, int nin, size_t count, void* out,
                float* lost);
 
+// lost[i] = (v[i] minus v[i] rounded to `dtype`) * share (the product only where share is not 1), added to lost[i]
+// when `add`: what narrowing v rounds away, as NarrowSum's `lost` with no inputs gives it, scaled (a sparsifier's
+// error feedback keeps each rank's share of what its 16-bit result rounds away: collectives/sparse.h).
+void NarrowingLoss(ccDataType_t dtype, const float* v, size_t count, float share, bool add, float* lost);
+
 // Fused forms for the codecs that read and write 16-bit data themselves (the sparsifiers, PowerSGD), the same bytes
 // as a widened copy would give: acc[i] += in[i] as float (float32 or 16-bit input), reporting whether every input
 // value was finite and whether every sum is (what a sparsifier would otherwise make passes of its own for); and
