@@ -749,21 +749,26 @@ TEST_CASE("[nccl] topk and randk keep what 16-bit sums and results round away in
   // data with bf16 values (the sums round), and bf16 data (the result rounds; with bf16 values the sums too).
   const int n = 4, calls = 20;
   const size_t count = 5000;
+  // A sum keeps 1 / n of the result's rounding on each rank (an average all of it).
   struct Case {
     ccDataType_t data;
     const char* spec;
+    ccRedOp_t op;
   };
-  const Case cases[] = {{ccFloat32, "topk:density=1,chunk=256,dtype=bf16"},
-                        {ccFloat32, "randk:density=1,chunk=256,dtype=bf16"},
-                        {ccBfloat16, "topk:density=1,chunk=256"},
-                        {ccBfloat16, "randk:density=1,chunk=256,dtype=bf16"}};
+  const Case cases[] = {{ccFloat32, "topk:density=1,chunk=256,dtype=bf16", ccAvg},
+                        {ccFloat32, "randk:density=1,chunk=256,dtype=bf16", ccAvg},
+                        {ccBfloat16, "topk:density=1,chunk=256", ccAvg},
+                        {ccBfloat16, "randk:density=1,chunk=256,dtype=bf16", ccAvg},
+                        {ccBfloat16, "topk:density=1,chunk=256", ccSum},
+                        {ccFloat16, "randk:density=1,chunk=256", ccSum},
+                        {ccFloat16, "topk:density=1,chunk=256,dtype=bf16", ccSum}};
   for (const Case& k : cases) {
     const char* spec = k.spec;
-    INFO(spec << ", data " << k.data);
+    INFO(spec << ", data " << k.data << ", op " << k.op);
     const std::vector<Bytes> in = Inputs(n, count, k.data, FreshSeed());
     std::vector<double> mean, tol;
-    Reference(in, k.data, ccAvg, &mean, &tol);
-    std::vector<RankOut> outs = NcclAllReduce(in, k.data, ccAvg, spec, false, calls, -1, true);
+    Reference(in, k.data, k.op, &mean, &tol);
+    std::vector<RankOut> outs = NcclAllReduce(in, k.data, k.op, spec, false, calls, -1, true);
     REQUIRE(FirstFailure(outs) == "");
     CHECK(SameOnAllRanks(outs) == "");
     std::vector<double> drift(count, 0.0), rms;

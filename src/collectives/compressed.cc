@@ -386,6 +386,7 @@ ccResult_t WidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c) {
   w.send = w.recv = c->widened.data();
   w.dtype = ccFloat32;
   w.eltSize = sizeof(float);
+  w.narrowedTo = a.dtype;
   CC_CHECK(CompressedAllReduce(comm, w, c));
   Narrow(a.dtype, c->widened.data(), a.count, a.recv);
   return ccSuccess;

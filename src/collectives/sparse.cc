@@ -76,8 +76,8 @@ class UnsentChunks : public IdleWork {
 
 }  // namespace
 
-// 16-bit data: the bytes of the float32 call on the widened values, narrowed (compress/widen.h); with error feedback
-// the input is widened as it is added into the memory.
+// 16-bit data: the bytes of the float32 call on the widened values, narrowed (compress/widen.h), but for what error
+// feedback keeps of that narrowing; with error feedback the input is widened as it is added into the memory.
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
   const size_t count = a.count;
   const size_t chunk = static_cast<size_t>(c->Get(ccParamChunkSize));
@@ -155,7 +155,7 @@ ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, con
   }
   // With error feedback and 16-bit values: this rank's share of what the sums round away.
   float* lost = nullptr;
-  const ccDataType_t resultType = half ? a.dtype : ccFloat32;
+  const ccDataType_t resultType = half ? a.dtype : a.narrowedTo;
   if (SparseKeepsRounding(*c, resultType)) {
     c->sentRounding.resize(staging.size());
     lost = c->sentRounding.data();
@@ -241,7 +241,7 @@ bool SparseKeepsRounding(const ccCompressor& c, ccDataType_t resultType) {
 
 float OutputRoundingShare(const ccCompressor& c, size_t chunks, size_t keep, bool average, int nranks) {
   double share = 1.0;
-  if (c.kind == ccCompressRandk && c.Get(ccParamUnbiased) != 0) {
+  if (c.kind == ccCompressRandk && c.Get(ccParamUnbiased) != 0) {  // (no error feedback today: for completeness)
     share = static_cast<double>(keep) / static_cast<double>(chunks);
   }
   if (!average) share /= static_cast<double>(nranks);

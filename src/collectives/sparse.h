@@ -11,7 +11,8 @@ struct ccCompressor;
 
 namespace ccoll {
 
-// On host buffers, float32 or 16-bit data (the bytes of the float32 call on the widened values, narrowed).
+// On host buffers, float32 or 16-bit data (the bytes of the float32 call on the widened values, narrowed, but for
+// what the error feedback keeps of that narrowing: SumChosenChunks).
 ccResult_t SparseAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c, const CodecCall& call);
 
 // The middle steps, host and device drivers alike, on host memory, in this order on every rank:
@@ -34,7 +35,8 @@ ccResult_t AgreeNonFinite(ccComm* comm, bool sawNonFinite, bool* anyRank);
 // over the sent chunks instead of zeros.
 bool SparseKeepsRounding(const ccCompressor& c, ccDataType_t resultType);
 // The factor that makes what the result's narrowing rounds away (result units) one rank's share of it in the units
-// of the sent values: 1 / (scale * nranks), the result being scale times the sum (1 for an average of topk).
+// of the sent values: 1 / (scale * nranks), the result being scale times the sum: 1 for an average, 1 / nranks for
+// a sum (unbiased randk, whose scale differs, has no error feedback: refused at creation).
 float OutputRoundingShare(const ccCompressor& c, size_t chunks, size_t keep, bool average, int nranks);
 
 }  // namespace ccoll
