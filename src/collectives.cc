@@ -251,8 +251,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
       return Fail(ccInvalidUsage, "%s: buffers on CUDA device %d, but the communicator is bound to device %d (rank "
                   "%d)", fn, needSend && sendDev != comm->config.cudaDev ? dev : recvDev, comm->config.cudaDev, rank);
     }
-    CC_CHECK(ccoll::RefuseSharedLegacyStream(comm, c.stream, fn));
-    CC_CHECK(ccoll::RefuseStreamOfOtherDevice(comm, c.stream, fn));
+    CC_CHECK(ccoll::CheckDeviceCallStream(comm, c.stream, fn));
   } else if (c.stream != nullptr && c.count > 0) {
     return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
   } else if (!comm->hostTransports && c.count > 0) {

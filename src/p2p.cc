@@ -202,10 +202,7 @@ ccResult_t Transfer(bool send, void* buf, size_t count, int rawDtype, int peer, 
         return Fail(ccInvalidUsage, "%s: %s is on CUDA device %d, but the communicator is bound to device %d (rank "
                     "%d)", fn, name, dev, comm->config.cudaDev, rank);
       }
-      if (t.onDevice) {
-        CC_CHECK(RefuseSharedLegacyStream(comm, stream, fn));
-        CC_CHECK(RefuseStreamOfOtherDevice(comm, stream, fn));
-      }
+      if (t.onDevice) CC_CHECK(CheckDeviceCallStream(comm, stream, fn));
       if (!t.onDevice && stream != nullptr) {
         return Fail(ccInvalidUsage, "%s: stream must be NULL for host buffers (rank %d)", fn, rank);
       }

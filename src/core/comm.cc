@@ -453,27 +453,18 @@ void RegisterComm(ccComm* comm) {
   Live().insert(comm);
 }
 
-ccResult_t RefuseSharedLegacyStream(const ccComm* comm, ccStream_t stream, const char* fn) {
+ccResult_t CheckDeviceCallStream(const ccComm* comm, ccStream_t stream, const char* fn) {
 #ifdef CCOLL_HAVE_CUDA
-  const bool legacy = stream == nullptr || stream == reinterpret_cast<ccStream_t>(cudaStreamLegacy);
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  const bool legacy = s == nullptr || s == cudaStreamLegacy;
   if (legacy && comm->deviceSharedInProcess && !comm->streamTransport) {
     return Fail(ccInvalidUsage, "%s: rank %d shares CUDA device %d with another rank of this communicator in this "
                 "process, and its stream is the legacy default stream (NULL or cudaStreamLegacy), which would make "
                 "the ranks' device calls wait for one another for ever; give each rank a stream of its own "
                 "(cudaStreamCreateWithFlags with cudaStreamNonBlocking)", fn, comm->rank, comm->config.cudaDev);
   }
-#else
-  (void)comm;
-  (void)stream;
-  (void)fn;
-#endif
-  return ccSuccess;
-}
-
-ccResult_t RefuseStreamOfOtherDevice(const ccComm* comm, ccStream_t stream, const char* fn) {
-#if defined(CCOLL_HAVE_CUDA) && CUDART_VERSION >= 12080
-  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
-  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return ccSuccess;
+#if CUDART_VERSION >= 12080
+  if (legacy || s == cudaStreamPerThread) return ccSuccess;  // the current device's: the communicator's for the call
   int device = -1;
   const cudaError_t e = cudaStreamGetDevice(s, &device);
   if (e != cudaSuccess) {
@@ -484,6 +475,7 @@ ccResult_t RefuseStreamOfOtherDevice(const ccComm* comm, ccStream_t stream, cons
     return Fail(ccInvalidUsage, "%s: the stream is on CUDA device %d, but the communicator is bound to device %d "
                 "(rank %d); give a stream of the communicator's device", fn, device, comm->config.cudaDev, comm->rank);
   }
+#endif
 #else
   (void)comm;
   (void)stream;

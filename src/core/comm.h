@@ -67,7 +67,7 @@ struct ccComm {
   bool anyRankOnDevice = false;
   // Another rank of this communicator runs in this process on this rank's CUDA device (thread ranks sharing a GPU):
   // then its device calls must not take the legacy default stream, which would serialize the ranks' waits for one
-  // another (RefuseSharedLegacyStream).
+  // another (CheckDeviceCallStream).
   bool deviceSharedInProcess = false;
   // Transport nccl: device calls are queued on the caller's stream through it (collectives/stream_collectives.h).
   std::unique_ptr<ccoll::StreamTransport> streamTransport;
@@ -154,15 +154,16 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id);
 void RegisterComm(ccComm* comm);
 // Live communicators of this process bound to CUDA device `device` (config.cudaDev).
 int LiveCommsOnDevice(int device);
-// ccInvalidUsage naming fn when a device call of comm takes the legacy default stream (NULL or cudaStreamLegacy)
-// while another rank of comm shares this rank's GPU in this process (deviceSharedInProcess), outside transport nccl:
-// each rank's stream waits for the others' calls, and the legacy stream serializes with every blocking stream of the
-// device, so the ranks would wait for one another for ever. ccSuccess otherwise.
-ccResult_t RefuseSharedLegacyStream(const ccComm* comm, ccStream_t stream, const char* fn);
-// ccInvalidUsage naming fn when a device call of comm takes a stream of another CUDA device than comm's
-// (cudaStreamGetDevice, CUDA 12.8 runtimes; with older ones the call's CUDA work fails instead). The legacy and
-// per-thread default streams are taken as the communicator's device's (the call runs with that device current).
-ccResult_t RefuseStreamOfOtherDevice(const ccComm* comm, ccStream_t stream, const char* fn);
+// The stream of a device call of comm: ccInvalidUsage naming fn
+//   - when it is the legacy default stream (NULL or cudaStreamLegacy) while another rank of comm shares this rank's
+//     GPU in this process (deviceSharedInProcess), outside transport nccl: each rank's stream waits for the others'
+//     calls, and the legacy stream serializes with every blocking stream of the device, so the ranks would wait for
+//     one another for ever;
+//   - when it is a stream of another CUDA device than comm's (cudaStreamGetDevice, CUDA 12.8 runtimes; with older
+//     ones the call's CUDA work fails instead). The legacy and per-thread default streams are taken as the
+//     communicator's device's (the call runs with that device current).
+// ccSuccess otherwise.
+ccResult_t CheckDeviceCallStream(const ccComm* comm, ccStream_t stream, const char* fn);
 void UnregisterComm(ccComm* comm);
 bool AcquireComm(ccComm* comm);
 void ReleaseComm(ccComm* comm);

@@ -91,8 +91,7 @@ ccResult_t LoadChecked(const void* kernel, const char* name, const Driver& drive
   }
   std::lock_guard<std::mutex> lock(gMutex);
   ++gLoads.checked;
-  if (!unloaded) ++gLoads.loadedByReference;
-  if (unloaded) ++gLoads.loadedExplicitly;
+  ++(unloaded ? gLoads.loadedExplicitly : gLoads.loadedByReference);
   return ccSuccess;
 }
 #endif
