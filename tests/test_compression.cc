@@ -124,6 +124,23 @@ std::vector<double> ExactReduce(const Buffers& in, ccRedOp_t op) {
   return m;
 }
 
+// The drift of the running sum of a call's outputs from that of the exact results, sum_t out_t - t * exact, kept
+// element by element (Add after each call): its L2 norm and its root mean square.
+struct Drift {
+  std::vector<double> sum;
+  explicit Drift(size_t count) : sum(count, 0.0) {}
+  void Add(const float* out, const std::vector<double>& exact) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += static_cast<double>(out[i]) - exact[i];
+  }
+  double SquaredNorm() const {
+    double s = 0.0;
+    for (double d : sum) s += d * d;
+    return s;
+  }
+  double Norm() const { return std::sqrt(SquaredNorm()); }
+  double Rms() const { return std::sqrt(SquaredNorm() / static_cast<double>(sum.size())); }
+};
+
 // ||out - m||^2 / ||m||^2.
 bool AllFinite(const std::vector<float>& v) {
   for (float x : v) {
@@ -502,7 +519,7 @@ TEST_CASE("error feedback: the running sum of outputs tracks the running sum of 
       INFO(spec);
       Compressors comps(spec, nranks);
       REQUIRE(comps.status == ccSuccess);
-      std::vector<double> drift(count, 0.0);  // sum_t out_t - sum_t mean_t
+      Drift drift(count);  // sum_t out_t - sum_t mean_t
       std::mt19937_64 gen(7);
       std::normal_distribution<double> normal(0.0, 1.0);
       Buffers in(static_cast<size_t>(nranks), std::vector<float>(count));
@@ -516,12 +533,8 @@ TEST_CASE("error feedback: the running sum of outputs tracks the running sum of 
         REQUIRE(res.Failure() == "");
         identical = identical && FirstDifferentRank(res.out) == -1;
         finite = finite && AllFinite(res.out[0]);
-        for (size_t i = 0; i < count; ++i) drift[i] += static_cast<double>(res.out[0][i]) - mean[i];
-        if (t == 50 || t == kCalls) {
-          double s = 0.0;
-          for (double d : drift) s += d * d;
-          resid[ef][t == 50 ? 0 : 1] = std::sqrt(s);
-        }
+        drift.Add(res.out[0].data(), mean);
+        if (t == 50 || t == kCalls) resid[ef][t == 50 ? 0 : 1] = drift.Norm();
       }
       CHECK(identical);
       CHECK(finite);
@@ -565,18 +578,14 @@ TEST_CASE("error feedback keeps what the bf16 sums of the sent values round away
           INFO("algorithm " << algo << ", " << spec);
           Compressors comps(spec, nranks);
           REQUIRE(comps.status == ccSuccess);
-          std::vector<double> drift(count, 0.0);  // sum_t out_t - t * mean
+          Drift drift(count);
           bool identical = true;
           for (int t = 1; t <= 40; ++t) {
             CallResult res = AllReduce(g, comps, in);
             REQUIRE(res.Failure() == "");
             identical = identical && FirstDifferentRank(res.out) == -1;
-            for (size_t i = 0; i < count; ++i) drift[i] += static_cast<double>(res.out[0][i]) - mean[i];
-            if (t == 10 || t == 40) {
-              double s = 0.0;
-              for (double d : drift) s += d * d;
-              rms[ef][t == 10 ? 0 : 1] = std::sqrt(s / static_cast<double>(count));
-            }
+            drift.Add(res.out[0].data(), mean);
+            if (t == 10 || t == 40) rms[ef][t == 10 ? 0 : 1] = drift.Rms();
           }
           CHECK(identical);
         }
@@ -637,7 +646,7 @@ TEST_CASE("error feedback keeps what the 16-bit result's rounding takes", "[ef][
                                                         << spec);
           Compressors comps(spec, nranks);
           REQUIRE(comps.status == ccSuccess);
-          std::vector<double> drift(count, 0.0);  // sum_t out_t - t * exact
+          Drift drift(count);
           std::vector<std::vector<uint16_t>> out(static_cast<size_t>(nranks), std::vector<uint16_t>(count));
           std::vector<float> wide(count);
           bool identical = true;
@@ -650,12 +659,8 @@ TEST_CASE("error feedback keeps what the 16-bit result's rounding takes", "[ef][
             for (int r = 0; r < nranks; ++r) REQUIRE(rc[r].rc == ccSuccess);
             for (int r = 1; r < nranks; ++r) identical = identical && out[r] == out[0];
             ccoll::Widen(dtype, out[0].data(), count, wide.data());
-            for (size_t i = 0; i < count; ++i) drift[i] += static_cast<double>(wide[i]) - exact[i];
-            if (t == 10 || t == 40) {
-              double s = 0.0;
-              for (double d : drift) s += d * d;
-              rms[ef][t == 10 ? 0 : 1] = std::sqrt(s / static_cast<double>(count));
-            }
+            drift.Add(wide.data(), exact);
+            if (t == 10 || t == 40) rms[ef][t == 10 ? 0 : 1] = drift.Rms();
           }
           CHECK(identical);
         }
