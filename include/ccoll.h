@@ -535,8 +535,8 @@ typedef enum {
                                     their outputs stays within about one call's rounding of the running sum of
                                     averages (without that, as with the bf16 all-reduce, every call's rounding
                                     adds to the drift: up to 2^-9 of the values per call). With 16-bit data,
-                                    topk/randk also keep each rank's share of what the output's own rounding to
-                                    16 bits takes; powersgd does not (see the README). */
+                                    topk/randk/powersgd also keep each rank's share of what the output's own
+                                    rounding to 16 bits takes (see the README). */
   ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16); topk/randk:
                                     ccFloat32 or ccBfloat16 for the sent values; powersgd: for P and Q (default
                                     f32). powersgd with bf16 factors where the ranks' gradients differ the same way

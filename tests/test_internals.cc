@@ -413,6 +413,24 @@ TEST_CASE("the host loops of 16-bit floats (vectorized, and an AVX2 clone where 
           }
         }
       }
+      // NarrowKeeping: the narrowed values, and what that rounds away, scaled, added, non-finite sums dropped (a
+      // memory holding a huge value makes some overflow).
+      std::vector<float> memory(n);
+      for (size_t i = 0; i < n; ++i) {
+        memory[i] = i % 11 == 5 ? 3e38f : static_cast<float>(static_cast<int>(i % 7) - 3) * 1e-3f;
+      }
+      std::vector<float> kept = memory;
+      std::vector<uint16_t> narrowed(n);
+      ccoll::NarrowKeeping(dtype, local.data(), n, share, kept.data(), narrowed.data());
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = ref.Store(local[i]);
+        const float sum = memory[i] + (local[i] - ref.Load(h)) * share;
+        const float want = std::isfinite(sum) ? sum : 0.0f;
+        if ((narrowed[i] != h || Bits(kept[i]) != Bits(want)) && ++failures <= 10) {
+          UNSCOPED_INFO("NarrowKeeping (share " << share << ") at " << i << ": " << narrowed[i] << " and " << kept[i]
+                        << ", want " << h << " and " << want);
+        }
+      }
     }
     CHECK(failures == 0);
   }

@@ -9,6 +9,7 @@
 // Rank bodies run on threads and only record; the main thread asserts after the join.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,7 @@
 
 #include "ccoll.h"
 #include "compress/compressor.h"
+#include "compress/widen.h"
 #include "rank_harness.h"
 
 using cctest::Compressors;
@@ -129,6 +131,16 @@ void LowRankMatrix(const std::vector<double>& u, const std::vector<double>& v, c
       out[i * cols + j] = static_cast<float>(x);
     }
   }
+}
+
+// The mean over the ranks of the compressors' error-feedback memories (each of `count` floats).
+std::vector<double> MeanMemory(const Compressors& comps, size_t count) {
+  std::vector<double> memory(count, 0.0);
+  for (ccCompressor_t c : comps.c) {
+    REQUIRE(c->errorFeedback.size() == count);
+    for (size_t i = 0; i < count; ++i) memory[i] += c->errorFeedback[i] / static_cast<double>(comps.c.size());
+  }
+  return memory;
 }
 
 // Per-rank rows x cols matrices whose average has rank k: a shared column space U, each rank its own row factors.
@@ -310,12 +322,7 @@ TEST_CASE("error feedback: sum(out) = sum(avg) - mean(E), and the residual stays
       if (t + 1 == calls) residualAt[ef][1] = residual;
       if (ef == 1) {
         // The identity of error feedback: what the outputs lack is exactly the ranks' mean memory.
-        std::vector<double> memory(count, 0.0);
-        for (int r = 0; r < nranks; ++r) {
-          const std::vector<float>& e = comps[r]->errorFeedback;
-          REQUIRE(e.size() == count);
-          for (size_t i = 0; i < count; ++i) memory[i] += e[i] / static_cast<double>(nranks);
-        }
+        const std::vector<double> memory = MeanMemory(comps, count);
         double gap = 0;
         for (size_t i = 0; i < count; ++i) gap += std::pow(diff[i] + memory[i], 2);
         INFO("call " << t);
@@ -331,6 +338,64 @@ TEST_CASE("error feedback: sum(out) = sum(avg) - mean(E), and the residual stays
   CHECK(residualAt[0][1] > 1.8 * residualAt[0][0]);
   CHECK(residualAt[1][1] < 1.3 * residualAt[1][0]);
   CHECK(residualAt[1][1] < 0.25 * residualAt[0][1]);
+}
+
+TEST_CASE("16-bit data: error feedback's identity holds for the narrowed results, whose rounding the memory keeps",
+          "[lowrank][ef][half]") {
+  // As above, with bfloat16 and float16 gradients and a vector beside the matrix: the 16-bit results are the float32
+  // result rounded, and each memory keeps its share of that rounding, so sum(out) = s (sum(avg) - mean(E)) still holds
+  // (s: 1 for avg, n for sum), to float32 rounding. Without the rounding in the memory the gap is a call's rounding.
+  const int nranks = 3;
+  const int64_t rows = 24, cols = 16;
+  const size_t count = static_cast<size_t>(rows * cols) + 10;
+  const int calls = 30;
+  Group g = MakeGroup(nranks);
+  REQUIRE(g.status == ccSuccess);
+  for (ccDataType_t dtype : {ccBfloat16, ccFloat16}) {
+    std::mt19937_64 gen(dtype == ccBfloat16 ? 12 : 13);
+    std::normal_distribution<double> normal;
+    std::vector<double> fixed(count);
+    for (auto& x : fixed) x = normal(gen);
+    for (ccRedOp_t op : {ccAvg, ccSum}) {
+      const double s = op == ccSum ? nranks : 1.0;
+      INFO((dtype == ccBfloat16 ? "bf16" : "fp16") << ", " << (op == ccSum ? "sum" : "avg"));
+      Compressors comps("powersgd:rank=2,shapes=24x16+10", nranks);
+      REQUIRE(comps.status == ccSuccess);
+      std::vector<double> sumOut(count, 0.0), sumAvg(count, 0.0);
+      double worst = 0;  // the largest gap over the calls, relative to |s sum(avg)|
+      for (int t = 0; t < calls; ++t) {
+        Buffers in(static_cast<size_t>(nranks), std::vector<float>(count));
+        std::vector<std::vector<uint16_t>> in16(static_cast<size_t>(nranks), std::vector<uint16_t>(count));
+        std::vector<std::vector<uint16_t>> out16(static_cast<size_t>(nranks), std::vector<uint16_t>(count));
+        for (int r = 0; r < nranks; ++r) {
+          for (size_t i = 0; i < count; ++i) in[r][i] = static_cast<float>(fixed[i] + 0.3 * normal(gen));
+          ccoll::Narrow(dtype, in[r].data(), count, in16[r].data());
+          ccoll::Widen(dtype, in16[r].data(), count, in[r].data());  // the values the ranks hold
+        }
+        std::vector<RankResult> rc(static_cast<size_t>(nranks));
+        RunRanks(nranks, [&](int r) {
+          rc[r] = Record(ccAllReduce(in16[r].data(), out16[r].data(), count, dtype, op, comps[r], g[r], nullptr), g[r]);
+        });
+        for (int r = 0; r < nranks; ++r) REQUIRE(rc[r].rc == ccSuccess);
+        for (int r = 1; r < nranks; ++r) CHECK(out16[r] == out16[0]);
+        std::vector<float> out(count);
+        ccoll::Widen(dtype, out16[0].data(), count, out.data());
+        const std::vector<double> m = Mean(in);
+        const std::vector<double> memory = MeanMemory(comps, count);
+        double gap = 0;
+        for (size_t i = 0; i < count; ++i) {
+          sumOut[i] += out[i];
+          sumAvg[i] += m[i];
+          gap += std::pow(sumOut[i] - s * (sumAvg[i] - memory[i]), 2);
+        }
+        worst = std::max(worst, std::sqrt(gap) / (s * std::sqrt(SqNorm(sumAvg))));
+      }
+      WARN((dtype == ccBfloat16 ? "bf16" : "fp16")
+           << ", " << (op == ccSum ? "sum" : "avg")
+           << ": the largest gap |sum(out) - s (sum(avg) - mean(E))| / |s sum(avg)| " << worst);
+      CHECK(worst <= 1e-5);
+    }
+  }
 }
 
 TEST_CASE("a bucket of several tensors: vectors and small matrices exact, large matrices low rank", "[lowrank]") {

@@ -740,13 +740,15 @@ std::string CloseTo(const Bytes& out, const Bytes& host, ccDataType_t t, double 
   return "";
 }
 
-TEST_CASE("[nccl] topk and randk keep what 16-bit sums and results round away in their error feedback",
+TEST_CASE("[nccl] topk, randk and powersgd keep what 16-bit sums and results round away in their error feedback",
           "[gpu][nccl][codec]") {
   SKIP_WITHOUT_NCCL_DEVICE();
   // Every chunk sent, the same input every call: the running sum of the outputs stays within about one call's
   // rounding of the running sum of the means, as on the host path (test_compression "[ef]"); without the rounding
   // kept, every call would round the same way and the drift would grow with the calls (4x in 4x the calls). Float32
   // data with bf16 values (the sums round), and bf16 data (the result rounds; with bf16 values the sums too).
+  // PowerSGD: the drift of the vector after its matrix, which travels exactly but for the 16-bit result's rounding
+  // (the matrix's rounding stays in the memory too, but its low rank need not carry it: test_lowrank checks it there).
   const int n = 4, calls = 20;
   const size_t count = 5000;
   // A sum keeps 1 / n of the result's rounding on each rank (an average all of it).
@@ -754,6 +756,7 @@ TEST_CASE("[nccl] topk and randk keep what 16-bit sums and results round away in
     ccDataType_t data;
     const char* spec;
     ccRedOp_t op;
+    size_t from = 0;  // the elements whose drift is measured: [from, count)
   };
   const Case cases[] = {{ccFloat32, "topk:density=1,chunk=256,dtype=bf16", ccAvg},
                         {ccFloat32, "randk:density=1,chunk=256,dtype=bf16", ccAvg},
@@ -761,7 +764,9 @@ TEST_CASE("[nccl] topk and randk keep what 16-bit sums and results round away in
                         {ccBfloat16, "randk:density=1,chunk=256,dtype=bf16", ccAvg},
                         {ccBfloat16, "topk:density=1,chunk=256", ccSum},
                         {ccFloat16, "randk:density=1,chunk=256", ccSum},
-                        {ccFloat16, "topk:density=1,chunk=256,dtype=bf16", ccSum}};
+                        {ccFloat16, "topk:density=1,chunk=256,dtype=bf16", ccSum},
+                        {ccBfloat16, "powersgd:rank=2,shapes=64x64+904", ccAvg, 4096},
+                        {ccFloat16, "powersgd:rank=2,shapes=64x64+904,dtype=bf16", ccSum, 4096}};
   for (const Case& k : cases) {
     const char* spec = k.spec;
     INFO(spec << ", data " << k.data << ", op " << k.op);
@@ -775,7 +780,7 @@ TEST_CASE("[nccl] topk and randk keep what 16-bit sums and results round away in
     for (int c = 0; c < calls; ++c) {
       const std::vector<double> out = Values(outs[0].each[static_cast<size_t>(c)], k.data);
       double s = 0.0, m = 0.0;
-      for (size_t i = 0; i < count; ++i) {
+      for (size_t i = k.from; i < count; ++i) {
         drift[i] += out[i] - mean[i];
         s += drift[i] * drift[i];
         m += mean[i] * mean[i];

@@ -257,7 +257,8 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
   }
   for (const LowRankMatrix& mt : plan.matrices) {
     const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
-    // What the average did not carry stays for the next call; the exact parts lost nothing.
+    // What the average did not carry stays for the next call; the exact parts lost nothing. (16-bit data: the
+    // caller's NarrowResult adds what narrowing the result rounds away.)
     if (ef) CheckLaunch(gpu::KeepResidual(e + mt.offset, out + mt.offset, elems, st->stream()));
     if (a.op == ccSum) CheckLaunch(gpu::Scale(out + mt.offset, elems, n, false, st->stream()));
   }
@@ -354,8 +355,12 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
     f.dtype = ccFloat32;
     f.eltSize = sizeof(float);
     f.narrowedTo = a.dtype;
+    const uint64_t call = c->calls;              // the number CompressedAllReduce gives the call
     CC_CHECK(CompressedAllReduce(comm, f, c));  // on the same stream; it has synchronized it
-    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, nullptr, st->stream()));  // narrow: nearest-even
+    // Narrowed to nearest-even; PowerSGD's memory keeps what that rounds away here (the sparsifiers' drivers keep it
+    // themselves, told by f.narrowedTo).
+    float* e = LowRankKeepsRounding(*c, call, comm->nranks, a.count) ? st->ErrorFeedback(a.count) : nullptr;
+    NarrowResult(a.dtype, w, a.count, a.recv, e, LowRankRoundingShare(a.op == ccAvg, comm->nranks), st->stream());
     st->Synchronize();
     return ccSuccess;
   } catch (const DeviceTimeoutError& e) {

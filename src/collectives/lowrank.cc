@@ -48,6 +48,15 @@ void LowRankStartQ(ccCompressor* c, const LowRankPlan& plan, const CodecCall& ca
   }
 }
 
+bool LowRankKeepsRounding(const ccCompressor& c, uint64_t call, int nranks, size_t count) {
+  return c.kind == ccCompressPowerSGD && c.Get(ccParamErrorFeedback) != 0 && nranks > 1 && count > 0 &&
+         call >= static_cast<uint64_t>(c.Get(ccParamStartIter));
+}
+
+float LowRankRoundingShare(bool average, int nranks) {
+  return average ? 1.0f : static_cast<float>(1.0 / static_cast<double>(nranks));
+}
+
 bool LowRankShapesFit(const ccCompressor& c, size_t count, std::string* why) {
   LowRankPlan plan;
   return PlanLowRank(c, count, &plan, why);
@@ -56,7 +65,8 @@ bool LowRankShapesFit(const ccCompressor& c, size_t count, std::string* why) {
 // M = G + E; Q orthonormalized; P = M Q; all-reduce P (sum); orthogonalize P; Q = M^T P; all-reduce Q; Q /= n;
 // G^ = P Q^T (the average; n times that for sum); E = M - G^. Vectors and small matrices ride along with P, exactly.
 // 16-bit data: the bytes of the float32 call on the widened values, narrowed (compress/widen.h), without a widened
-// copy of the input when there is error feedback (it is added into the memory as it is widened).
+// copy of the input when there is error feedback (it is added into the memory as it is widened); the memory then
+// also keeps this rank's share of what the narrowing rounds away (NarrowKeeping).
 ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {
 #ifndef CCOLL_HAVE_BLAS
   return Fail(ccInvalidUsage, "rank %d: powersgd on host buffers needs a CPU BLAS, and this build of ccoll has none",
@@ -149,7 +159,18 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
 
   // The result, a block of rows at a time, each finished while it is in cache: what the average did not carry stays
   // for the next call (E = M - G^; non-finite leftovers are dropped so one bad gradient cannot poison every later
-  // call), then G^ times n for a sum, then (16-bit data) narrowed into the output.
+  // call), then G^ times n for a sum, then (16-bit data) narrowed into the output, the memory keeping this rank's
+  // share of what that rounds away (NarrowKeeping).
+  const bool keep = half && LowRankKeepsRounding(*c, call.call, comm->nranks, count);
+  const float share = LowRankRoundingShare(a.op == ccAvg, comm->nranks);
+  auto narrow = [&](size_t begin, size_t len) {
+    void* to = static_cast<uint16_t*>(a.recv) + begin;
+    if (keep) {
+      NarrowKeeping(a.dtype, out + begin, len, share, e + begin, to);
+    } else {
+      Narrow(a.dtype, out + begin, len, to);
+    }
+  };
   for (const LowRankMatrix& mt : plan.matrices) {
     const int64_t step = BlockRows(mt.cols);
     for (int64_t r0 = 0; r0 < mt.rows; r0 += step) {
@@ -168,15 +189,16 @@ ccResult_t LowRankAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, co
       if (a.op == ccSum) {
         for (size_t i = 0; i < len; ++i) g[i] *= n;
       }
-      if (half) Narrow(a.dtype, g, len, static_cast<uint16_t*>(a.recv) + begin);
+      if (half) narrow(begin, len);
     }
   }
-  // The exact parts lost nothing: their memory is zero, their result the sum (or average) of the ranks' values.
+  // The exact parts lost nothing but the narrowing: their memory is zero (or what that rounds away), their result the
+  // sum (or average) of the ranks' values.
   exactPart = pBuf.data() + plan.pElems;
   for (const auto& [offset, length] : plan.exact) {
     if (ef) std::fill(e + offset, e + offset + length, 0.0f);
     for (size_t i = 0; i < length; ++i) out[offset + i] = a.op == ccSum ? exactPart[i] : exactPart[i] / n;
-    if (half) Narrow(a.dtype, out + offset, length, static_cast<uint16_t*>(a.recv) + offset);
+    if (half) narrow(offset, length);
     exactPart += length;
   }
   return ccSuccess;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/device_prepare.h"
+#include "collectives/lowrank.h"
 #include "collectives/sparse.h"
 #include "collectives/stream_collectives.h"
 #include "compress/codec_cuda.h"
@@ -329,7 +330,8 @@ ccResult_t LowRankCall(ccComm* comm, const float* input, float* out, size_t coun
   }
   for (const LowRankMatrix& mt : plan.matrices) {
     const size_t elems = static_cast<size_t>(mt.rows) * static_cast<size_t>(mt.cols);
-    // What the average did not carry stays for the next call; the exact parts lost nothing.
+    // What the average did not carry stays for the next call; the exact parts lost nothing. (16-bit data: the
+    // caller's NarrowResult adds what narrowing the result rounds away.)
     if (e != nullptr) CheckLaunch(gpu::KeepResidual(e + mt.offset, out + mt.offset, elems, s));
     if (op == ccSum) CheckLaunch(gpu::Scale(out + mt.offset, elems, n, false, s));
   }
@@ -488,11 +490,13 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
       }
     };
     if (a.dtype == ccFloat32) return float32Call(static_cast<const float*>(a.send), static_cast<float*>(a.recv));
-    // 16-bit data: widened exactly into a float32 working copy, narrowed back to nearest-even (compress/widen.h).
+    // 16-bit data: widened exactly into a float32 working copy, narrowed back to nearest-even (compress/widen.h);
+    // PowerSGD's memory keeps what that rounds away (the sparsifiers' keep it in SparseCall).
     float* w = st->widened.Reserve<float>(a.count);
     CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, s));
     CC_CHECK(float32Call(w, w));
-    CheckLaunch(gpu::CastHop(a.dtype, nullptr, 0, w, a.count, a.recv, nullptr, s));
+    float* e = LowRankKeepsRounding(*c, call.call, comm->nranks, a.count) ? st->ErrorFeedback(a.count) : nullptr;
+    NarrowResult(a.dtype, w, a.count, a.recv, e, LowRankRoundingShare(a.op == ccAvg, comm->nranks), s);
     return ccSuccess;
   });
 }

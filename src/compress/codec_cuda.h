@@ -85,8 +85,9 @@ ccResult_t DecodeLanes(const void* wire, size_t len, uint64_t index0, size_t gro
                        int laneBits, int nranks, float* out, cudaStream_t stream);
 
 // The 16-bit cast codec (wire ccBfloat16 or ccFloat16): out = round(local + in[0] + in[1]) (nin 0..2), and, when
-// `lost` is not null, lost[i] = that fp32 sum - out[i] (cast16.cc's rounding); and decode. With nin 0 and the decode,
-// they are also compress/widen.h's Narrow and Widen of 16-bit data.
+// `lost` is not null, lost[i] = that fp32 sum - out[i] (cast16.cc's rounding; lost may be local: each element is read
+// before it is written); and decode. With nin 0 and the decode, they are also compress/widen.h's Narrow and Widen of
+// 16-bit data.
 ccResult_t CastHop(ccDataType_t wire, const void* const* wiresIn, int nin, const float* local, size_t len,
                    void* wireOut, float* lost, cudaStream_t stream);
 ccResult_t CastDecode(ccDataType_t wire, const void* in, size_t len, float* out, cudaStream_t stream);

@@ -352,6 +352,14 @@ void CheckLaunch(ccResult_t r) {
   if (r != ccSuccess) throw DeviceCodecError(LastError());
 }
 
+void NarrowResult(ccDataType_t dtype, float* w, size_t count, void* out, float* e, float share, cudaStream_t s) {
+  CheckLaunch(gpu::CastHop(dtype, nullptr, 0, w, count, out, e != nullptr ? w : nullptr, s));  // w: what it rounds off
+  if (e == nullptr) return;
+  if (share != 1.0f) CheckLaunch(gpu::Scale(w, count, share, false, s));
+  CheckLaunch(gpu::AddInto(e, w, count, s));
+  CheckLaunch(gpu::DropNonFinite(e, count, s));
+}
+
 namespace {
 
 // Waits for what is queued on s.s within s.timeoutMs: DeviceTimeoutError after that, DeviceCodecError on CUDA's error.

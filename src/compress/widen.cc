@@ -86,6 +86,16 @@ inline void NarrowingLossOf(const float* v, size_t count, float share, bool add,
 // Nonzero when the float32 bits are those of an infinity or a NaN (all exponent bits set).
 inline uint32_t NonFinite(float f) { return static_cast<uint32_t>((FloatBits(f) & 0x7f800000u) == 0x7f800000u); }
 
+template <typename Wire>
+inline void NarrowKeepingLoop(const float* v, size_t count, float share, float* lost, uint16_t* out, Wire wire) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t h = wire.Store(v[i]);
+    out[i] = h;
+    const float kept = lost[i] + (v[i] - wire.Load(h)) * share;  // (times 1 is exact)
+    lost[i] = NonFinite(kept) != 0 ? 0.0f : kept;
+  }
+}
+
 // AddChecked's loop over values of type T, each widened to float by `widen` (exact).
 template <typename T, typename W>
 inline AddReport AddLoop(const T* in, size_t count, float* acc, W widen) {
@@ -123,6 +133,16 @@ CC_HOT CC_FLATTEN void NarrowingLoss(ccDataType_t dtype, const float* v, size_t 
     NarrowingLossOf(v, count, share, add, lost, Bf16Wire());
   } else {
     NarrowingLossOf(v, count, share, add, lost, HalfWire());
+  }
+}
+
+CC_HOT CC_FLATTEN void NarrowKeeping(ccDataType_t dtype, const float* v, size_t count, float share, float* lost,
+                                      void* out) {
+  uint16_t* h = static_cast<uint16_t*>(out);
+  if (dtype == ccBfloat16) {
+    NarrowKeepingLoop(v, count, share, lost, h, Bf16Wire());
+  } else {
+    NarrowKeepingLoop(v, count, share, lost, h, HalfWire());
   }
 }
 

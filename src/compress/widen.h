@@ -28,6 +28,10 @@ void NarrowSum(ccDataType_t dtype, const float* local, const void* const* in, in
 // when `add`: what narrowing v rounds away, as NarrowSum's `lost` with no inputs gives it, scaled (a sparsifier's
 // error feedback keeps each rank's share of what its 16-bit result rounds away: collectives/sparse.h).
 void NarrowingLoss(ccDataType_t dtype, const float* v, size_t count, float share, bool add, float* lost);
+// out[i] = v[i] rounded to `dtype` (as Narrow), and lost[i] += (v[i] - out[i]) * share, or 0 where that is not finite:
+// an error-feedback memory keeping its share of what narrowing the result rounds away, in the pass that narrows it
+// (PowerSGD: collectives/lowrank.h).
+void NarrowKeeping(ccDataType_t dtype, const float* v, size_t count, float share, float* lost, void* out);
 
 // Fused forms for the codecs that read and write 16-bit data themselves (the sparsifiers, PowerSGD), the same bytes
 // as a widened copy would give: acc[i] += in[i] as float (float32 or 16-bit input), reporting whether every input
