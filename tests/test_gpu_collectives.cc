@@ -47,6 +47,7 @@ using cctest::Bytes;
 using cctest::FirstDifference;
 using cctest::Inputs;
 using cctest::SizeOf;
+using cctest::Values;
 
 // nranks thread ranks bound to device 0 (ccCommInitAll with a device list).
 Group DeviceGroup(int nranks, int device = 0) {
@@ -835,6 +836,54 @@ TEST_CASE("[gpu] powersgd on device buffers recovers a rank-2 average, the same 
         CHECK(Vnmse(dev.out[0], mean) < (std::string(spec).find("bf16") != std::string::npos ? 1e-4 : 1e-9));
       }
     }
+  }
+}
+
+// Needs no host result either. 16-bit data, the same input every call: the vector after the matrix travels exactly
+// but for the result's rounding to 16 bits, which the error feedback keeps (each rank all of it for an average, 1 / n
+// for a sum), so the running sum of the vector's outputs stays within about one call's rounding of the running sum of
+// exact results; without that, every call rounds the same way and the drift grows with the calls (4x in 4x the calls).
+// test_lowrank checks the identity on the host, test_nccl the stream-ordered path.
+TEST_CASE("[gpu] powersgd on 16-bit device buffers keeps the result's rounding in its error feedback",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 3, calls = 20;
+  const size_t matrix = 64 * 64, count = matrix + 904;
+  for (ccDataType_t dtype : {ccBfloat16, ccFloat16}) {
+    const ccRedOp_t op = dtype == ccBfloat16 ? ccAvg : ccSum;
+    INFO((dtype == ccBfloat16 ? "bf16 data, avg" : "fp16 data, sum"));
+    Compressors comps("powersgd:rank=2,shapes=64x64+904", n, 3);
+    if (comps.status != ccSuccess) return;  // a build without any BLAS refuses powersgd
+    Group g = DeviceGroup(n);
+    REQUIRE(g.status == ccSuccess);
+    Streams st(n);
+    const std::vector<Bytes> in = Inputs(n, count, dtype, 70);
+    std::vector<double> exact(count, 0.0);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<double> v = Values(in[r], dtype);
+      for (size_t i = 0; i < count; ++i) exact[i] += op == ccAvg ? v[i] / n : v[i];
+    }
+    std::vector<double> drift(count, 0.0), rms;
+    for (int c = 0; c < calls; ++c) {
+      Outcome dev = OnDevice(g, st, in, count * 2, [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, dtype, op, comps[r], g[r], stream);
+      });
+      if (NoCpuBlas(dev)) return;  // staged (no cuBLAS here, or CC_DEVICE_KERNELS=0) and no CPU BLAS either
+      REQUIRE(dev.Failure() == "");
+      for (int r = 1; r < n; ++r) CHECK(dev.out[r] == dev.out[0]);
+      const std::vector<double> v = Values(dev.out[0], dtype);
+      double sq = 0.0, ref = 0.0;
+      for (size_t i = matrix; i < count; ++i) {
+        drift[i] += v[i] - exact[i];
+        sq += drift[i] * drift[i];
+        ref += exact[i] * exact[i];
+      }
+      rms.push_back(std::sqrt(sq / ref));
+    }
+    INFO("the vector's drift after the first call " << rms[0] << ", after 5 " << rms[4] << ", after 20 " << rms[19]);
+    CHECK(rms[0] > 0.0);  // the first call rounds
+    CHECK(rms[19] < 1.5 * rms[4]);
+    CHECK(rms[19] < 2.0 * rms[0]);
   }
 }
 

@@ -50,6 +50,7 @@ using cctest::FirstDifference;
 using cctest::FirstFailure;
 using cctest::Inputs;
 using cctest::SizeOf;
+using cctest::Values;
 
 #ifdef CCOLL_FAKE_NCCL
 constexpr bool kProcesses = false;
@@ -270,41 +271,6 @@ void Settle(const Rank& k, RankOut* out) {
   ccResult_t async = ccSuccess;
   ccCommGetAsyncError(k.comm, &async);
   if (async != ccSuccess) out->Fail(async, std::string("async: ") + ccGetLastError(k.comm));
-}
-
-double ToDouble(const char* p, ccDataType_t t) {
-  switch (t) {
-    case ccFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    case ccFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-    case ccInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case ccInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case ccInt8: { int8_t v; std::memcpy(&v, p, 1); return v; }
-    case ccUint8: { uint8_t v; std::memcpy(&v, p, 1); return v; }
-    case ccUint32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-    case ccUint64: { uint64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case ccBfloat16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      uint32_t u = static_cast<uint32_t>(h) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-    default: {  // float16
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-      double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
-      return (h & 0x8000) ? -v : v;
-    }
-  }
-}
-
-std::vector<double> Values(const Bytes& b, ccDataType_t t) {
-  const size_t es = SizeOf(t), n = b.size() / es;
-  std::vector<double> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = ToDouble(b.data() + i * es, t);
-  return v;
 }
 
 bool IsInt(ccDataType_t t) {
