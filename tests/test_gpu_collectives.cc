@@ -743,8 +743,9 @@ TEST_CASE("[gpu] a compressor keeps its error feedback on one kind of buffer", "
 
 TEST_CASE("[gpu] 16-bit gradients through the device codecs equal the host call", "[gpu][device][codec]") {
   SKIP_WITHOUT_DEVICE();
-  const char* specs[] = {"cast16", "quant:bits=4,mode=requant", "quant:bits=4,mode=homomorphic", "topk:density=0.1",
-                         "randk:density=0.2", "powersgd:rank=2"};
+  const char* specs[] = {"cast16",           "quant:bits=4,mode=requant", "quant:bits=4,mode=homomorphic",
+                         "topk:density=0.1", "randk:density=0.2",         "powersgd:rank=2",
+                         "powersgd:rank=2,start=1"};
   const size_t count = 4 * 3 * 1024 + 5;
   for (int n : {1, 3}) {
     Group g = DeviceGroup(n);
@@ -760,8 +761,14 @@ TEST_CASE("[gpu] 16-bit gradients through the device codecs equal the host call"
         // rounding (all of it for an average, 1 / n for a sum) into the next.
         for (int call = 0; call < 3; ++call) {
           INFO(spec << ", " << (dtype == ccBfloat16 ? "bf16" : "fp16") << ", " << n << " ranks, call " << call);
-          const std::vector<Bytes> in = Inputs(n, count, dtype, 60 + call);
+          std::vector<Bytes> in = Inputs(n, count, dtype, 60 + call);
           const ccRedOp_t op = call == 1 ? ccSum : ccAvg;
+          if (op == ccSum && dtype == ccFloat16 && std::string(spec).rfind("powersgd", 0) == 0) {
+            // 60000 on every rank: the float32 sum is finite, its float16 rounding infinite, and nothing of that
+            // rounding may enter the memory (the element's residual stays; the next call shows it).
+            const uint16_t big = 0x7b53;
+            for (Bytes& b : in) std::memcpy(&b[5 * 2], &big, 2);
+          }
           auto issue = [&](const Compressors& c) {
             return [&](int r, const void* s, void* d, ccStream_t stream) {
               return ccAllReduce(s, d, count, dtype, op, c[r], g[r], stream);

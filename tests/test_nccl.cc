@@ -735,8 +735,9 @@ TEST_CASE("[nccl] topk, randk and powersgd keep what 16-bit sums and results rou
                         {ccFloat16, "powersgd:rank=2,shapes=64x64+904,dtype=bf16", ccSum, 4096}};
   for (const Case& k : cases) {
     const char* spec = k.spec;
-    INFO(spec << ", data " << k.data << ", op " << k.op);
-    const std::vector<Bytes> in = Inputs(n, count, k.data, FreshSeed());
+    const uint64_t seed = FreshSeed();
+    INFO(spec << ", data " << k.data << ", op " << k.op << ", input seed " << seed);
+    const std::vector<Bytes> in = Inputs(n, count, k.data, seed);
     std::vector<double> mean, tol;
     Reference(in, k.data, k.op, &mean, &tol);
     std::vector<RankOut> outs = NcclAllReduce(in, k.data, k.op, spec, false, calls, -1, true);

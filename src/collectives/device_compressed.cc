@@ -358,9 +358,16 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
     const uint64_t call = c->calls;              // the number CompressedAllReduce gives the call
     CC_CHECK(CompressedAllReduce(comm, f, c));  // on the same stream; it has synchronized it
     // Narrowed to nearest-even; PowerSGD's memory keeps what that rounds away here (the sparsifiers' drivers keep it
-    // themselves, told by f.narrowedTo).
-    float* e = LowRankKeepsRounding(*c, call, comm->nranks, a.count) ? st->ErrorFeedback(a.count) : nullptr;
-    NarrowResult(a.dtype, w, a.count, a.recv, e, LowRankRoundingShare(a.op == ccAvg, comm->nranks), st->stream());
+    // themselves, told by f.narrowedTo). Without cuBLAS no PowerSGD call gets here: it is staged whole.
+    float* e = nullptr;
+    float share = 1.0f;
+#ifdef CCOLL_HAVE_CUBLAS
+    if (LowRankKeepsRounding(*c, call, comm->nranks, a.count)) e = st->ErrorFeedback(a.count);
+    share = LowRankRoundingShare(a.op == ccAvg, comm->nranks);
+#else
+    (void)call;
+#endif
+    NarrowResult(a.dtype, w, a.count, a.recv, e, share, st->stream());
     st->Synchronize();
     return ccSuccess;
   } catch (const DeviceTimeoutError& e) {

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "collectives/device_prepare.h"
-#include "collectives/lowrank.h"
 #include "collectives/sparse.h"
 #include "collectives/stream_collectives.h"
 #include "compress/codec_cuda.h"
 #include "compress/compressor.h"
 #include "compress/device_codec.h"
 #ifdef CCOLL_HAVE_CUBLAS
+#include "collectives/lowrank.h"
 #include "compress/lowrank.h"
 #include "compress/lowrank_cuda.h"
 #endif
@@ -211,6 +211,7 @@ ccResult_t SparseCall(ccComm* comm, const float* input, float* out, size_t count
     CheckLaunch(gpu::CastHop(resultType, nullptr, 0, packed, p.padded, narrowed, outLost, s));
     const float share = OutputRoundingShare(*c, p.chunks, p.keep, average, comm->nranks);
     if (share != 1.0f) CheckLaunch(gpu::Scale(outLost, p.padded, share, false, s));
+    CheckLaunch(gpu::DropNonFinite(outLost, p.padded, s));  // a result that overflows 16 bits: nothing to keep
     if (add) CheckLaunch(gpu::AddInto(lost, outLost, p.padded, s));
   }
   CheckCuda(cudaMemsetAsync(out, 0, count * sizeof(float), s), "cudaMemsetAsync (result)");
@@ -495,8 +496,13 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
     float* w = st->widened.Reserve<float>(a.count);
     CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, s));
     CC_CHECK(float32Call(w, w));
-    float* e = LowRankKeepsRounding(*c, call.call, comm->nranks, a.count) ? st->ErrorFeedback(a.count) : nullptr;
-    NarrowResult(a.dtype, w, a.count, a.recv, e, LowRankRoundingShare(a.op == ccAvg, comm->nranks), s);
+    float* e = nullptr;
+    float share = 1.0f;
+#ifdef CCOLL_HAVE_CUBLAS  // (without it, PowerSGD is refused on this transport: StreamCodecCovers)
+    if (LowRankKeepsRounding(*c, call.call, comm->nranks, a.count)) e = st->ErrorFeedback(a.count);
+    share = LowRankRoundingShare(a.op == ccAvg, comm->nranks);
+#endif
+    NarrowResult(a.dtype, w, a.count, a.recv, e, share, s);
     return ccSuccess;
   });
 }

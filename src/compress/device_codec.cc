@@ -356,6 +356,7 @@ void NarrowResult(ccDataType_t dtype, float* w, size_t count, void* out, float* 
   CheckLaunch(gpu::CastHop(dtype, nullptr, 0, w, count, out, e != nullptr ? w : nullptr, s));  // w: what it rounds off
   if (e == nullptr) return;
   if (share != 1.0f) CheckLaunch(gpu::Scale(w, count, share, false, s));
+  CheckLaunch(gpu::DropNonFinite(w, count, s));  // a result that overflows 16 bits (or is not finite): nothing kept
   CheckLaunch(gpu::AddInto(e, w, count, s));
   CheckLaunch(gpu::DropNonFinite(e, count, s));
 }

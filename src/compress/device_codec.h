@@ -66,8 +66,8 @@ void CheckLaunch(ccResult_t r);
 
 // The end of a float32 call on 16-bit data: w[0..count) narrowed into out (`dtype`, nearest-even: compress/widen.h's
 // Narrow) with the cast codec's hop. Where e (a memory of count floats) is not null, error feedback also keeps this
-// rank's share of what the narrowing rounds away (compress/widen.h: NarrowKeeping): w then holds what it rounded
-// away, and e += share * that, non-finite memory dropped.
+// rank's share of what the narrowing rounds away (compress/widen.h: NarrowKeeping): w then holds that share (0 where
+// it is not finite: a result that overflows 16 bits), and e += it, non-finite memory dropped.
 void NarrowResult(ccDataType_t dtype, float* w, size_t count, void* out, float* e, float share, cudaStream_t s);
 
 // True when a device codec or driver covers c's parameters: cast16 with a 16-bit wire; quant with rotation blocks of

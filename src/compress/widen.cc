@@ -30,6 +30,9 @@ CC_HOT void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out)
 
 namespace {
 
+// Nonzero when the float32 bits are those of an infinity or a NaN (all exponent bits set).
+inline uint32_t NonFinite(float f) { return static_cast<uint32_t>((FloatBits(f) & 0x7f800000u) == 0x7f800000u); }
+
 template <typename W, typename Wire>
 inline void NarrowSumLoop(const float* local, const W* a, const W* b, int nin, size_t count, W* out, float* lost,
                           Wire wire) {
@@ -64,6 +67,7 @@ inline void NarrowingLossLoop(const float* v, size_t count, float share, float* 
   for (size_t i = 0; i < count; ++i) {
     float l = v[i] - wire.Load(wire.Store(v[i]));  // exact, as NarrowSumLoop's
     if (kScaled) l *= share;
+    l = NonFinite(l) != 0 ? 0.0f : l;  // v overflows 16 bits (or is not finite): nothing to keep
     lost[i] = kAdd ? lost[i] + l : l;
   }
 }
@@ -83,15 +87,13 @@ inline void NarrowingLossOf(const float* v, size_t count, float share, bool add,
   }
 }
 
-// Nonzero when the float32 bits are those of an infinity or a NaN (all exponent bits set).
-inline uint32_t NonFinite(float f) { return static_cast<uint32_t>((FloatBits(f) & 0x7f800000u) == 0x7f800000u); }
-
 template <typename Wire>
 inline void NarrowKeepingLoop(const float* v, size_t count, float share, float* lost, uint16_t* out, Wire wire) {
   for (size_t i = 0; i < count; ++i) {
     const uint16_t h = wire.Store(v[i]);
     out[i] = h;
-    const float kept = lost[i] + (v[i] - wire.Load(h)) * share;  // (times 1 is exact)
+    const float l = (v[i] - wire.Load(h)) * share;  // (times 1 is exact)
+    const float kept = lost[i] + (NonFinite(l) != 0 ? 0.0f : l);
     lost[i] = NonFinite(kept) != 0 ? 0.0f : kept;
   }
 }

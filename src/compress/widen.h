@@ -24,13 +24,14 @@ void Narrow(ccDataType_t dtype, const float* in, size_t count, void* out);
 void NarrowSum(ccDataType_t dtype, const float* local, const void* const* in, int nin, size_t count, void* out,
                float* lost);
 
-// lost[i] = (v[i] minus v[i] rounded to `dtype`) * share (the product only where share is not 1), added to lost[i]
-// when `add`: what narrowing v rounds away, as NarrowSum's `lost` with no inputs gives it, scaled (a sparsifier's
-// error feedback keeps each rank's share of what its 16-bit result rounds away: collectives/sparse.h).
+// lost[i] = (v[i] minus v[i] rounded to `dtype`) * share (the product only where share is not 1), or 0 where that is
+// not finite (v overflows 16 bits, or is not finite itself), added to lost[i] when `add`: what narrowing v rounds
+// away, as NarrowSum's `lost` with no inputs gives it, scaled (a sparsifier's error feedback keeps each rank's share
+// of what its 16-bit result rounds away: collectives/sparse.h).
 void NarrowingLoss(ccDataType_t dtype, const float* v, size_t count, float share, bool add, float* lost);
-// out[i] = v[i] rounded to `dtype` (as Narrow), and lost[i] += (v[i] - out[i]) * share, or 0 where that is not finite:
-// an error-feedback memory keeping its share of what narrowing the result rounds away, in the pass that narrows it
-// (PowerSGD: collectives/lowrank.h).
+// out[i] = v[i] rounded to `dtype` (as Narrow), and lost[i] += (v[i] - out[i]) * share where that is finite (as
+// NarrowingLoss), then lost[i] = 0 where the sum is not: an error-feedback memory keeping its share of what narrowing
+// the result rounds away, in the pass that narrows it (PowerSGD: collectives/lowrank.h).
 void NarrowKeeping(ccDataType_t dtype, const float* v, size_t count, float share, float* lost, void* out);
 
 // Fused forms for the codecs that read and write 16-bit data themselves (the sparsifiers, PowerSGD), the same bytes
