@@ -28,7 +28,7 @@ inline size_t SizeOf(ccDataType_t t) {
   return t == ccFloat64 || t == ccInt64 || t == ccUint64 ? 8 : t == ccBfloat16 || t == ccFloat16 ? 2 : 4;
 }
 
-// The value of one element of type t at p (a finite 16-bit float, for float16).
+// The value of one element of type t at p.
 inline double ToDouble(const char* p, ccDataType_t t) {
   switch (t) {
     case ccFloat32: { float v; std::memcpy(&v, p, 4); return v; }
@@ -52,6 +52,7 @@ inline double ToDouble(const char* p, ccDataType_t t) {
       std::memcpy(&h, p, 2);
       const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
       double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+      if (e == 31) v = m == 0 ? HUGE_VAL : std::nan("");
       return (h & 0x8000) ? -v : v;
     }
   }

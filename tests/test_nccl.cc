@@ -336,13 +336,14 @@ std::string SameOnAllRanks(const std::vector<RankOut>& outs) {
   return "";
 }
 
-// rank r's all-reduce of `in[r]` on transport nccl (compressor spec "" = exact), `calls` times in a row on fresh
-// buffers of the same inputs; the output of the last call. Rank `legacyRank` passes stream NULL (the legacy default
-// stream).
-std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
-                                   bool inPlace, int calls = 1, int legacyRank = -1, bool keepEach = false) {
-  const int n = static_cast<int>(in.size());
-  const size_t bytes = in[0].size();
+// Rank r's all-reduces of inputs[c][r], call c after call c - 1 with one compressor, on transport nccl (compressor
+// spec "" = exact), each on freshly copied buffers; the output of the last call (and of each, with keepEach). Rank
+// `legacyRank` passes stream NULL (the legacy default stream).
+std::vector<RankOut> NcclAllReduceCalls(const std::vector<std::vector<Bytes>>& inputs, ccDataType_t t, ccRedOp_t op,
+                                        const std::string& spec, bool inPlace, int legacyRank = -1,
+                                        bool keepEach = false) {
+  const int n = static_cast<int>(inputs[0].size()), calls = static_cast<int>(inputs.size());
+  const size_t bytes = inputs[0][0].size();
   ccUniqueId id;
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
   return RunRanks(n, [&](int r, RankOut* out) {
@@ -355,7 +356,7 @@ std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t,
     DeviceBuffer send(bytes), recv(bytes);
     void* dst = inPlace ? send.p : recv.p;
     for (int c = 0; c < calls && out->rc == ccSuccess; ++c) {
-      if (!k.ToDevice(send.p, in[r])) return out->Fail(ccUnhandledCudaError, "copy in");
+      if (!k.ToDevice(send.p, inputs[static_cast<size_t>(c)][r])) return out->Fail(ccUnhandledCudaError, "copy in");
       cudaMemsetAsync(recv.p, 0x5a, bytes, k.stream);
       const bool legacy = r == legacyRank;
       if (legacy) cudaStreamSynchronize(k.stream);  // the legacy stream does not wait for a non-blocking one
@@ -386,6 +387,13 @@ std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t,
                                      std::to_string(st.nominalBytesSent));
     }
   });
+}
+
+// The same inputs `in`, `calls` times in a row.
+std::vector<RankOut> NcclAllReduce(const std::vector<Bytes>& in, ccDataType_t t, ccRedOp_t op, const std::string& spec,
+                                   bool inPlace, int calls = 1, int legacyRank = -1, bool keepEach = false) {
+  return NcclAllReduceCalls(std::vector<std::vector<Bytes>>(static_cast<size_t>(calls), in), t, op, spec, inPlace,
+                            legacyRank, keepEach);
 }
 
 // The same calls on host buffers over the local transport with the host ring (thread ranks; in a child process when
@@ -759,6 +767,38 @@ TEST_CASE("[nccl] topk, randk and powersgd keep what 16-bit sums and results rou
     CHECK(rms[19] < 1.5 * rms[4]);
     CHECK(rms[19] < 2.0 * rms[0]);
   }
+}
+
+TEST_CASE("[nccl] an fp16 sum past 65504 keeps what its bf16 sums rounded away, as the host path does",
+          "[gpu][nccl][codec]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // Element 7 is 60000 on every rank in the first call: its bf16 sums round (by a total that does not depend on the
+  // ring's order, every rank's value being the same) and its float16 result overflows. The rounding of that result
+  // is infinite and kept nowhere, but what the sums rounded away stays in the memories and comes out in the second
+  // call, whose inputs are small: there, the host path's result and the stream path's agree to the bf16 rounding of
+  // the second call (a few units), and without the sums' rounding they would differ by it (hundreds).
+  const int n = 3;
+  const size_t count = 5000, at = 7;
+  const std::string spec = "topk:density=1,chunk=256,dtype=bf16";
+  const uint64_t seed = FreshSeed();
+  INFO("input seed " << seed);
+  std::vector<std::vector<Bytes>> inputs = {Inputs(n, count, ccFloat16, seed), Inputs(n, count, ccFloat16, seed + 1)};
+  const uint16_t big = 0x7b53;  // 60000 in float16
+  for (Bytes& b : inputs[0]) std::memcpy(&b[at * 2], &big, 2);
+  std::vector<RankOut> outs = NcclAllReduceCalls(inputs, ccFloat16, ccSum, spec, false, -1, true);
+  REQUIRE(FirstFailure(outs) == "");
+  CHECK(SameOnAllRanks(outs) == "");
+  CHECK(std::isinf(Values(outs[0].each[0], ccFloat16)[at]));
+  const std::vector<Bytes> host = HostRing(inputs, ccFloat16, ccSum, spec);
+  if (host.empty()) return;
+  const double stream = Values(outs[0].data, ccFloat16)[at], hostValue = Values(host[0], ccFloat16)[at];
+  const std::vector<double> second0 = Values(inputs[1][0], ccFloat16), second1 = Values(inputs[1][1], ccFloat16),
+                            second2 = Values(inputs[1][2], ccFloat16);
+  const double plain = second0[at] + second1[at] + second2[at];  // the second call's own sum
+  INFO("element " << at << ": stream path " << stream << ", host path " << hostValue << ", the second call's own sum "
+                  << plain);
+  CHECK(std::fabs(hostValue - plain) > 50.0);  // the first call's sums' rounding, sent in the second
+  CHECK(std::fabs(stream - hostValue) < 8.0);
 }
 
 TEST_CASE("[nccl] topk and randk: the host path's chunks and values, call after call, the same on every rank",
