@@ -357,17 +357,8 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
     f.narrowedTo = a.dtype;
     const uint64_t call = c->calls;              // the number CompressedAllReduce gives the call
     CC_CHECK(CompressedAllReduce(comm, f, c));  // on the same stream; it has synchronized it
-    // Narrowed to nearest-even; PowerSGD's memory keeps what that rounds away here (the sparsifiers' drivers keep it
-    // themselves, told by f.narrowedTo). Without cuBLAS no PowerSGD call gets here: it is staged whole.
-    float* e = nullptr;
-    float share = 1.0f;
-#ifdef CCOLL_HAVE_CUBLAS
-    if (LowRankKeepsRounding(*c, call, comm->nranks, a.count)) e = st->ErrorFeedback(a.count);
-    share = LowRankRoundingShare(a.op == ccAvg, comm->nranks);
-#else
-    (void)call;
-#endif
-    NarrowResult(a.dtype, w, a.count, a.recv, e, share, st->stream());
+    // (The sparsifiers' drivers keep what the narrowing rounds away themselves, told by f.narrowedTo.)
+    NarrowCallResult(comm, a, *c, call, st, w, st->stream());
     st->Synchronize();
     return ccSuccess;
   } catch (const DeviceTimeoutError& e) {
@@ -375,6 +366,22 @@ ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor*
   } catch (const DeviceCodecError& e) {
     return Fail(ccUnhandledCudaError, "rank %d: %s", comm->rank, e.what());
   }
+}
+
+void NarrowCallResult(const ccComm* comm, const CollArgs& a, const ccCompressor& c, uint64_t call,
+                      DeviceCodecState* st, float* w, cudaStream_t s) {
+  float* e = nullptr;
+  float share = 1.0f;
+#ifdef CCOLL_HAVE_CUBLAS
+  if (LowRankKeepsRounding(c, call, comm->nranks, a.count)) e = st->ErrorFeedback(a.count);
+  share = LowRankRoundingShare(a.op == ccAvg, comm->nranks);
+#else
+  (void)comm;
+  (void)c;
+  (void)call;
+  (void)st;
+#endif
+  NarrowResult(a.dtype, w, a.count, a.recv, e, share, s);
 }
 
 ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompressor* c, const CodecCall& call) {

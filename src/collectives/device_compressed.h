@@ -9,6 +9,10 @@
 // Only built with CCOLL_HAVE_CUDA.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
 #include "collectives/coll_args.h"
 #include "compress/codecs.h"
 
@@ -16,6 +20,8 @@ struct ccComm;
 struct ccCompressor;
 
 namespace ccoll {
+
+class DeviceCodecState;
 
 // Returns when the result is in args.recv (the compressor's stream is synchronized). A CUDA failure is
 // ccUnhandledCudaError with the failing call named.
@@ -34,5 +40,13 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& args, ccCompressor* c)
 // bfloat16 and float16 data on device buffers: CompressedAllReduce of a float32 copy widened on the device, narrowed
 // into args.recv (compress/widen.h), on the compressor's stream.
 ccResult_t DeviceWidenedAllReduce(ccComm* comm, const CollArgs& args, ccCompressor* c);
+
+// The end of a call on 16-bit data (both device drivers: this file's staged one, and the stream-ordered one of
+// collectives/stream_compressed.h): narrows the float32 result w (args.count elements) into args.recv to nearest-even,
+// queued on s. For call number `call` of a PowerSGD compressor that keeps the rounding (collectives/lowrank.h), st's
+// error-feedback memory also gets this rank's share of what the narrowing rounds away; the sparsifiers' drivers keep
+// it themselves. Without cuBLAS no PowerSGD call reaches the device drivers, and this only narrows.
+void NarrowCallResult(const ccComm* comm, const CollArgs& args, const ccCompressor& c, uint64_t call,
+                      DeviceCodecState* st, float* w, cudaStream_t s);
 
 }  // namespace ccoll

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/device_compressed.h"
 #include "collectives/device_prepare.h"
 #include "collectives/sparse.h"
 #include "collectives/stream_collectives.h"
@@ -496,13 +497,7 @@ ccResult_t StreamCompressedAllReduce(ccComm* comm, const CollArgs& a, ccCompress
     float* w = st->widened.Reserve<float>(a.count);
     CheckLaunch(gpu::CastDecode(a.dtype, a.send, a.count, w, s));
     CC_CHECK(float32Call(w, w));
-    float* e = nullptr;
-    float share = 1.0f;
-#ifdef CCOLL_HAVE_CUBLAS  // (without it, PowerSGD is refused on this transport: StreamCodecCovers)
-    if (LowRankKeepsRounding(*c, call.call, comm->nranks, a.count)) e = st->ErrorFeedback(a.count);
-    share = LowRankRoundingShare(a.op == ccAvg, comm->nranks);
-#endif
-    NarrowResult(a.dtype, w, a.count, a.recv, e, share, s);
+    NarrowCallResult(comm, a, *c, call.call, st, w, s);
     return ccSuccess;
   });
 }
