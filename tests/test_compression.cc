@@ -40,12 +40,14 @@
 #include "compress/sparse_math.h"
 #include "compress/widen.h"
 #include "fake_cuda/tile_emulator.h"
+#include "drift.h"
 #include "inputs.h"
 #include "rank_harness.h"
 
 using cctest::Compressors;
 using cctest::CallCheckOn;
 using cctest::Contains;
+using cctest::Drift;
 using cctest::Vnmse;
 using cctest::Group;
 using cctest::RankResult;
@@ -123,23 +125,6 @@ std::vector<double> ExactReduce(const Buffers& in, ccRedOp_t op) {
   }
   return m;
 }
-
-// The drift of the running sum of a call's outputs from that of the exact results, sum_t out_t - t * exact, kept
-// element by element (Add after each call): its L2 norm and its root mean square.
-struct Drift {
-  std::vector<double> sum;
-  explicit Drift(size_t count) : sum(count, 0.0) {}
-  void Add(const float* out, const std::vector<double>& exact) {
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] += static_cast<double>(out[i]) - exact[i];
-  }
-  double SquaredNorm() const {
-    double s = 0.0;
-    for (double d : sum) s += d * d;
-    return s;
-  }
-  double Norm() const { return std::sqrt(SquaredNorm()); }
-  double Rms() const { return std::sqrt(SquaredNorm() / static_cast<double>(sum.size())); }
-};
 
 // ||out - m||^2 / ||m||^2.
 bool AllFinite(const std::vector<float>& v) {

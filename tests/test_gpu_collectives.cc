@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "drift.h"
 #include "gpu_skip.h"
 #include "inputs.h"
 #include "rank_harness.h"
@@ -39,6 +40,7 @@ namespace {
 
 using cctest::Compressors;
 using cctest::Contains;
+using cctest::Drift;
 using cctest::Group;
 using cctest::RankResult;
 using cctest::Record;
@@ -870,7 +872,8 @@ TEST_CASE("[gpu] powersgd on 16-bit device buffers keeps the result's rounding i
       const std::vector<double> v = Values(in[r], dtype);
       for (size_t i = 0; i < count; ++i) exact[i] += op == ccAvg ? v[i] / n : v[i];
     }
-    std::vector<double> drift(count, 0.0), rms;
+    Drift drift(count, matrix);  // the vector's
+    std::vector<double> rms;
     for (int c = 0; c < calls; ++c) {
       Outcome dev = OnDevice(g, st, in, count * 2, [&](int r, const void* s, void* d, ccStream_t stream) {
         return ccAllReduce(s, d, count, dtype, op, comps[r], g[r], stream);
@@ -878,14 +881,8 @@ TEST_CASE("[gpu] powersgd on 16-bit device buffers keeps the result's rounding i
       if (NoCpuBlas(dev)) return;  // staged (no cuBLAS here, or CC_DEVICE_KERNELS=0) and no CPU BLAS either
       REQUIRE(dev.Failure() == "");
       for (int r = 1; r < n; ++r) CHECK(dev.out[r] == dev.out[0]);
-      const std::vector<double> v = Values(dev.out[0], dtype);
-      double sq = 0.0, ref = 0.0;
-      for (size_t i = matrix; i < count; ++i) {
-        drift[i] += v[i] - exact[i];
-        sq += drift[i] * drift[i];
-        ref += exact[i] * exact[i];
-      }
-      rms.push_back(std::sqrt(sq / ref));
+      drift.Add(Values(dev.out[0], dtype).data(), exact);
+      rms.push_back(drift.Relative(exact));
     }
     INFO("the vector's drift after the first call " << rms[0] << ", after 5 " << rms[4] << ", after 20 " << rms[19]);
     CHECK(rms[0] > 0.0);  // the first call rounds

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "drift.h"
 #include "inputs.h"
 #include "rank_harness.h"
 #ifdef CCOLL_FAKE_NCCL
@@ -46,6 +47,7 @@ namespace {
 
 using cctest::Bytes;
 using cctest::Contains;
+using cctest::Drift;
 using cctest::FirstDifference;
 using cctest::FirstFailure;
 using cctest::Inputs;
@@ -751,16 +753,11 @@ TEST_CASE("[nccl] topk, randk and powersgd keep what 16-bit sums and results rou
     std::vector<RankOut> outs = NcclAllReduce(in, k.data, k.op, spec, false, calls, -1, true);
     REQUIRE(FirstFailure(outs) == "");
     CHECK(SameOnAllRanks(outs) == "");
-    std::vector<double> drift(count, 0.0), rms;
+    Drift drift(count, k.from);
+    std::vector<double> rms;
     for (int c = 0; c < calls; ++c) {
-      const std::vector<double> out = Values(outs[0].each[static_cast<size_t>(c)], k.data);
-      double s = 0.0, m = 0.0;
-      for (size_t i = k.from; i < count; ++i) {
-        drift[i] += out[i] - mean[i];
-        s += drift[i] * drift[i];
-        m += mean[i] * mean[i];
-      }
-      rms.push_back(std::sqrt(s / m));  // relative to the mean's norm
+      drift.Add(Values(outs[0].each[static_cast<size_t>(c)], k.data).data(), mean);
+      rms.push_back(drift.Relative(mean));  // relative to the mean's norm
     }
     INFO("drift after 5 calls " << rms[4] << ", after 20 " << rms[19] << ", after the first " << rms[0]);
     CHECK(rms[0] > 0.0);  // the first call rounds
