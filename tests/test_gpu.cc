@@ -118,6 +118,36 @@ bool SameFloats(const float* a, const float* b, size_t n) {
   return true;
 }
 
+// Lets a stream held by LaunchStreamWait on `word` go at Release, or after a while at the latest (and on the way out),
+// so that a test that goes wrong cannot hang. Released: whether it has let the stream go, on its own or at Release.
+class StreamReleaser {
+ public:
+  explicit StreamReleaser(uint64_t* word) : word_(word) {
+    thread_ = std::thread([this] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(cctest::ScaledMs(3000));
+      while (!done_.load() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      released_ = true;
+      __atomic_store_n(word_, 1, __ATOMIC_RELEASE);
+    });
+  }
+  ~StreamReleaser() { Release(); }
+  StreamReleaser(const StreamReleaser&) = delete;
+  StreamReleaser& operator=(const StreamReleaser&) = delete;
+
+  bool Released() const { return released_.load(); }
+  void Release() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  uint64_t* word_;
+  std::atomic<bool> done_{false}, released_{false};
+  std::thread thread_;
+};
+
 }  // namespace
 
 TEST_CASE("[gpu] a device is prepared before a device call's stream waits", "[gpu]") {
@@ -190,17 +220,11 @@ TEST_CASE("[gpu] a copy from pool host memory is queued, and reads the memory wh
   uint64_t* onDevice = nullptr;
   REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
   REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, s) == cudaSuccess);
-  std::atomic<bool> queued{false}, released{false};
-  std::thread releaser([&] {  // lets the stream go after 2 s at the latest, so that a wrong copy cannot hang the test
-    for (int i = 0; i < 200 && !queued.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    released = true;
-    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
-  });
+  StreamReleaser releaser(word);  // a wrong copy cannot hang the test
   REQUIRE(cudaMemcpyAsync(d.p, h, 4096, cudaMemcpyHostToDevice, s) == cudaSuccess);
-  const bool early = !released.load();
+  const bool early = !releaser.Released();
   std::memset(h, 2, 4096);  // after the call, before the stream copies
-  queued = true;
-  releaser.join();
+  releaser.Release();
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
   CHECK(early);
   const std::vector<uint8_t> got = d.Get();
@@ -237,12 +261,7 @@ TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream b
   uint64_t* onDevice = nullptr;
   REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
   REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, held) == cudaSuccess);
-  std::atomic<bool> done{false}, released{false};
-  std::thread releaser([&] {  // lets the stream go after 2 s at the latest, so that a synchronization cannot hang
-    for (int i = 0; i < 200 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    released = true;
-    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
-  });
+  StreamReleaser releaser(word);  // a synchronization cannot hang the test
   ccoll::FreeScratch(0, true, a, held);
   ccoll::FreeScratch(0, true, b, other);
   CHECK(cudaStreamSynchronize(other) == cudaSuccess);
@@ -250,9 +269,8 @@ TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream b
   CHECK(ccoll::AllocateScratch(0, true, bytes, other, &c) == ccSuccess);
   CHECK(c != a);
   if (hostPool == nullptr) CHECK(c == b);  // b's stream has passed its free (and a fresh block would be neither)
-  const bool early = !released.load();
-  done = true;
-  releaser.join();
+  const bool early = !releaser.Released();
+  releaser.Release();
   CHECK(early);  // none of it waited for the held stream
   REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
   void* d = nullptr;
@@ -282,27 +300,8 @@ TEST_CASE("[gpu] memory freed while tracked work may still write it is freed onc
   uint64_t* word = nullptr;
   uint64_t* onDevice = nullptr;
   REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
-  struct Releaser {  // lets the stream go after a while at the latest (and on the way out), so nothing can hang
-    uint64_t* word;
-    std::atomic<bool> done{false}, released{false};
-    std::thread thread;
-    explicit Releaser(uint64_t* w) : word(w) {
-      thread = std::thread([this] {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(cctest::ScaledMs(3000));
-        while (!done.load() && std::chrono::steady_clock::now() < until) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        released = true;
-        __atomic_store_n(word, 1, __ATOMIC_RELEASE);
-      });
-    }
-    ~Releaser() {
-      done = true;
-      thread.join();
-    }
-  };
   {
-    Releaser releaser(word);
+    StreamReleaser releaser(word);
     REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, held) == cudaSuccess);
     REQUIRE(cudaMemsetAsync(x, 0x5a, bytes, held) == cudaSuccess);  // the work given up on: it writes x
     const ccoll::TrackedWork work = ccoll::TrackWork(held);
@@ -316,7 +315,7 @@ TEST_CASE("[gpu] memory freed while tracked work may still write it is freed onc
     REQUIRE(cudaMemsetAsync(y, 1, bytes, other) == cudaSuccess);
     ccoll::FreeScratch(0, false, y, other);
     CHECK(ccoll::SynchronizeWithin(other, cctest::ScaledMs(2000)) == cudaSuccess);
-    CHECK(!releaser.released.load());  // all of that while the memset had not run
+    CHECK(!releaser.Released());  // all of that while the memset had not run
   }
   // The memset writes x once the stream goes: x must still be there (the fake runtime faults on freed device memory,
   // as the code before this test did: it freed x on `other` at once).
