@@ -1,6 +1,8 @@
 // mpi_allreduce_perf: the peer of allreduce_perf. The same sizes, inputs, timing, check and columns, with
 // MPI_Allreduce of the MPI library it is built against (one rank per process: mpirun -np N). MPI does not count the
 // bytes it sends, so the wirebits column is the nominal 2(n-1)/n * element bits of a ring.
+// With -DCCOLL_PERF_ALLTOALL (mpi_alltoall_perf): the peer of alltoall_perf, MPI_Alltoall of one block per rank (the
+// size rounded down to nranks blocks), out of place only, with alltoall_perf's byte-for-byte check.
 #include <mpi.h>
 
 #include <climits>
@@ -17,7 +19,15 @@ namespace {
 using ccperf::DType;
 using ccperf::Op;
 
+#ifdef CCOLL_PERF_ALLTOALL
+constexpr bool kAllToAll = true;
+constexpr const char* kProgram = "mpi_alltoall_perf";
+constexpr const char* kCall = "MPI_Alltoall";
+#else
+constexpr bool kAllToAll = false;
 constexpr const char* kProgram = "mpi_allreduce_perf";
+constexpr const char* kCall = "MPI_Allreduce";
+#endif
 
 // False (with *why) for what MPI cannot express.
 bool ToMpi(DType t, MPI_Datatype* out, std::string* why) {
@@ -50,20 +60,26 @@ bool ToMpi(Op op, MPI_Op* out, std::string* why) {
 
 class MpiAllReducer : public ccperf::AllReducer {
  public:
-  MpiAllReducer(MPI_Datatype dtype, MPI_Op op) : dtype_(dtype), op_(op) {}
+  MpiAllReducer(MPI_Datatype dtype, MPI_Op op, int nranks) : dtype_(dtype), op_(op), nranks_(nranks) {}
 
   bool Run(const void* send, void* recv, size_t count) override {
     if (count > static_cast<size_t>(INT_MAX)) {
       error_ = "count " + std::to_string(count) + " does not fit MPI's int count";
       return false;
     }
-    const void* in = send == recv ? MPI_IN_PLACE : send;
-    int rc = MPI_Allreduce(in, recv, static_cast<int>(count), dtype_, op_, MPI_COMM_WORLD);
+    int rc;
+    if (kAllToAll) {  // count is a multiple of nranks (BenchSetup::exchange); never in place (Body refuses -I 1)
+      const int block = static_cast<int>(count / static_cast<size_t>(nranks_));
+      rc = MPI_Alltoall(send, block, dtype_, recv, block, dtype_, MPI_COMM_WORLD);
+    } else {
+      const void* in = send == recv ? MPI_IN_PLACE : send;
+      rc = MPI_Allreduce(in, recv, static_cast<int>(count), dtype_, op_, MPI_COMM_WORLD);
+    }
     if (rc == MPI_SUCCESS) return true;
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    error_ = std::string("MPI_Allreduce failed: ") + std::string(text, static_cast<size_t>(len));
+    error_ = std::string(kCall) + " failed: " + std::string(text, static_cast<size_t>(len));
     return false;
   }
   std::string LastError() override { return error_; }
@@ -72,15 +88,23 @@ class MpiAllReducer : public ccperf::AllReducer {
  private:
   MPI_Datatype dtype_;
   MPI_Op op_;
+  int nranks_;
   std::string error_;
 };
 
 int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** argv) {
   MPI_Datatype dtype;
-  MPI_Op op;
+  MPI_Op op = MPI_SUM;  // (an all-to-all reduces nothing: -o is not used)
   std::string why;
-  if (!ToMpi(o.dtype, &dtype, &why) || !ToMpi(o.op, &op, &why)) {
+  if (!ToMpi(o.dtype, &dtype, &why) || (!kAllToAll && !ToMpi(o.op, &op, &why))) {
     if (group.rank() == 0) std::fprintf(stderr, "%s: %s\n", kProgram, why.c_str());
+    return 2;
+  }
+  if (kAllToAll && o.inplace) {
+    if (group.rank() == 0) {
+      std::fprintf(stderr, "%s: -I 1: a send and a receive of one buffer at once would overwrite what is being sent; "
+                   "%s runs out of place only\n", kProgram, kProgram);
+    }
     return 2;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -91,24 +115,33 @@ int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** arg
     MPI_Get_library_version(lib, &len);
     std::string first(lib, static_cast<size_t>(len));
     first = first.substr(0, first.find_first_of("\n,"));
-    report.Line("%s: MPI_Allreduce benchmark (the peer of ccoll's allreduce_perf)", kProgram);
+    report.Line("%s: %s benchmark (the peer of ccoll's %s)", kProgram, kCall,
+                kAllToAll ? "alltoall_perf: one block per rank, the size rounded down to nranks blocks"
+                          : "allreduce_perf");
     report.CommandAndArgs(argc, argv, o, "mpi");
     report.Line("nranks: %d (MPI processes)", group.nranks());
     report.Line("library: %s", first.c_str());
-    report.Line("time: us per all-reduce, mean of -n iterations, each rank timing its own from a common barrier to "
+    report.Line("time: us per %s, mean of -n iterations, each rank timing its own from a common barrier to "
                 "its last call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = "
-                "size / time; busbw = algbw * 2(n-1)/n");
-    report.Line("wirebits: nominal 2(n-1)/n * element bits (MPI does not count its bytes); error: vNMSE vs the fp64 "
-                "reference; #wrong: elements outside the dtype's rounding tolerance");
+                "size / time; busbw = %s", kAllToAll ? "all-to-all" : "all-reduce",
+                kAllToAll ? "algbw * (n-1)/n (every block but the rank's own)" : "algbw * 2(n-1)/n");
+    if (kAllToAll) {
+      report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements of block p not "
+                  "bitwise equal to block `rank` of rank p's input");
+    } else {
+      report.Line("wirebits: nominal 2(n-1)/n * element bits (MPI does not count its bytes); error: vNMSE vs the "
+                  "fp64 reference; #wrong: elements outside the dtype's rounding tolerance");
+    }
     report.ColumnHeader();
   }
   ccperf::BenchSetup setup;
   setup.opts = o;
   setup.algoLabel = "mpi";
   setup.codecLabel = "mpi";
+  setup.exchange = kAllToAll;
   setup.ranksShareProcess = false;
   setup.program = kProgram;
-  MpiAllReducer reducer(dtype, op);
+  MpiAllReducer reducer(dtype, op, group.nranks());
   return ccperf::RunAllReduceBench(setup, group, reducer, group.rank() == 0 ? &report : nullptr);
 }
 
@@ -120,8 +153,10 @@ int main(int argc, char** argv) {
   {
     ccperf::MpiGroup group(MPI_COMM_WORLD);
     const ccperf::ProgramInfo prog{kProgram, 0,
-                                   "Ranks are the MPI processes (mpirun -np N). Types: float, double, int32, int64; "
-                                   "ops: sum, prod, max, min.\n"};
+                                   kAllToAll ? "Ranks are the MPI processes (mpirun -np N). Types: float, double, "
+                                               "int8, uint8, int32, uint32, int64, uint64; -o is not used.\n"
+                                             : "Ranks are the MPI processes (mpirun -np N). Types: float, double, "
+                                               "int32, int64; ops: sum, prod, max, min.\n"};
     ccperf::Options opts;
     ccperf::ParseResult pr = ccperf::ParseOptions(argc, argv, prog, group.rank() == 0, &opts);
     if (pr == ccperf::ParseResult::kRun) {
