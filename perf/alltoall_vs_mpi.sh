@@ -10,26 +10,30 @@
 # and the ratio MPI time / ccoll time (above 1: ccoll is faster).
 #
 # Warm-up: UCX's shared memory takes tens of calls to reach its steady speed for a new size of eager messages (its
-# pools grow), OpenMPI's about ten; so every size gets WARMUP untimed calls first (the programs' -w, default 100).
+# pools grow), OpenMPI's about 20; so every size gets WARMUP untimed calls first (the programs' -w, default 100).
 #
 # Environment (defaults in brackets):
 #   NP [4] MINB [128K] MAXB [32M] FACTOR [4] ITERS [50] WARMUP [100] ROUNDS [3]
 #   UCX_TLS [sysv,self]                        ccoll's transports (MPI is its launcher and side channel only)
 #   MPI_ARGS [--mca pml ob1 --mca btl self,vader]   both programs' mpirun arguments (MPI's data: vader)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+BUILD=${1:-$here/../build}  # (a relative BUILD_DIR is the caller's)
 NP=${NP:-4} MINB=${MINB:-128K} MAXB=${MAXB:-32M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-50} WARMUP=${WARMUP:-100}
 ROUNDS=${ROUNDS:-3}
 export UCX_TLS=${UCX_TLS:-sysv,self}
 read -r -a MPI_ARGS <<< "${MPI_ARGS:---mca pml ob1 --mca btl self,vader}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 for p in alltoall_perf_mpi mpi_alltoall_perf; do
-  [ -x "$BUILD/perf/$p" ] || { echo "alltoall_vs_mpi.sh: $BUILD/perf/$p is missing (a build with MPI and UCX)" >&2; exit 2; }
+  if [ ! -x "$BUILD/perf/$p" ]; then
+    echo "alltoall_vs_mpi.sh: $BUILD/perf/$p is missing (a build with MPI and UCX)" >&2
+    exit 2
+  fi
 done
 OUT=$(mktemp -d)
 ARGS=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
-echo "# $NP processes, UCX_TLS=$UCX_TLS for ccoll, MPI: ${MPI_ARGS[*]}; -n $ITERS -w $WARMUP; $ROUNDS rounds; logs in $OUT"
+echo "# $NP processes, UCX_TLS=$UCX_TLS for ccoll, MPI: ${MPI_ARGS[*]}; -n $ITERS -w $WARMUP; $ROUNDS rounds;" \
+  "logs in $OUT"
 for r in $(seq 1 "$ROUNDS"); do
   for k in 0 1; do
     which=$(( (r + k) % 2 ))
@@ -57,6 +61,10 @@ def rows(kind):
                 times.setdefault(int(f[0]), []).append(float(f[6]))
     return times
 cc, mp = rows("ccoll"), rows("mpi")
+for kind, table in (("ccoll", cc), ("MPI", mp)):
+    for size, times in table.items():
+        if len(times) != rounds:
+            sys.exit(f"{kind}: {len(times)} rows of {size} bytes in {rounds} rounds")
 print("| size | ccoll time (us) | MPI_Alltoall time (us) | ccoll busbw (GB/s) | MPI busbw (GB/s) | MPI / ccoll time |")
 print("|---:|---:|---:|---:|---:|---:|")
 for size in sorted(cc):
@@ -64,7 +72,7 @@ for size in sorted(cc):
         sys.exit(f"no MPI row of {size} bytes")
     c, m = statistics.median(cc[size]), statistics.median(mp[size])
     bus = lambda t: size / t / 1e3 * (n - 1) / n
-    spread = lambda v: f"{min(v):.0f}-{max(v):.0f}"
+    spread = lambda v: f"{min(v):.1f}-{max(v):.1f}"
     print(f"| {size} | {c:.1f} ({spread(cc[size])}) | {m:.1f} ({spread(mp[size])}) | {bus(c):.2f} | {bus(m):.2f} "
           f"| {m / c:.2f} |")
 EOF

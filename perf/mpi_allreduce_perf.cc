@@ -96,7 +96,10 @@ int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** arg
   MPI_Datatype dtype;
   MPI_Op op = MPI_SUM;  // (an all-to-all reduces nothing: -o is not used)
   std::string why;
-  if (!ToMpi(o.dtype, &dtype, &why) || (!kAllToAll && !ToMpi(o.op, &op, &why))) {
+  // An all-to-all only moves bytes: 16-bit floats travel as MPI_UINT16_T (MPI has no bfloat16 or half type).
+  const bool asBits16 = kAllToAll && (o.dtype == DType::kFloat16 || o.dtype == DType::kBfloat16);
+  if (asBits16) dtype = MPI_UINT16_T;
+  if ((!asBits16 && !ToMpi(o.dtype, &dtype, &why)) || (!kAllToAll && !ToMpi(o.op, &op, &why))) {
     if (group.rank() == 0) std::fprintf(stderr, "%s: %s\n", kProgram, why.c_str());
     return 2;
   }
@@ -153,8 +156,8 @@ int main(int argc, char** argv) {
   {
     ccperf::MpiGroup group(MPI_COMM_WORLD);
     const ccperf::ProgramInfo prog{kProgram, 0,
-                                   kAllToAll ? "Ranks are the MPI processes (mpirun -np N). Types: float, double, "
-                                               "int8, uint8, int32, uint32, int64, uint64; -o is not used.\n"
+                                   kAllToAll ? "Ranks are the MPI processes (mpirun -np N). Types: every -d type "
+                                               "(half and bfloat16 travel as MPI_UINT16_T); -o is not used.\n"
                                              : "Ranks are the MPI processes (mpirun -np N). Types: float, double, "
                                                "int32, int64; ops: sum, prod, max, min.\n"};
     ccperf::Options opts;

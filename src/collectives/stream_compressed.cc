@@ -16,7 +16,6 @@
 #include "compress/compressor.h"
 #include "compress/device_codec.h"
 #ifdef CCOLL_HAVE_CUBLAS
-#include "collectives/lowrank.h"
 #include "compress/lowrank.h"
 #include "compress/lowrank_cuda.h"
 #endif
