@@ -61,7 +61,8 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   # covers float-cast-overflow, which -fno-sanitize-recover=undefined does not include).
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   asan_common="abort_on_error=0:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1"
-  mpi_tests='^(test_processes\.|perf_mpi_(allreduce|reduce|sendrecv|alltoall)$|perf_compare_mpi_script$)'
+  mpi_tests='^(test_processes\.|perf_mpi_(allreduce|reduce|sendrecv|alltoall(_peer(_inplace_rejected)?)?)$|'
+  mpi_tests+='perf_compare_mpi_script$)'
   py_env=()
   if [ "${SANITIZE_PYTHON:-1}" = 1 ]; then
     # The interpreter is not instrumented: the runtime must be the first library loaded. libstdc++ comes right
