@@ -39,8 +39,8 @@
 #include "compress/sparse.h"
 #include "compress/sparse_math.h"
 #include "compress/widen.h"
-#include "fake_cuda/tile_emulator.h"
 #include "drift.h"
+#include "fake_cuda/tile_emulator.h"
 #include "inputs.h"
 #include "rank_harness.h"
 
