@@ -1443,8 +1443,9 @@ TEST_CASE("LocalTransport with CC_CHECKSUM: a payload changed in flight is an er
 namespace {
 
 // Two UCX transports of this process, ranks 0 and 1, connected to each other.
-void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2], bool peerErrors = false) {
-  for (int i = 0; i < 2; ++i) REQUIRE(ccoll::UcxTransport::Create(i, 2, ccoll::UcxOptions{}, &t[i]) == ccSuccess);
+void ConnectUcxPair(std::unique_ptr<ccoll::UcxTransport> (&t)[2], bool peerErrors = false,
+                    const ccoll::UcxOptions& options = ccoll::UcxOptions{}) {
+  for (int i = 0; i < 2; ++i) REQUIRE(ccoll::UcxTransport::Create(i, 2, options, &t[i]) == ccSuccess);
   std::vector<std::string> addr = {t[0]->Address(), t[1]->Address()};
   REQUIRE(t[0]->Connect({1}, addr, {peerErrors}) == ccSuccess);
   REQUIRE(t[1]->Connect({0}, addr, {peerErrors}) == ccSuccess);
@@ -1581,7 +1582,7 @@ TEST_CASE("UcxTransport: PeerOverSharedMemory says what UCX chose for each endpo
   }
 }
 
-TEST_CASE("CC_UCX_RNDV_THRESH: slice resolves to a slice and its header, at most 1 MiB; UCX refuses a non-size",
+TEST_CASE("CC_UCX_RNDV_THRESH: slice resolves to a slice and its header, at most 1 MiB, and UCX refuses a non-size",
           "[internals][ucx]") {
   CHECK(ccoll::RndvThreshFor("slice", 262144) == "266240");
   CHECK(ccoll::RndvThreshFor("slice", 8) == "4104");
@@ -1602,13 +1603,14 @@ TEST_CASE("CC_UCX_RNDV_THRESH: slice resolves to a slice and its header, at most
 #endif
 
 #if defined(CCOLL_HAVE_UCX) && defined(CCOLL_HAVE_ISAL)
-TEST_CASE("UcxTransport with CC_CHECKSUM: header, payload and CRC travel as one message; corruption is caught",
-          "[internals][transport][wire][ucx]") {
+TEST_CASE("UcxTransport with CC_CHECKSUM: the header's CRC covers the payload, also one sent apart, and corruption "
+          "is caught", "[internals][transport][wire][ucx]") {
   std::unique_ptr<ccoll::UcxTransport> t[2];
   ConnectUcxPair(t);
   for (auto& x : t) x->SetChecksum(true);
-  // Small (eager) and large (rendezvous: the receiver reads the sender's memory when it matches) messages, intact;
-  // then a large one changed after Isend; then a kind mismatch.
+  // Small (eager, one message with its header) and large (4 MiB: after its header, as a message of its own, by
+  // rendezvous: the receiver reads the sender's memory when it matches) messages, intact; then a large one changed
+  // after Isend; then a kind mismatch.
   for (size_t elems : {size_t{16}, size_t{1} << 20}) {
     for (int corrupt = 0; corrupt < 2; ++corrupt) {
       std::vector<float> data(elems), got(elems, 0.0f);
@@ -1644,6 +1646,81 @@ TEST_CASE("UcxTransport with CC_CHECKSUM: header, payload and CRC travel as one 
   CHECK(t[1]->Wait(r, 10000) == ccInvalidUsage);
   CHECK(ccoll::LastError().find("cast16 payload") != std::string::npos);
   CHECK(t[0]->Wait(s, 10000) == ccSuccess);
+}
+#endif
+
+#ifdef CCOLL_HAVE_UCX
+// A payload longer than UcxOptions::splitBytes follows its header as a contiguous message of its own (which UCX's
+// rendezvous moves in one copy). Each end decides from its own length, so every pairing of split and unsplit
+// messages and of lengths must end on both ranks: the data where the lengths agree; otherwise the receiver's error,
+// with the length sent where the header told it, and the sender's success (its payload received, cut short, or
+// drained; never its timeout). The next message between the two still pairs up.
+TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their header, and mismatches end on both ranks",
+          "[internals][transport][ucx]") {
+  ccoll::UcxOptions options;
+  options.splitBytes = 4096;
+  std::unique_ptr<ccoll::UcxTransport> t[2];
+  ConnectUcxPair(t, false, options);
+  struct Case {
+    size_t sent, expected;
+    const char* says;  // nullptr: delivered
+  };
+  const Case cases[] = {
+      {100000, 100000, nullptr}, {4097, 4097, nullptr}, {4096, 4096, nullptr}, {0, 0, nullptr},
+      {100000, 50000, "but 100000 bytes arrived"},  // both split: the payload cut short
+      {50000, 100000, "but 50000 bytes arrived"},   // both split: a shorter payload
+      {100000, 100, "but 100000 bytes arrived"},    // split against unsplit: the payload drained
+      {100000, 0, "but 100000 bytes arrived"},
+      {100, 100000, "but 100 bytes arrived"},       // unsplit against split: the payload receive cancelled
+      {0, 100000, "but 0 bytes arrived"},
+      {1000, 100, "but a larger message arrived"},  // neither split: UCX's truncation
+  };
+  std::mt19937 gen(11);
+  uint64_t tag = 1;
+  auto exchange = [&](size_t sent, size_t expected, ccoll::WireKind sendKind, std::vector<unsigned char>* data,
+                      std::vector<unsigned char>* got, ccResult_t* sendRc) {
+    data->resize(sent);
+    for (auto& b : *data) b = static_cast<unsigned char>(gen());
+    got->assign(expected + 1, 0xee);  // one guard byte
+    ccoll::Request *s = nullptr, *r = nullptr;
+    REQUIRE(t[1]->Irecv(0, got->data(), expected, tag, ccoll::kWireData, &r) == ccSuccess);
+    *sendRc = ccInternalError;
+    std::thread sender([&] {
+      if (t[0]->Isend(1, data->data(), sent, tag, sendKind, &s) == ccSuccess) *sendRc = t[0]->Wait(s, 10000);
+    });
+    const ccResult_t rc = t[1]->Wait(r, 10000);
+    sender.join();
+    ++tag;
+    return rc;
+  };
+  for (const Case& c : cases) {
+    INFO(c.sent << " bytes sent, " << c.expected << " expected");
+    std::vector<unsigned char> data, got;
+    ccResult_t sendRc;
+    const ccResult_t rc = exchange(c.sent, c.expected, ccoll::kWireData, &data, &got, &sendRc);
+    const std::string err = rc == ccSuccess ? std::string() : ccoll::LastError();
+    INFO(err);
+    CHECK(sendRc == ccSuccess);
+    if (c.says == nullptr) {
+      CHECK(rc == ccSuccess);
+      CHECK(std::equal(data.begin(), data.end(), got.begin()));
+      CHECK(got.back() == 0xee);
+    } else {
+      CHECK(rc == ccInvalidUsage);
+      CHECK(err.find(c.says) != std::string::npos);
+      CHECK(err.find("rank 1 expected " + std::to_string(c.expected) + " bytes from rank 0") != std::string::npos);
+    }
+    // The next message, split, still pairs up: nothing of the last one is left to match it.
+    CHECK(exchange(60000, 60000, ccoll::kWireData, &data, &got, &sendRc) == ccSuccess);
+    CHECK(sendRc == ccSuccess);
+    CHECK(std::equal(data.begin(), data.end(), got.begin()));
+  }
+  // A split payload of another kind: the header's kind is checked once the payload is in.
+  std::vector<unsigned char> data, got;
+  ccResult_t sendRc;
+  CHECK(exchange(100000, 100000, ccoll::kWireCodecBase + ccCompressCast16, &data, &got, &sendRc) == ccInvalidUsage);
+  CHECK(ccoll::LastError().find("cast16 payload") != std::string::npos);
+  CHECK(sendRc == ccSuccess);
 }
 #endif
 

@@ -311,6 +311,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     // Round 2: UCX worker addresses, then endpoints to every peer that UCX serves.
     std::unique_ptr<UcxTransport> ucx;
     UcxOptions options;
+    options.splitBytes = SplitBytesFor(comm->config.sliceBytes);  // (the slice: agreed by every rank above)
     if (!ForeignEnvIsSet("UCX_RNDV_THRESH")) {
       options.rndvThresh = RndvThreshFor(ParamString("CC_UCX_RNDV_THRESH"), comm->config.sliceBytes);
     }

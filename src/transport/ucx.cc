@@ -23,12 +23,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// One message: the header and the payload as one UCP iov message, or, for a payload longer than splitBytes, the
+// header alone (kWireFlagSplit) and then the payload as a contiguous message with the same tag, which UCX matches in
+// order. A receive of such a length posts both: the iov (header and payload) and the contiguous payload, and keeps
+// the one the sender chose (a sender that did not split fills the iov; the payload receive is cancelled). A receive
+// whose header says a payload follows that it did not post drains it into nothing, so that its sender completes
+// (the lengths then differ: an error on the receiver).
 struct UcxRequest : Request {
-  void* handle = nullptr;  // UCX request, or nullptr when the operation completed at once
+  void* handle = nullptr;  // the iov's (or a split send's header's) UCX request; nullptr once done or done at once
+  void* dataHandle = nullptr;  // a split payload's request (a receive's: posted, or draining a payload not expected)
   WireHeader header{};  // what a send stamps, or where a receive lands the sender's; UCX holds the iov until done
   ucp_dt_iov_t iov[2]{};
   ucs_status_t status = UCS_OK;  // final status, once handle is gone
   ucp_tag_recv_info_t info{};    // a receive's sender tag and length
+  bool senderSplit = false;      // a receive: the header arrived alone and says its payload follows
+  ucs_status_t dataStatus = UCS_OK;  // the payload message's final status, once dataHandle is gone
+  ucp_tag_recv_info_t dataInfo{};    // the payload receive's length
+  uint64_t drain = 0;                // where a drained payload lands (zero bytes of it)
 };
 
 // A request for one message: its iov is the wire header and the payload (an empty payload left out: *parts), and
@@ -47,6 +58,16 @@ std::unique_ptr<UcxRequest> NewRequest(Transport* owner, bool isSend, int peer, 
   param->memory_type = UCS_MEMORY_TYPE_HOST;
   param->datatype = ucp_dt_make_iov();
   return r;
+}
+
+// Host-memory contiguous bytes: a split message's header or payload, or a drain.
+ucp_request_param_t ContigParam(bool recv) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.memory_type = UCS_MEMORY_TYPE_HOST;
+  // A receive always gets a request, so that ucp_tag_recv_request_test reports its length (see Irecv).
+  if (recv) param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  return param;
 }
 
 // UCX tags carry the source rank, so a receive matches only its peer's messages: [src:16][seq:24][index:24].
@@ -89,18 +110,41 @@ ucs_log_func_rc_t QuietExpectedErrors(const char* file, unsigned line, const cha
   return UCS_LOG_FUNC_RC_STOP;
 }
 
+// The mismatch error of a receive of `r.bytes` when `what` arrived.
+ccResult_t SizeMismatch(int rank, const UcxRequest& r, const std::string& what) {
+  return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
+              "called with different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)",
+              rank, r.bytes, r.peer, static_cast<unsigned long long>(r.tag), what.c_str());
+}
+
+// Checks a split message's receive once its header and payload arrived (or were drained).
+ccResult_t FinishedSplit(int rank, const UcxRequest& r, bool checksum) {
+  if (r.header.length != r.bytes) return SizeMismatch(rank, r, std::to_string(r.header.length) + " bytes");
+  if (r.dataStatus != UCS_OK) {
+    return Fail(ccRemoteError, "rank %d: receiving the %zu-byte payload from rank %d (tag %llu) failed: %s", rank,
+                r.bytes, r.peer, static_cast<unsigned long long>(r.tag), ucs_status_string(r.dataStatus));
+  }
+  WireHeader h = r.header;
+  h.flags = static_cast<uint8_t>(h.flags & ~kWireFlagSplit);
+  std::string why;
+  ccResult_t hr = CheckWireHeader(h, r.kind, r.buf, r.dataInfo.length, checksum, rank, r.peer, r.tag, &why);
+  return hr == ccSuccess ? ccSuccess : Fail(hr, "%s", why.c_str());
+}
+
 // Checks a request that completed: its status, and for a receive its length and wire header.
 ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
+  if (r.isSend && r.status == UCS_OK && r.dataStatus != UCS_OK) {
+    return Fail(ccRemoteError, "rank %d: sending the %zu-byte payload to rank %d failed: %s", rank, r.bytes, r.peer,
+                ucs_status_string(r.dataStatus));
+  }
+  if (r.senderSplit) return FinishedSplit(rank, r, checksum);
   const size_t expect = sizeof(WireHeader) + r.bytes;
   const size_t got = r.info.length;
   if (r.status == UCS_ERR_MESSAGE_TRUNCATED || (r.status == UCS_OK && !r.isSend && got != expect)) {
     const std::string what = r.status != UCS_OK             ? std::string("a larger message")
                              : got < sizeof(WireHeader) ? std::string("a message shorter than a wire header")
                                                         : std::to_string(got - sizeof(WireHeader)) + " bytes";
-    return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
-                "called with different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)",
-                rank, r.bytes, r.peer,
-                static_cast<unsigned long long>(r.tag), what.c_str());
+    return SizeMismatch(rank, r, what);
   }
   if (r.status != UCS_OK) {
     return Fail(ccRemoteError, "rank %d: %s rank %d failed: %s", rank, r.isSend ? "sending to" : "receiving from",
@@ -183,6 +227,7 @@ struct UcxTransport::Impl {
   std::vector<char> peerMode;            // 1 where the endpoint has UCP_ERR_HANDLING_MODE_PEER
   std::vector<char> sharedMemory;        // 1 where the endpoint's active messages go through shared memory
   int efd = -1;                          // the worker's event fd: Wait sleeps on it once spinning stops paying
+  size_t splitBytes = 0;                 // UcxOptions::splitBytes
   bool failed = false;                   // a wait failed: peers may be gone, do not wait for them at the end
   std::atomic<bool> aborted{false};
   std::mutex reasonMutex;
@@ -223,15 +268,60 @@ struct UcxTransport::Impl {
   // can, else releases the send to UCX (it never completes towards a dead peer). Never waits for a peer.
   void Retire(UcxRequest* r) {
     failed = true;
-    if (r->handle == nullptr) return;
-    if (r->isSend) {
-      ForceClose(r->peer);
-    } else {
-      ucp_request_cancel(worker, r->handle);
+    for (void** h : {&r->handle, &r->dataHandle}) {
+      if (*h == nullptr) continue;
+      if (r->isSend) {
+        ForceClose(r->peer);
+      } else {
+        ucp_request_cancel(worker, *h);
+      }
+      Drive(*h, Clock::now() + std::chrono::milliseconds(100));
+      ucp_request_free(*h);
+      *h = nullptr;
     }
-    Drive(r->handle, Clock::now() + std::chrono::milliseconds(100));
-    ucp_request_free(r->handle);
-    r->handle = nullptr;
+  }
+
+  // Tests r's UCX requests without progressing the worker; true once none is in flight. When a receive's iov
+  // completes, the header says whether its payload follows on its own: if so, the payload's receive goes on (or a
+  // drain of it is posted, where this rank expected no split); if not, the payload receive is cancelled.
+  bool Poll(UcxRequest* r) {
+    if (r->handle != nullptr) {
+      ucp_tag_recv_info_t info{};
+      ucs_status_t st = r->isSend ? ucp_request_check_status(r->handle) : ucp_tag_recv_request_test(r->handle, &info);
+      if (st == UCS_INPROGRESS) return false;
+      ucp_request_free(r->handle);
+      r->handle = nullptr;
+      r->status = st;
+      r->info = info;
+      if (!r->isSend) {
+        // The header alone, from this ccoll wire version (anything else is checked as an unsplit message).
+        r->senderSplit = st == UCS_OK && info.length == sizeof(WireHeader) && r->header.magic == kWireMagic &&
+                         r->header.version == kWireVersion && (r->header.flags & kWireFlagSplit) != 0;
+        if (r->senderSplit && r->dataHandle == nullptr) {
+          ucp_request_param_t param = ContigParam(true);
+          void* h = ucp_tag_recv_nbx(worker, &r->drain, 0, UcxTag(r->peer, r->tag), ~static_cast<ucp_tag_t>(0),
+                                     &param);
+          if (UCS_PTR_IS_ERR(h)) {
+            r->dataStatus = UCS_PTR_STATUS(h);
+          } else {
+            r->dataHandle = h;
+          }
+        } else if (!r->senderSplit && r->dataHandle != nullptr) {
+          ucp_request_cancel(worker, r->dataHandle);  // completes it (UCS_ERR_CANCELED, not reported)
+        }
+      }
+    }
+    if (r->dataHandle != nullptr) {
+      ucp_tag_recv_info_t info{};
+      ucs_status_t st =
+          r->isSend ? ucp_request_check_status(r->dataHandle) : ucp_tag_recv_request_test(r->dataHandle, &info);
+      if (st == UCS_INPROGRESS) return false;
+      ucp_request_free(r->dataHandle);
+      r->dataHandle = nullptr;
+      r->dataStatus = st;
+      r->dataInfo = info;
+    }
+    return true;
   }
 
   ~Impl() {
@@ -271,6 +361,11 @@ struct UcxTransport::Impl {
     if (context != nullptr) ucp_cleanup(context);
   }
 };
+
+size_t SplitBytesFor(size_t sliceBytes) {
+  const size_t cap = size_t{1} << 20;
+  return sliceBytes < cap ? sliceBytes : cap;
+}
 
 std::string RndvThreshFor(const std::string& param, size_t sliceBytes) {
   if (param != "slice") return param;
@@ -328,6 +423,7 @@ ccResult_t UcxTransport::Create(int rank, int nranks, const UcxOptions& options,
   impl->peerStatus.assign(nranks, UCS_OK);
   impl->peerMode.assign(nranks, 0);
   impl->sharedMemory.assign(nranks, 0);
+  impl->splitBytes = options.splitBytes;
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Fail(ccSystemError, "rank %d: ucp_config_read failed: %s", rank, ucs_status_string(st));
@@ -438,12 +534,25 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
   size_t parts;
   auto r = NewRequest(this, true, peer, const_cast<void*>(buf), bytes, tag, kind, &param, &parts);
   r->header = MakeWireHeader(kind, buf, bytes, checksum_);
-  void* h = ucp_tag_send_nbx(m.eps[peer], r->iov, parts, UcxTag(m.rank, tag), &param);
+  const bool split = bytes > m.splitBytes;
+  if (split) r->header.flags = static_cast<uint8_t>(r->header.flags | kWireFlagSplit);
+  ucp_request_param_t contig = ContigParam(false);
+  void* h = split ? ucp_tag_send_nbx(m.eps[peer], &r->header, sizeof(WireHeader), UcxTag(m.rank, tag), &contig)
+                  : ucp_tag_send_nbx(m.eps[peer], r->iov, parts, UcxTag(m.rank, tag), &param);
   if (UCS_PTR_IS_ERR(h)) {
     return Fail(ccRemoteError, "rank %d: sending %zu bytes to rank %d failed: %s", m.rank, bytes, peer,
                 ucs_status_string(UCS_PTR_STATUS(h)));
   }
   r->handle = h;
+  if (split) {
+    void* d = ucp_tag_send_nbx(m.eps[peer], buf, bytes, UcxTag(m.rank, tag), &contig);
+    if (UCS_PTR_IS_ERR(d)) {
+      m.Retire(r.get());  // the header alone went: its peer fails on the payload it then waits for
+      return Fail(ccRemoteError, "rank %d: sending %zu bytes to rank %d failed: %s", m.rank, bytes, peer,
+                  ucs_status_string(UCS_PTR_STATUS(d)));
+    }
+    r->dataHandle = d;
+  }
   *req = r.release();
   return ccSuccess;
 }
@@ -466,6 +575,16 @@ ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, 
                 ucs_status_string(UCS_PTR_STATUS(h)));
   }
   r->handle = h;
+  if (bytes > m.splitBytes) {  // the payload as a message of its own, where the sender split it (as it should)
+    ucp_request_param_t contig = ContigParam(true);
+    void* d = ucp_tag_recv_nbx(m.worker, buf, bytes, UcxTag(peer, tag), ~static_cast<ucp_tag_t>(0), &contig);
+    if (UCS_PTR_IS_ERR(d)) {
+      m.Retire(r.get());
+      return Fail(ccSystemError, "rank %d: posting a receive from rank %d failed: %s", m.rank, peer,
+                  ucs_status_string(UCS_PTR_STATUS(d)));
+    }
+    r->dataHandle = d;
+  }
   *req = r.release();
   return ccSuccess;
 }
@@ -477,16 +596,7 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs, IdleWork* idle) {
   const auto deadline = start + std::chrono::milliseconds(timeoutMs);
   int quiet = 0;  // progress calls in a row that moved nothing
   Clock::time_point idleSince = start;
-  while (r->handle != nullptr) {
-    ucp_tag_recv_info_t info{};
-    ucs_status_t st = r->isSend ? ucp_request_check_status(r->handle) : ucp_tag_recv_request_test(r->handle, &info);
-    if (st != UCS_INPROGRESS) {
-      ucp_request_free(r->handle);
-      r->handle = nullptr;
-      r->status = st;
-      r->info = info;
-      break;
-    }
+  while (!m.Poll(r.get())) {
     if (m.aborted.load()) {
       m.Retire(r.get());
       // Closing every endpoint makes the peers' UCX report this rank as failed, so they stop waiting for it now

@@ -2,7 +2,9 @@
 // per communicator, one endpoint per remote peer, created from worker addresses exchanged at bootstrap. Endpoints
 // use UCP_ERR_HANDLING_MODE_PEER, so a dead peer turns into an error instead of a hang. UCX_TLS and the other UCX_*
 // variables pass through to UCX untouched. A message is the wire header and the payload as one UCP iov message, so
-// the payload moves without an extra copy.
+// the payload moves without an extra copy; a payload longer than UcxOptions::splitBytes follows its header as a
+// message of its own, contiguous, which UCX's rendezvous can move in one copy (cma, knem, xpmem, RDMA; UCX 1.13's
+// rendezvous reads only contiguous data that way, an iov goes in pieces through its bounce buffers).
 #pragma once
 
 #include <memory>
@@ -16,7 +18,14 @@ namespace ccoll {
 // UCX settings ccoll chooses (only where the user left UCX's own variable unset).
 struct UcxOptions {
   std::string rndvThresh;  // UCX RNDV_THRESH; empty: UCX's default
+  // Payloads longer than this travel after their header as a message of their own. Both ends of a message decide
+  // from its length alone, so every rank needs the same value (comm.cc: SplitBytesFor of the agreed slice).
+  size_t splitBytes = size_t{256} << 10;
 };
+
+// The UcxOptions::splitBytes for a communicator's slice: the slice, at most 1 MiB (RndvThreshFor's cap), so that the
+// payloads that go by rendezvous are contiguous; a slice itself stays one message with its header.
+size_t SplitBytesFor(size_t sliceBytes);
 
 // The UCX RNDV_THRESH for CC_UCX_RNDV_THRESH=`param`: for "slice", the smaller of sliceBytes + 4 KiB (a slice and
 // its wire header go eagerly, anything larger by rendezvous) and 1 MiB; any other value as it is.
