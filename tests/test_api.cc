@@ -600,7 +600,7 @@ TEST_CASE("a truncated ccConfig_t from an older client takes defaults for the fi
   }
 }
 
-TEST_CASE("a config from a newer client (larger size) is accepted; the known fields are used", "[api][config]") {
+TEST_CASE("a config from a newer client (larger size) is accepted, and the known fields are used", "[api][config]") {
   struct Newer {
     ccConfig_t base;
     int futureField[4];
@@ -1351,7 +1351,7 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
 // ------------------------------------------------------------------------------------------------------------
 
 TEST_CASE("a rank that refuses its arguments: with the call check every rank fails at once and the communicator "
-          "stays usable; without it the refusing rank returns at once", "[api][mismatch]") {
+          "stays usable, and without it the refusing rank returns at once", "[api][mismatch]") {
   const int n = 3;
   Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, cctest::ScaledMs(3000)));
   REQUIRE(g.status == ccSuccess);
@@ -1405,7 +1405,7 @@ TEST_CASE("a non-root rank's sendbuff is ignored by ccBroadcast, also when it ov
   }
 }
 
-TEST_CASE("a compressor is one rank's: another rank's call with it at the same time is ccInvalidUsage, not a crash; "
+TEST_CASE("a compressor is one rank's: another rank's call with it at the same time is ccInvalidUsage, not a crash, and "
           "one rank's communicators may share it, one call after the other", "[api][compressor]") {
   const size_t count = 4096;
   ccCompressor_t shared = nullptr, own1 = nullptr;
@@ -1459,7 +1459,7 @@ TEST_CASE("a compressor is one rank's: another rank's call with it at the same t
 
 // ccCompressorDestroy while a host call on another thread uses the compressor used to free it under the call (which
 // then read freed memory). Now the destroy is refused and the call finishes.
-TEST_CASE("ccCompressorDestroy of a compressor that a running call uses is ccInvalidUsage; the call finishes",
+TEST_CASE("ccCompressorDestroy of a compressor that a running call uses is ccInvalidUsage, and the call finishes",
           "[api][compressor]") {
   const size_t count = 4096;
   ccCompressor_t comp[2] = {nullptr, nullptr};
@@ -1502,7 +1502,7 @@ TEST_CASE("ccCompressorDestroy of a compressor that a running call uses is ccInv
   CHECK(ccCompressorDestroy(comp[1]) == ccSuccess);
 }
 
-TEST_CASE("setting a compressor parameter to its value keeps the state; a reset on one rank only is caught by the "
+TEST_CASE("setting a compressor parameter to its value keeps the state, and a reset on one rank only is caught by the "
           "call check, not turned into different results", "[api][compressor]") {
   if (!CallCheckOn()) return;  // the call number travels in the call check
   const size_t count = 64;
@@ -1966,7 +1966,7 @@ TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an 
   FirstCallRefusesEnvironment("CC_TIMEOUT_MS=\"2s\" is not an integer");
 }
 
-TEST_CASE("env_child: an empty CC_* integer is not set; one with a sign or a blank is not an integer",
+TEST_CASE("env_child: an empty CC_* integer is not set and one with a sign or a blank is not an integer",
           "[.][env_child]") {
   FirstCallRefusesEnvironment("CC_TREE_DEPTH=\"+4\" is not an integer");
 }
@@ -1983,7 +1983,7 @@ TEST_CASE("a CC_* integer variable that is not an integer fails init naming it, 
   CHECK(Contains(out, "All tests passed"));
   // Launchers export empty variables: CC_RANK= is not set, so it is not what init names.
   const std::string out2 = cctest::RunHiddenCase(
-      "env_child: an empty CC_* integer is not set; one with a sign or a blank is not an integer",
+      "env_child: an empty CC_* integer is not set and one with a sign or a blank is not an integer",
       "CC_RANK= CC_TREE_DEPTH=+4 timeout 60", &died);
   INFO(out2);
   CHECK(!died);

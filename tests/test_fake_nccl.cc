@@ -881,7 +881,7 @@ TEST_CASE("fake_child: a non-blocking init whose peer never joins", "[.][fake_ch
   std::printf("abort %d\n", static_cast<int>(ncclCommAbort(comm)));
 }
 
-TEST_CASE("[fake] a non-blocking init returns ncclInProgress until every rank has joined; an abort ends it", "[fake]") {
+TEST_CASE("[fake] a non-blocking init returns ncclInProgress until every rank has joined, and an abort ends it", "[fake]") {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclUniqueId id;

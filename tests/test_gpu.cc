@@ -284,7 +284,7 @@ TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream b
   REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
 }
 
-TEST_CASE("[gpu] memory freed while tracked work may still write it is freed once that work has run; no stream "
+TEST_CASE("[gpu] memory freed while tracked work may still write it is freed once that work has run, and no stream "
           "waits for it", "[gpu][scratch]") {
   SKIP_WITHOUT_DEVICE();
   // As when one rank's message copy into another rank's scratch times out, and the other rank frees that scratch on

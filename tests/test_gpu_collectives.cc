@@ -461,7 +461,7 @@ TEST_CASE("[gpu] point-to-point on device buffers: bad calls are refused before 
 // Thread ranks sharing a GPU each wait on their stream for the others' calls; with the legacy default stream, which
 // serializes with every blocking stream of the device, they would wait for one another for ever (README, "Device
 // buffers"). So such a call is refused, on every rank at once; a rank alone on its device may take that stream.
-TEST_CASE("[gpu] thread ranks sharing a GPU are refused the legacy default stream; a rank alone on it takes it",
+TEST_CASE("[gpu] thread ranks sharing a GPU are refused the legacy default stream, and a rank alone on it takes it",
           "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
   const int n = 2;

@@ -242,7 +242,7 @@ TEST_CASE("rank-deficient averages (equal rows, few distinct rows, one nonzero r
   }
 }
 
-TEST_CASE("warm start converges to the best rank-r approximation; a cold start each call does not", "[lowrank]") {
+TEST_CASE("warm start converges to the best rank-r approximation, and a cold start each call does not", "[lowrank]") {
   // A fixed matrix with singular values 0.7^j: the best rank-2 approximation misses sum_{j>=2} 0.49^j / sum 0.49^j.
   const int nranks = 2;
   const int64_t rows = 80, cols = 60;
@@ -481,7 +481,7 @@ TEST_CASE("sum is n times avg, in place (input = M = output) equals out of place
   }
 }
 
-TEST_CASE("the first `start` calls are the exact all-reduce, bit for bit; compression starts after", "[lowrank]") {
+TEST_CASE("the first `start` calls are the exact all-reduce, bit for bit, and compression starts after", "[lowrank]") {
   const int nranks = 3;
   const size_t count = 64 * 64;
   Group g = MakeGroup(nranks);
@@ -589,7 +589,7 @@ TEST_CASE("bad shapes are refused with ccInvalidUsage on every rank before anyth
   ccCompressorDestroy(q);
 }
 
-TEST_CASE("zeros give exact zeros; a NaN poisons one call on every rank alike and not the next ones", "[lowrank]") {
+TEST_CASE("zeros give exact zeros, and a NaN poisons one call on every rank alike and not the next ones", "[lowrank]") {
   const int nranks = 3;
   const size_t count = 50 * 40;
   Group g = MakeGroup(nranks);

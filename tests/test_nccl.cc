@@ -999,7 +999,7 @@ void CUDART_CB HoldStream(void* open) {
   while (!static_cast<std::atomic<bool>*>(open)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-TEST_CASE("[nccl] stream order: the call returns while its stream is held; work after it sees the result",
+TEST_CASE("[nccl] stream order: the call returns while its stream is held, and work after it sees the result",
           "[gpu][nccl][stream]") {
   SKIP_WITHOUT_NCCL_DEVICE();
   const int n = 3;
