@@ -14,14 +14,19 @@
 #
 # Environment (defaults in brackets):
 #   NP [4] MINB [128K] MAXB [32M] FACTOR [4] ITERS [50] WARMUP [100] ROUNDS [3]
-#   UCX_TLS [sysv,self]                        ccoll's transports (MPI is its launcher and side channel only)
+#   UCX_TLS [unset: UCX's own choice, on one host shared memory and cma]   ccoll's transports (MPI is its launcher
+#                                              and side channel only); sysv,self leaves out cma, UCX's single copy
 #   MPI_ARGS [--mca pml ob1 --mca btl self,vader]   both programs' mpirun arguments (MPI's data: vader)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${1:-$here/../build}  # (a relative BUILD_DIR is the caller's)
 NP=${NP:-4} MINB=${MINB:-128K} MAXB=${MAXB:-32M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-50} WARMUP=${WARMUP:-100}
 ROUNDS=${ROUNDS:-3}
-export UCX_TLS=${UCX_TLS:-sysv,self}
+TLS_ARGS=()
+if [ -n "${UCX_TLS:-}" ]; then
+  export UCX_TLS
+  TLS_ARGS=(-x UCX_TLS)
+fi
 read -r -a MPI_ARGS <<< "${MPI_ARGS:---mca pml ob1 --mca btl self,vader}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 for p in alltoall_perf_mpi mpi_alltoall_perf; do
@@ -32,14 +37,14 @@ for p in alltoall_perf_mpi mpi_alltoall_perf; do
 done
 OUT=$(mktemp -d)
 ARGS=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
-echo "# $NP processes, UCX_TLS=$UCX_TLS for ccoll, MPI: ${MPI_ARGS[*]}; -n $ITERS -w $WARMUP; $ROUNDS rounds;" \
-  "logs in $OUT"
+echo "# $NP processes, UCX_TLS=${UCX_TLS:-unset (UCX picks)} for ccoll, MPI: ${MPI_ARGS[*]};" \
+  "-n $ITERS -w $WARMUP; $ROUNDS rounds; logs in $OUT"
 for r in $(seq 1 "$ROUNDS"); do
   for k in 0 1; do
     which=$(( (r + k) % 2 ))
     echo "# round $r $([ $which = 0 ] && echo ccoll || echo mpi), load $(cut -d' ' -f1-3 /proc/loadavg)"
     if [ "$which" = 0 ]; then
-      mpirun "${MPI_ARGS[@]}" -x UCX_TLS -np "$NP" "$BUILD/perf/alltoall_perf_mpi" "${ARGS[@]}" \
+      mpirun "${MPI_ARGS[@]}" "${TLS_ARGS[@]}" -np "$NP" "$BUILD/perf/alltoall_perf_mpi" "${ARGS[@]}" \
         > "$OUT/ccoll_$r.txt" 2>&1 || { cat "$OUT/ccoll_$r.txt" >&2; exit 1; }
     else
       mpirun "${MPI_ARGS[@]}" -np "$NP" "$BUILD/perf/mpi_alltoall_perf" "${ARGS[@]}" \
