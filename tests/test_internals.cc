@@ -1590,6 +1590,15 @@ TEST_CASE("CC_UCX_RNDV_THRESH: slice resolves to a slice and its header, at most
   CHECK(ccoll::RndvThreshFor("slice", size_t{1} << 30) == "1048576");
   CHECK(ccoll::RndvThreshFor("64k", 262144) == "64k");
   CHECK(ccoll::RndvThreshFor("", 262144).empty());
+  // Every message that goes by rendezvous at that threshold is split (its payload contiguous): an unsplit one, its
+  // header included, is eager. A slice below 1 MiB stays one message.
+  for (size_t slice : {size_t{8}, size_t{4096}, size_t{262144}, (size_t{1} << 20) - 4096, (size_t{1} << 20) - 24,
+                       size_t{1} << 20, size_t{1} << 30}) {
+    INFO("slice " << slice);
+    const size_t split = ccoll::SplitBytesFor(slice);
+    CHECK(split + sizeof(ccoll::WireHeader) <= std::stoull(ccoll::RndvThreshFor("slice", slice)));
+    CHECK(split == std::min(slice, (size_t{1} << 20) - sizeof(ccoll::WireHeader)));
+  }
   std::unique_ptr<ccoll::UcxTransport> t;
   ccoll::UcxOptions options;
   options.rndvThresh = "266240";
@@ -1654,13 +1663,11 @@ TEST_CASE("UcxTransport with CC_CHECKSUM: the header's CRC covers the payload, a
 // rendezvous moves in one copy). Each end decides from its own length, so every pairing of split and unsplit
 // messages and of lengths must end on both ranks: the data where the lengths agree; otherwise the receiver's error,
 // with the length sent where the header told it, and the sender's success (its payload received, cut short, or
-// drained; never its timeout). The next message between the two still pairs up.
-TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their header, and mismatches end on both ranks",
-          "[internals][transport][ucx]") {
-  ccoll::UcxOptions options;
-  options.splitBytes = 4096;
-  std::unique_ptr<ccoll::UcxTransport> t[2];
-  ConnectUcxPair(t, false, options);
+// drained; never its timeout). The next message between the two still pairs up. With payloads by rendezvous and
+// eagerly (UCX's RNDV_THRESH 8 KiB and inf), and with the receive posted before the messages arrive and after (they
+// wait in UCX's unexpected queue: the receiver first takes a marker sent after them).
+TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their header, and mismatches end on both "
+          "ranks", "[internals][transport][ucx]") {
   struct Case {
     size_t sent, expected;
     const char* says;  // nullptr: delivered
@@ -1676,51 +1683,79 @@ TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their
       {1000, 100, "but a larger message arrived"},  // neither split: UCX's truncation
   };
   std::mt19937 gen(11);
-  uint64_t tag = 1;
-  auto exchange = [&](size_t sent, size_t expected, ccoll::WireKind sendKind, std::vector<unsigned char>* data,
-                      std::vector<unsigned char>* got, ccResult_t* sendRc) {
-    data->resize(sent);
-    for (auto& b : *data) b = static_cast<unsigned char>(gen());
-    got->assign(expected + 1, 0xee);  // one guard byte
-    ccoll::Request *s = nullptr, *r = nullptr;
-    REQUIRE(t[1]->Irecv(0, got->data(), expected, tag, ccoll::kWireData, &r) == ccSuccess);
-    *sendRc = ccInternalError;
-    std::thread sender([&] {
-      if (t[0]->Isend(1, data->data(), sent, tag, sendKind, &s) == ccSuccess) *sendRc = t[0]->Wait(s, 10000);
-    });
-    const ccResult_t rc = t[1]->Wait(r, 10000);
-    sender.join();
-    ++tag;
-    return rc;
-  };
-  for (const Case& c : cases) {
-    INFO(c.sent << " bytes sent, " << c.expected << " expected");
+  for (const char* rndv : {"8192", "inf"}) {
+    ccoll::UcxOptions options;
+    options.splitBytes = 4096;
+    options.rndvThresh = rndv;
+    std::unique_ptr<ccoll::UcxTransport> t[2];
+    ConnectUcxPair(t, false, options);
+    uint64_t tag = 1;
+    // One message from rank 0 to rank 1; `late`: the receive is posted once the message is in UCX's unexpected queue.
+    auto exchange = [&](size_t sent, size_t expected, ccoll::WireKind sendKind, bool late,
+                        std::vector<unsigned char>* data, std::vector<unsigned char>* got, ccResult_t* sendRc) {
+      data->resize(sent);
+      for (auto& b : *data) b = static_cast<unsigned char>(gen());
+      got->assign(expected + 1, 0xee);  // one guard byte
+      const uint64_t markerTag = tag + 1;
+      ccoll::Request *s = nullptr, *r = nullptr, *m = nullptr;
+      if (!late) REQUIRE(t[1]->Irecv(0, got->data(), expected, tag, ccoll::kWireData, &r) == ccSuccess);
+      *sendRc = ccInternalError;
+      ccResult_t markerRc = ccSuccess;
+      std::thread sender([&] {
+        uint64_t marker = 7;
+        ccoll::Request* ms = nullptr;
+        if (t[0]->Isend(1, data->data(), sent, tag, sendKind, &s) != ccSuccess) return;
+        if (late) {
+          markerRc = t[0]->Isend(1, &marker, sizeof(marker), markerTag, ccoll::kWireData, &ms);
+          if (markerRc == ccSuccess) markerRc = t[0]->Wait(ms, 10000);
+        }
+        *sendRc = t[0]->Wait(s, 10000);
+      });
+      if (late) {
+        uint64_t marker = 0;
+        REQUIRE(t[1]->Irecv(0, &marker, sizeof(marker), markerTag, ccoll::kWireData, &m) == ccSuccess);
+        CHECK(t[1]->Wait(m, 10000) == ccSuccess);
+        REQUIRE(t[1]->Irecv(0, got->data(), expected, tag, ccoll::kWireData, &r) == ccSuccess);
+      }
+      const ccResult_t rc = t[1]->Wait(r, 10000);
+      sender.join();
+      CHECK(markerRc == ccSuccess);
+      tag += 2;
+      return rc;
+    };
+    for (bool late : {false, true}) {
+      for (const Case& c : cases) {
+        INFO("RNDV_THRESH " << rndv << (late ? ", receive posted late" : "") << ": " << c.sent << " bytes sent, "
+                            << c.expected << " expected");
+        std::vector<unsigned char> data, got;
+        ccResult_t sendRc;
+        const ccResult_t rc = exchange(c.sent, c.expected, ccoll::kWireData, late, &data, &got, &sendRc);
+        const std::string err = rc == ccSuccess ? std::string() : ccoll::LastError();
+        INFO(err);
+        CHECK(sendRc == ccSuccess);
+        if (c.says == nullptr) {
+          CHECK(rc == ccSuccess);
+          CHECK(std::equal(data.begin(), data.end(), got.begin()));
+          CHECK(got.back() == 0xee);
+        } else {
+          CHECK(rc == ccInvalidUsage);
+          CHECK(err.find(c.says) != std::string::npos);
+          CHECK(err.find("rank 1 expected " + std::to_string(c.expected) + " bytes from rank 0") != std::string::npos);
+        }
+        // The next message, split, still pairs up: nothing of the last one is left to match it.
+        CHECK(exchange(60000, 60000, ccoll::kWireData, false, &data, &got, &sendRc) == ccSuccess);
+        CHECK(sendRc == ccSuccess);
+        CHECK(std::equal(data.begin(), data.end(), got.begin()));
+      }
+    }
+    // A split payload of another kind: the header's kind is checked once the payload is in.
     std::vector<unsigned char> data, got;
     ccResult_t sendRc;
-    const ccResult_t rc = exchange(c.sent, c.expected, ccoll::kWireData, &data, &got, &sendRc);
-    const std::string err = rc == ccSuccess ? std::string() : ccoll::LastError();
-    INFO(err);
+    CHECK(exchange(100000, 100000, ccoll::kWireCodecBase + ccCompressCast16, false, &data, &got, &sendRc) ==
+          ccInvalidUsage);
+    CHECK(ccoll::LastError().find("cast16 payload") != std::string::npos);
     CHECK(sendRc == ccSuccess);
-    if (c.says == nullptr) {
-      CHECK(rc == ccSuccess);
-      CHECK(std::equal(data.begin(), data.end(), got.begin()));
-      CHECK(got.back() == 0xee);
-    } else {
-      CHECK(rc == ccInvalidUsage);
-      CHECK(err.find(c.says) != std::string::npos);
-      CHECK(err.find("rank 1 expected " + std::to_string(c.expected) + " bytes from rank 0") != std::string::npos);
-    }
-    // The next message, split, still pairs up: nothing of the last one is left to match it.
-    CHECK(exchange(60000, 60000, ccoll::kWireData, &data, &got, &sendRc) == ccSuccess);
-    CHECK(sendRc == ccSuccess);
-    CHECK(std::equal(data.begin(), data.end(), got.begin()));
   }
-  // A split payload of another kind: the header's kind is checked once the payload is in.
-  std::vector<unsigned char> data, got;
-  ccResult_t sendRc;
-  CHECK(exchange(100000, 100000, ccoll::kWireCodecBase + ccCompressCast16, &data, &got, &sendRc) == ccInvalidUsage);
-  CHECK(ccoll::LastError().find("cast16 payload") != std::string::npos);
-  CHECK(sendRc == ccSuccess);
 }
 #endif
 

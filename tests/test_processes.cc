@@ -18,6 +18,7 @@
 #include "compress/float16.h"
 #include "core/comm.h"
 #include "rank_harness.h"
+#include "transport/ucx.h"
 
 namespace {
 
@@ -436,7 +437,7 @@ void PointToPointMismatchCase(int seconds, size_t sendBytes, size_t recvBytes) {
       end = "a ccSend and its ccRecv differ in size";
     } else {
       // A payload longer than a slice travels apart from its header, which says how long it is.
-      const bool told = sendBytes <= recvBytes || sendBytes > std::min(slice, size_t{1} << 20);
+      const bool told = sendBytes <= recvBytes || sendBytes > ccoll::SplitBytesFor(slice);
       want = "rank 1 expected " + std::to_string(recvBytes) + " bytes from rank 0 (tag ";
       end = told ? "but " + std::to_string(sendBytes) + " bytes arrived" : "but a larger message arrived";
     }

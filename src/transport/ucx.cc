@@ -40,6 +40,7 @@ struct UcxRequest : Request {
   ucs_status_t dataStatus = UCS_OK;  // the payload message's final status, once dataHandle is gone
   ucp_tag_recv_info_t dataInfo{};    // the payload receive's length
   uint64_t drain = 0;                // where a drained payload lands (zero bytes of it)
+  bool payloadCancelled = false;     // a receive: its payload receive was cancelled (the sender did not split)
 };
 
 // A request for one message: its iov is the wire header and the payload (an empty payload left out: *parts), and
@@ -149,6 +150,10 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
   if (r.status != UCS_OK) {
     return Fail(ccRemoteError, "rank %d: %s rank %d failed: %s", rank, r.isSend ? "sending to" : "receiving from",
                 r.peer, ucs_status_string(r.status));
+  }
+  if (r.payloadCancelled && r.dataStatus != UCS_ERR_CANCELED) {
+    return Fail(ccRemoteError, "rank %d: a second message from rank %d arrived with tag %llu (%s)", rank, r.peer,
+                static_cast<unsigned long long>(r.tag), ucs_status_string(r.dataStatus));
   }
   if (!r.isSend) {
     std::string why;
@@ -294,9 +299,12 @@ struct UcxTransport::Impl {
       r->status = st;
       r->info = info;
       if (!r->isSend) {
-        // The header alone, from this ccoll wire version (anything else is checked as an unsplit message).
-        r->senderSplit = st == UCS_OK && info.length == sizeof(WireHeader) && r->header.magic == kWireMagic &&
-                         r->header.version == kWireVersion && (r->header.flags & kWireFlagSplit) != 0;
+        // The header alone, as this ccoll version splits (anything else is checked as an unsplit message, and a
+        // split flag on it as malformed).
+        const WireHeader& h = r->header;
+        r->senderSplit = st == UCS_OK && info.length == sizeof(WireHeader) && h.magic == kWireMagic &&
+                         h.version == kWireVersion && h.reserved == 0 && (h.flags & kWireFlagSplit) != 0 &&
+                         (h.flags & ~(kWireFlagSplit | kWireFlagCrc)) == 0 && h.length > splitBytes;
         if (r->senderSplit && r->dataHandle == nullptr) {
           ucp_request_param_t param = ContigParam(true);
           void* h = ucp_tag_recv_nbx(worker, &r->drain, 0, UcxTag(r->peer, r->tag), ~static_cast<ucp_tag_t>(0),
@@ -307,7 +315,10 @@ struct UcxTransport::Impl {
             r->dataHandle = h;
           }
         } else if (!r->senderSplit && r->dataHandle != nullptr) {
-          ucp_request_cancel(worker, r->dataHandle);  // completes it (UCS_ERR_CANCELED, not reported)
+          // Unmatched, it completes with UCS_ERR_CANCELED; matched (a message of the same UCX tag: Finished
+          // reports it), once that message is in.
+          ucp_request_cancel(worker, r->dataHandle);
+          r->payloadCancelled = true;
         }
       }
     }
@@ -363,7 +374,7 @@ struct UcxTransport::Impl {
 };
 
 size_t SplitBytesFor(size_t sliceBytes) {
-  const size_t cap = size_t{1} << 20;
+  const size_t cap = (size_t{1} << 20) - sizeof(WireHeader);
   return sliceBytes < cap ? sliceBytes : cap;
 }
 

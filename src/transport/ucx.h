@@ -1,10 +1,10 @@
 // The UCX transport: ranks in other processes (or hosts) exchange data with UCP tagged messages. One UCP worker
 // per communicator, one endpoint per remote peer, created from worker addresses exchanged at bootstrap. Endpoints
 // use UCP_ERR_HANDLING_MODE_PEER, so a dead peer turns into an error instead of a hang. UCX_TLS and the other UCX_*
-// variables pass through to UCX untouched. A message is the wire header and the payload as one UCP iov message, so
-// the payload moves without an extra copy; a payload longer than UcxOptions::splitBytes follows its header as a
-// message of its own, contiguous, which UCX's rendezvous can move in one copy (cma, knem, xpmem, RDMA; UCX 1.13's
-// rendezvous reads only contiguous data that way, an iov goes in pieces through its bounce buffers).
+// variables pass through to UCX untouched. A message is the wire header and the payload as one UCP iov message (no
+// copy to join them), or, for a payload longer than UcxOptions::splitBytes, the header and then the payload as a
+// contiguous message of its own, which UCX's rendezvous can move in one copy (cma, knem, xpmem, RDMA): UCX 1.13's
+// rendezvous reads only contiguous data that way, an iov goes in pieces through its bounce buffers.
 #pragma once
 
 #include <memory>
@@ -23,8 +23,11 @@ struct UcxOptions {
   size_t splitBytes = size_t{256} << 10;
 };
 
-// The UcxOptions::splitBytes for a communicator's slice: the slice, at most 1 MiB (RndvThreshFor's cap), so that the
-// payloads that go by rendezvous are contiguous; a slice itself stays one message with its header.
+// The UcxOptions::splitBytes for a communicator's slice: the slice, at most 1 MiB less a wire header. With
+// RndvThreshFor's rendezvous threshold ("slice": a slice and 4 KiB, at most 1 MiB) every message that goes by
+// rendezvous is then split, so its payload is contiguous, and a slice of less than 1 MiB stays one message with its
+// header (a larger one is split too). A UCX_RNDV_THRESH of the user's below the slice sends unsplit messages above
+// it by rendezvous as iovs.
 size_t SplitBytesFor(size_t sliceBytes);
 
 // The UCX RNDV_THRESH for CC_UCX_RNDV_THRESH=`param`: for "slice", the smaller of sliceBytes + 4 KiB (a slice and

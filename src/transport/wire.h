@@ -16,8 +16,8 @@ namespace ccoll {
 constexpr uint32_t kWireMagic = 0x77636363;  // "cccw" on little-endian hosts
 constexpr uint8_t kWireVersion = 1;
 constexpr uint8_t kWireFlagCrc = 1;  // `crc` holds the payload's CRC32C
-// The payload follows as a UCP message of its own (transport/ucx.cc). The UCX transport sets and clears it: it is
-// never on a header that CheckWireHeader sees.
+// The payload follows as a UCP message of its own (transport/ucx.cc). The UCX transport sets it, and clears it from
+// a header that it took as split before the check; on any other header the check rejects it as unknown.
 constexpr uint8_t kWireFlagSplit = 2;
 
 // What a payload is. Schedules pick the number; transports only compare it.
