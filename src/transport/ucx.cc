@@ -307,12 +307,12 @@ struct UcxTransport::Impl {
                          (h.flags & ~(kWireFlagSplit | kWireFlagCrc)) == 0 && h.length > splitBytes;
         if (r->senderSplit && r->dataHandle == nullptr) {
           ucp_request_param_t param = ContigParam(true);
-          void* h = ucp_tag_recv_nbx(worker, &r->drain, 0, UcxTag(r->peer, r->tag), ~static_cast<ucp_tag_t>(0),
-                                     &param);
-          if (UCS_PTR_IS_ERR(h)) {
-            r->dataStatus = UCS_PTR_STATUS(h);
+          void* posted = ucp_tag_recv_nbx(worker, &r->drain, 0, UcxTag(r->peer, r->tag),
+                                          ~static_cast<ucp_tag_t>(0), &param);
+          if (UCS_PTR_IS_ERR(posted)) {
+            r->dataStatus = UCS_PTR_STATUS(posted);
           } else {
-            r->dataHandle = h;
+            r->dataHandle = posted;
           }
         } else if (!r->senderSplit && r->dataHandle != nullptr) {
           // Unmatched, it completes with UCS_ERR_CANCELED; matched (a message of the same UCX tag: Finished
