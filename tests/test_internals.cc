@@ -1759,6 +1759,44 @@ TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their
 }
 #endif
 
+#ifdef CCOLL_HAVE_UCX
+// A wait that gives up (its timeout) releases the UCX request, but over shared memory UCX cannot be made to drop a
+// send: it may still read the message's header and iov, which live in ccoll's request. The transport keeps such a
+// request until its worker is gone. Here the receiver posts only after the sender's wait timed out; UCX then moves
+// the message (an iov by rendezvous: its data goes after the receiver's reply, packed from the iov), and it arrives
+// whole. Under AddressSanitizer a request freed at the timeout is a use after free.
+TEST_CASE("UcxTransport: a send whose wait timed out stays readable by UCX until the transport goes",
+          "[internals][transport][ucx]") {
+  ccoll::UcxOptions options;
+  options.splitBytes = size_t{1} << 20;  // 100000 bytes unsplit: one iov
+  options.rndvThresh = "8192";           // by rendezvous
+  std::unique_ptr<ccoll::UcxTransport> t[2];
+  ConnectUcxPair(t, false, options);
+  std::vector<unsigned char> data(100000), got(100000, 0);
+  std::mt19937 gen(3);
+  for (auto& b : data) b = static_cast<unsigned char>(gen());
+  ccoll::Request *s = nullptr, *r = nullptr, *m = nullptr;
+  REQUIRE(t[0]->Isend(1, data.data(), data.size(), 5, ccoll::kWireData, &s) == ccSuccess);
+  CHECK(t[0]->Wait(s, 100) == ccTimeout);
+  // Rank 0 progresses (waiting for a marker) while rank 1 receives the message, then sends the marker.
+  uint64_t marker = 0, one = 1;
+  REQUIRE(t[0]->Irecv(1, &marker, sizeof(marker), 6, ccoll::kWireData, &m) == ccSuccess);
+  ccResult_t markerRc = ccInternalError;
+  std::thread progress([&] { markerRc = t[0]->Wait(m, 10000); });
+  REQUIRE(t[1]->Irecv(0, got.data(), got.size(), 5, ccoll::kWireData, &r) == ccSuccess);
+  const ccResult_t rc = t[1]->Wait(r, 10000);
+  ccoll::Request* ms = nullptr;
+  const ccResult_t sent = t[1]->Isend(0, &one, sizeof(one), 6, ccoll::kWireData, &ms);
+  const ccResult_t sentRc = sent == ccSuccess ? t[1]->Wait(ms, 10000) : sent;
+  progress.join();
+  CHECK(rc == ccSuccess);
+  CHECK(got == data);
+  CHECK(sentRc == ccSuccess);
+  CHECK(markerRc == ccSuccess);
+  CHECK(marker == 1);
+}
+#endif
+
 namespace {
 
 // Idle work that counts its pieces: `pieces` of them (or without end when 0), each about `us` microseconds long.

@@ -41,6 +41,7 @@ struct UcxRequest : Request {
   ucp_tag_recv_info_t dataInfo{};    // the payload receive's length
   uint64_t drain = 0;                // where a drained payload lands (zero bytes of it)
   bool payloadCancelled = false;     // a receive: its payload receive was cancelled (the sender did not split)
+  bool inUse = false;  // retired while UCX still held it: UCX may yet read or write its header, iov and drain
 };
 
 // A request for one message: its iov is the wire header and the payload (an empty payload left out: *parts), and
@@ -234,6 +235,8 @@ struct UcxTransport::Impl {
   int efd = -1;                          // the worker's event fd: Wait sleeps on it once spinning stops paying
   size_t splitBytes = 0;                 // UcxOptions::splitBytes
   bool failed = false;                   // a wait failed: peers may be gone, do not wait for them at the end
+  // Requests whose waits gave up while UCX still held them (UcxRequest::inUse): kept until the worker is gone.
+  std::vector<std::unique_ptr<UcxRequest>> retired;
   std::atomic<bool> aborted{false};
   std::mutex reasonMutex;
   std::string abortReason;
@@ -270,7 +273,9 @@ struct UcxTransport::Impl {
   }
 
   // Ends a request that will not complete normally: cancels a receive; closes the endpoint under a send where it
-  // can, else releases the send to UCX (it never completes towards a dead peer). Never waits for a peer.
+  // can, else releases the send to UCX (it never completes towards a dead peer). Never waits for a peer. What UCX
+  // still holds after that (a send over shared memory, a receive already being filled) marks the request inUse, and
+  // Keep must then take it over from its owner.
   void Retire(UcxRequest* r) {
     failed = true;
     for (void** h : {&r->handle, &r->dataHandle}) {
@@ -280,10 +285,15 @@ struct UcxTransport::Impl {
       } else {
         ucp_request_cancel(worker, *h);
       }
-      Drive(*h, Clock::now() + std::chrono::milliseconds(100));
+      if (Drive(*h, Clock::now() + std::chrono::milliseconds(100)) == UCS_INPROGRESS) r->inUse = true;
       ucp_request_free(*h);
       *h = nullptr;
     }
+  }
+
+  // Takes over a retired request that UCX may still touch (else lets it go with its owner).
+  void Keep(std::unique_ptr<UcxRequest>* r) {
+    if (*r != nullptr && (*r)->inUse) retired.push_back(std::move(*r));
   }
 
   // Tests r's UCX requests without progressing the worker; true once none is in flight. When a receive's iov
@@ -559,6 +569,7 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
     void* d = ucp_tag_send_nbx(m.eps[peer], buf, bytes, UcxTag(m.rank, tag), &contig);
     if (UCS_PTR_IS_ERR(d)) {
       m.Retire(r.get());  // the header alone went: its peer fails on the payload it then waits for
+      m.Keep(&r);
       return Fail(ccRemoteError, "rank %d: sending %zu bytes to rank %d failed: %s", m.rank, bytes, peer,
                   ucs_status_string(UCS_PTR_STATUS(d)));
     }
@@ -591,6 +602,7 @@ ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, 
     void* d = ucp_tag_recv_nbx(m.worker, buf, bytes, UcxTag(peer, tag), ~static_cast<ucp_tag_t>(0), &contig);
     if (UCS_PTR_IS_ERR(d)) {
       m.Retire(r.get());
+      m.Keep(&r);
       return Fail(ccSystemError, "rank %d: posting a receive from rank %d failed: %s", m.rank, peer,
                   ucs_status_string(UCS_PTR_STATUS(d)));
     }
@@ -603,6 +615,12 @@ ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, 
 ccResult_t UcxTransport::Wait(Request* request, int timeoutMs, IdleWork* idle) {
   Impl& m = *impl_;
   std::unique_ptr<UcxRequest> r(static_cast<UcxRequest*>(request));
+  // On the way out (after the error below is made from r): a request UCX may still touch stays with the transport.
+  struct KeepOnExit {
+    Impl& m;
+    std::unique_ptr<UcxRequest>& r;
+    ~KeepOnExit() { m.Keep(&r); }
+  } keepOnExit{m, r};
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeoutMs);
   int quiet = 0;  // progress calls in a row that moved nothing
