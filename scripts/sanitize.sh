@@ -60,6 +60,8 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   # ENVIRONMENT.md). Every other test runs with leak detection on. UBSan: every finding is fatal (halt_on_error also
   # covers float-cast-overflow, which -fno-sanitize-recover=undefined does not include).
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  # Leaks inside dependencies that are not ccoll's (tests/lsan.supp says which and why).
+  export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
   asan_common="abort_on_error=0:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1"
   mpi_tests='^(test_processes\.|perf_mpi_(allreduce|reduce|sendrecv|alltoall(_peer(_inplace_rejected)?)?)$|'
   mpi_tests+='perf_compare_mpi_script$)'
