@@ -301,18 +301,12 @@ struct UcxTransport::Impl {
   // drain of it is posted, where this rank expected no split); if not, the payload receive is cancelled.
   bool Poll(UcxRequest* r) {
     if (r->handle != nullptr) {
-      ucp_tag_recv_info_t info{};
-      ucs_status_t st = r->isSend ? ucp_request_check_status(r->handle) : ucp_tag_recv_request_test(r->handle, &info);
-      if (st == UCS_INPROGRESS) return false;
-      ucp_request_free(r->handle);
-      r->handle = nullptr;
-      r->status = st;
-      r->info = info;
+      if (!Reap(r->isSend, &r->handle, &r->status, &r->info)) return false;
       if (!r->isSend) {
         // The header alone, as this ccoll version splits (anything else is checked as an unsplit message, and a
         // split flag on it as malformed).
         const WireHeader& h = r->header;
-        r->senderSplit = st == UCS_OK && info.length == sizeof(WireHeader) && h.magic == kWireMagic &&
+        r->senderSplit = r->status == UCS_OK && r->info.length == sizeof(WireHeader) && h.magic == kWireMagic &&
                          h.version == kWireVersion && h.reserved == 0 && (h.flags & kWireFlagSplit) != 0 &&
                          (h.flags & ~(kWireFlagSplit | kWireFlagCrc)) == 0 && h.length > splitBytes;
         if (r->senderSplit && r->dataHandle == nullptr) {
@@ -332,16 +326,19 @@ struct UcxTransport::Impl {
         }
       }
     }
-    if (r->dataHandle != nullptr) {
-      ucp_tag_recv_info_t info{};
-      ucs_status_t st =
-          r->isSend ? ucp_request_check_status(r->dataHandle) : ucp_tag_recv_request_test(r->dataHandle, &info);
-      if (st == UCS_INPROGRESS) return false;
-      ucp_request_free(r->dataHandle);
-      r->dataHandle = nullptr;
-      r->dataStatus = st;
-      r->dataInfo = info;
-    }
+    return r->dataHandle == nullptr || Reap(r->isSend, &r->dataHandle, &r->dataStatus, &r->dataInfo);
+  }
+
+  // Tests one UCX request of a message; once it is done, frees it (*handle = nullptr) with its final status and, for
+  // a receive, its sender tag and length. False while it is in progress.
+  static bool Reap(bool isSend, void** handle, ucs_status_t* status, ucp_tag_recv_info_t* info) {
+    ucp_tag_recv_info_t got{};
+    const ucs_status_t st = isSend ? ucp_request_check_status(*handle) : ucp_tag_recv_request_test(*handle, &got);
+    if (st == UCS_INPROGRESS) return false;
+    ucp_request_free(*handle);
+    *handle = nullptr;
+    *status = st;
+    *info = got;
     return true;
   }
 
