@@ -1762,10 +1762,11 @@ TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their
 #ifdef CCOLL_HAVE_UCX
 // A wait that gives up (its timeout) releases the UCX request, but over shared memory UCX cannot be made to drop a
 // send: it may still read the message's header and iov, which live in ccoll's request. The transport keeps such a
-// request until its worker is gone. Here the receiver posts only after the sender's wait timed out; UCX then moves
-// the message (an iov by rendezvous: its data goes after the receiver's reply, packed from the iov), and it arrives
-// whole. Under AddressSanitizer a request freed at the timeout is a use after free.
-TEST_CASE("UcxTransport: a send whose wait timed out stays readable by UCX until the transport goes",
+// request until UCX is done with it (or its worker is gone). Here the receiver posts only after the sender's wait
+// timed out; UCX then moves the message (an iov by rendezvous: its data goes after the receiver's reply, packed from
+// the iov), and it arrives whole. Under AddressSanitizer a request freed at the timeout is a use after free. Once UCX
+// has finished it, the transport lets it go (HeldRequests), so abandoned waits do not pile up.
+TEST_CASE("UcxTransport: a send whose wait timed out stays readable by UCX until UCX is done with it",
           "[internals][transport][ucx]") {
   ccoll::UcxOptions options;
   options.splitBytes = size_t{1} << 20;  // 100000 bytes unsplit: one iov
@@ -1778,6 +1779,8 @@ TEST_CASE("UcxTransport: a send whose wait timed out stays readable by UCX until
   ccoll::Request *s = nullptr, *r = nullptr, *m = nullptr;
   REQUIRE(t[0]->Isend(1, data.data(), data.size(), 5, ccoll::kWireData, &s) == ccSuccess);
   CHECK(t[0]->Wait(s, 100) == ccTimeout);
+  CHECK(t[0]->HeldRequests() == 1);
+  CHECK(t[1]->HeldRequests() == 0);
   // Rank 0 progresses (waiting for a marker) while rank 1 receives the message, then sends the marker.
   uint64_t marker = 0, one = 1;
   REQUIRE(t[0]->Irecv(1, &marker, sizeof(marker), 6, ccoll::kWireData, &m) == ccSuccess);
@@ -1794,6 +1797,13 @@ TEST_CASE("UcxTransport: a send whose wait timed out stays readable by UCX until
   CHECK(sentRc == ccSuccess);
   CHECK(markerRc == ccSuccess);
   CHECK(marker == 1);
+  // The receiver has the message, so UCX completes the send once rank 0's worker hears of it.
+  size_t held = 1;
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       held != 0 && std::chrono::steady_clock::now() < end;) {
+    held = t[0]->HeldRequests();
+  }
+  CHECK(held == 0);
 }
 #endif
 

@@ -5,6 +5,7 @@
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,7 +42,9 @@ struct UcxRequest : Request {
   ucp_tag_recv_info_t dataInfo{};    // the payload receive's length
   uint64_t drain = 0;                // where a drained payload lands (zero bytes of it)
   bool payloadCancelled = false;     // a receive: its payload receive was cancelled (the sender did not split)
-  bool inUse = false;  // retired while UCX still held it: UCX may yet read or write its header, iov and drain
+  // Retired while UCX still held it: UCX may yet read or write its header, iov and drain. Its handles that were still
+  // in flight stay set (unfreed), so the transport can tell when UCX is done with them (Impl::Sweep).
+  bool inUse = false;
 };
 
 // A request for one message: its iov is the wire header and the payload (an empty payload left out: *parts), and
@@ -235,7 +238,8 @@ struct UcxTransport::Impl {
   int efd = -1;                          // the worker's event fd: Wait sleeps on it once spinning stops paying
   size_t splitBytes = 0;                 // UcxOptions::splitBytes
   bool failed = false;                   // a wait failed: peers may be gone, do not wait for them at the end
-  // Requests whose waits gave up while UCX still held them (UcxRequest::inUse): kept until the worker is gone.
+  // Requests whose waits gave up while UCX still held them (UcxRequest::inUse): kept until UCX has finished them
+  // (Sweep) or the worker is gone.
   std::vector<std::unique_ptr<UcxRequest>> retired;
   std::atomic<bool> aborted{false};
   std::mutex reasonMutex;
@@ -273,9 +277,8 @@ struct UcxTransport::Impl {
   }
 
   // Ends a request that will not complete normally: cancels a receive; closes the endpoint under a send where it
-  // can, else releases the send to UCX (it never completes towards a dead peer). Never waits for a peer. What UCX
-  // still holds after that (a send over shared memory, a receive already being filled) marks the request inUse, and
-  // Keep must then take it over from its owner.
+  // can. Never waits for a peer. What UCX still holds after that (a send over shared memory, a receive already
+  // being filled) keeps its handle and marks the request inUse, and Keep must then take it over from its owner.
   void Retire(UcxRequest* r) {
     failed = true;
     for (void** h : {&r->handle, &r->dataHandle}) {
@@ -285,7 +288,10 @@ struct UcxTransport::Impl {
       } else {
         ucp_request_cancel(worker, *h);
       }
-      if (Drive(*h, Clock::now() + std::chrono::milliseconds(100)) == UCS_INPROGRESS) r->inUse = true;
+      if (Drive(*h, Clock::now() + std::chrono::milliseconds(100)) == UCS_INPROGRESS) {
+        r->inUse = true;
+        continue;
+      }
       ucp_request_free(*h);
       *h = nullptr;
     }
@@ -294,6 +300,21 @@ struct UcxTransport::Impl {
   // Takes over a retired request that UCX may still touch (else lets it go with its owner).
   void Keep(std::unique_ptr<UcxRequest>* r) {
     if (*r != nullptr && (*r)->inUse) retired.push_back(std::move(*r));
+  }
+
+  // Lets go of the retired requests that UCX has finished with (it completed or cancelled them meanwhile, as the
+  // worker progressed); the others stay. Cheap when there are none, as there normally are.
+  void Sweep() {
+    auto finished = [](const std::unique_ptr<UcxRequest>& r) {
+      for (void** h : {&r->handle, &r->dataHandle}) {
+        if (*h != nullptr && ucp_request_check_status(*h) != UCS_INPROGRESS) {
+          ucp_request_free(*h);
+          *h = nullptr;
+        }
+      }
+      return r->handle == nullptr && r->dataHandle == nullptr;
+    };
+    retired.erase(std::remove_if(retired.begin(), retired.end(), finished), retired.end());
   }
 
   // Tests r's UCX requests without progressing the worker; true once none is in flight. When a receive's iov
@@ -372,6 +393,12 @@ struct UcxTransport::Impl {
             ucp_request_free(h);
           }
           eps[p] = nullptr;
+        }
+      }
+      for (auto& r : retired) {  // released to UCX: the worker ends them; their memory stays until after it
+        for (void** h : {&r->handle, &r->dataHandle}) {
+          if (*h != nullptr) ucp_request_free(*h);
+          *h = nullptr;
         }
       }
       ucp_worker_destroy(worker);
@@ -548,6 +575,7 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
     return Fail(ccRemoteError, "rank %d: rank %d is unreachable (%s)", m.rank, peer,
                 ucs_status_string(m.peerStatus[peer] != UCS_OK ? m.peerStatus[peer] : UCS_ERR_NOT_CONNECTED));
   }
+  m.Sweep();
   ucp_request_param_t param;
   size_t parts;
   auto r = NewRequest(this, true, peer, const_cast<void*>(buf), bytes, tag, kind, &param, &parts);
@@ -582,6 +610,7 @@ ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, 
     std::lock_guard<std::mutex> lock(m.reasonMutex);
     return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
   }
+  m.Sweep();
   ucp_request_param_t param;
   size_t parts;
   auto r = NewRequest(this, false, peer, buf, bytes, tag, kind, &param, &parts);
@@ -663,6 +692,12 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs, IdleWork* idle) {
     }
   }
   return Finished(m.rank, *r, checksum_);
+}
+
+size_t UcxTransport::HeldRequests() {
+  ucp_worker_progress(impl_->worker);
+  impl_->Sweep();
+  return impl_->retired.size();
 }
 
 void UcxTransport::Abort(const char* reason) {

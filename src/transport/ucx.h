@@ -61,6 +61,10 @@ class UcxTransport : public Transport {
   bool RunsIdleWork() const override { return true; }
   // Only sets a flag (safe from another thread): the waiting thread cancels its requests and returns.
   void Abort(const char* reason) override;
+  // How many requests of waits that gave up UCX still holds (their memory stays with the transport until UCX is done
+  // with them; each Isend and Irecv lets go of the finished ones, as this does after progressing the worker once).
+  // From the thread using the transport.
+  size_t HeldRequests();
 
   struct Impl;
 
