@@ -65,12 +65,19 @@ struct RankArgs {
   std::string idHex;
 };
 
-// True when `error` says "rank N" for some N other than `self` (every sentence names the rank it comes from; it
-// must also name a peer: the dead one, or one that aborted because of it).
+// True when `error` says "rank N", or "ranks N, M, ...", for some N other than `self` (every sentence names the rank
+// it comes from; it must also name a peer: the dead one, or one that aborted or left because of it).
 bool NamesAnotherRank(const std::string& error, int self) {
-  for (size_t at = error.find("rank "); at != std::string::npos; at = error.find("rank ", at + 1)) {
-    const char* digits = error.c_str() + at + 5;
-    if (*digits >= '0' && *digits <= '9' && std::atoi(digits) != self) return true;
+  for (size_t at = error.find("rank"); at != std::string::npos; at = error.find("rank", at + 1)) {
+    const char* p = error.c_str() + at + 4;
+    if (*p == 's') ++p;
+    if (*p++ != ' ') continue;
+    while (*p >= '0' && *p <= '9') {
+      if (std::atoi(p) != self) return true;
+      while (*p >= '0' && *p <= '9') ++p;
+      if (p[0] != ',' || p[1] != ' ') break;
+      p += 2;
+    }
   }
   return false;
 }
