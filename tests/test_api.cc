@@ -1621,6 +1621,65 @@ TEST_CASE("ranks whose CC_SLICE_BYTES differ fail their init, naming it", "[api]
   CHECK(Contains(childOut, "All tests passed"));
 }
 
+#ifdef CCOLL_HAVE_UCX
+// Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process with a CC_UCX_RNDV_THRESH that UCX
+// refuses, which init finds after the first bootstrap round, as it makes its UCX worker.
+TEST_CASE("rndv_child: rank 1 with a bad CC_UCX_RNDV_THRESH", "[.][rndv_child]") {
+  const char* hex = std::getenv("CCTEST_ID");
+  REQUIRE(hex != nullptr);
+  REQUIRE(std::strlen(hex) == 2 * sizeof(ccUniqueId));
+  ccUniqueId id;
+  for (size_t i = 0; i < sizeof(id); ++i) {
+    id.internal[i] = static_cast<char>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
+  }
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 20000;
+  ccComm_t comm = nullptr;
+  const ccResult_t rc = ccCommInitRankConfig(&comm, 2, id, 1, &config);
+  const std::string err = ccGetLastError(nullptr);
+  INFO(err);
+  CHECK(rc == ccInvalidArgument);
+  CHECK(comm == nullptr);
+  CHECK(Contains(err, "CC_UCX_RNDV_THRESH=banana is not a UCX size"));
+}
+
+TEST_CASE("a rank whose init fails after joining tells the others why, through the bootstrap root", "[api][init]") {
+  // Rank 1 fails between bootstrap rounds, on a setting only it has: rank 0, waiting in its next round (the UCX
+  // addresses), hears the reason from the root at once, rather than only that rank 1 left.
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  std::string hex;
+  for (size_t i = 0; i < sizeof(id); ++i) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(id.internal[i]));
+    hex += b;
+  }
+  std::string childOut;
+  bool childDied = true;
+  std::thread child([&] {
+    childOut = cctest::RunHiddenCase("rndv_child: rank 1 with a bad CC_UCX_RNDV_THRESH",
+                                     "CCTEST_ID=" + hex + " CC_UCX_RNDV_THRESH=banana timeout 60", &childDied);
+  });
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 20000;
+  ccComm_t comm = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  const ccResult_t rc = ccCommInitRankConfig(&comm, 2, id, 0, &config);
+  const double seconds = cctest::SecondsSince(start);
+  const std::string err = ccGetLastError(nullptr);
+  child.join();
+  INFO(err);
+  INFO(childOut);
+  CHECK(rc == ccRemoteError);
+  CHECK(comm == nullptr);
+  CHECK(Contains(err, "rank 0 of 2: the bootstrap root gave up: rank 1 of 2 left the bootstrap: rank 1: "
+                      "CC_UCX_RNDV_THRESH=banana is not a UCX size"));
+  CHECK(seconds < 10.0 * cctest::TimeScale());  // not the 20 s timeout
+  CHECK(!childDied);
+  CHECK(Contains(childOut, "All tests passed"));
+}
+#endif
+
 // A child's command-line prefix that unsets every variable ccCommInitFromEnv takes its secret from (JobSecret's
 // sources), so that only what the case sets names the job.
 const char* const kWithoutJobIdentity = "env -u CC_SECRET -u CC_JOB_ID -u TORCHELASTIC_RUN_ID -u PMIX_NAMESPACE "

@@ -1057,6 +1057,99 @@ TEST_CASE("a bootstrap session all-gathers several rounds over one connection", 
   }
 }
 
+// A rank that gives up between rounds (its init failed: say, it could not reach a peer that died) tells the root why
+// (BootstrapSession::Leave), and the ranks still in the bootstrap get that reason in the root's answer to their next
+// round, not only that it left. A rank that just closes its connection is reported as before; a reason is cut at
+// kMaxLeaveText bytes and shown without control characters.
+TEST_CASE("a rank that leaves the bootstrap between rounds says why, and the others hear it",
+          "[internals][bootstrap]") {
+  constexpr int kRanks = 4;
+  const std::string longWhy = "rank 1: cannot reach rank 0\n(it died)" + std::string(1000, 'x');
+  struct Case {
+    const char* name;
+    std::vector<int> leaving;  // ranks that give up after round 1: with a reason (Leave), or silently (-rank - 1)
+    std::vector<std::string> says;  // the answer's text begins with the first, and holds the others
+  };
+  const Case cases[] = {
+      {"one rank with a reason", {1}, {"rank 1 of 4 left the bootstrap: rank 1: cannot reach rank 0?(it died)xxx"}},
+      {"one rank silently", {-3 - 1}, {"rank 3 of 4 left the bootstrap while the others continued"}},
+      {"one with a reason, one silently",
+       {1, -3 - 1},
+       {"rank 1 of 4 left the bootstrap: rank 1: cannot reach rank 0?(it died)xxx",
+        "xxx; rank 3 of 4 left the bootstrap while the others continued"}},
+      {"two silently", {-1 - 1, -3 - 1}, {"ranks 1, 3 of 4 left the bootstrap while the others continued"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    ccUniqueId id;
+    REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 20000, &id) == ccSuccess);
+    ccoll::UniqueIdContent content;
+    REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+    std::vector<cctest::RankResult> first(kRanks), second(kRanks);
+    cctest::RunRanks(kRanks, [&](int r) {
+      ccoll::BootstrapSession session(content, r, kRanks, 20000);
+      std::vector<std::string> all;
+      first[r].rc = session.AllGather("round 1 of rank " + std::to_string(r), &all);
+      if (first[r].rc != ccSuccess) {
+        first[r].error = ccoll::LastError();
+        return;
+      }
+      for (int leaving : c.leaving) {
+        if (leaving == r) {
+          session.Leave(longWhy);
+          return;
+        }
+        if (leaving == -r - 1) return;  // the session closes
+      }
+      second[r].rc = session.AllGather("round 2", &all);
+      if (second[r].rc != ccSuccess) second[r].error = ccoll::LastError();
+      // Leaving now, to a root that gave up (gone, or draining), neither blocks nor replaces this rank's error.
+      session.Leave("leaving after the root gave up");
+      if (ccoll::LastError() != second[r].error) second[r].error += " | changed by Leave: " + ccoll::LastError();
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      INFO("rank " << r << ": " << first[r].error);
+      REQUIRE(first[r].rc == ccSuccess);
+    }
+    for (int r = 0; r < kRanks; ++r) {
+      if (std::count(c.leaving.begin(), c.leaving.end(), r) + std::count(c.leaving.begin(), c.leaving.end(), -r - 1)) {
+        continue;
+      }
+      INFO("rank " << r << ": " << second[r].error);
+      CHECK(second[r].rc == ccRemoteError);
+      CHECK(second[r].error.find("rank " + std::to_string(r) + " of 4: the bootstrap root gave up: " + c.says[0]) !=
+            std::string::npos);
+      for (const std::string& part : c.says) CHECK(second[r].error.find(part) != std::string::npos);
+      if (std::count(c.leaving.begin(), c.leaving.end(), 1)) {
+        // The reason as far as kMaxLeaveText: its first 240 bytes, and nothing after them.
+        const std::string shown = "rank 1: cannot reach rank 0?(it died)" + std::string(ccoll::kMaxLeaveText - 37, 'x');
+        CHECK(second[r].error.find(shown) != std::string::npos);
+        CHECK(second[r].error.find(shown + "x") == std::string::npos);
+      }
+    }
+  }
+  // A root that gave up on a rank that never joined answers and closes the connections: a Leave then meets a closed
+  // connection, and the rank's error stays the root's answer.
+  {
+    ccUniqueId id;
+    REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 300, &id) == ccSuccess);
+    ccoll::UniqueIdContent content;
+    REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+    ccoll::BootstrapSession session(content, 0, 2, 20000);
+    std::vector<std::string> all;
+    CHECK(session.AllGather("alone", &all) == ccTimeout);
+    const std::string error = ccoll::LastError();
+    CHECK(error.find("rank 1 of 2 did not join within 300 ms") != std::string::npos);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the root has closed its end by now
+    session.Leave("leaving after the root closed");
+    CHECK(ccoll::LastError() == error);
+  }
+  // A session that never joined has nothing to say: Leave only closes it.
+  ccoll::UniqueIdContent unused{};
+  ccoll::BootstrapSession idle(unused, 0, 1, 1000);
+  idle.Leave("never joined");
+}
+
 TEST_CASE("BootstrapParseId rejects ids it did not make", "[internals][bootstrap]") {
   ccUniqueId id;
   std::memset(&id, 0, sizeof(id));

@@ -30,11 +30,13 @@ struct HelloHeader {
   uint32_t timeoutMs;  // the rank's timeout: the root gives up on missing ranks after the shortest one it hears
 };
 
-// Rank -> root for every all-gather after the first, followed by len bytes.
+// Rank -> root for every all-gather after the first, followed by len bytes. With kLeaveMagic instead (a rank that
+// gives up, BootstrapSession::Leave) the bytes are its reason, at most kMaxLeaveText of them.
 struct RoundHeader {
   uint32_t magic;
   uint32_t len;
 };
+constexpr uint32_t kLeaveMagic = 0x4c424343;  // "CCBL"
 
 // Why the root turned a rank away (ReplyHeader::reason, with status ccInvalidUsage).
 enum TurnAway : uint32_t {
@@ -110,6 +112,7 @@ class Root {
   std::vector<std::string> infos_;
   int joined_ = 0;
   std::vector<int> lost_;  // ranks that died or left while the others continued
+  std::vector<std::string> leftWhy_;  // per rank: the reason a rank that left gave (Leave), else empty
   std::vector<std::string> turnedAway_;  // the first few hellos turned away, for the ranks still waiting
   std::string acceptError_;              // why accepting a connection failed (out of file descriptors), for them too
   Deadline acceptRest_{};                // the listener is not polled before then
@@ -237,8 +240,21 @@ bool Root::NextRound() {
       closedRanks.push_back(r);
       continue;
     }
-    if (RecvAll(rankFd_[r], &h, sizeof(h), deadline, "a bootstrap round") != ccSuccess || h.magic != kBootstrapMagic ||
-        h.len > kMaxRankInfoBytes) {
+    if (RecvAll(rankFd_[r], &h, sizeof(h), deadline, "a bootstrap round") == ccSuccess && h.magic == kLeaveMagic &&
+        h.len <= kMaxLeaveText) {
+      // A rank that gives up, and why: passed on to the others (ReplyLost) as a rank that left.
+      std::string why(h.len, '\0');
+      if (h.len > 0 && RecvAll(rankFd_[r], &why[0], h.len, deadline, "a bootstrap leave") != ccSuccess) why.clear();
+      for (char& c : why) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u >= 0x7f) c = '?';  // (untrusted bytes, to be shown to users)
+      }
+      leftWhy_.resize(nranks_);
+      leftWhy_[r] = why;
+      closedRanks.push_back(r);
+      continue;
+    }
+    if (h.magic != kBootstrapMagic || h.len > kMaxRankInfoBytes) {
       CC_WARN("bootstrap root: rank %d sent a malformed round", r);
       lost_.push_back(r);
       return false;
@@ -307,11 +323,27 @@ void Root::ReplyMissing() {
 
 void Root::ReplyLost() {
   if (lost_.empty()) return;
-  std::string list;
-  for (size_t i = 0; i < lost_.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(lost_[i]);
-  if (lost_.size() > 16) list += ", ...";
-  std::string text = "rank" + std::string(lost_.size() > 1 ? "s " : " ") + list + " of " + std::to_string(nranks_) +
-                     " left the bootstrap while the others continued (died, or its connection was lost)";
+  // The ranks that said why they left, each with its reason; then the others, which died or lost their connection
+  // (or failed where they could not say).
+  std::string text;
+  std::vector<int> silent;
+  for (int r : lost_) {
+    const std::string why = r < static_cast<int>(leftWhy_.size()) ? leftWhy_[r] : std::string();
+    if (why.empty()) {
+      silent.push_back(r);
+      continue;
+    }
+    text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " of " + std::to_string(nranks_) +
+            " left the bootstrap: " + why;
+  }
+  if (!silent.empty()) {
+    std::string list;
+    for (size_t i = 0; i < silent.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(silent[i]);
+    if (silent.size() > 16) list += ", ...";
+    text += (text.empty() ? "" : "; ") + std::string("rank") + (silent.size() > 1 ? "s " : " ") + list + " of " +
+            std::to_string(nranks_) +
+            " left the bootstrap while the others continued (died, or its connection was lost)";
+  }
   text.resize(std::min<size_t>(text.size(), kMaxReplyText));
   ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccRemoteError), nranks_,
                    static_cast<uint32_t>(text.size()), kNotTurnedAway, 0};
@@ -495,11 +527,41 @@ ccResult_t BootstrapParseId(const ccUniqueId& id, UniqueIdContent* out) {
 
 BootstrapSession::~BootstrapSession() { CloseFd(fd_); }
 
+void BootstrapSession::Leave(const std::string& why) {
+  if (fd_ >= 0 && betweenRounds_) {
+    // Header and reason in one buffer, sent without blocking for more than half a second and without a word of its
+    // own: a root that is gone or not reading just misses it (the caller's error is the one that counts).
+    const std::string text = why.substr(0, kMaxLeaveText);
+    const RoundHeader h{kLeaveMagic, static_cast<uint32_t>(text.size())};
+    std::string bytes(reinterpret_cast<const char*>(&h), sizeof(h));
+    bytes += text;
+    const Deadline deadline = DeadlineIn(500);
+    size_t sent = 0;
+    while (sent < bytes.size()) {
+      const ssize_t n = send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      pollfd pfd{fd_, POLLOUT, 0};
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || RemainingMs(deadline) <= 0 ||
+          poll(&pfd, 1, RemainingMs(deadline)) <= 0) {
+        break;
+      }
+    }
+  }
+  CloseFd(fd_);
+  fd_ = -1;
+  betweenRounds_ = false;
+}
+
 ccResult_t BootstrapSession::AllGather(const std::string& mine, std::vector<std::string>* all) {
   if (mine.size() > kMaxRankInfoBytes) {
     return Fail(ccInternalError, "bootstrap blob of %zu bytes exceeds %u", mine.size(), kMaxRankInfoBytes);
   }
   Deadline deadline = DeadlineIn(timeoutMs_);
+  betweenRounds_ = false;
   if (fd_ < 0) {
     CC_CHECK(Connect(id_.root, deadline, &fd_, cancel_));
     HelloHeader hello{};
@@ -516,6 +578,7 @@ ccResult_t BootstrapSession::AllGather(const std::string& mine, std::vector<std:
     CC_CHECK(SendAll(fd_, &h, sizeof(h), deadline, "a bootstrap round", cancel_));
   }
   CC_CHECK(SendAll(fd_, mine.data(), mine.size(), deadline, "a bootstrap blob", cancel_));
+  betweenRounds_ = true;  // whatever comes of the reply, the root reads this rank's next bytes as its next round
   // The root answers within its own timeout, also when it gives up (then it names the ranks that never joined):
   // wait a little longer than that for its answer, so a rank reports the root's verdict rather than a bare timeout.
   return ReceiveAll(all, deadline + std::chrono::milliseconds(kRootVerdictGraceMs));

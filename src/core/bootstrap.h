@@ -15,7 +15,7 @@ namespace ccoll {
 
 constexpr uint32_t kUniqueIdMagic = 0x44495543;   // "CUID"
 constexpr uint32_t kBootstrapMagic = 0x53424343;  // "CCBS"
-constexpr uint32_t kBootstrapVersion = 2;
+constexpr uint32_t kBootstrapVersion = 3;  // 3: a rank that gives up between rounds says why (Leave)
 constexpr uint32_t kMaxRankInfoBytes = 1 << 16;   // bound on one rank's blob
 constexpr int kMaxRanks = 1 << 16;
 constexpr int kSecretBytes = 16;
@@ -59,6 +59,13 @@ class BootstrapSession {
   // Sends `mine` and receives every rank's blob, index = rank.
   ccResult_t AllGather(const std::string& mine, std::vector<std::string>* all);
 
+  // For a rank that gives up after joining (its init failed between rounds): tells the root why, in place of its
+  // next round, so that the ranks still in the bootstrap hear the cause ("rank 1 of 4 left the bootstrap: rank 1:
+  // cannot create a UCX endpoint to rank 0 ...") rather than only that this rank left. Best effort, within half a
+  // second; nothing is sent where the connection is not between rounds (never joined, or a round half sent). The
+  // text is cut at kMaxLeaveText bytes. Then closes the connection.
+  void Leave(const std::string& why);
+
  private:
   ccResult_t ReceiveAll(std::vector<std::string>* all, Deadline deadline);
   UniqueIdContent id_;
@@ -67,7 +74,10 @@ class BootstrapSession {
   int timeoutMs_;
   const std::atomic<bool>* cancel_;
   int fd_ = -1;
+  bool betweenRounds_ = false;  // joined, and no round half sent: the root reads what comes next as a round header
 };
+
+constexpr uint32_t kMaxLeaveText = 240;  // a leaving rank's reason, as the root passes it on
 
 // A one-round session: join, all-gather once, leave.
 ccResult_t BootstrapAllGather(const UniqueIdContent& id, int rank, int nranks, const std::string& myInfo,

@@ -236,6 +236,15 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 
   // Round 1: who is where.
   BootstrapSession session(content, rank, n, comm->config.timeoutMs, &comm->aborting);
+  // An init that fails after joining tells the root why, and the root tells the ranks still in the bootstrap (they
+  // would otherwise hear only that this rank left, while the cause, a peer that died, is elsewhere).
+  struct LeaveOnFailure {
+    BootstrapSession& session;
+    bool succeeded = false;
+    ~LeaveOnFailure() {
+      if (!succeeded) session.Leave(LastError());
+    }
+  } leaveOnFailure{session};
   RankInfo info{};
   std::memcpy(info.processToken, ProcessToken(), sizeof(info.processToken));
   info.pid = getpid();
@@ -405,6 +414,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   CC_INFO(kLogInit, "rank %d of %d ready: transport %s%s, algorithm %s, slice %zu bytes, timeout %d ms, "
           "point-to-point messages sliced to %d of %d ucx peers", rank, n, TransportName(want), between,
           AlgoName(comm->config.algorithm), comm->config.sliceBytes, comm->config.timeoutMs, slicedPeers, ucxPeers);
+  leaveOnFailure.succeeded = true;
   return ccSuccess;
 }
 

@@ -44,6 +44,11 @@ write(t, "huge_lengths", record(1, hello_tail(0, 1, b"") + struct.pack("<II", MA
       + record(1, struct.pack("<iiII", 0, 65536, 0xffffffff, 0)))
 write(t, "wrong_secret", record(0, struct.pack("<II", MAGIC, VERSION) + bytes(16) + hello_tail(0, 1, b"x")))
 write(t, "other_version", record(0, struct.pack("<II", MAGIC, VERSION + 7) + bytes(16) + hello_tail(0, 1, b"x")))
+LEAVE = 0x4c424343  # a rank that gives up between rounds, with its reason (BootstrapSession::Leave)
+write(t, "leave_with_reason", record(1, hello_tail(0, 2, b"r0") + struct.pack("<II", MAGIC, 2) + b"r0")
+      + record(1, hello_tail(1, 2, b"r1") + struct.pack("<II", LEAVE, 24) + b"rank 1: gave up\n\x00\xff\x7fabcde"))
+write(t, "leave_too_long", record(1, hello_tail(0, 2, b"r0") + struct.pack("<II", MAGIC, 0))
+      + record(1, hello_tail(1, 2, b"r1") + struct.pack("<II", LEAVE, 241) + b"x" * 241))
 write(t, "garbage_and_half_open", record(0, rnd(50)) + record(1, b"\x00\x00") + record(0, b"GET / HTTP/1.0\r\n\r\n")
       + record(1, hello_tail(0, 1, b"ok")))
 
