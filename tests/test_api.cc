@@ -1657,8 +1657,10 @@ TEST_CASE("a rank whose init fails after joining tells the others why, through t
   std::string childOut;
   bool childDied = true;
   std::thread child([&] {
-    childOut = cctest::RunHiddenCase("rndv_child: rank 1 with a bad CC_UCX_RNDV_THRESH",
-                                     "CCTEST_ID=" + hex + " CC_UCX_RNDV_THRESH=banana timeout 60", &childDied);
+    // (UCX_RNDV_THRESH, where set, would take precedence over CC_UCX_RNDV_THRESH)
+    childOut = cctest::RunHiddenCase(
+        "rndv_child: rank 1 with a bad CC_UCX_RNDV_THRESH",
+        "env -u UCX_RNDV_THRESH CCTEST_ID=" + hex + " CC_UCX_RNDV_THRESH=banana timeout 60", &childDied);
   });
   ccConfig_t config = CC_CONFIG_INITIALIZER;
   config.timeoutMs = 20000;

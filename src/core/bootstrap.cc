@@ -101,6 +101,11 @@ class Root {
   void ReplyLost();     // after a rank was lost between rounds: tells the others which one
   // Reads every rank's next blob; false when the ranks are done (or one failed).
   bool NextRound();
+  // Reads the reason of rank r's Leave (its header, of `len`, already read) into leftWhy_.
+  void ReadLeave(int r, uint32_t len, Deadline deadline);
+  // Gives up the round on rank r (silent, malformed or cut short): lost are r, the ranks that `left` earlier in the
+  // round, and any later rank whose Leave is already waiting (read without blocking), so the others hear why.
+  bool GiveUp(int r, const std::vector<int>& left);
 
   int listenFd_;
   int timeoutMs_;
@@ -222,9 +227,36 @@ bool Root::Accept(Pending* p) {
   return true;
 }
 
+void Root::ReadLeave(int r, uint32_t len, Deadline deadline) {
+  std::string why(len, '\0');
+  if (len > 0 && RecvAll(rankFd_[r], &why[0], len, deadline, "a bootstrap leave") != ccSuccess) why.clear();
+  for (char& c : why) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) c = '?';  // (untrusted bytes, to be shown to users)
+  }
+  leftWhy_.resize(nranks_);
+  leftWhy_[r] = why;
+}
+
+bool Root::GiveUp(int r, const std::vector<int>& left) {
+  lost_ = left;
+  lost_.push_back(r);
+  for (int q = r + 1; q < nranks_; ++q) {
+    RoundHeader h{};
+    if (recv(rankFd_[q], &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(h)) ||
+        h.magic != kLeaveMagic || h.len > kMaxLeaveText) {
+      continue;
+    }
+    if (recv(rankFd_[q], &h, sizeof(h), MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(h))) continue;
+    ReadLeave(q, h.len, DeadlineIn(100));
+    lost_.push_back(q);
+  }
+  return false;
+}
+
 bool Root::NextRound() {
   Deadline deadline = DeadlineIn(timeoutMs_);
-  std::vector<int> closedRanks;
+  std::vector<int> left;  // ranks that closed their connection, or left saying why (Leave)
   for (int r = 0; r < nranks_; ++r) {
     RoundHeader h{};
     char probe;
@@ -232,43 +264,35 @@ bool Root::NextRound() {
     pollfd pfd{rankFd_[r], POLLIN, 0};
     if (poll(&pfd, 1, RemainingMs(deadline)) <= 0) {
       CC_WARN("bootstrap root: rank %d neither continued nor left within %d ms", r, timeoutMs_);
-      lost_.push_back(r);
-      return false;
+      return GiveUp(r, left);
     }
     ssize_t n = recv(rankFd_[r], &probe, 1, MSG_PEEK);
     if (n <= 0) {
-      closedRanks.push_back(r);
+      left.push_back(r);
       continue;
     }
-    if (RecvAll(rankFd_[r], &h, sizeof(h), deadline, "a bootstrap round") == ccSuccess && h.magic == kLeaveMagic &&
-        h.len <= kMaxLeaveText) {
-      // A rank that gives up, and why: passed on to the others (ReplyLost) as a rank that left.
-      std::string why(h.len, '\0');
-      if (h.len > 0 && RecvAll(rankFd_[r], &why[0], h.len, deadline, "a bootstrap leave") != ccSuccess) why.clear();
-      for (char& c : why) {
-        const auto u = static_cast<unsigned char>(c);
-        if (u < 0x20 || u >= 0x7f) c = '?';  // (untrusted bytes, to be shown to users)
-      }
-      leftWhy_.resize(nranks_);
-      leftWhy_[r] = why;
-      closedRanks.push_back(r);
+    if (RecvAll(rankFd_[r], &h, sizeof(h), deadline, "a bootstrap round") != ccSuccess) {
+      CC_WARN("bootstrap root: rank %d sent part of a round header", r);
+      return GiveUp(r, left);
+    }
+    if (h.magic == kLeaveMagic && h.len <= kMaxLeaveText) {
+      ReadLeave(r, h.len, deadline);
+      left.push_back(r);
       continue;
     }
     if (h.magic != kBootstrapMagic || h.len > kMaxRankInfoBytes) {
       CC_WARN("bootstrap root: rank %d sent a malformed round", r);
-      lost_.push_back(r);
-      return false;
+      return GiveUp(r, left);
     }
     infos_[r].resize(h.len);
     if (RecvAll(rankFd_[r], &infos_[r][0], h.len, deadline, "a bootstrap round") != ccSuccess) {
-      lost_.push_back(r);
-      return false;
+      return GiveUp(r, left);
     }
   }
-  const int closed = static_cast<int>(closedRanks.size());
+  const int closed = static_cast<int>(left.size());
   if (closed != 0 && closed != nranks_) {
     CC_WARN("bootstrap root: %d of %d ranks left before a round", closed, nranks_);
-    lost_ = closedRanks;
+    lost_ = left;
   }
   return closed == 0;
 }
@@ -323,26 +347,23 @@ void Root::ReplyMissing() {
 
 void Root::ReplyLost() {
   if (lost_.empty()) return;
-  // The ranks that said why they left, each with its reason; then the others, which died or lost their connection
-  // (or failed where they could not say).
+  // First the ranks that died or lost their connection (or failed where they could not say), the likelier cause;
+  // then the ranks that said why they left, each with its reason, as far as the reply's text allows.
   std::string text;
-  std::vector<int> silent;
+  std::vector<int> silent, said;
   for (int r : lost_) {
-    const std::string why = r < static_cast<int>(leftWhy_.size()) ? leftWhy_[r] : std::string();
-    if (why.empty()) {
-      silent.push_back(r);
-      continue;
-    }
-    text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " of " + std::to_string(nranks_) +
-            " left the bootstrap: " + why;
+    (r < static_cast<int>(leftWhy_.size()) && !leftWhy_[r].empty() ? said : silent).push_back(r);
   }
   if (!silent.empty()) {
     std::string list;
     for (size_t i = 0; i < silent.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(silent[i]);
     if (silent.size() > 16) list += ", ...";
-    text += (text.empty() ? "" : "; ") + std::string("rank") + (silent.size() > 1 ? "s " : " ") + list + " of " +
-            std::to_string(nranks_) +
-            " left the bootstrap while the others continued (died, or its connection was lost)";
+    text = "rank" + std::string(silent.size() > 1 ? "s " : " ") + list + " of " + std::to_string(nranks_) +
+           " left the bootstrap while the others continued (died, or its connection was lost)";
+  }
+  for (int r : said) {
+    text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " of " + std::to_string(nranks_) +
+            " left the bootstrap: " + leftWhy_[r];
   }
   text.resize(std::min<size_t>(text.size(), kMaxReplyText));
   ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccRemoteError), nranks_,
@@ -544,11 +565,10 @@ void BootstrapSession::Leave(const std::string& why) {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || RemainingMs(deadline) <= 0) break;
       pollfd pfd{fd_, POLLOUT, 0};
-      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || RemainingMs(deadline) <= 0 ||
-          poll(&pfd, 1, RemainingMs(deadline)) <= 0) {
-        break;
-      }
+      const int ready = poll(&pfd, 1, RemainingMs(deadline));
+      if (ready == 0 || (ready < 0 && errno != EINTR)) break;
     }
   }
   CloseFd(fd_);

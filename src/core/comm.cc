@@ -236,6 +236,9 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 
   // Round 1: who is where.
   BootstrapSession session(content, rank, n, comm->config.timeoutMs, &comm->aborting);
+#ifdef CCOLL_HAVE_UCX
+  std::unique_ptr<UcxTransport> ucx;  // (declared here: a failed init says why before its UCX teardown, which waits)
+#endif
   // An init that fails after joining tells the root why, and the root tells the ranks still in the bootstrap (they
   // would otherwise hear only that this rank left, while the cause, a peer that died, is elsewhere).
   struct LeaveOnFailure {
@@ -318,7 +321,6 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   if (want == ccTransportUcx || anyRemote) {
 #ifdef CCOLL_HAVE_UCX
     // Round 2: UCX worker addresses, then endpoints to every peer that UCX serves.
-    std::unique_ptr<UcxTransport> ucx;
     UcxOptions options;
     options.splitBytes = SplitBytesFor(comm->config.sliceBytes);  // (the slice: agreed by every rank above)
     if (!ForeignEnvIsSet("UCX_RNDV_THRESH")) {

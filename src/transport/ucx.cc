@@ -567,6 +567,7 @@ bool UcxTransport::PeerOverSharedMemory(int peer) const { return impl_->sharedMe
 ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind,
                                Request** req) {
   Impl& m = *impl_;
+  m.Sweep();  // (also where the call is refused below: a failed peer leaves the most behind)
   if (m.aborted.load()) {
     std::lock_guard<std::mutex> lock(m.reasonMutex);
     return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
@@ -575,7 +576,6 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
     return Fail(ccRemoteError, "rank %d: rank %d is unreachable (%s)", m.rank, peer,
                 ucs_status_string(m.peerStatus[peer] != UCS_OK ? m.peerStatus[peer] : UCS_ERR_NOT_CONNECTED));
   }
-  m.Sweep();
   ucp_request_param_t param;
   size_t parts;
   auto r = NewRequest(this, true, peer, const_cast<void*>(buf), bytes, tag, kind, &param, &parts);
@@ -606,11 +606,11 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
 
 ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) {
   Impl& m = *impl_;
+  m.Sweep();  // (also where the call is refused below: a failed peer leaves the most behind)
   if (m.aborted.load()) {
     std::lock_guard<std::mutex> lock(m.reasonMutex);
     return Fail(ccRemoteError, "rank %d: %s", m.rank, m.abortReason.c_str());
   }
-  m.Sweep();
   ucp_request_param_t param;
   size_t parts;
   auto r = NewRequest(this, false, peer, buf, bytes, tag, kind, &param, &parts);
