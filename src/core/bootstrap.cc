@@ -104,7 +104,8 @@ class Root {
   // Reads the reason of rank r's Leave (its header, of `len`, already read) into leftWhy_.
   void ReadLeave(int r, uint32_t len, Deadline deadline);
   // Gives up the round on rank r (silent, malformed or cut short): lost are r, the ranks that `left` earlier in the
-  // round, and any later rank whose Leave is already waiting (read without blocking), so the others hear why.
+  // round, and any later rank that has already closed or whose Leave already waits (read without blocking), so the
+  // others hear why.
   bool GiveUp(int r, const std::vector<int>& left);
 
   int listenFd_;
@@ -243,10 +244,12 @@ bool Root::GiveUp(int r, const std::vector<int>& left) {
   lost_.push_back(r);
   for (int q = r + 1; q < nranks_; ++q) {
     RoundHeader h{};
-    if (recv(rankFd_[q], &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(h)) ||
-        h.magic != kLeaveMagic || h.len > kMaxLeaveText) {
+    const ssize_t got = recv(rankFd_[q], &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      lost_.push_back(q);  // closed (or broken) without a word
       continue;
     }
+    if (got != static_cast<ssize_t>(sizeof(h)) || h.magic != kLeaveMagic || h.len > kMaxLeaveText) continue;
     if (recv(rankFd_[q], &h, sizeof(h), MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(h))) continue;
     ReadLeave(q, h.len, DeadlineIn(100));
     lost_.push_back(q);
@@ -359,7 +362,7 @@ void Root::ReplyLost() {
     for (size_t i = 0; i < silent.size() && i < 16; ++i) list += (i ? ", " : "") + std::to_string(silent[i]);
     if (silent.size() > 16) list += ", ...";
     text = "rank" + std::string(silent.size() > 1 ? "s " : " ") + list + " of " + std::to_string(nranks_) +
-           " left the bootstrap while the others continued (died, or its connection was lost)";
+           " left the bootstrap while the others continued (died, stalled, or its connection was lost)";
   }
   for (int r : said) {
     text += (text.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + " of " + std::to_string(nranks_) +
