@@ -1565,23 +1565,44 @@ void FirstCallRefusesEnvironment(const std::string& sentence) {
   CHECK(Contains(err, sentence));
 }
 
-}  // namespace
+// A unique id in hex, for a child process's CCTEST_ID.
+std::string IdHex(const ccUniqueId& id) {
+  std::string hex;
+  for (size_t i = 0; i < sizeof(id); ++i) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(id.internal[i]));
+    hex += b;
+  }
+  return hex;
+}
 
-// Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process (its CC_SLICE_BYTES set by the
-// visible case below): its init must fail naming the setting.
-TEST_CASE("slice_child: rank 1 with another CC_SLICE_BYTES", "[.][slice_child]") {
+// In a child process: rank 1 of the 2-rank communicator whose id CCTEST_ID holds (IdHex), with a 20 s timeout. Returns
+// the init's result; *err is its last error (or why CCTEST_ID is unusable, with ccInternalError).
+ccResult_t InitRankOneFromEnvId(ccComm_t* comm, std::string* err) {
   const char* hex = std::getenv("CCTEST_ID");
-  REQUIRE(hex != nullptr);
-  REQUIRE(std::strlen(hex) == 2 * sizeof(ccUniqueId));
+  if (hex == nullptr || std::strlen(hex) != 2 * sizeof(ccUniqueId)) {
+    *err = "CCTEST_ID does not hold a unique id in hex";
+    return ccInternalError;
+  }
   ccUniqueId id;
   for (size_t i = 0; i < sizeof(id); ++i) {
     id.internal[i] = static_cast<char>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
   }
   ccConfig_t config = CC_CONFIG_INITIALIZER;
   config.timeoutMs = 20000;
+  const ccResult_t rc = ccCommInitRankConfig(comm, 2, id, 1, &config);
+  *err = ccGetLastError(nullptr);
+  return rc;
+}
+
+}  // namespace
+
+// Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process (its CC_SLICE_BYTES set by the
+// visible case below): its init must fail naming the setting.
+TEST_CASE("slice_child: rank 1 with another CC_SLICE_BYTES", "[.][slice_child]") {
   ccComm_t comm = nullptr;
-  const ccResult_t rc = ccCommInitRankConfig(&comm, 2, id, 1, &config);
-  const std::string err = ccGetLastError(nullptr);
+  std::string err;
+  const ccResult_t rc = InitRankOneFromEnvId(&comm, &err);
   INFO(err);
   CHECK(rc == ccInvalidUsage);
   CHECK(comm == nullptr);
@@ -1592,12 +1613,7 @@ TEST_CASE("ranks whose CC_SLICE_BYTES differ fail their init, naming it", "[api]
   // Slices set the rings' and the point-to-point messages; ranks that disagree would pair messages of other sizes.
   ccUniqueId id;
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
-  std::string hex;
-  for (size_t i = 0; i < sizeof(id); ++i) {
-    char b[3];
-    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(id.internal[i]));
-    hex += b;
-  }
+  const std::string hex = IdHex(id);
   const long long mine = static_cast<long long>(ccoll::ParamInt("CC_SLICE_BYTES")) & ~7ll;  // as init rounds it
   const std::string other = std::to_string(mine > (1ll << 29) ? mine / 2 : mine * 2);  // within the allowed range
   std::string childOut;
@@ -1625,18 +1641,9 @@ TEST_CASE("ranks whose CC_SLICE_BYTES differ fail their init, naming it", "[api]
 // Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process with a CC_UCX_RNDV_THRESH that UCX
 // refuses, which init finds after the first bootstrap round, as it makes its UCX worker.
 TEST_CASE("rndv_child: rank 1 with a bad CC_UCX_RNDV_THRESH", "[.][rndv_child]") {
-  const char* hex = std::getenv("CCTEST_ID");
-  REQUIRE(hex != nullptr);
-  REQUIRE(std::strlen(hex) == 2 * sizeof(ccUniqueId));
-  ccUniqueId id;
-  for (size_t i = 0; i < sizeof(id); ++i) {
-    id.internal[i] = static_cast<char>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
-  }
-  ccConfig_t config = CC_CONFIG_INITIALIZER;
-  config.timeoutMs = 20000;
   ccComm_t comm = nullptr;
-  const ccResult_t rc = ccCommInitRankConfig(&comm, 2, id, 1, &config);
-  const std::string err = ccGetLastError(nullptr);
+  std::string err;
+  const ccResult_t rc = InitRankOneFromEnvId(&comm, &err);
   INFO(err);
   CHECK(rc == ccInvalidArgument);
   CHECK(comm == nullptr);
@@ -1648,12 +1655,7 @@ TEST_CASE("a rank whose init fails after joining tells the others why, through t
   // addresses), hears the reason from the root at once, rather than only that rank 1 left.
   ccUniqueId id;
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
-  std::string hex;
-  for (size_t i = 0; i < sizeof(id); ++i) {
-    char b[3];
-    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(id.internal[i]));
-    hex += b;
-  }
+  const std::string hex = IdHex(id);
   std::string childOut;
   bool childDied = true;
   std::thread child([&] {
