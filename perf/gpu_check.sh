@@ -182,6 +182,10 @@ if [ $probe -ne 0 ]; then
   status=1
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   [ -n "$cs" ] && step 90 "$cs" --tool memcheck "$BUILD_DIR/perf/gpu_probe" -t 60 >"$LOGS/probe_memcheck.log" 2>&1
+  # Whether ccoll's memory pools are the cause: the probe again with scratch from cudaMalloc and cudaHostAlloc.
+  step 60 env CC_MEMORY_POOLS=0 "$BUILD_DIR/perf/gpu_probe" -t 20 >"$LOGS/probe_nopools.log" 2>&1
+  echo "gpu_probe with CC_MEMORY_POOLS=0: exit $?, $(grep -c '^ok' "$LOGS/probe_nopools.log") steps ok" |
+    tee -a "$LOGS/loading.txt"
   # Judged by the last step that must pass, not by failure lines: a probe that crashed or ran out of time prints none.
   # Past the pools, a failure or a hang is in the all-reduces, and smoke (which tells the hangs apart) still runs.
   if ! grep -q '^ok .*scratch from the pools' "$LOGS/probe.log"; then
@@ -301,6 +305,11 @@ if [ "$tests" = ON ] && part tests; then
     gpu_cases test_gpu_collectives_staged 60 CC_DEVICE_KERNELS=0 "$BUILD_DIR/tests/test_gpu_collectives" \
       "[codec],[exact]"
   fi
+  # ccoll's scratch without memory pools (from cudaMalloc and cudaHostAlloc, kept for reuse), as on a device that
+  # has none.
+  gpu_cases test_gpu_nopools 60 CC_MEMORY_POOLS=0 "$BUILD_DIR/tests/test_gpu" "[scratch],*a device is prepared*"
+  [ $device_path = 1 ] && gpu_cases test_gpu_collectives_nopools 60 CC_MEMORY_POOLS=0 \
+    "$BUILD_DIR/tests/test_gpu_collectives" "*device codecs run on the device buffers*,*returns once queued*"
   mark tests
 fi
 # CUDA tensors through the Python binding (that machine's PyTorch has CUDA); 77 means skipped.

@@ -360,7 +360,7 @@ Outcome Pools() {
   cudaMemPool_t device = nullptr, host = nullptr;
   PROBE_CC(ccoll::DevicePool(0, &device));
   PROBE_CC(ccoll::PinnedHostPool(0, &host));
-  std::printf("        device pool %s, pinned host pool %s\n", device ? "made" : "none",
+  std::printf("        device pool %s, pinned host pool %s\n", device ? "made" : "none (cudaMalloc)",
               host ? "made" : "none (cudaHostAlloc)");
   void* p = nullptr;
   void* h = nullptr;

@@ -125,19 +125,19 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   # statistics of stochastic rounding: see above). Nor the 16-bit data sweep (every codec twice over, on the same
   # threads as the float32 cases), the fake runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the
   # thread-rank tests cover) and its rerun of the exact device cases with CC_CHECKSUM=1, the device cases with
-  # allocations and loads synchronizing the device (the same threads as without) or without host memory pools (seven
+  # allocations and loads synchronizing the device (the same threads as without) or without memory pools (seven
   # of those cases run below), and the fake NCCL's rerun of every case without the call check (the same threads, less
   # the check's).
   heavy='2\^18|2\^20|every codec and mode|rounding are unbiased|bfloat16 and float16 data|with CC_DEVICE_KERNELS=0'
-  heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without host memory pools'
+  heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without memory pools'
   heavy+='|every case with CC_CHECK_CALLS=0'
   (cd "$TSAN_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900 -R "$regex" -E "$slow_tests|$heavy")
   run_slow "$TSAN_DIR"
   if [[ " $thread_tests " == *" test_gpu_collectives_fakecuda "* ]]; then
-    # A device without host memory pools keeps the pinned blocks it frees for reuse once their streams pass the free
-    # (core/device_memory.cc), touched by callers, proxies and stream threads: the device cases that stage the most
-    # through pinned memory, 25 s here (the whole rerun above is left out).
-    echo "== TSan: device calls without host memory pools (seven cases)"
+    # A device without memory pools keeps the device and pinned blocks it frees for reuse once their streams pass the
+    # free (core/device_memory.cc), touched by callers, proxies and stream threads: the device cases that stage the
+    # most through pinned memory, 25 s here (the whole rerun above is left out).
+    echo "== TSan: device calls without memory pools (seven cases)"
     nopool='*16-bit gradients through the device codecs*,*returns once queued*,*destroyed right after its device call*'
     nopool+=',*serves two of its communicators*,*a peer that aborts releases*,*staging that cannot be allocated*'
     nopool+=',*device codecs run on the device buffers*'
@@ -146,10 +146,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
     matched=$(cd "$TSAN_DIR" && { tests/test_gpu_collectives_fakecuda --list-test-names-only "$nopool" || true; } |
               grep -c '^\[gpu\]' || true)
     if [ "$matched" != 7 ]; then
-      echo "sanitize.sh: the seven device cases without host memory pools match $matched cases" >&2
+      echo "sanitize.sh: the seven device cases without memory pools match $matched cases" >&2
       exit 1
     fi
-    (cd "$TSAN_DIR" && FAKE_CUDA_NO_HOST_POOLS=1 timeout 900 tests/test_gpu_collectives_fakecuda "$nopool")
+    (cd "$TSAN_DIR" && FAKE_CUDA_NO_POOLS=1 timeout 900 tests/test_gpu_collectives_fakecuda "$nopool")
   fi
   t2=$(stamp)
   report+="tsan: build $((t1 - t0)) s, tests $((t2 - t1)) s"$'\n'

@@ -35,6 +35,7 @@
 #include "compress/requant_tile.h"
 #include "compress/sparse.h"
 #include "core/device_memory.h"
+#include "core/params.h"
 #include "core/stream_sync.h"
 #include "core/stream_wait.h"
 #ifdef CCOLL_HAVE_CUBLAS
@@ -159,34 +160,35 @@ TEST_CASE("[gpu] a device is prepared before a device call's stream waits", "[gp
   CHECK(cudaGetLastError() == cudaSuccess);
   cudaMemPool_t devicePool = nullptr, hostPool = nullptr;
   REQUIRE(ccoll::DevicePool(0, &devicePool) == ccSuccess);
-  CHECK(devicePool != nullptr);
   REQUIRE(ccoll::PinnedHostPool(0, &hostPool) == ccSuccess);
-  int hostPools = 0;
+  int devicePools = 0, hostPools = 0;
+  REQUIRE(cudaDeviceGetAttribute(&devicePools, cudaDevAttrMemoryPoolsSupported, 0) == cudaSuccess);
   REQUIRE(cudaDeviceGetAttribute(&hostPools, cudaDevAttrHostMemoryPoolsSupported, 0) == cudaSuccess);
-  CHECK((hostPool != nullptr) == (hostPools != 0));  // without host pools, ccoll uses cudaHostAlloc
-  // Pool memory: device memory the kernels and copies reach, and pinned host memory both the host and the device do.
+  // Without device pools ccoll uses cudaMalloc, without host pools cudaHostAlloc; and so with CC_MEMORY_POOLS=0.
+  const bool wanted = ccoll::ParamInt("CC_MEMORY_POOLS") != 0;
+  CHECK((devicePool != nullptr) == (wanted && devicePools != 0));
+  CHECK((hostPool != nullptr) == (wanted && hostPools != 0));
+  // Scratch of both kinds, from the pools or not: device memory the kernels and copies reach, and pinned host memory
+  // both the host and the device do.
   void* d = nullptr;
   void* h = nullptr;
-  REQUIRE(cudaMallocFromPoolAsync(&d, 4096, devicePool, nullptr) == cudaSuccess);
-  if (hostPool != nullptr) {
-    REQUIRE(cudaMallocFromPoolAsync(&h, 4096, hostPool, nullptr) == cudaSuccess);
-    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
-    std::memset(h, 0x5a, 4096);
-    REQUIRE(cudaMemcpyAsync(d, h, 4096, cudaMemcpyHostToDevice, nullptr) == cudaSuccess);
-    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
-    std::memset(h, 0, 4096);
-    REQUIRE(cudaMemcpyAsync(h, d, 4096, cudaMemcpyDeviceToHost, nullptr) == cudaSuccess);
-    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
-    CHECK(static_cast<unsigned char*>(h)[4095] == 0x5a);
-    cudaPointerAttributes attr;
-    REQUIRE(cudaPointerGetAttributes(&attr, h) == cudaSuccess);
-    CHECK(attr.type == cudaMemoryTypeHost);
-    REQUIRE(cudaFreeAsync(h, nullptr) == cudaSuccess);
-  }
+  REQUIRE(ccoll::AllocateScratch(0, false, 4096, nullptr, &d) == ccSuccess);
+  REQUIRE(ccoll::AllocateScratch(0, true, 4096, nullptr, &h) == ccSuccess);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  std::memset(h, 0x5a, 4096);
+  REQUIRE(cudaMemcpyAsync(d, h, 4096, cudaMemcpyHostToDevice, nullptr) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  std::memset(h, 0, 4096);
+  REQUIRE(cudaMemcpyAsync(h, d, 4096, cudaMemcpyDeviceToHost, nullptr) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+  CHECK(static_cast<unsigned char*>(h)[4095] == 0x5a);
   cudaPointerAttributes attr;
+  REQUIRE(cudaPointerGetAttributes(&attr, h) == cudaSuccess);
+  CHECK(attr.type == cudaMemoryTypeHost);
   REQUIRE(cudaPointerGetAttributes(&attr, d) == cudaSuccess);
   CHECK(attr.type == cudaMemoryTypeDevice);  // the transports route messages by it (core/memory.h)
-  REQUIRE(cudaFreeAsync(d, nullptr) == cudaSuccess);
+  ccoll::FreeScratch(0, true, h, nullptr);
+  ccoll::FreeScratch(0, false, d, nullptr);
   // Wait words: zero when taken, a device address for the wait kernel.
   uint64_t* word = nullptr;
   uint64_t* onDevice = nullptr;
@@ -235,53 +237,59 @@ TEST_CASE("[gpu] a copy from pool host memory is queued, and reads the memory wh
   REQUIRE(cudaStreamDestroy(s) == cudaSuccess);
 }
 
-// Pinned scratch (the staging, the codecs' host scratch) freed in a stream's order: another stream does not get it
-// while the stream has not got past the free, and without host memory pools (cudaHostAlloc) a free neither
-// synchronizes the device (cudaFreeHost would: a destroy would wait for every held stream) nor loses the block: it is
-// handed out again, for its size, once its stream has passed the free. The blocks are allocated before the stream is
-// held (an allocation may synchronize the device), and of a size no ccoll buffer has (ccoll asks for powers of two),
-// so that only these blocks are in play. ctest runs this with and without host pools.
-TEST_CASE("[gpu] pinned scratch freed on a held stream goes to no other stream before the stream passes the free",
+// Scratch freed in a stream's order, pinned (the staging, the codecs' host scratch) and on the device (the codecs'
+// and exact calls' scratch): another stream does not get it while the stream has not got past the free. Without a
+// pool of its kind (cudaHostAlloc, cudaMalloc) a free neither synchronizes the device (cudaFreeHost and cudaFree would:
+// a destroy would wait for every held stream) nor loses the block: it is handed out again, for its size class, once
+// its stream has passed the free. The blocks are allocated before the stream is held (an allocation may synchronize
+// the device), and of a size class no case before this one takes, so that only these blocks are in play. ctest runs
+// this with and without pools.
+TEST_CASE("[gpu] scratch freed on a held stream goes to no other stream before the stream passes the free",
           "[gpu][scratch]") {
   SKIP_WITHOUT_DEVICE();
   REQUIRE(ccoll::PrepareDevice(0) == ccSuccess);
-  cudaMemPool_t hostPool = nullptr;
-  REQUIRE(ccoll::PinnedHostPool(0, &hostPool) == ccSuccess);
-  cudaStream_t held = nullptr, other = nullptr;
-  REQUIRE(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
-  REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
-  const size_t bytes = 3 * 4096 + 64;
-  void* a = nullptr;
-  void* b = nullptr;
-  REQUIRE(ccoll::AllocateScratch(0, true, bytes, held, &a) == ccSuccess);
-  REQUIRE(ccoll::AllocateScratch(0, true, bytes, other, &b) == ccSuccess);
-  REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
-  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
-  uint64_t* word = nullptr;
-  uint64_t* onDevice = nullptr;
-  REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
-  REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, held) == cudaSuccess);
-  StreamReleaser releaser(word);  // a synchronization cannot hang the test
-  ccoll::FreeScratch(0, true, a, held);
-  ccoll::FreeScratch(0, true, b, other);
-  CHECK(cudaStreamSynchronize(other) == cudaSuccess);
-  void* c = nullptr;
-  CHECK(ccoll::AllocateScratch(0, true, bytes, other, &c) == ccSuccess);
-  CHECK(c != a);
-  if (hostPool == nullptr) CHECK(c == b);  // b's stream has passed its free (and a fresh block would be neither)
-  const bool early = !releaser.Released();
-  releaser.Release();
-  CHECK(early);  // none of it waited for the held stream
-  REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
-  void* d = nullptr;
-  CHECK(ccoll::AllocateScratch(0, true, bytes, other, &d) == ccSuccess);
-  if (hostPool == nullptr) CHECK(d == a);  // now a's has too
-  ccoll::FreeScratch(0, true, c, other);
-  ccoll::FreeScratch(0, true, d, other);
-  REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
-  ccoll::ReturnWaitWord(0, word);
-  REQUIRE(cudaStreamDestroy(held) == cudaSuccess);
-  REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
+  for (const bool pinnedHost : {true, false}) {
+    INFO((pinnedHost ? "pinned host scratch" : "device scratch"));
+    cudaMemPool_t pool = nullptr;
+    REQUIRE((pinnedHost ? ccoll::PinnedHostPool(0, &pool) : ccoll::DevicePool(0, &pool)) == ccSuccess);
+    cudaStream_t held = nullptr, other = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+    const size_t bytes = 3 * 4096 + 64;
+    void* a = nullptr;
+    void* b = nullptr;
+    REQUIRE(ccoll::AllocateScratch(0, pinnedHost, bytes, held, &a) == ccSuccess);
+    REQUIRE(ccoll::AllocateScratch(0, pinnedHost, bytes, other, &b) == ccSuccess);
+    REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+    uint64_t* word = nullptr;
+    uint64_t* onDevice = nullptr;
+    REQUIRE(ccoll::TakeWaitWord(0, &word, &onDevice) == ccSuccess);
+    REQUIRE(ccoll::LaunchStreamWait(onDevice, 1, held) == cudaSuccess);
+    StreamReleaser releaser(word);  // a synchronization cannot hang the test
+    ccoll::FreeScratch(0, pinnedHost, a, held);
+    ccoll::FreeScratch(0, pinnedHost, b, other);
+    CHECK(cudaStreamSynchronize(other) == cudaSuccess);
+    void* c = nullptr;
+    CHECK(ccoll::AllocateScratch(0, pinnedHost, bytes, other, &c) == ccSuccess);
+    CHECK(c != a);
+    if (pool == nullptr) CHECK(c == b);  // b's stream has passed its free (and a fresh block would be neither)
+    const bool early = !releaser.Released();
+    releaser.Release();
+    CHECK(early);  // none of it waited for the held stream
+    REQUIRE(cudaStreamSynchronize(held) == cudaSuccess);
+    // A smaller size of the same class (12289 to 14336 bytes) gets a block of the class: a's, now that its stream has
+    // passed the free.
+    void* d = nullptr;
+    CHECK(ccoll::AllocateScratch(0, pinnedHost, bytes - 32, other, &d) == ccSuccess);
+    if (pool == nullptr) CHECK(d == a);
+    ccoll::FreeScratch(0, pinnedHost, c, other);
+    ccoll::FreeScratch(0, pinnedHost, d, other);
+    REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+    ccoll::ReturnWaitWord(0, word);
+    REQUIRE(cudaStreamDestroy(held) == cudaSuccess);
+    REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
+  }
 }
 
 TEST_CASE("[gpu] memory freed while tracked work may still write it is freed once that work has run, and no stream "

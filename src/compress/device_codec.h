@@ -17,8 +17,8 @@
 // other ranks' streams wait for collectives that need this rank: so no call here may wait for the whole device.
 // cudaFree and cudaFreeHost do, and the CUDA guide counts device and pinned host allocations among the implicit
 // synchronizations; so both come from ccoll's stream-ordered pools (core/device_memory.h: cudaMallocFromPoolAsync and
-// cudaFreeAsync on the state's stream, which synchronize nothing; pinned host memory from cudaHostAlloc where the
-// driver has no host pools), and are freed only with the state.
+// cudaFreeAsync on the state's stream, which synchronize nothing; cudaMalloc and cudaHostAlloc where the device has
+// no pool of the kind), and are freed only with the state.
 //
 // Only built with CCOLL_HAVE_CUDA.
 #pragma once

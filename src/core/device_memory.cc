@@ -10,6 +10,7 @@
 #include "core/device_scope.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/params.h"
 
 namespace ccoll {
 namespace {
@@ -17,25 +18,31 @@ namespace {
 constexpr size_t kLine = 64;           // one wait word per cache line
 constexpr size_t kWordsPerSlab = 256;  // proxies of one device before a second slab is needed
 
-// A block of pinned host memory from cudaHostAlloc (a device without host memory pools) that FreeScratch kept
-// instead of freeing it: cudaFreeHost would synchronize the device, and so wait for any stream held by its own
-// earlier work. It is handed out again once `freed` (recorded where it was freed) has completed.
+// Where a device has no pool of a kind (see DevicePool and PinnedHostPool), AllocateScratch takes blocks of that
+// kind from cudaMalloc or cudaHostAlloc, and FreeScratch keeps them instead of freeing them: cudaFree and
+// cudaFreeHost synchronize the device, and so would wait for any stream held by its own earlier work. A kept block
+// is handed out again, for its size, once `freed` (recorded where it was freed) has completed.
+struct Block {
+  size_t bytes;
+  bool onDevice;  // device memory (cudaMalloc), else pinned host memory (cudaHostAlloc)
+};
 struct CachedBlock {
   void* p;
-  size_t bytes;
+  Block block;
   cudaEvent_t freed;
 };
 
 // Everything of one device, under gMutex. Never freed: the memory lives as long as the process.
 struct DeviceMemory {
-  cudaMemPool_t devicePool = nullptr;
+  bool devicePoolTried = false;
+  cudaMemPool_t devicePool = nullptr;  // nullptr: none (see DevicePool)
   cudaStream_t releaseStream = nullptr;
   bool hostPoolTried = false;
   cudaMemPool_t hostPool = nullptr;  // nullptr: none (see PinnedHostPool)
   std::vector<uint64_t*> freeWords;  // host addresses
   std::map<uint64_t*, uint64_t*> deviceAddress;  // every word's device address
-  std::map<void*, size_t> pinnedBytes;   // no host pool: the blocks from cudaHostAlloc in use, and their sizes
-  std::vector<CachedBlock> pinnedCache;  // and those that FreeScratch kept
+  std::map<void*, Block> blocks;         // the blocks from cudaMalloc or cudaHostAlloc in use
+  std::vector<CachedBlock> blockCache;   // and those that FreeScratch kept
 };
 
 std::mutex gMutex;
@@ -44,30 +51,55 @@ std::map<int, DeviceMemory>& Devices() {
   return *d;
 }
 
-ccResult_t SetUpPool(cudaMemPool_t pool) {
+cudaError_t SetUpPool(cudaMemPool_t pool) {
   int no = 0;
   cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no);
-  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaMemPoolSetAttribute (no internal dependencies)");
   uint64_t keepAll = UINT64_MAX;
-  e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll);
-  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaMemPoolSetAttribute (release threshold)");
-  return ccSuccess;
+  if (e == cudaSuccess) e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keepAll);
+  return e;
 }
 
-// Under gMutex.
-ccResult_t DevicePoolLocked(int device, DeviceMemory& m) {
-  if (m.devicePool != nullptr) return ccSuccess;
+// A pool of `device`'s memory, or the reason there is none: a device without stream-ordered memory pools
+// (cudaDevAttrMemoryPoolsSupported: some virtual GPUs have none).
+cudaError_t MakeDevicePool(int device, cudaMemPool_t* made) {
+  int yes = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&yes, cudaDevAttrMemoryPoolsSupported, device);
+  if (e != cudaSuccess) return e;
+  if (yes == 0) return cudaErrorNotSupported;
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
   props.handleTypes = cudaMemHandleTypeNone;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = device;
   cudaMemPool_t pool = nullptr;
-  const cudaError_t e = cudaMemPoolCreate(&pool, &props);
-  if (e != cudaSuccess) return gpu::CudaResult(e, "cudaMemPoolCreate (device memory)");
-  CC_CHECK(SetUpPool(pool));
-  m.devicePool = pool;
-  return ccSuccess;
+  e = cudaMemPoolCreate(&pool, &props);
+  if (e != cudaSuccess) return e;
+  e = SetUpPool(pool);
+  if (e != cudaSuccess) {
+    cudaMemPoolDestroy(pool);
+    return e;
+  }
+  *made = pool;
+  return cudaSuccess;
+}
+
+// CC_MEMORY_POOLS=0: no pools even where the device has them (what a device without pools gets).
+bool PoolsWanted() { return ParamInt("CC_MEMORY_POOLS") != 0; }
+
+// Under gMutex. A failure leaves no pool (AllocateScratch falls back to cudaMalloc), never an error.
+void DevicePoolLocked(int device, DeviceMemory& m) {
+  if (m.devicePoolTried) return;
+  m.devicePoolTried = true;
+  if (!PoolsWanted()) {
+    CC_INFO(kLogInit, "CUDA device %d: CC_MEMORY_POOLS=0: device scratch from cudaMalloc", device);
+    return;
+  }
+  const cudaError_t e = MakeDevicePool(device, &m.devicePool);
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  CC_WARN("CUDA device %d: no pool of device memory (%s); ccoll's device scratch comes from cudaMalloc, which may "
+          "synchronize the device while a stream waits, and what it frees is kept for reuse", device,
+          cudaGetErrorString(e));
 }
 
 // Whether `device` has host memory pools.
@@ -104,7 +136,7 @@ cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
     access.push_back(a);
   }
   if (e == cudaSuccess) e = cudaMemPoolSetAccess(pool, access.data(), access.size());
-  if (e == cudaSuccess && SetUpPool(pool) != ccSuccess) e = cudaErrorUnknown;
+  if (e == cudaSuccess) e = SetUpPool(pool);
   if (e != cudaSuccess) {
     cudaMemPoolDestroy(pool);
     return e;
@@ -117,6 +149,10 @@ cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
 void HostPoolLocked(int device, DeviceMemory& m) {
   if (m.hostPoolTried) return;
   m.hostPoolTried = true;
+  if (!PoolsWanted()) {
+    CC_INFO(kLogInit, "CUDA device %d: CC_MEMORY_POOLS=0: pinned scratch from cudaHostAlloc", device);
+    return;
+  }
   const cudaError_t e = MakeHostPool(device, &m.hostPool);
   if (e == cudaSuccess) return;
   cudaGetLastError();
@@ -148,61 +184,88 @@ ccResult_t AddWordSlab(DeviceMemory& m) {
   return ccSuccess;
 }
 
-// Without a host pool: a kept block of exactly `bytes` whose stream has passed its free, else a fresh one from
-// cudaHostAlloc (which may synchronize the device). Exactly: ccoll asks for powers of two times 256 or 4096 bytes, so
-// a block goes to another user of its own size, and a small buffer never holds a large block for good.
-ccResult_t TakePinned(int device, size_t bytes, void** p) {
+// The size of the block that serves `bytes`: at least 256 bytes, and above that a power of two or 1.25, 1.5 or 1.75
+// times one, whichever is the first not below `bytes` (ccoll's pinned buffers are powers of two, its device scratch
+// follows a call's count). A kept block goes to an allocation of its own size only: a caller whose sizes vary reuses
+// what earlier calls of about its size freed, and holds at most a quarter more than it asked for.
+//
+// (CUB's CachingDeviceAllocator keeps device blocks so too, but it frees its cache with cudaFree when an allocation
+// fails or the cache is over its limit, and such a device synchronization is what this file exists to avoid; nor
+// does it keep pinned host memory.)
+size_t BlockSize(size_t bytes) {
+  if (bytes <= 256) return 256;
+  if (bytes > SIZE_MAX / 2) return bytes;
+  size_t p = 256;
+  while (p <= (bytes - 1) / 2) p *= 2;  // p < bytes <= 2p
+  const size_t step = p / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+// Without a pool of the kind: a kept block of that kind and of `bytes`'s size whose stream has passed its free, else
+// a fresh one from cudaMalloc or cudaHostAlloc (either may synchronize the device).
+ccResult_t TakeBlock(int device, bool onDevice, size_t bytes, void** p) {
+  const Block want{BlockSize(bytes), onDevice};
   {
     std::lock_guard<std::mutex> lock(gMutex);
     DeviceMemory& m = Devices()[device];
-    std::vector<CachedBlock>& cache = m.pinnedCache;
+    std::vector<CachedBlock>& cache = m.blockCache;
     DeviceScope scope(device);
     for (size_t i = 0; i < cache.size(); ++i) {
-      if (cache[i].bytes != bytes) continue;
+      if (cache[i].block.bytes != want.bytes || cache[i].block.onDevice != onDevice) continue;
       const cudaError_t e = cudaEventQuery(cache[i].freed);
       if (e == cudaSuccess) {
         *p = cache[i].p;
         gpu::IgnoreCuda(cudaEventDestroy(cache[i].freed));
         cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(i));
-        m.pinnedBytes[*p] = bytes;
+        m.blocks[*p] = want;
         return ccSuccess;
       }
       if (e != cudaErrorNotReady) cudaGetLastError();  // (this query's error; the block is tried again next time)
     }
   }
-  CC_CHECK(gpu::CudaResult(cudaHostAlloc(p, bytes, cudaHostAllocPortable), "cudaHostAlloc"));
+  {
+    DeviceScope scope(device);
+    if (onDevice) {
+      CC_CHECK(gpu::CudaResult(cudaMalloc(p, want.bytes), "cudaMalloc"));
+    } else {
+      CC_CHECK(gpu::CudaResult(cudaHostAlloc(p, want.bytes, cudaHostAllocPortable), "cudaHostAlloc"));
+    }
+  }
   std::lock_guard<std::mutex> lock(gMutex);
-  Devices()[device].pinnedBytes[*p] = bytes;
+  Devices()[device].blocks[*p] = want;
   return ccSuccess;
 }
 
-// Without a host pool: keeps p for TakePinned, once `stream`'s work queued so far is done (the stream must not be
-// capturing a graph; no caller frees on one). Where the event cannot be made or recorded, cudaFreeHost frees p at
-// once, after a device synchronization, and outside gMutex (a proxy thread that a waiting stream needs may take it).
-void KeepPinned(int device, void* p, cudaStream_t stream) {
+// Without a pool of the kind: keeps p for TakeBlock, once `stream`'s work queued so far is done (the stream must not
+// be capturing a graph; no caller frees on one). Where the event cannot be made or recorded, cudaFree or cudaFreeHost
+// frees p at once, after a device synchronization, and outside gMutex (a proxy thread that a waiting stream needs may
+// take it).
+void KeepBlock(int device, void* p, cudaStream_t stream) {
+  Block block{};
   {
     std::lock_guard<std::mutex> lock(gMutex);
     DeviceMemory& m = Devices()[device];
-    const auto known = m.pinnedBytes.find(p);
-    if (known == m.pinnedBytes.end()) {
-      CC_WARN("CUDA device %d: pinned block %p freed but not ccoll's (or freed twice): left alone", device, p);
+    const auto known = m.blocks.find(p);
+    if (known == m.blocks.end()) {
+      CC_WARN("CUDA device %d: block %p freed but not ccoll's (or freed twice): left alone", device, p);
       return;
     }
+    block = known->second;
     DeviceScope scope(device);
     cudaEvent_t freed = nullptr;
     cudaError_t e = cudaEventCreateWithFlags(&freed, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(freed, stream);
     if (e == cudaSuccess) {
-      m.pinnedCache.push_back(CachedBlock{p, known->second, freed});
-      m.pinnedBytes.erase(known);  // (back when it is handed out again)
+      m.blockCache.push_back(CachedBlock{p, block, freed});
+      m.blocks.erase(known);  // (back when it is handed out again)
       return;
     }
     cudaGetLastError();  // (the failed call's error)
     if (freed != nullptr) gpu::IgnoreCuda(cudaEventDestroy(freed));
-    m.pinnedBytes.erase(known);
+    m.blocks.erase(known);
   }
   DeviceScope scope(device);
-  gpu::IgnoreCuda(cudaFreeHost(p));
+  gpu::IgnoreCuda(block.onDevice ? cudaFree(p) : cudaFreeHost(p));
 }
 
 }  // namespace
@@ -211,7 +274,7 @@ ccResult_t PrepareDeviceMemory(int device) {
   std::lock_guard<std::mutex> lock(gMutex);
   DeviceMemory& m = Devices()[device];
   DeviceScope scope(device);
-  CC_CHECK(DevicePoolLocked(device, m));
+  DevicePoolLocked(device, m);
   HostPoolLocked(device, m);
   CC_CHECK(ReleaseStreamLocked(m));
   if (m.freeWords.empty()) CC_CHECK(AddWordSlab(m));
@@ -228,11 +291,11 @@ ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream
       HostPoolLocked(device, m);
       pool = m.hostPool;
     } else {
-      CC_CHECK(DevicePoolLocked(device, m));
+      DevicePoolLocked(device, m);
       pool = m.devicePool;
     }
   }
-  if (pool == nullptr) return TakePinned(device, bytes, p);
+  if (pool == nullptr) return TakeBlock(device, !pinnedHost, bytes, p);
   return gpu::CudaResult(cudaMallocFromPoolAsync(p, bytes, pool, stream), "cudaMallocFromPoolAsync");
 }
 
@@ -342,14 +405,15 @@ void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream) {
     if (!Tracked().empty() && !LaterFreeStreamLocked(device, &stream)) return;  // kept: something may still use it
   }
   bool pooled = true;
-  if (pinnedHost) {
+  {
     std::lock_guard<std::mutex> lock(gMutex);
-    pooled = Devices()[device].hostPool != nullptr;  // (decided at the first allocation, for good)
+    const DeviceMemory& m = Devices()[device];
+    pooled = (pinnedHost ? m.hostPool : m.devicePool) != nullptr;  // (decided at the first allocation, for good)
   }
   if (pooled) {
     gpu::IgnoreCuda(cudaFreeAsync(p, stream));
   } else {
-    KeepPinned(device, p, stream);
+    KeepBlock(device, p, stream);
   }
 }
 
@@ -365,7 +429,7 @@ ccResult_t DevicePool(int device, cudaMemPool_t* pool) {
   std::lock_guard<std::mutex> lock(gMutex);
   DeviceMemory& m = Devices()[device];
   DeviceScope scope(device);
-  CC_CHECK(DevicePoolLocked(device, m));
+  DevicePoolLocked(device, m);
   *pool = m.devicePool;
   return ccSuccess;
 }

@@ -8,7 +8,13 @@
 // The pools are ccoll's alone: the device's default pool would let an allocation reuse memory the application freed
 // on its own stream by making ccoll's stream wait for that stream, which may be the very stream waiting for the proxy.
 // So they never add such a dependency (cudaMemPoolReuseAllowInternalDependencies off), and they keep what is freed to
-// them (release threshold: everything), so that a stream synchronization does not trim them. Only built with CUDA.
+// them (release threshold: everything), so that a stream synchronization does not trim them.
+//
+// A device may lack pools: of pinned host memory before CUDA 12.6 (cudaDevAttrHostMemoryPoolsSupported), of either
+// kind on some virtual GPUs (cudaDevAttrMemoryPoolsSupported). Scratch of a kind without a pool comes from cudaMalloc
+// or cudaHostAlloc, in blocks of power-of-two sizes, and what is freed is kept and handed out again for its size once
+// the stream it was freed on has got past the free, never given back with cudaFree or cudaFreeHost (a warning says so
+// once per kind). Only built with CUDA.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,10 +27,12 @@ namespace ccoll {
 
 // Makes the pools and the wait-word slab of CUDA device `device` (once; later calls return at once). Called before
 // the device's first stream wait (collectives/device_prepare.h), since whether making them synchronizes the device is
-// not documented. ccUnhandledCudaError when the device pool cannot be made.
+// not documented. ccUnhandledCudaError when the release stream or the wait words cannot be made.
 ccResult_t PrepareDeviceMemory(int device);
 
-// The device-memory pool of `device` (made at its first use if PrepareDeviceMemory was not called).
+// The device-memory pool of `device` (made at its first use if PrepareDeviceMemory was not called), or nullptr where
+// the device has none (cudaDevAttrMemoryPoolsSupported, or the pool cannot be made): AllocateScratch then takes device
+// memory from cudaMalloc (a warning says so once).
 ccResult_t DevicePool(int device, cudaMemPool_t* pool);
 
 // The pool of pinned host memory for `device` (every device that has host memory pools reads and writes it), or
@@ -34,14 +42,14 @@ ccResult_t DevicePool(int device, cudaMemPool_t* pool);
 ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
 
 // `bytes` of ccoll's memory for `device`, in the order of `stream`: device memory from the device pool, or pinned host
-// memory (pinnedHost) from the host pool, or from cudaHostAlloc where the device has none. The host and other streams
-// may use it once the stream has got there. Freed with FreeScratch.
+// memory (pinnedHost) from the host pool, or from cudaMalloc or cudaHostAlloc where the device has no pool of the
+// kind. The host and other streams may use it once the stream has got there. Freed with FreeScratch.
 ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream_t stream, void** p);
 // Frees what AllocateScratch gave, after the work queued on `stream` (which must not be capturing a graph): to its
-// pool, or, for pinned memory that came from cudaHostAlloc, to a cache of such blocks that AllocateScratch hands out
-// again, for the same size, once `stream` has got past the free. Not with cudaFreeHost, which synchronizes the device:
-// a destroy would wait for every stream of the device, even one held by its own earlier work, without a bound (only
-// where the event that marks the free cannot be recorded).
+// pool, or, for memory that came from cudaMalloc or cudaHostAlloc, to a cache of such blocks that AllocateScratch
+// hands out again, for the same size class, once `stream` has got past the free. Not with cudaFree or cudaFreeHost,
+// which synchronize the device: a destroy would wait for every stream of the device, even one held by its own earlier
+// work, without a bound (only where the event that marks the free cannot be recorded).
 void FreeScratch(int device, bool pinnedHost, void* p, cudaStream_t stream);
 
 // Work queued on one stream that may touch memory freed on another: a message copy on one rank's copy stream into

@@ -40,6 +40,10 @@ const ParamDef kParams[] = {
      "Device buffers: 1 runs the compressed all-reduce's codecs on the GPU (only compressed messages cross to the "
      "host), and the exact collectives of thread ranks on the device buffers (device copies between the ranks, "
      "reduction kernels); 0 stages every device call through host memory and runs the CPU code (for comparison)."},
+    {"CC_MEMORY_POOLS", ParamType::kInt, "1",
+     "Device calls: 1 takes ccoll's device and pinned host scratch from CUDA memory pools of its own where the device "
+     "has them (stream-ordered: no allocation or free synchronizes the device); 0 takes it from cudaMalloc and "
+     "cudaHostAlloc, and keeps what it frees for reuse, as on a device without pools. Read once per process."},
     {"CC_CPU_BASELINE", ParamType::kInt, "0",
      "1: the codecs' scalar CPU code instead of the AVX2 kernels (the same bytes; for testing and comparison). "
      "Read once per process."},

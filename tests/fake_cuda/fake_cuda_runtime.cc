@@ -579,6 +579,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid device ordinal (fake CUDA runtime)";
     case cudaErrorIllegalState:
       return "the operation cannot be performed in the present state (fake CUDA runtime)";
+    case cudaErrorNotSupported:
+      return "operation not supported (fake CUDA runtime)";
     case cudaErrorStreamCaptureUnsupported:
       return "operation not permitted when stream is capturing (fake CUDA runtime)";
     case cudaErrorStreamCaptureInvalidated:
@@ -682,15 +684,19 @@ cudaError_t cudaFree(void* devPtr) {
 // Stream-ordered allocation from a memory pool of device memory or of pinned host memory: synchronizes nothing, on a
 // GPU as here. The memory is there at once (pools are not modelled: no reuse, so no dependency on other streams); a
 // free waits for the stream's earlier work. FAKE_CUDA_NO_HOST_POOLS=1: a device without host memory pools (before
-// CUDA 12.6), where ccoll falls back to cudaHostAlloc.
-static bool NoHostPools() {
-  const char* v = std::getenv("FAKE_CUDA_NO_HOST_POOLS");
+// CUDA 12.6), where ccoll falls back to cudaHostAlloc. FAKE_CUDA_NO_POOLS=1: a device without memory pools of either
+// kind (cudaDevAttrMemoryPoolsSupported 0, as on some virtual GPUs), where ccoll falls back to cudaMalloc too.
+static bool EnvIsOne(const char* name) {
+  const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
+static bool NoDevicePools() { return EnvIsOne("FAKE_CUDA_NO_POOLS"); }
+static bool NoHostPools() { return NoDevicePools() || EnvIsOne("FAKE_CUDA_NO_HOST_POOLS"); }
 
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const struct cudaMemPoolProps* poolProps) {
   cudaMemoryType type;
   if (poolProps->location.type == cudaMemLocationTypeDevice && poolProps->location.id == 0) {
+    if (NoDevicePools()) return Note(cudaErrorNotSupported);
     type = cudaMemoryTypeDevice;
   } else if (poolProps->location.type == cudaMemLocationTypeHost && !NoHostPools()) {
     type = cudaMemoryTypeHost;
@@ -709,7 +715,7 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool) {
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
   if (device != 0) return Note(cudaErrorInvalidDevice);
   switch (attr) {
-    case cudaDevAttrMemoryPoolsSupported: *value = 1; return cudaSuccess;
+    case cudaDevAttrMemoryPoolsSupported: *value = NoDevicePools() ? 0 : 1; return cudaSuccess;
     case cudaDevAttrHostMemoryPoolsSupported: *value = NoHostPools() ? 0 : 1; return cudaSuccess;
     default: return Note(cudaErrorInvalidValue);
   }
