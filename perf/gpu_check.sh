@@ -178,6 +178,7 @@ device_path=1
 step 60 "$BUILD_DIR/perf/gpu_probe" -t 20 >"$LOGS/probe.log" 2>&1
 probe=$?
 head -c 4000 "$LOGS/probe.log"  # now, while the output is short (and again at the very end of the summary)
+echo
 if [ $probe -ne 0 ]; then
   status=1
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
