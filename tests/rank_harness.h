@@ -188,4 +188,16 @@ inline double TimeScale() {
 // timeout and its bound alike, so that the two stay apart under a sanitizer.
 inline int ScaledMs(int ms) { return static_cast<int>(ms * TimeScale()); }
 
+// Polls `done` every millisecond until it holds (true) or ScaledMs(ms) have passed (false): a thread that waits for
+// another thread's step must not wait forever when that thread failed before it.
+template <typename Done>
+bool WaitUntil(Done done, int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ScaledMs(ms));
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 }  // namespace cctest

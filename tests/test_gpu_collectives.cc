@@ -1313,7 +1313,8 @@ TEST_CASE("[gpu] a PowerSGD compressor's first call while another rank's call wa
         rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, (*bucket[static_cast<size_t>(b)])[r], g[r], stream);
         rank1Queued = b;  // its stream now waits for rank 0's call of bucket b
       } else {
-        while (rank1Queued.load() != b) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        // (Not for ever: rank 1 may have failed before it queued.)
+        if (!cctest::WaitUntil([&] { return rank1Queued.load() == b; }, 60000)) return ccInternalError;
         rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, (*bucket[static_cast<size_t>(b)])[r], g[r], stream);
       }
       if (rc != ccSuccess) return rc;
@@ -1363,7 +1364,7 @@ TEST_CASE("[gpu] destroying a PowerSGD compressor while another rank's call wait
       rank1Waiting = true;
       return rc;
     }
-    while (!rank1Waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!cctest::WaitUntil([&] { return rank1Waiting.load(); }, 60000)) return ccInternalError;  // rank 1 failed
     destroyed[0] = ccCompressorDestroy(first.c[0]);
     first.c[0] = nullptr;
     return ccAllReduce(s, d, count, ccFloat32, ccAvg, second[r], g[r], stream);
@@ -1562,7 +1563,13 @@ TEST_CASE("[gpu] abort and destroy do not wait for a held stream past the timeou
       ccAllReduce(dev[r], dev[r], count, ccFloat32, ccSum, nullptr, g[r], st[r]);
       cudaStreamSynchronize(st.s[r]);
     });
-    std::atomic<bool> release{false};
+    // Static: the host function reads it until it is set, also after a failed REQUIRE has left the case, which sets
+    // it on the way out.
+    static std::atomic<bool> release;
+    release = false;
+    struct ReleaseOnExit {
+      ~ReleaseOnExit() { release = true; }
+    } releaseOnExit;
     REQUIRE(cudaLaunchHostFunc(st.s[0], HoldUntil, &release) == cudaSuccess);
     REQUIRE(ccAllReduce(dev[0], dev[0], count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccSuccess);
     std::thread safety([&] {  // a hung abort or destroy fails the check below instead of the whole run

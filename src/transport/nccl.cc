@@ -56,7 +56,8 @@ ncclResult_t WhileInProgress(ncclComm_t comm, ncclResult_t r, Clock::time_point 
                              const std::atomic<bool>* stop) {
   for (int polls = 0; r == ncclInProgress; ++polls) {
     if (stop != nullptr && stop->load()) return ncclInProgress;
-    ncclCommGetAsyncError(comm, &r);
+    const ncclResult_t got = ncclCommGetAsyncError(comm, &r);
+    if (got != ncclSuccess) return got;  // (the state cannot be read: that is the answer, not another poll)
     if (r != ncclInProgress) break;
     if (Clock::now() > deadline) return ncclInProgress;
     if (polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(100));
