@@ -1249,6 +1249,123 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
     for (int r = 0; r < n; ++r) cudaFree(dev[r]);
   }
 }
+
+// A device lost during device calls, as after a kernel's fault (an Xid): from then on every CUDA call fails, with an
+// error that cudaGetLastError does not take off, and what was queued never runs. Every rank's call must end in an
+// error well within CC_TIMEOUT_MS (none hangs, none reports success), name the CUDA failure, and fail its communicator:
+// a later call fails at once, and abort and destroy return at once. The fake runtime loses its device while the
+// calls' kernels are held (so that no call can have finished), right after the ranks queued their calls or a few
+// milliseconds later (the proxies then wait in the middle of the schedule), for an exact call and each codec family.
+TEST_CASE("[gpu] a device lost during device calls: every rank fails within CC_TIMEOUT_MS, and nothing hangs",
+          "[gpu][lost]") {
+  SKIP_WITHOUT_DEVICE();
+  struct GiveBackTheDevice {
+    ~GiveBackTheDevice() {
+      cctest::FakeHoldKernels(false);
+      cctest::FakeLoseDevice(false);
+    }
+  } giveBack;
+  const int n = 3;
+  const int timeoutMs = cctest::ScaledMs(3000);
+  for (const char* spec : {static_cast<const char*>(nullptr), "quant:bits=4,mode=requant", "topk:density=0.1",
+                           "powersgd:rank=2,rows=256,cols=128"}) {
+    for (int delayMs : {0, 5}) {
+      INFO((spec ? spec : "exact") << ", the device lost " << delayMs << " ms after the calls were queued");
+      ccUniqueId id;
+      REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+      std::vector<ccComm_t> comms(n, nullptr);
+      std::vector<RankResult> init(n);
+      RunRanks(n, [&](int r) {
+        ccConfig_t config = CC_CONFIG_INITIALIZER;
+        config.timeoutMs = timeoutMs;
+        config.cudaDev = 0;
+        init[r] = Record(ccCommInitRankConfig(&comms[r], n, id, r, &config), nullptr);
+      });
+      for (int r = 0; r < n; ++r) REQUIRE(init[r].rc == ccSuccess);
+      std::unique_ptr<Compressors> cs;
+      if (spec != nullptr) {
+        cs = std::make_unique<Compressors>(spec, n);
+        if (cs->status != ccSuccess && Contains(cs->error, "BLAS")) {
+          WARN("not run for " << spec << ": " << cs->error);
+          for (ccComm_t c : comms) ccCommDestroy(c);
+          continue;
+        }
+        REQUIRE(cs->status == ccSuccess);
+      }
+      Streams st(n);
+      const size_t count = 256 * 128;
+      std::vector<float*> dev(n);
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev[r]), count * 4) == cudaSuccess);
+        REQUIRE(cudaMemset(dev[r], 0, count * 4) == cudaSuccess);
+      }
+      auto call = [&](int r) {
+        return ccAllReduce(dev[r], dev[r], count, ccFloat32, ccSum, cs ? (*cs)[r] : nullptr, comms[r], st[r]);
+      };
+      // A first call that runs: the device prepared, the scratch made.
+      std::vector<RankResult> first(n);
+      RunRanks(n, [&](int r) {
+        first[r] = Record(call(r), comms[r]);
+        if (first[r].rc == ccSuccess && cudaStreamSynchronize(st.s[static_cast<size_t>(r)]) != cudaSuccess) {
+          first[r].rc = ccUnhandledCudaError;
+        }
+      });
+      for (int r = 0; r < n; ++r) REQUIRE(first[r].rc == ccSuccess);
+
+      cctest::FakeHoldKernels(true);
+      std::vector<RankResult> rc(n);
+      std::vector<cudaError_t> synced(n, cudaSuccess);
+      std::atomic<int> queued{0};
+      const auto start = std::chrono::steady_clock::now();
+      std::thread loser([&] {
+        cctest::WaitUntil([&] { return queued.load() == n; }, 20000);
+        std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+        cctest::FakeLoseDevice(true);
+      });
+      RunRanks(n, [&](int r) {
+        rc[r] = Record(call(r), comms[r]);
+        ++queued;
+        synced[r] = cudaStreamSynchronize(st.s[static_cast<size_t>(r)]);
+      });
+      loser.join();
+      std::vector<ccResult_t> async(n, ccSuccess);
+      for (int r = 0; r < n; ++r) {
+        // The proxy learns of the loss at its next CUDA call or wait: within CC_TIMEOUT_MS at the latest.
+        cctest::WaitUntil([&] { return ccCommGetAsyncError(comms[r], &async[r]) != ccSuccess || async[r] != ccSuccess; },
+                          2 * timeoutMs);
+      }
+      // Well within CC_TIMEOUT_MS: the loss is an error at the next CUDA call, not a wait that runs out.
+      const double seconds = cctest::SecondsSince(start);
+      CHECK(seconds < 0.5 * timeoutMs / 1000.0);
+      for (int r = 0; r < n; ++r) {
+        const std::string err = rc[r].rc != ccSuccess ? rc[r].error : CommLastError(comms[r]);
+        INFO("rank " << r << ": call " << rc[r].rc << ", stream " << synced[r] << ", async " << async[r] << ": "
+                     << err);
+        CHECK(synced[r] == cudaErrorLaunchFailure);  // the caller's stream reports the loss, sticky
+        CHECK((rc[r].rc != ccSuccess || async[r] != ccSuccess));  // no rank reports a result that never came
+        // The rank that met the loss says so; a peer may fail first on the exchange that follows, or time out.
+      }
+      bool named = false;
+      for (int r = 0; r < n; ++r) {
+        named = named || Contains(rc[r].error + CommLastError(comms[r]), "launch failure");
+      }
+      CHECK(named);
+      // The communicators are done: a later call fails at once, abort and destroy return at once.
+      for (int r = 0; r < n; ++r) {
+        const auto t = std::chrono::steady_clock::now();
+        CHECK(call(r) != ccSuccess);
+        CHECK(cctest::SecondsSince(t) < 1.0 * cctest::TimeScale());
+      }
+      const auto t = std::chrono::steady_clock::now();
+      for (int r = 0; r < n; ++r) CHECK((r == 0 ? ccCommAbort(comms[r]) : ccCommDestroy(comms[r])) == ccSuccess);
+      CHECK(cctest::SecondsSince(t) < 1.0 * cctest::TimeScale());
+      cs.reset();  // (its destroy waits for no stream that cannot finish)
+      cctest::FakeHoldKernels(false);
+      cctest::FakeLoseDevice(false);
+      for (int r = 0; r < n; ++r) cudaFree(dev[r]);
+    }
+  }
+}
 #endif
 
 TEST_CASE("[gpu] a compressor destroyed right after its device call outlives the call", "[gpu][device]") {

@@ -50,7 +50,11 @@
 // Errors: every call that fails records its error as the thread's last error (cudaGetLastError takes it off,
 // cudaPeekAtLastError reads it), except cudaErrorNotReady; the fake kernels' launch checks read it, as the real ones
 // do (core/cuda_result.h, Launched), so an error some path reported but left on the thread fails the next launch.
-// No error is sticky (a GPU's faults spoil the context for good; nothing here faults that way).
+// No error is sticky (a GPU's faults spoil the context for good; nothing here faults that way), but for a lost
+// device (cctest::FakeLoseDevice): from then on every call that queues, waits, allocates or frees returns
+// cudaErrorLaunchFailure, which cudaGetLastError does not take off, as after a kernel's fault; work already queued is
+// dropped (a kernel or copy that has not run never runs; the stream-wait kernel and held kernels end), and frees
+// still release the fake's memory.
 //
 // Not modelled otherwise: other kernels, the legacy default stream's implicit synchronization with other streams,
 // memory pools (an allocation from one is a plain allocation: no reuse, no dependency on other streams).
@@ -93,6 +97,11 @@ cudaError_t Note(cudaError_t e) {
   if (e != cudaSuccess && e != cudaErrorNotReady) tLastError = e;
   return e;
 }
+
+// A lost device (cctest::FakeLoseDevice): the sticky error, else cudaSuccess.
+std::atomic<bool> gLost{false};
+bool IsLost() { return gLost.load(std::memory_order_acquire); }
+cudaError_t Lost() { return IsLost() ? Note(cudaErrorLaunchFailure) : cudaSuccess; }
 
 // How far a stream has come. Shared with the events recorded on it, which outlive the stream (as in CUDA, where an
 // event of a destroyed stream is simply complete).
@@ -180,6 +189,7 @@ class FakeStream {
   // Queues op, or records it into the stream's capture; cudaErrorStreamCaptureInvalidated (op dropped) once that
   // capture has been invalidated, as CUDA fails every later operation of the capture sequence.
   cudaError_t Push(std::function<void()> op) {
+    if (cudaError_t e = Lost()) return e;
     if (gCaptureCount.load(std::memory_order_acquire) > 0) {
       std::lock_guard<std::mutex> lock(gCaptureMutex);
       if (capture_ != nullptr) {
@@ -239,7 +249,7 @@ class FakeStream {
       std::function<void()> op = std::move(ops_.front());
       ops_.pop_front();
       lock.unlock();
-      op();
+      if (!IsLost()) op();  // (a lost device drops what was queued)
       lock.lock();
       ++p.done;
       p.cv.notify_all();
@@ -581,6 +591,8 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "the operation cannot be performed in the present state (fake CUDA runtime)";
     case cudaErrorNotSupported:
       return "operation not supported (fake CUDA runtime)";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure (fake CUDA runtime)";
     case cudaErrorStreamCaptureUnsupported:
       return "operation not permitted when stream is capturing (fake CUDA runtime)";
     case cudaErrorStreamCaptureInvalidated:
@@ -615,12 +627,13 @@ const char* cudaGetErrorName(cudaError_t error) {
 }
 
 cudaError_t cudaGetLastError(void) {
+  if (IsLost()) return Note(cudaErrorLaunchFailure);  // sticky
   const cudaError_t e = tLastError;
   tLastError = cudaSuccess;
   return e;
 }
 
-cudaError_t cudaPeekAtLastError(void) { return tLastError; }
+cudaError_t cudaPeekAtLastError(void) { return IsLost() ? Note(cudaErrorLaunchFailure) : tLastError; }
 
 // The version of the headers built against, for both.
 cudaError_t cudaDriverGetVersion(int* version) {
@@ -669,6 +682,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 }
 
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (cudaError_t e = Lost()) return e;
   if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("malloc")) SynchronizeDevice("cudaMalloc (FAKE_CUDA_STRICT)");
   *devPtr = Allocate(size, cudaMemoryTypeDevice, false);
@@ -676,6 +690,10 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 }
 
 cudaError_t cudaFree(void* devPtr) {
+  if (IsLost()) {
+    Release(devPtr, cudaMemoryTypeDevice, false, "cudaFree");
+    return Lost();
+  }
   if (cudaError_t e = CheckUnsafeCall()) return e;
   SynchronizeDevice("cudaFree");
   return Release(devPtr, cudaMemoryTypeDevice, false, "cudaFree");
@@ -694,6 +712,7 @@ static bool NoDevicePools() { return EnvIsOne("FAKE_CUDA_NO_POOLS"); }
 static bool NoHostPools() { return NoDevicePools() || EnvIsOne("FAKE_CUDA_NO_HOST_POOLS"); }
 
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const struct cudaMemPoolProps* poolProps) {
+  if (cudaError_t e = Lost()) return e;
   cudaMemoryType type;
   if (poolProps->location.type == cudaMemLocationTypeDevice && poolProps->location.id == 0) {
     if (NoDevicePools()) return Note(cudaErrorNotSupported);
@@ -736,6 +755,7 @@ cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAcce
 }
 
 cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream) {
+  if (cudaError_t e = Lost()) return e;
   if (memPool == nullptr) return Note(cudaErrorInvalidValue);
   if (cudaError_t e = CheckNotCapturing(StreamOf(stream))) return e;
   *ptr = Allocate(size, *reinterpret_cast<cudaMemoryType*>(memPool), true);
@@ -746,11 +766,16 @@ cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
   if (devPtr == nullptr) return cudaSuccess;
   const cudaMemoryType type = TypeOf(devPtr);
   if (type != cudaMemoryTypeDevice && type != cudaMemoryTypeHost) return Note(cudaErrorInvalidValue);
+  if (IsLost()) {
+    Release(devPtr, type, true, "cudaFreeAsync");
+    return Lost();
+  }
   if (cudaError_t e = CheckNotCapturing(StreamOf(hStream))) return e;
   return Enqueue(hStream, [=] { Release(devPtr, type, true, "cudaFreeAsync"); });
 }
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
+  if (cudaError_t e = Lost()) return e;
   if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("hostalloc")) SynchronizeDevice("cudaHostAlloc (FAKE_CUDA_STRICT)");
   *pHost = Allocate(size, cudaMemoryTypeHost, false);
@@ -758,18 +783,24 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
 }
 
 cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int /*flags*/) {
+  if (cudaError_t e = Lost()) return e;
   if (TypeOf(pHost) != cudaMemoryTypeHost) return Note(cudaErrorInvalidValue);
   *pDevice = pHost;  // unified addressing
   return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
+  if (IsLost()) {
+    Release(ptr, cudaMemoryTypeHost, false, "cudaFreeHost");
+    return Lost();
+  }
   if (cudaError_t e = CheckUnsafeCall()) return e;
   SynchronizeDevice("cudaFreeHost");
   return Release(ptr, cudaMemoryTypeHost, false, "cudaFreeHost");
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  if (cudaError_t e = Lost()) return e;
   auto* s = new FakeStream((flags & cudaStreamNonBlocking) == 0);
   s->device = tDevice;
   *pStream = reinterpret_cast<cudaStream_t>(s);
@@ -785,16 +816,18 @@ cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete reinterpret_cast<FakeStream*>(stream);  // runs what is queued first, as CUDA lets it complete
-  return cudaSuccess;
+  return Lost();
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  if (cudaError_t e = Lost()) return e;
   if (cudaError_t e = CheckUnsafeCall()) return e;
   SynchronizeDevice("cudaDeviceSynchronize");
-  return cudaSuccess;
+  return Lost();
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (cudaError_t e = Lost()) return e;
   FakeStream* s = StreamOf(stream);
   if (cudaError_t e = CheckNotCapturing(s)) return e;
   if (cudaError_t e = CheckUnsafeCall()) return e;
@@ -802,10 +835,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     if (cudaError_t e = CheckLegacyStreamUse()) return e;
   }
   s->Synchronize();
-  return cudaSuccess;
+  return Lost();  // (lost while it waited: what was queued was dropped)
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (cudaError_t e = Lost()) return e;
   FakeStream* s = StreamOf(stream);
   if (cudaError_t e = CheckNotCapturing(s)) return e;
   if (cudaError_t e = CheckUnsafeCall()) return e;
@@ -816,6 +850,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
+  if (cudaError_t e = Lost()) return e;
   FakeStream* s = StreamOf(stream);
   FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
   std::shared_ptr<Progress> p;
@@ -869,6 +904,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  if (cudaError_t e = Lost()) return e;
   if (IsLegacy(stream) || stream == cudaStreamPerThread) return Note(cudaErrorStreamCaptureUnsupported);
   if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
       mode != cudaStreamCaptureModeRelaxed) {
@@ -908,6 +944,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph, unsigned long long /*flags*/) {
+  if (cudaError_t e = Lost()) return e;
   if (pGraphExec == nullptr || graph == nullptr) return Note(cudaErrorInvalidValue);
   *pGraphExec = reinterpret_cast<cudaGraphExec_t>(new FakeGraph(*reinterpret_cast<FakeGraph*>(graph)));
   return cudaSuccess;
@@ -932,6 +969,7 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int /*flags*/) {
+  if (cudaError_t e = Lost()) return e;
   *event = reinterpret_cast<cudaEvent_t>(new FakeEvent());
   return cudaSuccess;
 }
@@ -940,10 +978,11 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlag
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete reinterpret_cast<FakeEvent*>(event);
-  return cudaSuccess;
+  return Lost();
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (cudaError_t err = Lost()) return err;
   FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
   if (IsLegacy(stream)) {
     if (cudaError_t err = CheckLegacyStreamUse()) return err;
@@ -990,6 +1029,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (cudaError_t err = Lost()) return err;
   FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
   if (cudaError_t err = CheckEventNotCaptured(e)) return err;
   if (cudaError_t err = CheckUnsafeCall()) return err;
@@ -998,6 +1038,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (cudaError_t err = Lost()) return err;
   FakeEvent* e = reinterpret_cast<FakeEvent*>(event);
   if (cudaError_t err = CheckEventNotCaptured(e)) return err;
   if (cudaError_t err = CheckUnsafeCall()) return err;
@@ -1009,7 +1050,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     target = e->target;
   }
   if (p != nullptr) p->WaitFor(target);
-  return cudaSuccess;
+  return Lost();
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
@@ -1065,12 +1106,14 @@ std::atomic<bool> gHoldKernels{false};
 void FakeLaunch(cudaStream_t stream, std::function<void()> op) {
   BeforeLaunch();
   Enqueue(stream, [op = std::move(op)] {
-    while (gHoldKernels.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    op();
+    while (gHoldKernels.load() && !IsLost()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!IsLost()) op();
   });
 }
 
 void FakeHoldKernels(bool hold) { gHoldKernels.store(hold); }
+
+void FakeLoseDevice(bool lost) { gLost.store(lost, std::memory_order_release); }
 
 FakeKeepLastError::FakeKeepLastError() : saved_(tLastError) {}
 FakeKeepLastError::~FakeKeepLastError() { tLastError = saved_; }
@@ -1115,7 +1158,9 @@ cudaError_t LaunchStreamWait(const uint64_t* flag, uint64_t ticket, cudaStream_t
   cudaGetLastError();
   BeforeLaunch();
   Enqueue(stream, [=] {
-    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < ticket) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < ticket && !IsLost()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   });
   return cudaGetLastError();
 }

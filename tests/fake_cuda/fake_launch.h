@@ -17,6 +17,12 @@ void FakeLaunch(cudaStream_t stream, std::function<void()> op);
 // kernels do not finish, to test the waits' time limits. (The stream-wait kernel and copies are not held.)
 void FakeHoldKernels(bool hold);
 
+// From FakeLoseDevice(true) on, the device is lost, as after a kernel's fault (an Xid): every call that queues, waits,
+// allocates or frees returns cudaErrorLaunchFailure, which cudaGetLastError does not take off; what was queued is
+// dropped (the stream-wait kernel and held kernels end without running on), so the streams drain; frees still free.
+// FakeLoseDevice(false) gives the process its device back (a real one would have to exit).
+void FakeLoseDevice(bool lost);
+
 // The calling thread's next n allocations of device or pinned host memory (cudaMalloc, cudaMallocFromPoolAsync,
 // cudaHostAlloc) fail with cudaErrorMemoryAllocation: a GPU out of memory on one rank (thread).
 void FakeFailAllocations(int n);
