@@ -1369,6 +1369,108 @@ TEST_CASE("[nccl] no elements and no host transport: every collective returns at
 }
 #endif
 
+#ifdef CCOLL_FAKE_NCCL
+// A device lost during calls, as after a kernel's fault (test_gpu_collectives has the same for the host transports):
+// over NCCL too, every rank's call ends in an error well within the timeout, its stream reports the loss, later calls
+// fail at once, and the communicators are destroyed. The fake runtime loses its device (all thread ranks share it)
+// while every rank's stream is held by a host function queued before its call, so that no call can have run.
+// A host function on a stream that waits until *release is set: earlier work that holds the stream.
+static void CUDART_CB HoldUntil(void* release) {
+  while (!static_cast<std::atomic<bool>*>(release)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+TEST_CASE("[nccl] a device lost during calls: every rank fails well within the timeout, nothing hangs",
+          "[gpu][nccl][fault][lost]") {
+  SKIP_WITHOUT_NCCL_DEVICE();
+  // Static: the host functions read it until it is set, which the case does on every way out.
+  static std::atomic<bool> release;
+  struct GiveBackTheDevice {
+    ~GiveBackTheDevice() {
+      release = true;
+      cctest::FakeLoseDevice(false);
+    }
+  } giveBack;
+  const int n = 3, timeoutMs = cctest::ScaledMs(3000);
+  const size_t count = 1 << 14;
+  for (const char* spec : {static_cast<const char*>(nullptr), "quant:bits=4,mode=requant"}) {
+    INFO((spec ? spec : "exact"));
+    ccUniqueId id;
+    REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+    std::atomic<int> queued{0};
+    release = false;
+    std::thread loser([&] {
+      cctest::WaitUntil([&] { return queued.load() == n; }, 20000);
+      cctest::FakeLoseDevice(true);
+      release = true;
+    });
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<RankOut> outs = RunRanks(n, [&](int r, RankOut* out) {
+      struct Count {  // every rank counts as queued on every way out, so that the others never wait for it
+        std::atomic<int>& queued;
+        bool done = false;
+        ~Count() {
+          if (!done) ++queued;
+        }
+      } count_{queued};
+      Rank k(id, r, n, timeoutMs);
+      if (k.rc != ccSuccess) return out->Fail(k.rc, k.error);
+      ccCompressor_t c = nullptr;
+      if (spec != nullptr && ccCompressorCreateFromString(&c, spec) != ccSuccess) {
+        return out->Fail(ccInternalError, ccGetLastError(nullptr));
+      }
+      std::unique_ptr<ccCompressor, decltype(&ccCompressorDestroy)> owned(c, ccCompressorDestroy);
+      DeviceBuffer buf(count * 4);
+      if (buf.p == nullptr) return out->Fail(ccInternalError, "cudaMalloc failed");
+      cudaMemsetAsync(buf.p, 0, count * 4, k.stream);
+      // A first call that runs; then every rank's second call is queued while kernels are held.
+      if (ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, c, k.comm, k.s()) != ccSuccess ||
+          cudaStreamSynchronize(k.stream) != cudaSuccess) {
+        return out->Fail(ccInternalError, std::string("the first call failed: ") + ccGetLastError(k.comm));
+      }
+      if (cudaLaunchHostFunc(k.stream, HoldUntil, &release) != cudaSuccess) {
+        return out->Fail(ccInternalError, "cudaLaunchHostFunc failed");
+      }
+      const auto t = std::chrono::steady_clock::now();
+      ccResult_t code = ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, c, k.comm, k.s());
+      count_.done = true;
+      ++queued;
+      const cudaError_t synced = cudaStreamSynchronize(k.stream);
+      ccResult_t async = ccSuccess;
+      cctest::WaitUntil([&] { return ccCommGetAsyncError(k.comm, &async) != ccSuccess || async != ccSuccess; },
+                        2 * timeoutMs);
+      if (code == ccSuccess) code = async;
+      const double took = cctest::SecondsSince(t);
+      const std::string why = ccGetLastError(k.comm);
+      char line[96];
+      std::snprintf(line, sizeof(line), "%d %.2f %d ", static_cast<int>(code), took, static_cast<int>(synced));
+      out->data.assign(line, line + std::strlen(line));
+      out->data.insert(out->data.end(), why.begin(), why.end());
+      if (ccAllReduce(buf.p, buf.p, count, ccFloat32, ccSum, c, k.comm, k.s()) == ccSuccess) {
+        out->Fail(ccInternalError, "a call after the loss succeeded");
+      }
+    });
+    loser.join();
+    const double seconds = cctest::SecondsSince(start);
+    cctest::FakeLoseDevice(false);
+    bool named = false;
+    for (int r = 0; r < n; ++r) {
+      const std::string report(outs[r].data.begin(), outs[r].data.end());
+      INFO("rank " << r << ": " << report << outs[r].error);
+      REQUIRE(outs[r].rc == ccSuccess);
+      int code = 0, synced = 0;
+      double took = 0;
+      REQUIRE(std::sscanf(report.c_str(), "%d %lf %d", &code, &took, &synced) == 3);
+      CHECK(code == ccUnhandledCudaError);  // what failed is CUDA, whoever saw it first
+      CHECK(synced == cudaErrorLaunchFailure);
+      CHECK(took < 0.5 * timeoutMs / 1000);  // at the next CUDA call, not after a timeout
+      named = named || Contains(report, "launch failure");
+    }
+    CHECK(named);
+    CHECK(seconds < 1.0 * timeoutMs / 1000);  // the destroys included
+  }
+}
+#endif
+
 TEST_CASE("[nccl] a dead peer or one that never calls: an error within the timeout, streams released",
           "[gpu][nccl][fault]") {
   SKIP_WITHOUT_NCCL_DEVICE();

@@ -191,6 +191,7 @@ struct NcclTransport::Impl {
     }
     const Clock::time_point now = Clock::now();
     std::string late;
+    ccResult_t code = ccTimeout;
     {
       std::lock_guard<std::mutex> lock(pendingMutex);
       while (!pending.empty()) {
@@ -203,6 +204,7 @@ struct NcclTransport::Impl {
         if (e != cudaErrorNotReady) {
           cudaGetLastError();
           late = std::string("a CUDA error on the stream of a collective: ") + cudaGetErrorString(e);
+          code = ccUnhandledCudaError;
         } else if (now - pending.front().queued > std::chrono::milliseconds(timeoutMs)) {
           late = "a collective queued " +
                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - pending.front().queued)
@@ -214,7 +216,7 @@ struct NcclTransport::Impl {
       }
     }
     if (!late.empty()) {
-      RecordError(ccTimeout, "rank " + std::to_string(rank) + ": " + late);
+      RecordError(code, "rank " + std::to_string(rank) + ": " + late);
       AbortComm("rank " + std::to_string(rank) + ": aborted after " + late);
     }
   }
