@@ -622,13 +622,20 @@ void SendRaw(int fd, const void* p, size_t n) {
   (void)::send(fd, p, n, MSG_NOSIGNAL);
 }
 
+// Starts a bootstrap root in this process that waits `timeoutMs` for each round, and returns its id's content (the
+// root's address and the secret), for ranks and hand-made connections to join it.
+ccoll::UniqueIdContent StartRoot(int timeoutMs) {
+  ccUniqueId id;
+  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, timeoutMs, &id) == ccSuccess);
+  ccoll::UniqueIdContent content;
+  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  return content;
+}
+
 }  // namespace
 
 TEST_CASE("the bootstrap root ignores garbage connections while real ranks join", "[internals][bootstrap]") {
-  ccUniqueId id;
-  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 30000, &id) == ccSuccess);
-  ccoll::UniqueIdContent content;
-  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  const ccoll::UniqueIdContent content = StartRoot(30000);
 
   std::vector<int> garbage;
   std::mt19937_64 rng(99);
@@ -785,11 +792,8 @@ TEST_CASE("Connect to a host that drops connection requests gives up at the dead
 // from the root's verdict when the group does not form, instead of a bare "did not join".
 TEST_CASE("the bootstrap root turns away a rank of another size or secret, and the waiting ranks hear of it",
           "[internals][bootstrap]") {
-  ccUniqueId id;
   const double scale = cctest::TimeScale();
-  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, static_cast<int>(2000 * scale), &id) == ccSuccess);
-  ccoll::UniqueIdContent content;
-  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  const ccoll::UniqueIdContent content = StartRoot(static_cast<int>(2000 * scale));
   ccoll::UniqueIdContent stranger = content;
   stranger.secret[3] ^= 1;
   std::vector<std::string> got;
@@ -838,10 +842,7 @@ int CountSockets() {
 // Run by the case below in a child process, whose file descriptors it uses up.
 TEST_CASE("emfile_child: the bootstrap root out of file descriptors", "[.][emfile_child]") {
   const int timeoutMs = static_cast<int>(3000 * cctest::TimeScale());
-  ccUniqueId id;
-  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, timeoutMs, &id) == ccSuccess);
-  ccoll::UniqueIdContent content;
-  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  const ccoll::UniqueIdContent content = StartRoot(timeoutMs);
   std::vector<std::string> got0, got1;
   std::string error0;
   ccResult_t rc0 = ccSuccess;
@@ -910,11 +911,7 @@ TEST_CASE("the bootstrap root out of file descriptors waits without spinning and
 // version shares, rather than dropped unanswered ("no answer from the bootstrap root ... did every rank start?").
 TEST_CASE("the bootstrap root answers a rank of another protocol version in the layout every version reads",
           "[internals][bootstrap]") {
-  ccUniqueId id;
-  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, static_cast<int>(5000 * cctest::TimeScale()), &id) ==
-          ccSuccess);
-  ccoll::UniqueIdContent content;
-  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  const ccoll::UniqueIdContent content = StartRoot(static_cast<int>(5000 * cctest::TimeScale()));
   const int fd = ConnectTo(content.root);
   REQUIRE(fd >= 0);
   WireHello h{};
@@ -1027,10 +1024,7 @@ TEST_CASE("ParseSocketAddress takes a port of digits only", "[internals][bootstr
 }
 
 TEST_CASE("a bootstrap session all-gathers several rounds over one connection", "[internals][bootstrap]") {
-  ccUniqueId id;
-  REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 30000, &id) == ccSuccess);
-  ccoll::UniqueIdContent content;
-  REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+  const ccoll::UniqueIdContent content = StartRoot(30000);
   constexpr int kRanks = 4, kRounds = 3;
   auto blob = [](int round, int rank) { return std::string(static_cast<size_t>(round * 300 + rank), 'r') + "#" +
                                                std::to_string(round) + "/" + std::to_string(rank); };
@@ -1081,10 +1075,7 @@ TEST_CASE("a rank that leaves the bootstrap between rounds says why, and the oth
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    ccUniqueId id;
-    REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 20000, &id) == ccSuccess);
-    ccoll::UniqueIdContent content;
-    REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+    const ccoll::UniqueIdContent content = StartRoot(20000);
     std::vector<cctest::RankResult> first(kRanks), second(kRanks);
     cctest::RunRanks(kRanks, [&](int r) {
       ccoll::BootstrapSession session(content, r, kRanks, 20000);
@@ -1131,10 +1122,7 @@ TEST_CASE("a rank that leaves the bootstrap between rounds says why, and the oth
   // A root that gave up on a rank that never joined answers and closes the connections: a Leave then meets a closed
   // connection, and the rank's error stays the root's answer.
   {
-    ccUniqueId id;
-    REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 300, &id) == ccSuccess);
-    ccoll::UniqueIdContent content;
-    REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+    const ccoll::UniqueIdContent content = StartRoot(300);
     ccoll::BootstrapSession session(content, 0, 2, 20000);
     std::vector<std::string> all;
     CHECK(session.AllGather("alone", &all) == ccTimeout);
@@ -1214,10 +1202,7 @@ TEST_CASE("the bootstrap root reports a rank that breaks off a round, with the r
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    ccUniqueId id;
-    REQUIRE(ccoll::BootstrapStartRoot(nullptr, nullptr, 20000, &id) == ccSuccess);
-    ccoll::UniqueIdContent content;
-    REQUIRE(ccoll::BootstrapParseId(id, &content) == ccSuccess);
+    const ccoll::UniqueIdContent content = StartRoot(20000);
     std::vector<cctest::RankResult> second(kRanks);
     std::vector<double> leaveSeconds(kRanks, 0.0);
     int handFd = -1;
