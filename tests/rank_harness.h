@@ -188,8 +188,8 @@ inline double TimeScale() {
 // timeout and its bound alike, so that the two stay apart under a sanitizer.
 inline int ScaledMs(int ms) { return static_cast<int>(ms * TimeScale()); }
 
-// Polls `done` every millisecond until it holds (true) or ScaledMs(ms) have passed (false): a thread that waits for
-// another thread's step must not wait forever when that thread failed before it.
+// Polls `done` every millisecond until it holds (true) or ScaledMs(ms) have passed (false; `ms` is not scaled yet): a
+// thread that waits for another thread's step must not wait forever when that thread failed before it.
 template <typename Done>
 bool WaitUntil(Done done, int ms) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ScaledMs(ms));

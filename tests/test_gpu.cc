@@ -320,6 +320,7 @@ TEST_CASE("[gpu] memory freed while tracked work may still write it is freed onc
     // Neither the freeing stream nor a later allocation and free on it waits for the held one.
     void* y = nullptr;
     REQUIRE(ccoll::AllocateScratch(0, false, bytes, other, &y) == ccSuccess);
+    CHECK(y != x);  // x's free waits for the held work
     REQUIRE(cudaMemsetAsync(y, 1, bytes, other) == cudaSuccess);
     ccoll::FreeScratch(0, false, y, other);
     CHECK(ccoll::SynchronizeWithin(other, cctest::ScaledMs(2000)) == cudaSuccess);

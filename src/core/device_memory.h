@@ -12,9 +12,10 @@
 //
 // A device may lack pools: of pinned host memory before CUDA 12.6 (cudaDevAttrHostMemoryPoolsSupported), of either
 // kind on some virtual GPUs (cudaDevAttrMemoryPoolsSupported). Scratch of a kind without a pool comes from cudaMalloc
-// or cudaHostAlloc, in blocks of power-of-two sizes, and what is freed is kept and handed out again for its size once
-// the stream it was freed on has got past the free, never given back with cudaFree or cudaFreeHost (a warning says so
-// once per kind). Only built with CUDA.
+// or cudaHostAlloc, in size classes of a power of two and 1.25, 1.5 and 1.75 times one, and what is freed is kept and
+// handed out again for its size class once the stream it was freed on has got past the free, never given back with
+// cudaFree or cudaFreeHost (a warning says so once per kind, unless CC_MEMORY_POOLS=0 asked for it). Only built with
+// CUDA.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,14 +32,14 @@ namespace ccoll {
 ccResult_t PrepareDeviceMemory(int device);
 
 // The device-memory pool of `device` (made at its first use if PrepareDeviceMemory was not called), or nullptr where
-// the device has none (cudaDevAttrMemoryPoolsSupported, or the pool cannot be made): AllocateScratch then takes device
-// memory from cudaMalloc (a warning says so once).
+// the device has none (cudaDevAttrMemoryPoolsSupported, or the pool cannot be made) or CC_MEMORY_POOLS=0:
+// AllocateScratch then takes device memory from cudaMalloc.
 ccResult_t DevicePool(int device, cudaMemPool_t* pool);
 
 // The pool of pinned host memory for `device` (every device that has host memory pools reads and writes it), or
-// nullptr where the device has none (cudaDevAttrHostMemoryPoolsSupported): AllocateScratch then takes pinned memory
-// from cudaHostAlloc (a warning says so once). Memory freed to the pools stays in them: ccoll's pinned memory is
-// given back to the system only at exit.
+// nullptr where the device has none (cudaDevAttrHostMemoryPoolsSupported) or CC_MEMORY_POOLS=0: AllocateScratch then
+// takes pinned memory from cudaHostAlloc. Memory freed to the pools stays in them: ccoll's pinned memory is given
+// back to the system only at exit.
 ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
 
 // `bytes` of ccoll's memory for `device`, in the order of `stream`: device memory from the device pool, or pinned host

@@ -157,8 +157,8 @@ struct NcclTransport::Impl {
     return r;
   }
 
-  void AbortComm(const std::string& sentence) {
-    RecordError(ccRemoteError, sentence);
+  void AbortComm(const std::string& sentence, ccResult_t code = ccRemoteError) {
+    RecordError(code, sentence);
     aborted = true;
     // A call polling a non-blocking communicator sees `aborted` and leaves within microseconds; the abort then has
     // the communicator to itself (the lock is only given up on for a call that does not leave).
@@ -185,8 +185,11 @@ struct NcclTransport::Impl {
       ncclCommGetAsyncError(comm, &async);
     }
     if (async != ncclSuccess && async != ncclInProgress) {
-      AbortComm("rank " + std::to_string(rank) + ": NCCL reported an asynchronous error: " +
-                ncclGetErrorString(async) + " (a peer failed or left; the communicator is aborted)");
+      // A CUDA error is this rank's device's (a lost device); anything else, a peer's failure or departure.
+      const bool cuda = async == ncclUnhandledCudaError;
+      AbortComm("rank " + std::to_string(rank) + ": NCCL reported an asynchronous error: " + ncclGetErrorString(async) +
+                    (cuda ? " (the communicator is aborted)" : " (a peer failed or left; the communicator is aborted)"),
+                cuda ? ccUnhandledCudaError : ccRemoteError);
       return;
     }
     const Clock::time_point now = Clock::now();

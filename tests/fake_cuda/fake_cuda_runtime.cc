@@ -98,10 +98,21 @@ cudaError_t Note(cudaError_t e) {
   return e;
 }
 
-// A lost device (cctest::FakeLoseDevice): the sticky error, else cudaSuccess.
+// A lost device (cctest::FakeLoseDevice): the sticky error, else cudaSuccess. gLosses counts the devices given back;
+// a thread's last error from a loss that has ended since (tLoss: which loss it recorded) is forgotten, as a new
+// process would not have it.
 std::atomic<bool> gLost{false};
+std::atomic<int> gLosses{0};
+thread_local int tLoss = 0;
 bool IsLost() { return gLost.load(std::memory_order_acquire); }
-cudaError_t Lost() { return IsLost() ? Note(cudaErrorLaunchFailure) : cudaSuccess; }
+cudaError_t Lost() {
+  if (!IsLost()) return cudaSuccess;
+  tLoss = gLosses.load();
+  return Note(cudaErrorLaunchFailure);
+}
+void ForgetEndedLoss() {
+  if (tLastError == cudaErrorLaunchFailure && tLoss != gLosses.load()) tLastError = cudaSuccess;
+}
 
 // How far a stream has come. Shared with the events recorded on it, which outlive the stream (as in CUDA, where an
 // event of a destroyed stream is simply complete).
@@ -627,13 +638,18 @@ const char* cudaGetErrorName(cudaError_t error) {
 }
 
 cudaError_t cudaGetLastError(void) {
-  if (IsLost()) return Note(cudaErrorLaunchFailure);  // sticky
+  if (cudaError_t e = Lost()) return e;  // sticky
+  ForgetEndedLoss();
   const cudaError_t e = tLastError;
   tLastError = cudaSuccess;
   return e;
 }
 
-cudaError_t cudaPeekAtLastError(void) { return IsLost() ? Note(cudaErrorLaunchFailure) : tLastError; }
+cudaError_t cudaPeekAtLastError(void) {
+  if (cudaError_t e = Lost()) return e;
+  ForgetEndedLoss();
+  return tLastError;
+}
 
 // The version of the headers built against, for both.
 cudaError_t cudaDriverGetVersion(int* version) {
@@ -1113,7 +1129,10 @@ void FakeLaunch(cudaStream_t stream, std::function<void()> op) {
 
 void FakeHoldKernels(bool hold) { gHoldKernels.store(hold); }
 
-void FakeLoseDevice(bool lost) { gLost.store(lost, std::memory_order_release); }
+void FakeLoseDevice(bool lost) {
+  if (!gLost.exchange(lost, std::memory_order_acq_rel) || lost) return;
+  gLosses.fetch_add(1);
+}
 
 FakeKeepLastError::FakeKeepLastError() : saved_(tLastError) {}
 FakeKeepLastError::~FakeKeepLastError() { tLastError = saved_; }
