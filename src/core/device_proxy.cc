@@ -100,6 +100,16 @@ struct DeviceProxy::Impl {
 
   bool Failed() const { return comm_->aborting.load() || comm_->asyncError.load() != ccSuccess; }
 
+  // Fails the communicator with `code` and `sentence`, and aborts its transports: a call this proxy then skips is one
+  // whose messages the peers expect, and they learn at once that none will come instead of waiting for them until
+  // CC_TIMEOUT_MS (as a failure inside a call tells them: ccComm::FailInCall).
+  void FailComm(ccResult_t code, const std::string& sentence) {
+    comm_->RecordError(sentence);
+    int expected = ccSuccess;
+    comm_->asyncError.compare_exchange_strong(expected, code);
+    comm_->Abort(("rank " + std::to_string(comm_->rank) + " failed: " + sentence).c_str());
+  }
+
   ccResult_t Init() {
     WarnFewHardwareQueues();
     DeviceScope scope(device);
@@ -121,9 +131,8 @@ struct DeviceProxy::Impl {
       if (e == cudaSuccess) return true;
       if (e != cudaErrorNotReady) {
         cudaGetLastError();  // taken off this thread's error state (core/cuda_result.h, Launched)
-        comm_->RecordError(std::string("device proxy: waiting for the staged input failed: ") + cudaGetErrorString(e));
-        int expected = ccSuccess;
-        comm_->asyncError.compare_exchange_strong(expected, ccUnhandledCudaError);
+        FailComm(ccUnhandledCudaError,
+                 std::string("device proxy: waiting for the staged input failed: ") + cudaGetErrorString(e));
         return false;
       }
       if (Failed()) return false;
@@ -161,9 +170,7 @@ struct DeviceProxy::Impl {
       try {
         op.work(run ? s.host : nullptr);  // the work records its own errors on the communicator
       } catch (const std::exception& e) {
-        comm_->RecordError(std::string("device proxy: ") + e.what());
-        int expected = ccSuccess;
-        comm_->asyncError.compare_exchange_strong(expected, ccInternalError);
+        FailComm(ccInternalError, std::string("device proxy: ") + e.what());
       }
       // Release the stream whatever happened: a failed call leaves its result undefined, never a hung stream.
       __atomic_store_n(flag, op.ticket, __ATOMIC_RELEASE);
