@@ -317,10 +317,12 @@ TEST_CASE("[gpu] memory freed while tracked work may still write it is freed onc
     CHECK(ccoll::SynchronizeWithin(held, 20) == cudaErrorTimeout);
     ccoll::EndTrackedWork(work, false);
     ccoll::FreeScratch(0, false, x, other);
-    // Neither the freeing stream nor a later allocation and free on it waits for the held one.
+    // Neither the freeing stream nor a later allocation and free on it waits for the held one; and x is not handed
+    // out again, even once the freeing stream has passed its free, while the held work may still write it.
+    REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
     void* y = nullptr;
     REQUIRE(ccoll::AllocateScratch(0, false, bytes, other, &y) == ccSuccess);
-    CHECK(y != x);  // x's free waits for the held work
+    CHECK(y != x);
     REQUIRE(cudaMemsetAsync(y, 1, bytes, other) == cudaSuccess);
     ccoll::FreeScratch(0, false, y, other);
     CHECK(ccoll::SynchronizeWithin(other, cctest::ScaledMs(2000)) == cudaSuccess);
