@@ -1179,17 +1179,12 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
   for (const char* spec : {static_cast<const char*>(nullptr), "quant:bits=4,mode=requant"}) {
     INFO((spec ? spec : "exact"));
     const int n = 2;
-    ccUniqueId id;
-    REQUIRE(ccGetUniqueId(&id) == ccSuccess);
-    std::vector<ccComm_t> comms(n, nullptr);
-    std::vector<RankResult> init(n);
-    RunRanks(n, [&](int r) {
-      ccConfig_t config = CC_CONFIG_INITIALIZER;
-      config.timeoutMs = cctest::ScaledMs(2000);  // the first call, not held, must fit in it
-      config.cudaDev = 0;
-      init[r] = Record(ccCommInitRankConfig(&comms[r], n, id, r, &config), nullptr);
-    });
-    for (int r = 0; r < n; ++r) REQUIRE(init[r].rc == ccSuccess);
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.timeoutMs = cctest::ScaledMs(2000);  // the first call, not held, must fit in it
+    config.cudaDev = 0;
+    Group g = Group::InitConfig(n, config);
+    REQUIRE(g.status == ccSuccess);
+    const std::vector<ccComm_t>& comms = g.comms;
     std::unique_ptr<Compressors> cs;
     if (spec != nullptr) {
       cs = std::make_unique<Compressors>(spec, n);
@@ -1245,6 +1240,7 @@ TEST_CASE("[gpu] device kernels that do not finish: a timeout error within CC_TI
     // compressors (their codecs' stream) wait for them as they go, and only then are the buffers freed.
     for (int r = 0; r < n; ++r) cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(st[r]));
     for (int r = 0; r < n; ++r) ccCommAbort(comms[r]);
+    g.comms.clear();  // (aborted)
     cs.reset();
     for (int r = 0; r < n; ++r) cudaFree(dev[r]);
   }
@@ -1272,23 +1268,17 @@ TEST_CASE("[gpu] a device lost during device calls: every rank fails within CC_T
                            "powersgd:rank=2,rows=256,cols=128"}) {
     for (int delayMs : {0, 5}) {
       INFO((spec ? spec : "exact") << ", the device lost " << delayMs << " ms after the calls were queued");
-      ccUniqueId id;
-      REQUIRE(ccGetUniqueId(&id) == ccSuccess);
-      std::vector<ccComm_t> comms(n, nullptr);
-      std::vector<RankResult> init(n);
-      RunRanks(n, [&](int r) {
-        ccConfig_t config = CC_CONFIG_INITIALIZER;
-        config.timeoutMs = timeoutMs;
-        config.cudaDev = 0;
-        init[r] = Record(ccCommInitRankConfig(&comms[r], n, id, r, &config), nullptr);
-      });
-      for (int r = 0; r < n; ++r) REQUIRE(init[r].rc == ccSuccess);
+      ccConfig_t config = CC_CONFIG_INITIALIZER;
+      config.timeoutMs = timeoutMs;
+      config.cudaDev = 0;
+      Group g = Group::InitConfig(n, config);
+      REQUIRE(g.status == ccSuccess);
+      const std::vector<ccComm_t>& comms = g.comms;
       std::unique_ptr<Compressors> cs;
       if (spec != nullptr) {
         cs = std::make_unique<Compressors>(spec, n);
         if (cs->status != ccSuccess && Contains(cs->error, "BLAS")) {
           WARN("not run for " << spec << ": " << cs->error);
-          for (ccComm_t c : comms) ccCommDestroy(c);
           continue;
         }
         REQUIRE(cs->status == ccSuccess);
@@ -1358,6 +1348,7 @@ TEST_CASE("[gpu] a device lost during device calls: every rank fails within CC_T
       }
       const auto t = std::chrono::steady_clock::now();
       for (int r = 0; r < n; ++r) CHECK((r == 0 ? ccCommAbort(comms[r]) : ccCommDestroy(comms[r])) == ccSuccess);
+      g.comms.clear();  // (destroyed)
       CHECK(cctest::SecondsSince(t) < 1.0 * cctest::TimeScale());
       cs.reset();  // (its destroy waits for no stream that cannot finish)
       cctest::FakeHoldKernels(false);

@@ -86,22 +86,6 @@ cudaError_t MakeDevicePool(int device, cudaMemPool_t* made) {
 // CC_MEMORY_POOLS=0: no pools even where the device has them (what a device without pools gets).
 bool PoolsWanted() { return ParamInt("CC_MEMORY_POOLS") != 0; }
 
-// Under gMutex. A failure leaves no pool (AllocateScratch falls back to cudaMalloc), never an error.
-void DevicePoolLocked(int device, DeviceMemory& m) {
-  if (m.devicePoolTried) return;
-  m.devicePoolTried = true;
-  if (!PoolsWanted()) {
-    CC_INFO(kLogInit, "CUDA device %d: CC_MEMORY_POOLS=0: device scratch from cudaMalloc", device);
-    return;
-  }
-  const cudaError_t e = MakeDevicePool(device, &m.devicePool);
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  CC_WARN("CUDA device %d: no pool of device memory (%s); ccoll's device scratch comes from cudaMalloc, which may "
-          "synchronize the device while a stream waits, and what it frees is kept for reuse", device,
-          cudaGetErrorString(e));
-}
-
 // Whether `device` has host memory pools.
 bool HasHostPools(int device) {
   int yes = 0;
@@ -145,19 +129,30 @@ cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
   return cudaSuccess;
 }
 
-// Under gMutex. A failure leaves no pool (the callers fall back to cudaHostAlloc), never an error.
-void HostPoolLocked(int device, DeviceMemory& m) {
-  if (m.hostPoolTried) return;
-  m.hostPoolTried = true;
+// Under gMutex: the first call makes a pool of `kind` with make(device, pool), later calls return at once. A failure
+// leaves no pool (AllocateScratch falls back to `fallback`, with a warning), never an error; so does CC_MEMORY_POOLS=0.
+void PoolLocked(int device, bool* tried, cudaMemPool_t* pool, cudaError_t (*make)(int, cudaMemPool_t*),
+                const char* kind, const char* fallback) {
+  if (*tried) return;
+  *tried = true;
   if (!PoolsWanted()) {
-    CC_INFO(kLogInit, "CUDA device %d: CC_MEMORY_POOLS=0: pinned scratch from cudaHostAlloc", device);
+    CC_INFO(kLogInit, "CUDA device %d: CC_MEMORY_POOLS=0: %s scratch from %s", device, kind, fallback);
     return;
   }
-  const cudaError_t e = MakeHostPool(device, &m.hostPool);
+  const cudaError_t e = make(device, pool);
   if (e == cudaSuccess) return;
   cudaGetLastError();
-  CC_WARN("CUDA device %d: no pool of pinned host memory (%s); ccoll's pinned scratch comes from cudaHostAlloc, which "
-          "may synchronize the device while a stream waits", device, cudaGetErrorString(e));
+  CC_WARN("CUDA device %d: no pool of %s memory (%s); ccoll's %s scratch comes from %s, which may synchronize the "
+          "device while a stream waits, and what it frees is kept for reuse", device, kind, cudaGetErrorString(e), kind,
+          fallback);
+}
+
+void DevicePoolLocked(int device, DeviceMemory& m) {
+  PoolLocked(device, &m.devicePoolTried, &m.devicePool, MakeDevicePool, "device", "cudaMalloc");
+}
+
+void HostPoolLocked(int device, DeviceMemory& m) {
+  PoolLocked(device, &m.hostPoolTried, &m.hostPool, MakeHostPool, "pinned host", "cudaHostAlloc");
 }
 
 // Under gMutex.
