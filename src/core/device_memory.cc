@@ -59,9 +59,44 @@ cudaError_t SetUpPool(cudaMemPool_t pool) {
   return e;
 }
 
-// A pool of `device`'s memory, or the reason there is none: a device without stream-ordered memory pools
-// (cudaDevAttrMemoryPoolsSupported: some virtual GPUs have none).
-cudaError_t MakeDevicePool(int device, cudaMemPool_t* made) {
+// Some devices make a pool and then fail every allocation from it: neither the attribute nor cudaMemPoolCreate
+// reaches the virtual-memory calls a pool grows with, which a virtual GPU profile or a sandbox may refuse (xgboost
+// issue #12217: a vGPU profile that blocks them). So a new pool is used only once an allocation from it and its free
+// have run, on a stream of their own (before any of ccoll's streams waits: core/device_proxy.h).
+constexpr size_t kTrialBytes = 4096;
+cudaError_t TryPool(cudaMemPool_t pool) {
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return e;
+  void* p = nullptr;
+  e = cudaMallocFromPoolAsync(&p, kTrialBytes, pool, s);
+  if (e == cudaSuccess) e = cudaFreeAsync(p, s);
+  const cudaError_t ran = cudaStreamSynchronize(s);
+  if (e == cudaSuccess) e = ran;
+  gpu::IgnoreCuda(cudaStreamDestroy(s));
+  return e;
+}
+
+// Sets up a pool just made (SetUpPool) and tries it (TryPool); destroys it on a failure, which *step then names.
+cudaError_t ReadyPool(cudaMemPool_t pool, const char** step) {
+  *step = "setting its attributes";
+  cudaError_t e = SetUpPool(pool);
+  if (e == cudaSuccess) {
+    *step = "an allocation from it";
+    e = TryPool(pool);
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // (the failed call's error)
+    gpu::IgnoreCuda(cudaMemPoolDestroy(pool));
+  }
+  return e;
+}
+
+// A pool of `device`'s memory, or the reason there is none (*step names where it failed): a device without
+// stream-ordered memory pools (cudaDevAttrMemoryPoolsSupported: some virtual GPUs have none), or one whose pools fail
+// their allocations.
+cudaError_t MakeDevicePool(int device, cudaMemPool_t* made, const char** step) {
+  *step = "cudaDevAttrMemoryPoolsSupported";
   int yes = 0;
   cudaError_t e = cudaDeviceGetAttribute(&yes, cudaDevAttrMemoryPoolsSupported, device);
   if (e != cudaSuccess) return e;
@@ -72,13 +107,11 @@ cudaError_t MakeDevicePool(int device, cudaMemPool_t* made) {
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = device;
   cudaMemPool_t pool = nullptr;
+  *step = "cudaMemPoolCreate";
   e = cudaMemPoolCreate(&pool, &props);
   if (e != cudaSuccess) return e;
-  e = SetUpPool(pool);
-  if (e != cudaSuccess) {
-    cudaMemPoolDestroy(pool);
-    return e;
-  }
+  e = ReadyPool(pool, step);
+  if (e != cudaSuccess) return e;
   *made = pool;
   return cudaSuccess;
 }
@@ -97,8 +130,9 @@ bool HasHostPools(int device) {
 }
 
 // A pool of pinned host memory that every device with host pools reads and writes (the transports' copies may run
-// on another rank's device), or the reason there is none.
-cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
+// on another rank's device), or the reason there is none (*step names where it failed).
+cudaError_t MakeHostPool(int device, cudaMemPool_t* made, const char** step) {
+  *step = "cudaDevAttrHostMemoryPoolsSupported";
   if (!HasHostPools(device)) return cudaErrorNotSupported;
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
@@ -106,9 +140,11 @@ cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
   props.location.type = cudaMemLocationTypeHost;
   props.location.id = 0;  // (ignored for host memory)
   cudaMemPool_t pool = nullptr;
+  *step = "cudaMemPoolCreate";
   cudaError_t e = cudaMemPoolCreate(&pool, &props);
   if (e != cudaSuccess) return e;
   int devices = 0;
+  *step = "cudaMemPoolSetAccess";
   e = cudaGetDeviceCount(&devices);
   std::vector<cudaMemAccessDesc> access;
   for (int d = 0; e == cudaSuccess && d < devices; ++d) {
@@ -120,31 +156,33 @@ cudaError_t MakeHostPool(int device, cudaMemPool_t* made) {
     access.push_back(a);
   }
   if (e == cudaSuccess) e = cudaMemPoolSetAccess(pool, access.data(), access.size());
-  if (e == cudaSuccess) e = SetUpPool(pool);
   if (e != cudaSuccess) {
-    cudaMemPoolDestroy(pool);
+    gpu::IgnoreCuda(cudaMemPoolDestroy(pool));
     return e;
   }
+  e = ReadyPool(pool, step);
+  if (e != cudaSuccess) return e;
   *made = pool;
   return cudaSuccess;
 }
 
 // Under gMutex: the first call makes a pool of `kind` with make(device, pool), later calls return at once. A failure
 // leaves no pool (AllocateScratch falls back to `fallback`, with a warning), never an error; so does CC_MEMORY_POOLS=0.
-void PoolLocked(int device, bool* tried, cudaMemPool_t* pool, cudaError_t (*make)(int, cudaMemPool_t*),
-                const char* kind, const char* fallback) {
+void PoolLocked(int device, bool* tried, cudaMemPool_t* pool,
+                cudaError_t (*make)(int, cudaMemPool_t*, const char**), const char* kind, const char* fallback) {
   if (*tried) return;
   *tried = true;
   if (!PoolsWanted()) {
     CC_INFO(kLogInit, "CUDA device %d: CC_MEMORY_POOLS=0: %s scratch from %s", device, kind, fallback);
     return;
   }
-  const cudaError_t e = make(device, pool);
+  const char* step = "";
+  const cudaError_t e = make(device, pool, &step);
   if (e == cudaSuccess) return;
   cudaGetLastError();
-  CC_WARN("CUDA device %d: no pool of %s memory (%s); ccoll's %s scratch comes from %s, which may synchronize the "
-          "device while a stream waits, and what it frees is kept for reuse", device, kind, cudaGetErrorString(e), kind,
-          fallback);
+  CC_WARN("CUDA device %d: no pool of %s memory (%s: %s); ccoll's %s scratch comes from %s, which may synchronize "
+          "the device while a stream waits, and what it frees is kept for reuse", device, kind, step,
+          cudaGetErrorString(e), kind, fallback);
 }
 
 void DevicePoolLocked(int device, DeviceMemory& m) {

@@ -11,7 +11,8 @@
 // them (release threshold: everything), so that a stream synchronization does not trim them.
 //
 // A device may lack pools: of pinned host memory before CUDA 12.6 (cudaDevAttrHostMemoryPoolsSupported), of either
-// kind on some virtual GPUs (cudaDevAttrMemoryPoolsSupported). Scratch of a kind without a pool comes from cudaMalloc
+// kind on some virtual GPUs (cudaDevAttrMemoryPoolsSupported); or make them and fail every allocation from them, so a
+// new pool is used only once an allocation from it has run. Scratch of a kind without a pool comes from cudaMalloc
 // or cudaHostAlloc, in size classes of a power of two and 1.25, 1.5 and 1.75 times one, and what is freed is kept and
 // handed out again for its size class once the stream it was freed on has got past the free, never given back with
 // cudaFree or cudaFreeHost (a warning says so once per kind, unless CC_MEMORY_POOLS=0 asked for it). Only built with
@@ -32,7 +33,8 @@ namespace ccoll {
 ccResult_t PrepareDeviceMemory(int device);
 
 // The device-memory pool of `device` (made at its first use if PrepareDeviceMemory was not called), or nullptr where
-// the device has none (cudaDevAttrMemoryPoolsSupported, or the pool cannot be made) or CC_MEMORY_POOLS=0:
+// the device has none (cudaDevAttrMemoryPoolsSupported, or the pool cannot be made or fails an allocation) or
+// CC_MEMORY_POOLS=0:
 // AllocateScratch then takes device memory from cudaMalloc.
 ccResult_t DevicePool(int device, cudaMemPool_t* pool);
 

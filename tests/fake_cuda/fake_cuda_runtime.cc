@@ -720,12 +720,15 @@ cudaError_t cudaFree(void* devPtr) {
 // free waits for the stream's earlier work. FAKE_CUDA_NO_HOST_POOLS=1: a device without host memory pools (before
 // CUDA 12.6), where ccoll falls back to cudaHostAlloc. FAKE_CUDA_NO_POOLS=1: a device without memory pools of either
 // kind (cudaDevAttrMemoryPoolsSupported 0, as on some virtual GPUs), where ccoll falls back to cudaMalloc too.
+// FAKE_CUDA_BROKEN_POOLS=1: pools of both kinds are there and can be made, but every allocation from one fails with
+// cudaErrorNotSupported (as on a virtual GPU profile that refuses the virtual-memory calls pools grow with).
 static bool EnvIsOne(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 static bool NoDevicePools() { return EnvIsOne("FAKE_CUDA_NO_POOLS"); }
 static bool NoHostPools() { return NoDevicePools() || EnvIsOne("FAKE_CUDA_NO_HOST_POOLS"); }
+static bool BrokenPools() { return EnvIsOne("FAKE_CUDA_BROKEN_POOLS"); }
 
 cudaError_t cudaMemPoolCreate(cudaMemPool_t* memPool, const struct cudaMemPoolProps* poolProps) {
   if (cudaError_t e = Lost()) return e;
@@ -774,6 +777,7 @@ cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPo
   if (cudaError_t e = Lost()) return e;
   if (memPool == nullptr) return Note(cudaErrorInvalidValue);
   if (cudaError_t e = CheckNotCapturing(StreamOf(stream))) return e;
+  if (BrokenPools()) return Note(cudaErrorNotSupported);
   *ptr = Allocate(size, *reinterpret_cast<cudaMemoryType*>(memPool), true);
   return *ptr ? cudaSuccess : Note(cudaErrorMemoryAllocation);
 }
