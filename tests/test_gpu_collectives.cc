@@ -30,6 +30,7 @@
 #include "gpu_skip.h"
 #include "inputs.h"
 #include "rank_harness.h"
+#include "stream_hold.h"
 #ifdef CCOLL_FAKE_CUDA
 #include "collectives/compressed.h"
 #include "collectives/device_buffers.h"
@@ -1648,11 +1649,6 @@ TEST_CASE("[gpu] staging that cannot be allocated on one rank: the peer told in 
 }
 #endif
 
-// A host function on a stream that waits until *release is set: earlier work that holds the stream.
-void CUDART_CB HoldUntil(void* release) {
-  while (!static_cast<std::atomic<bool>*>(release)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
-
 TEST_CASE("[gpu] abort and destroy do not wait for a held stream past the timeout, and the stream completes later",
           "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
@@ -1678,7 +1674,7 @@ TEST_CASE("[gpu] abort and destroy do not wait for a held stream past the timeou
     struct ReleaseOnExit {
       ~ReleaseOnExit() { release = true; }
     } releaseOnExit;
-    REQUIRE(cudaLaunchHostFunc(st.s[0], HoldUntil, &release) == cudaSuccess);
+    REQUIRE(cudaLaunchHostFunc(st.s[0], cctest::HoldUntil, &release) == cudaSuccess);
     REQUIRE(ccAllReduce(dev[0], dev[0], count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccSuccess);
     std::thread safety([&] {  // a hung abort or destroy fails the check below instead of the whole run
       for (int ms = 0; ms < cctest::ScaledMs(20000) && !release.load(); ms += 10) {

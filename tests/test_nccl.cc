@@ -38,6 +38,7 @@
 #include "drift.h"
 #include "inputs.h"
 #include "rank_harness.h"
+#include "stream_hold.h"
 #ifdef CCOLL_FAKE_NCCL
 #include "core/comm.h"
 #include "fake_cuda/fake_launch.h"
@@ -1374,11 +1375,6 @@ TEST_CASE("[nccl] no elements and no host transport: every collective returns at
 // over NCCL too, every rank's call ends in an error well within the timeout, its stream reports the loss, later calls
 // fail at once, and the communicators are destroyed. The fake runtime loses its device (all thread ranks share it)
 // while every rank's stream is held by a host function queued before its call, so that no call can have run.
-// A host function on a stream that waits until *release is set: earlier work that holds the stream.
-static void CUDART_CB HoldUntil(void* release) {
-  while (!static_cast<std::atomic<bool>*>(release)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
-
 TEST_CASE("[nccl] a device lost during calls: every rank fails well within the timeout, nothing hangs",
           "[gpu][nccl][fault][lost]") {
   SKIP_WITHOUT_NCCL_DEVICE();
@@ -1427,7 +1423,7 @@ TEST_CASE("[nccl] a device lost during calls: every rank fails well within the t
           cudaStreamSynchronize(k.stream) != cudaSuccess) {
         return out->Fail(ccInternalError, std::string("the first call failed: ") + ccGetLastError(k.comm));
       }
-      if (cudaLaunchHostFunc(k.stream, HoldUntil, &release) != cudaSuccess) {
+      if (cudaLaunchHostFunc(k.stream, cctest::HoldUntil, &release) != cudaSuccess) {
         return out->Fail(ccInternalError, "cudaLaunchHostFunc failed");
       }
       const auto t = std::chrono::steady_clock::now();
