@@ -1,4 +1,4 @@
-// Inputs of the device tests, as raw bytes of any datatype, and a short way to say where two results differ.
+// Inputs of the device tests, as raw bytes of any datatype (and, from first_difference.h, where two results differ).
 #pragma once
 
 #include <algorithm>
@@ -10,18 +10,11 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "first_difference.h"
 
 namespace cctest {
 
 using Bytes = std::vector<char>;
-
-// "" when a and b are equal, else where they first differ (Catch would print megabytes of both).
-inline std::string FirstDifference(const Bytes& a, const Bytes& b) {
-  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " and " + std::to_string(b.size());
-  auto d = std::mismatch(a.begin(), a.end(), b.begin());
-  if (d.first == a.end()) return "";
-  return "first difference at byte " + std::to_string(d.first - a.begin()) + " of " + std::to_string(a.size());
-}
 
 inline size_t SizeOf(ccDataType_t t) {
   if (t == ccInt8 || t == ccUint8) return 1;

@@ -26,7 +26,9 @@
 #include <vector>
 
 #include "child_process.h"
+#include "first_difference.h"
 
+using cctest::FirstDifference;
 using cctest::RunHiddenCase;
 
 namespace {
@@ -380,9 +382,9 @@ TEST_CASE("[fake] a ring of grouped sends and receives moves every buffer to the
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
       const size_t prev = static_cast<size_t>((r + kRanks - 1) % kRanks);
-      CHECK(Download(*recv[static_cast<size_t>(r)], bytes) == in[prev]);
-      CHECK(Download(*recv2[static_cast<size_t>(r)], half) == second[prev]);
-      CHECK(Download(*self[static_cast<size_t>(r)], bytes) == in[static_cast<size_t>(r)]);
+      CHECK(FirstDifference(Download(*recv[static_cast<size_t>(r)], bytes), in[prev]) == "");
+      CHECK(FirstDifference(Download(*recv2[static_cast<size_t>(r)], half), second[prev]) == "");
+      CHECK(FirstDifference(Download(*self[static_cast<size_t>(r)], bytes), in[static_cast<size_t>(r)]) == "");
     }
   }
 }
@@ -424,8 +426,8 @@ TEST_CASE("[fake] one thread creates and drives every rank through groups", "[fa
     INFO("rank " << r);
     const size_t i = static_cast<size_t>(r);
     REQUIRE(cudaStreamSynchronize(streams[i]) == cudaSuccess);
-    CHECK(Download(*sum[i], bytes) == expected);
-    CHECK(Download(*ring[i], bytes) == in[static_cast<size_t>((r + kRanks - 1) % kRanks)]);
+    CHECK(FirstDifference(Download(*sum[i], bytes), expected) == "");
+    CHECK(FirstDifference(Download(*ring[i], bytes), in[static_cast<size_t>((r + kRanks - 1) % kRanks)]) == "");
   }
 
   // One rank on two streams of a group: not modelled, refused as a whole.
@@ -513,20 +515,21 @@ TEST_CASE("[fake] collectives match references and agree byte for byte across ra
           const size_t mine = static_cast<size_t>(r) * chunk;
           const Bytes arChunk(ar0.begin() + static_cast<std::ptrdiff_t>(mine),
                               ar0.begin() + static_cast<std::ptrdiff_t>(mine + chunk));
-          CHECK(Download(d.ar, bytes) == ar0);
-          CHECK(Download(d.ipAr, bytes) == ar0);
-          CHECK(Download(d.rs, chunk) == arChunk);
-          CHECK(Download(d.ipRs, chunk, mine) == arChunk);
-          CHECK(Download(d.ag, bytes) == gathered);
-          CHECK(Download(d.ipAg, bytes) == gathered);
-          CHECK(Download(d.bc, bytes) == in[bcastRoot]);
-          CHECK(Download(d.ipBc, bytes) == in[bcastRoot]);
+          CHECK(FirstDifference(Download(d.ar, bytes), ar0) == "");
+          CHECK(FirstDifference(Download(d.ipAr, bytes), ar0) == "");
+          CHECK(FirstDifference(Download(d.rs, chunk), arChunk) == "");
+          CHECK(FirstDifference(Download(d.ipRs, chunk, mine), arChunk) == "");
+          CHECK(FirstDifference(Download(d.ag, bytes), gathered) == "");
+          CHECK(FirstDifference(Download(d.ipAg, bytes), gathered) == "");
+          CHECK(FirstDifference(Download(d.bc, bytes), in[bcastRoot]) == "");
+          CHECK(FirstDifference(Download(d.ipBc, bytes), in[bcastRoot]) == "");
           if (r == reduceRoot) {
-            CHECK(Download(d.red, bytes) == ar0);
-            CHECK(Download(d.ipRed, bytes) == ar0);
+            CHECK(FirstDifference(Download(d.red, bytes), ar0) == "");
+            CHECK(FirstDifference(Download(d.ipRed, bytes), ar0) == "");
           } else {
-            CHECK(Download(d.red, bytes) == Poison(bytes));  // a reduce writes the root's buffer only
-            CHECK(Download(d.ipRed, bytes) == in[static_cast<size_t>(r)]);
+            // A reduce writes the root's buffer only.
+            CHECK(FirstDifference(Download(d.red, bytes), Poison(bytes)) == "");
+            CHECK(FirstDifference(Download(d.ipRed, bytes), in[static_cast<size_t>(r)]) == "");
           }
         }
       }
@@ -600,7 +603,9 @@ TEST_CASE("[fake] a captured graph of a memset, sends and receives and an all-re
   });
   CheckNoErrors(errors);
   for (int r = 0; r < kRanks; ++r) {  // capturing ran nothing
-    for (auto* b : {&ring, &sum, &scratch}) CHECK(Download(*(*b)[static_cast<size_t>(r)], bytes) == Poison(bytes));
+    for (auto* b : {&ring, &sum, &scratch}) {
+      CHECK(FirstDifference(Download(*(*b)[static_cast<size_t>(r)], bytes), Poison(bytes)) == "");
+    }
   }
 
   for (int replay = 0; replay < 3; ++replay) {
@@ -616,9 +621,9 @@ TEST_CASE("[fake] a captured graph of a memset, sends and receives and an all-re
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
       const size_t i = static_cast<size_t>(r);
-      CHECK(Download(*scratch[i], bytes) == Bytes(bytes, 0x5a));
-      CHECK(Download(*ring[i], bytes) == in[static_cast<size_t>((r + kRanks - 1) % kRanks)]);
-      CHECK(Download(*sum[i], bytes) == expected);
+      CHECK(FirstDifference(Download(*scratch[i], bytes), Bytes(bytes, 0x5a)) == "");
+      CHECK(FirstDifference(Download(*ring[i], bytes), in[static_cast<size_t>((r + kRanks - 1) % kRanks)]) == "");
+      CHECK(FirstDifference(Download(*sum[i], bytes), expected) == "");
     }
   }
   DestroyGraphs(graphs, execs);
@@ -721,7 +726,7 @@ TEST_CASE("[fake] an aborted rank releases the peers blocked in an all-reduce wi
     ncclResult_t async = ncclSuccess;
     CHECK(ncclCommGetAsyncError(w.comms[i], &async) == ncclSuccess);
     CHECK(async == ncclRemoteError);
-    CHECK(Download(*recv[i], bytes) == Poison(bytes));  // gave up before writing anything
+    CHECK(FirstDifference(Download(*recv[i], bytes), Poison(bytes)) == "");  // gave up before writing anything
     // As with NCCL, later calls on the failed communicator return its error.
     CHECK(ncclAllReduce(send[i]->p, recv[i]->p, count, ncclFloat32, ncclSum, w.comms[i], w.streams[i]) ==
           ncclRemoteError);
@@ -780,7 +785,7 @@ TEST_CASE("[fake] bad arguments are refused at the call", "[fake]") {
   CHECK(ncclGroupEnd() == ncclInvalidArgument);
   CHECK(ncclGroupEnd() == ncclInvalidUsage);  // no group open
   CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-  CHECK(Download(out, count * 4) == Poison(count * 4));
+  CHECK(FirstDifference(Download(out, count * 4), Poison(count * 4)) == "");
 
   CHECK(ncclCommFinalize(comm) == ncclSuccess);
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
@@ -993,7 +998,8 @@ TEST_CASE("[fake] a non-blocking rank's first group with a peer is in progress: 
   CheckNoErrors(errors);
   for (int r = 0; r < kRanks; ++r) {
     INFO("rank " << r);
-    CHECK(Download(*recv[static_cast<size_t>(r)], bytes) == in[prevOf(r)]);  // the memset ran before the transfer
+    // The memset ran before the transfer.
+    CHECK(FirstDifference(Download(*recv[static_cast<size_t>(r)], bytes), in[prevOf(r)]) == "");
   }
 
   // The same peers again: connected, so the group is queued at once and the memset after it runs after it.
@@ -1015,8 +1021,8 @@ TEST_CASE("[fake] a non-blocking rank's first group with a peer is in progress: 
   CheckNoErrors(errors);
   for (int r = 0; r < kRanks; ++r) {
     INFO("rank " << r);
-    CHECK(Download(*copy[static_cast<size_t>(r)], bytes) == in[prevOf(r)]);
-    CHECK(Download(*recv[static_cast<size_t>(r)], bytes) == zeros);
+    CHECK(FirstDifference(Download(*copy[static_cast<size_t>(r)], bytes), in[prevOf(r)]) == "");
+    CHECK(FirstDifference(Download(*recv[static_cast<size_t>(r)], bytes), zeros) == "");
   }
 
   // The other direction is a new connection, and so is the first collective; waiting as NCCL requires, the work queued
@@ -1053,9 +1059,9 @@ TEST_CASE("[fake] a non-blocking rank's first group with a peer is in progress: 
   for (int r = 0; r < kRanks; ++r) {
     INFO("rank " << r);
     const size_t i = static_cast<size_t>(r);
-    CHECK(Download(*copy[i], bytes) == in[nextOf(r)]);
-    CHECK(Download(*sum[i], bytes) == expected);
-    CHECK(Download(*send[i], bytes) == zeros);
+    CHECK(FirstDifference(Download(*copy[i], bytes), in[nextOf(r)]) == "");
+    CHECK(FirstDifference(Download(*sum[i], bytes), expected) == "");
+    CHECK(FirstDifference(Download(*send[i], bytes), zeros) == "");
   }
 }
 
@@ -1084,7 +1090,7 @@ TEST_CASE("[fake] a call on a non-blocking communicator while it is in progress 
   CHECK(WaitAsync(w.comms[0]) == ncclInvalidArgument);
   CHECK(ncclSend(a.p, 16, ncclInt32, 1, w.comms[0], w.streams[0]) == ncclInvalidArgument);  // failed for good
   for (auto s : w.streams) CHECK(cudaStreamSynchronize(s) == cudaSuccess);
-  CHECK(Download(b, 64) == data);  // the group itself went through
+  CHECK(FirstDifference(Download(b, 64), data) == "");  // the group itself went through
   CHECK((ncclCommUserRank(w.comms[1], &rank) == ncclSuccess && rank == 1));
 
   // Blocking and non-blocking communicators in one group: ncclInvalidArgument, as NCCL; the non-blocking one fails.
@@ -1174,11 +1180,11 @@ TEST_CASE("[fake] graphs captured on non-blocking communicators replay, connecti
     for (int r = 0; r < kRanks; ++r) {
       INFO("rank " << r);
       const size_t i = static_cast<size_t>(r);
-      CHECK(Download(*scratch[i], bytes) == Bytes(bytes, 0x5a));
-      CHECK(Download(*ring[i], bytes) == in[static_cast<size_t>(prevOf(r))]);
-      CHECK(Download(*back[i], bytes) == in[static_cast<size_t>(nextOf(r))]);
-      CHECK(Download(*sum[i], bytes) == expected);
-      CHECK(Download(*send[i], bytes) == Bytes(bytes, 0));
+      CHECK(FirstDifference(Download(*scratch[i], bytes), Bytes(bytes, 0x5a)) == "");
+      CHECK(FirstDifference(Download(*ring[i], bytes), in[static_cast<size_t>(prevOf(r))]) == "");
+      CHECK(FirstDifference(Download(*back[i], bytes), in[static_cast<size_t>(nextOf(r))]) == "");
+      CHECK(FirstDifference(Download(*sum[i], bytes), expected) == "");
+      CHECK(FirstDifference(Download(*send[i], bytes), Bytes(bytes, 0)) == "");
     }
   }
   DestroyGraphs(graphs, execs);

@@ -491,7 +491,7 @@ TEST_CASE("[gpu] thread ranks sharing a GPU are refused the legacy default strea
       CHECK(Contains(p2p[r].error, "legacy default stream"));
       std::vector<float> back(count, 0.0f);
       REQUIRE(cudaMemcpy(back.data(), d[r], count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-      CHECK(back == ones);  // nothing was written
+      CHECK(FirstDifference(back, ones) == "");  // nothing was written
     }
   }
   {  // streams of their own: the same call works
@@ -507,7 +507,7 @@ TEST_CASE("[gpu] thread ranks sharing a GPU are refused the legacy default strea
       CHECK(rc[r].rc == ccSuccess);
       std::vector<float> back(count, 0.0f);
       REQUIRE(cudaMemcpy(back.data(), d[r], count * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-      CHECK(back == std::vector<float>(count, 2.0f));
+      CHECK(FirstDifference(back, std::vector<float>(count, 2.0f)) == "");
     }
   }
   Group one = DeviceGroup(1);  // alone on the device in its communicator: the legacy stream is fine
@@ -736,7 +736,7 @@ TEST_CASE("[gpu] a compressor keeps its error feedback on one kind of buffer", "
     INFO("rank " << r);
     CHECK(host.rc[r].rc == ccInvalidUsage);
     CHECK(Contains(host.rc[r].error, "error-feedback memory is in device memory"));
-    CHECK(host.out[r] == Bytes(count * 4, '\x5a'));  // nothing written
+    CHECK(FirstDifference(host.out[r], Bytes(count * 4, '\x5a')) == "");  // nothing written
   }
   REQUIRE(OnDevice(g, st, in, count * 4, with(comps)).Failure() == "");  // the device calls go on
   // A codec without memory takes both kinds of buffer.
@@ -841,7 +841,7 @@ TEST_CASE("[gpu] powersgd on device buffers recovers a rank-2 average, the same 
             false, 0, shift);
         if (NoCpuBlas(dev)) return;  // staged (no cuBLAS here, or CC_DEVICE_KERNELS=0) and no CPU BLAS either
         REQUIRE(dev.Failure() == "");
-        for (int r = 1; r < n; ++r) CHECK(dev.out[r] == dev.out[0]);
+        for (int r = 1; r < n; ++r) CHECK(FirstDifference(dev.out[r], dev.out[0]) == "");
         // fp32 products: ~1e-13; the bf16 wire of P and Q rounds each factor to 2^-9: ~1e-5.
         CHECK(Vnmse(dev.out[0], mean) < (std::string(spec).find("bf16") != std::string::npos ? 1e-4 : 1e-9));
       }
@@ -881,7 +881,7 @@ TEST_CASE("[gpu] powersgd on 16-bit device buffers keeps the result's rounding i
       });
       if (NoCpuBlas(dev)) return;  // staged (no cuBLAS here, or CC_DEVICE_KERNELS=0) and no CPU BLAS either
       REQUIRE(dev.Failure() == "");
-      for (int r = 1; r < n; ++r) CHECK(dev.out[r] == dev.out[0]);
+      for (int r = 1; r < n; ++r) CHECK(FirstDifference(dev.out[r], dev.out[0]) == "");
       drift.Add(Values(dev.out[0], dtype).data(), exact);
       rms.push_back(drift.Relative(exact));
     }
@@ -922,7 +922,7 @@ TEST_CASE("[gpu] powersgd with host buffers on one rank and device buffers on th
   if (kernels == nullptr || std::string(kernels) != "0") CHECK(mixed.rc[1].rc == ccInvalidUsage);
 #endif
   if (mixed.rc[0].rc == ccSuccess && mixed.rc[1].rc == ccSuccess) {
-    CHECK(mixed.out[0] == mixed.out[1]);
+    CHECK(FirstDifference(mixed.out[0], mixed.out[1]) == "");
   } else {
     for (int r = 0; r < n; ++r) {
       INFO("rank " << r << ": " << mixed.rc[r].error);
