@@ -31,6 +31,7 @@
 #include "child_process.h"
 #include "collectives/call_check.h"
 #include "core/comm.h"
+#include "core/log.h"
 #include "core/params.h"
 #include "core/socket.h"
 #include "first_difference.h"
@@ -2034,6 +2035,39 @@ TEST_CASE("env_child: the first call of a process whose CC_TIMEOUT_MS is not an 
 TEST_CASE("env_child: an empty CC_* integer is not set and one with a sign or a blank is not an integer",
           "[.][env_child]") {
   FirstCallRefusesEnvironment("CC_TREE_DEPTH=\"+4\" is not an integer");
+}
+
+TEST_CASE("log_child: one INFO message of INIT and one of COLL and one WARN message", "[.][log_child]") {
+  CC_INFO(ccoll::kLogInit, "init message %d", 1);
+  CC_INFO(ccoll::kLogColl, "coll message %d", 2);
+  CC_WARN("warn message %d", 3);
+}
+
+TEST_CASE("CC_DEBUG and CC_DEBUG_SUBSYS take any case, and settings that mean nothing are warned about", "[api]") {
+  // Logging reads its variables once per process: each setting in a child process of its own.
+  struct Setting {
+    const char* env;
+    std::vector<const char*> present, absent;
+  };
+  const std::vector<Setting> settings = {
+      {"CC_DEBUG=info", {"ccoll version", "init message 1", "coll message 2", "warn message 3"}, {"not a level"}},
+      {"CC_DEBUG=Trace CC_DEBUG_SUBSYS=coll", {"coll message 2", "warn message 3"}, {"init message 1", "not known"}},
+      {"CC_DEBUG=bogus", {"CC_DEBUG=bogus is not a level", "warn message 3"}, {"init message 1", "ccoll version"}},
+      {"CC_DEBUG=INFO CC_DEBUG_SUBSYS=init,foo", {"FOO not known", "init message 1"}, {"coll message 2"}},
+      {"CC_DEBUG=none CC_DEBUG_SUBSYS=foo", {}, {"not known", "warn message 3"}},
+      {"CC_DEBUG_FILE=/nonexistent/ccoll.log", {"cannot open /nonexistent/ccoll.log", "warn message 3"}, {}},
+  };
+  for (const Setting& setting : settings) {
+    INFO(setting.env);
+    bool died = true;
+    const std::string out = cctest::RunHiddenCase(
+        "log_child: one INFO message of INIT and one of COLL and one WARN message",
+        std::string(setting.env) + " timeout 60", &died);
+    INFO(out);
+    CHECK(!died);
+    for (const char* p : setting.present) CHECK(Contains(out, p));
+    for (const char* a : setting.absent) CHECK(!Contains(out, a));
+  }
 }
 
 TEST_CASE("a CC_* integer variable that is not an integer fails init naming it, also as a process's first call",

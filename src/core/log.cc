@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +23,12 @@ struct LogState {
   char host[64] = "";
 };
 
+// CC_DEBUG and CC_DEBUG_SUBSYS take any case, as NCCL's variables do.
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
 unsigned SubsysBit(const std::string& name) {
   if (name == "INIT") return kLogInit;
   if (name == "BOOT" || name == "BOOTSTRAP") return kLogBoot;
@@ -30,14 +38,18 @@ unsigned SubsysBit(const std::string& name) {
   return 0;
 }
 
-unsigned ParseSubsys(const std::string& spec) {
+// The mask of a CC_DEBUG_SUBSYS list (already upper case); the names it does not know go to *unknown.
+unsigned ParseSubsys(const std::string& spec, std::string* unknown) {
   bool exclude = !spec.empty() && spec[0] == '^';
   unsigned mask = 0;
   size_t start = exclude ? 1 : 0;
   while (start <= spec.size()) {
     size_t comma = spec.find(',', start);
     if (comma == std::string::npos) comma = spec.size();
-    mask |= SubsysBit(spec.substr(start, comma - start));
+    const std::string name = spec.substr(start, comma - start);
+    const unsigned bit = SubsysBit(name);
+    if (bit == 0 && !name.empty()) *unknown += (unknown->empty() ? "" : ",") + name;
+    mask |= bit;
     start = comma + 1;
   }
   return exclude ? ~mask : mask;
@@ -68,18 +80,37 @@ LogState& State() {
   static LogState* state = [] {
     auto* s = new LogState();  // Never destroyed: logging may happen from static destructors.
     gethostname(s->host, sizeof(s->host) - 1);
-    std::string level = ParamString("CC_DEBUG");
+    const std::string level = Upper(ParamString("CC_DEBUG"));
+    bool levelKnown = true;
     if (level == "NONE") s->level = LogLevel::kNone;
     else if (level == "VERSION") s->level = LogLevel::kVersion;
     else if (level == "INFO") s->level = LogLevel::kInfo;
     else if (level == "TRACE") s->level = LogLevel::kTrace;
-    else s->level = LogLevel::kWarn;
-    s->subsys = ParseSubsys(ParamString("CC_DEBUG_SUBSYS"));
+    else if (level == "WARN" || level.empty()) s->level = LogLevel::kWarn;
+    else levelKnown = false;  // (WARN)
+    std::string unknownSubsys;
+    const std::string subsys = Upper(ParamString("CC_DEBUG_SUBSYS"));
+    s->subsys = ParseSubsys(subsys, &unknownSubsys);
     std::string file = ParamString("CC_DEBUG_FILE");
+    std::string fileError;
     if (!file.empty()) {
       std::string path = ExpandFileName(file, s->host);
       FILE* f = std::fopen(path.c_str(), "a");
       if (f != nullptr) s->out = f;
+      else fileError = path + ": " + std::strerror(errno);
+    }
+    // Settings that do not say what they seem to: a warning each (through fprintf: LogMessage needs this state).
+    if (!levelKnown) {
+      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG=%s is not a level (NONE, VERSION, WARN, INFO, TRACE): WARN\n",
+                   s->host, getpid(), ParamString("CC_DEBUG").c_str());
+    }
+    if (!unknownSubsys.empty() && s->level >= LogLevel::kWarn) {
+      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG_SUBSYS: %s not known (INIT, BOOT, COLL, TRANSPORT, ALL)\n",
+                   s->host, getpid(), unknownSubsys.c_str());
+    }
+    if (!fileError.empty() && s->level >= LogLevel::kWarn) {
+      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG_FILE: cannot open %s; logging to stderr\n", s->host, getpid(),
+                   fileError.c_str());
     }
     if (s->level == LogLevel::kVersion || s->level >= LogLevel::kInfo) {
       std::fprintf(s->out, "%s:%d ccoll INFO ccoll version %s\n", s->host, getpid(), CCOLL_VERSION_STRING);
