@@ -63,7 +63,8 @@ ccResult_t NewCompressor(int kind, ccCompressor** out) {
   return ccSuccess;
 }
 
-ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const char* fn) {
+// fromText: the value came from a spec string, so an error gives the range in the string's units only.
+ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const char* fn, bool fromText = false) {
   const CompressorParamInfo* info = FindParam(param);
   if (info == nullptr) {
     return Fail(ccInvalidArgument, "%s: parameter %d is not a ccCompressorParam_t", fn, param);
@@ -73,7 +74,16 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
                 KindName(c->kind));
   }
   if (value < info->lo || value > info->hi) {
-    if (const double scale = ParamTextScale(info->param); scale != 0.0) {  // units the spec string does not show
+    const double scale = ParamTextScale(info->param);
+    if (fromText && scale != 0.0) {
+      return Fail(ccInvalidArgument, "%s: %s %g is out of range: %s", fn, info->name,
+                  static_cast<double>(value) / scale, ParamValueForms(*info).c_str());
+    }
+    if (fromText) {
+      return Fail(ccInvalidArgument, "%s: %s %lld is out of range: %s", fn, info->name, static_cast<long long>(value),
+                  ParamValueForms(*info).c_str());
+    }
+    if (scale != 0.0) {  // units the spec string does not show
       return Fail(ccInvalidArgument, "%s: %s %lld (%g in a spec string) is out of range %lld..%lld (%g..%g)", fn,
                   info->name, static_cast<long long>(value), static_cast<double>(value) / scale,
                   static_cast<long long>(info->lo), static_cast<long long>(info->hi),
@@ -149,11 +159,11 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
       }
       int64_t value = 0;
       if (!ParseParamValue(*info, text, &value)) {
-        return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not a valid value of %s", fn, spec, text.c_str(),
-                    name.c_str());
+        return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not a valid value of %s (%s)", fn, spec, text.c_str(),
+                    name.c_str(), ParamValueForms(*info).c_str());
       }
       const std::string where = std::string(fn) + ": \"" + spec + "\"";
-      CC_CHECK(SetCompressorParam(c, info->param, value, where.c_str()));
+      CC_CHECK(SetCompressorParam(c, info->param, value, where.c_str(), true));
       pos = comma + 1;
     }
   }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 
 namespace ccoll {
 namespace {
@@ -136,6 +137,25 @@ bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, i
   if (errno != 0 || end == text.c_str() + (hex ? 2 : 0) || *end != '\0') return false;
   *out = v;
   return true;
+}
+
+std::string ParamValueForms(const CompressorParamInfo& info) {
+  std::string forms;
+  if (const ParamWord* words = ParamWords(info.param)) {
+    for (const ParamWord* w = words; w->text; ++w) {
+      forms += std::string(forms.empty() ? "" : w[1].text ? ", " : " or ") + w->text;
+    }
+    return forms;
+  }
+  char range[96];
+  if (const double scale = ParamTextScale(info.param); scale != 0.0) {
+    std::snprintf(range, sizeof range, "a number from %g to %g", static_cast<double>(info.lo) / scale,
+                  static_cast<double>(info.hi) / scale);
+  } else {
+    std::snprintf(range, sizeof range, "an integer from %lld to %lld", static_cast<long long>(info.lo),
+                  static_cast<long long>(info.hi));
+  }
+  return range;
 }
 
 bool CompressorCombinationValid(const ccCompressor& c, std::string* why) {

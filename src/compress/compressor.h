@@ -48,6 +48,9 @@ const ParamWord* ParamWords(ccCompressorParam_t param);
 double ParamTextScale(ccCompressorParam_t param);
 // Parses one spec-string value of a parameter (without range checks).
 bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, int64_t* out);
+// What a spec string may give as the value of a parameter, in words: its spellings, or its range in the string's
+// units ("a number from 1e-06 to 1", "an integer from 1 to 8").
+std::string ParamValueForms(const CompressorParamInfo& info);
 
 // One tensor of a PowerSGD bucket: a row-major rows x cols matrix (cols = 1: a vector).
 struct TensorShape {
