@@ -13,9 +13,10 @@ namespace ccoll {
 namespace {
 
 const ParamDef kParams[] = {
-    {"CC_DEBUG", ParamType::kString, "WARN", "Log level: NONE, VERSION, WARN, INFO or TRACE."},
+    {"CC_DEBUG", ParamType::kString, "WARN",
+     "Log level, in any case: NONE, VERSION, WARN, INFO or TRACE (another value: WARN, with a warning)."},
     {"CC_DEBUG_SUBSYS", ParamType::kString, "ALL",
-     "Comma-separated subsystems to log: INIT, BOOT, COLL, TRANSPORT, ALL; a leading ^ excludes."},
+     "Comma-separated subsystems to log, in any case: INIT, BOOT, COLL, TRANSPORT, ALL; a leading ^ excludes."},
     {"CC_DEBUG_FILE", ParamType::kString, "",
      "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the pid."},
     {"CC_TRANSPORT", ParamType::kString, "auto", "Transport between ranks: auto, local, ucx or nccl."},
@@ -25,7 +26,8 @@ const ParamDef kParams[] = {
     {"CC_BLOCKING", ParamType::kInt, "1", "1: communicator init blocks; 0: it returns ccInProgress."},
     {"CC_SLICE_BYTES", ParamType::kInt, "262144",
      "Pipelining unit of ring and tree, in bytes (rounded down to whole elements), and the slice of a longer "
-     "point-to-point message over a network. Scratch is a few slices. Every rank needs the same value."},
+     "point-to-point message over a network. Each communicator's scratch is two slices. Every rank needs the same "
+     "value."},
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
     {"CC_CHECK_CALLS", ParamType::kInt, "1",
      "1: before any data moves, all ranks agree on their calls (collective, count, datatype, op, root, compressor) "
