@@ -177,9 +177,13 @@ TEST_CASE("[gpu] a device is prepared before a device call's stream waits", "[gp
   CHECK((devicePool != nullptr) == (usable && devicePools != 0));
   CHECK((hostPool != nullptr) == (usable && hostPools != 0));
 #else
-  if (wanted && ((devicePool == nullptr && devicePools != 0) || (hostPool == nullptr && hostPools != 0))) {
-    WARN("this device has memory pools that ccoll does not use: an allocation from a new pool failed (see the "
-         "warning above)");
+  // On a GPU a pool that fails its trial allocation is a fallback, not a defect of ccoll; but it is rare, and a trial
+  // that failed every pool would leave the pools untested: that needs CCTEST_ALLOW_UNUSABLE_POOLS=1 to pass.
+  const char* allow = std::getenv("CCTEST_ALLOW_UNUSABLE_POOLS");
+  if (wanted && !(allow != nullptr && std::strcmp(allow, "1") == 0)) {
+    INFO("the device has pools that ccoll does not use: an allocation from a new pool failed (see ccoll's warning)");
+    CHECK((devicePool != nullptr) == (devicePools != 0));
+    CHECK((hostPool != nullptr) == (hostPools != 0));
   }
 #endif
   // Scratch of both kinds, from the pools or not: device memory the kernels and copies reach, and pinned host memory

@@ -1,9 +1,11 @@
 #include "core/device_memory.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/cuda_result.h"
@@ -59,10 +61,12 @@ cudaError_t SetUpPool(cudaMemPool_t pool) {
   return e;
 }
 
-// Some devices make a pool and then fail every allocation from it: neither the attribute nor cudaMemPoolCreate
-// reaches the virtual-memory calls a pool grows with, which a virtual GPU profile or a sandbox may refuse (xgboost
-// issue #12217: a vGPU profile that blocks them). So a new pool is used only once an allocation from it and its free
-// have run, on a stream of their own (before any of ccoll's streams waits: core/device_proxy.h).
+// A pool that can be made may still fail its allocations: neither the attribute nor cudaMemPoolCreate needs the
+// virtual-memory calls a pool grows with, which a virtual GPU profile or a sandbox may refuse (drivers do refuse them
+// on some vGPU profiles: xgboost issue #12217, its own allocator's cuMemGetAllocationGranularity). So a new pool is
+// used only once an allocation from it and its free have returned, and the stream they were queued on (one of their
+// own, before any of ccoll's streams waits: core/device_proxy.h) has run them, or has not said otherwise within a
+// second (a queue shared with a stream that is held elsewhere must not hold this thread).
 constexpr size_t kTrialBytes = 4096;
 cudaError_t TryPool(cudaMemPool_t pool) {
   cudaStream_t s = nullptr;
@@ -71,8 +75,13 @@ cudaError_t TryPool(cudaMemPool_t pool) {
   void* p = nullptr;
   e = cudaMallocFromPoolAsync(&p, kTrialBytes, pool, s);
   if (e == cudaSuccess) e = cudaFreeAsync(p, s);
-  const cudaError_t ran = cudaStreamSynchronize(s);
-  if (e == cudaSuccess) e = ran;
+  for (int ms = 0; e == cudaSuccess && ms < 1000; ++ms) {
+    const cudaError_t q = cudaStreamQuery(s);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) e = q;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  cudaGetLastError();  // (a cudaErrorNotReady the query left)
   gpu::IgnoreCuda(cudaStreamDestroy(s));
   return e;
 }
