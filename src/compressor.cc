@@ -63,8 +63,7 @@ ccResult_t NewCompressor(int kind, ccCompressor** out) {
   return ccSuccess;
 }
 
-// fromText: the value came from a spec string, so an error gives the range in the string's units only.
-ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const char* fn, bool fromText = false) {
+ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const char* fn) {
   const CompressorParamInfo* info = FindParam(param);
   if (info == nullptr) {
     return Fail(ccInvalidArgument, "%s: parameter %d is not a ccCompressorParam_t", fn, param);
@@ -74,16 +73,7 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
                 KindName(c->kind));
   }
   if (value < info->lo || value > info->hi) {
-    const double scale = ParamTextScale(info->param);
-    if (fromText && scale != 0.0) {
-      return Fail(ccInvalidArgument, "%s: %s %g is out of range: %s", fn, info->name,
-                  static_cast<double>(value) / scale, ParamValueForms(*info).c_str());
-    }
-    if (fromText) {
-      return Fail(ccInvalidArgument, "%s: %s %lld is out of range: %s", fn, info->name, static_cast<long long>(value),
-                  ParamValueForms(*info).c_str());
-    }
-    if (scale != 0.0) {  // units the spec string does not show
+    if (const double scale = ParamTextScale(info->param); scale != 0.0) {  // units the spec string does not show
       return Fail(ccInvalidArgument, "%s: %s %lld (%g in a spec string) is out of range %lld..%lld (%g..%g)", fn,
                   info->name, static_cast<long long>(value), static_cast<double>(value) / scale,
                   static_cast<long long>(info->lo), static_cast<long long>(info->hi),
@@ -92,16 +82,10 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
     return Fail(ccInvalidArgument, "%s: %s %lld is out of range %lld..%lld", fn, info->name,
                 static_cast<long long>(value), static_cast<long long>(info->lo), static_cast<long long>(info->hi));
   }
-  if (info->param == ccParamRotationBlock && (value & (value - 1)) != 0) {
-    return Fail(ccInvalidArgument, "%s: block %lld is not a power of two", fn, static_cast<long long>(value));
-  }
-  if (info->param == ccParamValueType) {
-    bool ok = c->kind == ccCompressCast16 ? (value == ccBfloat16 || value == ccFloat16)
-                                          : (value == ccFloat32 || value == ccBfloat16);
-    if (!ok) {
-      return Fail(ccInvalidArgument, "%s: dtype %lld is not a wire type of %s (%s)", fn, static_cast<long long>(value),
-                  KindName(c->kind), c->kind == ccCompressCast16 ? "bf16 or fp16" : "f32 or bf16");
-    }
+  const std::string problem = ParamValueProblem(c->kind, *info, value);
+  if (!problem.empty()) {
+    return Fail(ccInvalidArgument, "%s: %s %lld is %s (%s)", fn, info->name, static_cast<long long>(value),
+                problem.c_str(), ParamValueForms(c->kind, *info).c_str());
   }
   if (c->values[info->param] == value) return ccSuccess;  // unchanged: the state stays (ranks stay in step)
   c->values[info->param] = value;
@@ -160,10 +144,15 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
       int64_t value = 0;
       if (!ParseParamValue(*info, text, &value)) {
         return Fail(ccInvalidArgument, "%s: \"%s\": \"%s\" is not a valid value of %s (%s)", fn, spec, text.c_str(),
-                    name.c_str(), ParamValueForms(*info).c_str());
+                    name.c_str(), ParamValueForms(kind, *info).c_str());
+      }
+      const std::string problem = ParamValueProblem(kind, *info, value);
+      if (!problem.empty()) {  // in the string's terms (SetCompressorParam's message has the C API's units)
+        return Fail(ccInvalidArgument, "%s: \"%s\": %s=%s is %s (%s)", fn, spec, name.c_str(), text.c_str(),
+                    problem.c_str(), ParamValueForms(kind, *info).c_str());
       }
       const std::string where = std::string(fn) + ": \"" + spec + "\"";
-      CC_CHECK(SetCompressorParam(c, info->param, value, where.c_str(), true));
+      CC_CHECK(SetCompressorParam(c, info->param, value, where.c_str()));
       pos = comma + 1;
     }
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ccoll {
 namespace {
@@ -139,20 +140,36 @@ bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, i
   return true;
 }
 
-std::string ParamValueForms(const CompressorParamInfo& info) {
-  std::string forms;
+std::string ParamValueProblem(int kind, const CompressorParamInfo& info, int64_t value) {
+  if (value < info.lo || value > info.hi) return "out of range";
+  if (info.param == ccParamRotationBlock && (value & (value - 1)) != 0) return "not a power of two";
+  if (info.param == ccParamValueType) {
+    const bool ok = kind == ccCompressCast16 ? (value == ccBfloat16 || value == ccFloat16)
+                                             : (value == ccFloat32 || value == ccBfloat16);
+    if (!ok) return std::string("not a wire type of ") + KindName(kind);
+  }
+  return "";
+}
+
+std::string ParamValueForms(int kind, const CompressorParamInfo& info) {
   if (const ParamWord* words = ParamWords(info.param)) {
+    std::vector<const char*> allowed;
     for (const ParamWord* w = words; w->text; ++w) {
-      forms += std::string(forms.empty() ? "" : w[1].text ? ", " : " or ") + w->text;
+      if (ParamValueProblem(kind, info, w->value).empty()) allowed.push_back(w->text);
+    }
+    std::string forms;
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      forms += std::string(i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
     }
     return forms;
   }
-  char range[96];
+  char range[128];
   if (const double scale = ParamTextScale(info.param); scale != 0.0) {
-    std::snprintf(range, sizeof range, "a number from %g to %g", static_cast<double>(info.lo) / scale,
-                  static_cast<double>(info.hi) / scale);
+    std::snprintf(range, sizeof range, "a number from %g to %g, in steps of %g", static_cast<double>(info.lo) / scale,
+                  static_cast<double>(info.hi) / scale, 1.0 / scale);
   } else {
-    std::snprintf(range, sizeof range, "an integer from %lld to %lld", static_cast<long long>(info.lo),
+    std::snprintf(range, sizeof range, "%s from %lld to %lld",
+                  info.param == ccParamRotationBlock ? "a power of two" : "an integer", static_cast<long long>(info.lo),
                   static_cast<long long>(info.hi));
   }
   return range;

@@ -48,9 +48,12 @@ const ParamWord* ParamWords(ccCompressorParam_t param);
 double ParamTextScale(ccCompressorParam_t param);
 // Parses one spec-string value of a parameter (without range checks).
 bool ParseParamValue(const CompressorParamInfo& info, const std::string& text, int64_t* out);
-// What a spec string may give as the value of a parameter, in words: its spellings, or its range in the string's
-// units ("a number from 1e-06 to 1", "an integer from 1 to 8").
-std::string ParamValueForms(const CompressorParamInfo& info);
+// Why `value` cannot be the parameter's value for a compressor of `kind` ("out of range", "not a power of two", "not a
+// wire type of topk"), or "" where it can.
+std::string ParamValueProblem(int kind, const CompressorParamInfo& info, int64_t value);
+// What a spec string may give as the value of a parameter for a compressor of `kind`, in words: its spellings, or
+// its range in the string's units ("a number from 1e-06 to 1, in steps of 1e-06", "an integer from 1 to 8").
+std::string ParamValueForms(int kind, const CompressorParamInfo& info);
 
 // One tensor of a PowerSGD bucket: a row-major rows x cols matrix (cols = 1: a vector).
 struct TensorShape {

@@ -38,20 +38,24 @@ unsigned SubsysBit(const std::string& name) {
   return 0;
 }
 
-// The mask of a CC_DEBUG_SUBSYS list (already upper case); the names it does not know go to *unknown.
+// The mask of a CC_DEBUG_SUBSYS list, in any case; the names it does not know go to *unknown, as written. A list that
+// names no subsystem it knows (empty, or only unknown names) is ALL, as if unset.
 unsigned ParseSubsys(const std::string& spec, std::string* unknown) {
   bool exclude = !spec.empty() && spec[0] == '^';
   unsigned mask = 0;
+  bool named = false;
   size_t start = exclude ? 1 : 0;
   while (start <= spec.size()) {
     size_t comma = spec.find(',', start);
     if (comma == std::string::npos) comma = spec.size();
     const std::string name = spec.substr(start, comma - start);
-    const unsigned bit = SubsysBit(name);
+    const unsigned bit = SubsysBit(Upper(name));
     if (bit == 0 && !name.empty()) *unknown += (unknown->empty() ? "" : ",") + name;
+    named = named || bit != 0;
     mask |= bit;
     start = comma + 1;
   }
+  if (!named) return kLogAll;
   return exclude ? ~mask : mask;
 }
 
@@ -89,15 +93,15 @@ LogState& State() {
     else if (level == "WARN" || level.empty()) s->level = LogLevel::kWarn;
     else levelKnown = false;  // (WARN)
     std::string unknownSubsys;
-    const std::string subsys = Upper(ParamString("CC_DEBUG_SUBSYS"));
-    s->subsys = ParseSubsys(subsys, &unknownSubsys);
+    s->subsys = ParseSubsys(ParamString("CC_DEBUG_SUBSYS"), &unknownSubsys);
     std::string file = ParamString("CC_DEBUG_FILE");
     std::string fileError;
     if (!file.empty()) {
       std::string path = ExpandFileName(file, s->host);
       FILE* f = std::fopen(path.c_str(), "a");
+      const int openError = errno;
       if (f != nullptr) s->out = f;
-      else fileError = path + ": " + std::strerror(errno);
+      else fileError = path + ": " + std::strerror(openError);
     }
     // Settings that do not say what they seem to: a warning each (through fprintf: LogMessage needs this state).
     if (!levelKnown) {
@@ -105,8 +109,8 @@ LogState& State() {
                    s->host, getpid(), ParamString("CC_DEBUG").c_str());
     }
     if (!unknownSubsys.empty() && s->level >= LogLevel::kWarn) {
-      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG_SUBSYS: %s not known (INIT, BOOT, COLL, TRANSPORT, ALL)\n",
-                   s->host, getpid(), unknownSubsys.c_str());
+      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG_SUBSYS: %s not known (INIT, BOOT, COLL, TRANSPORT, ALL)%s\n",
+                   s->host, getpid(), unknownSubsys.c_str(), s->subsys == kLogAll ? ": ALL" : "");
     }
     if (!fileError.empty() && s->level >= LogLevel::kWarn) {
       std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG_FILE: cannot open %s; logging to stderr\n", s->host, getpid(),
@@ -115,6 +119,7 @@ LogState& State() {
     if (s->level == LogLevel::kVersion || s->level >= LogLevel::kInfo) {
       std::fprintf(s->out, "%s:%d ccoll INFO ccoll version %s\n", s->host, getpid(), CCOLL_VERSION_STRING);
     }
+    std::fflush(s->out);
     return s;
   }();
   return *state;
@@ -131,9 +136,10 @@ const char* LevelName(LogLevel level) {
 
 }  // namespace
 
+// CC_DEBUG_SUBSYS chooses among INFO and TRACE messages; warnings always print (at WARN and above).
 bool LogEnabled(LogLevel level, unsigned subsys) {
   LogState& s = State();
-  return level <= s.level && (subsys & s.subsys) != 0;
+  return level <= s.level && (level <= LogLevel::kWarn || (subsys & s.subsys) != 0);
 }
 
 void LogMessage(LogLevel level, unsigned subsys, const char* file, int line, const char* fmt, ...) {

@@ -16,7 +16,8 @@ const ParamDef kParams[] = {
     {"CC_DEBUG", ParamType::kString, "WARN",
      "Log level, in any case: NONE, VERSION, WARN, INFO or TRACE (another value: WARN, with a warning)."},
     {"CC_DEBUG_SUBSYS", ParamType::kString, "ALL",
-     "Comma-separated subsystems to log, in any case: INIT, BOOT, COLL, TRANSPORT, ALL; a leading ^ excludes."},
+     "Comma-separated subsystems whose INFO and TRACE messages are logged, in any case: INIT, BOOT, COLL, TRANSPORT, "
+     "ALL; a leading ^ excludes. Warnings always print."},
     {"CC_DEBUG_FILE", ParamType::kString, "",
      "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the pid."},
     {"CC_TRANSPORT", ParamType::kString, "auto", "Transport between ranks: auto, local, ucx or nccl."},
@@ -26,8 +27,8 @@ const ParamDef kParams[] = {
     {"CC_BLOCKING", ParamType::kInt, "1", "1: communicator init blocks; 0: it returns ccInProgress."},
     {"CC_SLICE_BYTES", ParamType::kInt, "262144",
      "Pipelining unit of ring and tree, in bytes (rounded down to whole elements), and the slice of a longer "
-     "point-to-point message over a network. Each communicator's scratch is two slices. Every rank needs the same "
-     "value."},
+     "point-to-point message over a network. Each communicator's scratch is two slices, and a compressed call's "
+     "wire buffers 8 or more (4 per ring lane). Every rank needs the same value."},
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
     {"CC_CHECK_CALLS", ParamType::kInt, "1",
      "1: before any data moves, all ranks agree on their calls (collective, count, datatype, op, root, compressor) "
