@@ -1105,6 +1105,31 @@ TEST_CASE("[gpu] cuBLAS handles are kept in a pool: reused, reserved ahead, neve
   CHECK(cctest::FakeCublasDestroys() == destroys);
   cudaStreamDestroy(stream);
 }
+
+// A product that cannot run because the device is lost (an Xid): the error names the CUDA runtime's cause, not only
+// cuBLAS's status, so that it reads like every other call's on that device.
+TEST_CASE("[gpu] a cuBLAS product on a lost device fails naming the CUDA error", "[gpu]") {
+  SKIP_WITHOUT_DEVICE();
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  Dev<float> m(64 * 32), q(32 * 2), p(64 * 2);
+  std::unique_ptr<ccoll::gpu::LowRankBlas> blas;
+  REQUIRE(ccoll::gpu::LowRankBlas::Create(stream, nullptr, 0, false, &blas) == ccSuccess);
+  {
+    struct GiveBackTheDevice {
+      ~GiveBackTheDevice() { cctest::FakeLoseDevice(false); }
+    } giveBack;
+    cctest::FakeLoseDevice(true);
+    CHECK(blas->ProductMQ(m.p, 64, 32, q.p, 2, p.p) == ccUnhandledCudaError);
+    const std::string error = ccGetLastError(nullptr);
+    INFO(error);
+    CHECK(error.find("CUBLAS_STATUS_EXECUTION_FAILED") != std::string::npos);
+    CHECK(error.find("launch failure") != std::string::npos);
+  }
+  blas.reset();
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  cudaStreamDestroy(stream);
+}
 #endif
 
 TEST_CASE("[gpu] PowerSGD's Gram-Schmidt and start of Q on the device match the host's to rounding", "[gpu]") {

@@ -1,6 +1,7 @@
 #include "compress/lowrank_cuda.h"
 
 #include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 
 #include <map>
 #include <mutex>
@@ -12,8 +13,15 @@ namespace ccoll {
 namespace gpu {
 namespace {
 
+// A failed cuBLAS call, with the CUDA runtime's error where there is one: cuBLAS's status does not say why a product
+// did not run (CUBLAS_STATUS_EXECUTION_FAILED on a lost device, whose cause, a launch failure, is the runtime's).
 ccResult_t Check(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return ccSuccess;
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    return Fail(ccUnhandledCudaError, "%s failed: %s (%s): %s", what, cublasGetStatusName(s), cublasGetStatusString(s),
+                cudaGetErrorString(e));
+  }
   return Fail(ccUnhandledCudaError, "%s failed: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
 }
 
