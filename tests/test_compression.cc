@@ -2114,7 +2114,7 @@ TEST_CASE("requant tile kernels, run on the CPU thread by thread, give the CPU c
                                                     clipK, rule, got.data());
     if (rotate) a = ccoll::tile::RotatedFrom(a, input.data(), count, block, signKey, false);
     gpu.Hop(a);
-    CHECK(cctest::FirstDifference(cctest::Bytes(want.begin(), want.end()), cctest::Bytes(got.begin(), got.end())) ==
+    CHECK(cctest::FirstDifference(want, got) ==
           "");
     if (rotate) {
       const std::vector<float> inPlace = InPlaceHopBuffer(input, local, block, off, len);
@@ -2230,7 +2230,7 @@ TEST_CASE("homomorphic lane tile kernels, run on the CPU thread by thread, give 
                                                       clipK, rule, got.data());
     if (rotate) hop = ccoll::tile::RotatedFrom(hop, input.data(), count, block, signKey, false);
     gpu.Lanes(ccoll::tile::LanesArgsOf(hop, agreed.data(), laneBits, nranks, false));
-    CHECK(cctest::FirstDifference(cctest::Bytes(want.begin(), want.end()), cctest::Bytes(got.begin(), got.end())) ==
+    CHECK(cctest::FirstDifference(want, got) ==
           "");
     if (rotate) {
       const std::vector<float> inPlace = InPlaceHopBuffer(input, local, block, off, len);
@@ -2253,8 +2253,7 @@ TEST_CASE("homomorphic lane tile kernels, run on the CPU thread by thread, give 
     ccoll::tile::HopArgs req = hop;
     req.out = gotReq.data();
     gpu.Lanes(ccoll::tile::LanesArgsOf(req, agreed.data(), laneBits, nranks, true));
-    CHECK(cctest::FirstDifference(cctest::Bytes(wantReq.begin(), wantReq.end()),
-                                  cctest::Bytes(gotReq.begin(), gotReq.end())) == "");
+    CHECK(cctest::FirstDifference(wantReq, gotReq) == "");
 
     // The decode of the lane sums, with the inverse rotation fused for the blocks inside the slice.
     std::vector<float> dec(count);

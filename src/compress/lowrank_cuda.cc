@@ -18,11 +18,8 @@ namespace {
 ccResult_t Check(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return ccSuccess;
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    return Fail(ccUnhandledCudaError, "%s failed: %s (%s): %s", what, cublasGetStatusName(s), cublasGetStatusString(s),
-                cudaGetErrorString(e));
-  }
-  return Fail(ccUnhandledCudaError, "%s failed: %s (%s)", what, cublasGetStatusName(s), cublasGetStatusString(s));
+  return Fail(ccUnhandledCudaError, "%s failed: %s (%s)%s%s", what, cublasGetStatusName(s), cublasGetStatusString(s),
+              e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
 }
 
 cublasHandle_t H(void* h) { return static_cast<cublasHandle_t>(h); }

@@ -103,18 +103,19 @@ LogState& State() {
       if (f != nullptr) s->out = f;
       else fileError = path + ": " + std::strerror(openError);
     }
-    // Settings that do not say what they seem to: a warning each (through fprintf: LogMessage needs this state).
+    // Settings that do not say what they seem to: a warning each (not through LogMessage, which needs this state).
+    auto warn = [s](const std::string& what) {
+      std::fprintf(s->out, "%s:%d ccoll WARN %s\n", s->host, getpid(), what.c_str());
+    };
     if (!levelKnown) {
-      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG=%s is not a level (NONE, VERSION, WARN, INFO, TRACE): WARN\n",
-                   s->host, getpid(), ParamString("CC_DEBUG").c_str());
+      warn("CC_DEBUG=" + ParamString("CC_DEBUG") + " is not a level (NONE, VERSION, WARN, INFO, TRACE): WARN");
     }
-    if (!unknownSubsys.empty() && s->level >= LogLevel::kWarn) {
-      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG_SUBSYS: %s not known (INIT, BOOT, COLL, TRANSPORT, ALL)%s\n",
-                   s->host, getpid(), unknownSubsys.c_str(), s->subsys == kLogAll ? ": ALL" : "");
+    if (s->level >= LogLevel::kWarn && !unknownSubsys.empty()) {
+      warn("CC_DEBUG_SUBSYS: " + unknownSubsys + " not known (INIT, BOOT, COLL, TRANSPORT, ALL)" +
+           (s->subsys == kLogAll ? ": ALL" : ""));
     }
-    if (!fileError.empty() && s->level >= LogLevel::kWarn) {
-      std::fprintf(s->out, "%s:%d ccoll WARN CC_DEBUG_FILE: cannot open %s; logging to stderr\n", s->host, getpid(),
-                   fileError.c_str());
+    if (s->level >= LogLevel::kWarn && !fileError.empty()) {
+      warn("CC_DEBUG_FILE: cannot open " + fileError + "; logging to stderr");
     }
     if (s->level == LogLevel::kVersion || s->level >= LogLevel::kInfo) {
       std::fprintf(s->out, "%s:%d ccoll INFO ccoll version %s\n", s->host, getpid(), CCOLL_VERSION_STRING);
