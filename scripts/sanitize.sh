@@ -110,7 +110,8 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
     thread_tests+=" test_gpu_collectives_fakecuda"
   # The NCCL transport against the fake NCCL (built when nccl.h is there): callers, the watchdog, the fake's stream
   # and connection threads.
-  cmake --build "$TSAN_DIR" --target help | grep -q test_nccl_fakecuda && thread_tests+=" test_nccl_fakecuda test_fake_nccl"
+  cmake --build "$TSAN_DIR" --target help | grep -q test_nccl_fakecuda &&
+    thread_tests+=" test_nccl_fakecuda test_fake_nccl"
   cmake --build "$TSAN_DIR" -j "$(nproc)" --target $thread_tests
   t1=$(stamp)
   echo "== TSan: thread-rank tests"
@@ -125,15 +126,18 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   # Not under TSan: the cases that repeat the smaller cases' code paths on 2^18 or 2^20 elements (codec and reduction
   # arithmetic, statistics over many trials). Instrumented, every memory access is 5-15 times slower: they are CPU-bound
   # for many minutes and time out, while adding no interleaving the smaller cases lack. ASan+UBSan runs them (but the
-  # statistics of stochastic rounding: see above). Nor the 16-bit data sweep (every codec twice over, on the same
-  # threads as the float32 cases), the fake runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the
-  # thread-rank tests cover) and its rerun of the exact device cases with CC_CHECKSUM=1, the device cases with
-  # allocations and loads synchronizing the device (the same threads as without) or without memory pools (seven
-  # of those cases run below), and the fake NCCL's rerun of every case without the call check (the same threads, less
-  # the check's).
+  # statistics of stochastic rounding: see above). Nor the cases that check values, not threads: all-zero and
+  # non-finite inputs, the error-feedback arithmetic over many calls, and the rerun on the codecs' scalar code
+  # (CC_CPU_BASELINE=1); each makes the same exchanges as the other codec cases (160 s of test time under TSan in
+  # the last CI). Nor the 16-bit data sweep (every codec twice over, on the same threads as the float32 cases), the
+  # fake runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the thread-rank tests cover) and its
+  # rerun of the exact device cases with CC_CHECKSUM=1, the device cases with allocations and loads synchronizing the
+  # device (the same threads as without) or without memory pools (seven of those cases run below), and the fake NCCL's
+  # rerun of every case without the call check (the same threads, less the check's).
   heavy='2\^18|2\^20|every codec and mode|rounding are unbiased|bfloat16 and float16 data|with CC_DEVICE_KERNELS=0'
   heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without memory pools'
   heavy+='|every case with CC_CHECK_CALLS=0'
+  heavy+='|all-zero input gives|a NaN or an Inf on one rank|test_compression\.error feedback|with CC_CPU_BASELINE=1'
   (cd "$TSAN_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900 -R "$regex" -E "$slow_tests|$heavy")
   run_slow "$TSAN_DIR"
   if [[ " $thread_tests " == *" test_gpu_collectives_fakecuda "* ]]; then
