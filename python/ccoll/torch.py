@@ -14,11 +14,10 @@ side stream of the state's per device, after the work already queued on torch's 
 bucket), so the backward kernels queued after the hook do not wait for the all-reduce; the hook returns a CUDA-aware
 future (torch.futures.Future(devices=...)), whose wait() makes DDP's stream wait for the side stream. The
 communicator must be bound to the bucket's GPU: call torch.cuda.set_device(local_rank) before making it, or pass
-cuda_device=local_rank. float32, bfloat16 and float16 buckets go
-through the bucket's own compressor (it keeps that bucket's error feedback, in float32); other dtypes, and every
-bucket when spec is None, take the exact all-reduce. With spec "powersgd:..." each bucket's compressor is told the shapes of the
-bucket's gradients (a matrix per weight; vectors go exactly), unless the spec gives shapes, or rows or cols other
-than 0 (auto), itself.
+cuda_device=local_rank. float32, bfloat16 and float16 buckets go through the bucket's own compressor (it keeps that
+bucket's error feedback, in float32); other dtypes, and every bucket when spec is None, take the exact all-reduce.
+With spec "powersgd:..." each bucket's compressor is told the shapes of the bucket's gradients (a matrix per weight;
+vectors go exactly), unless the spec gives shapes, or rows or cols other than 0 (auto), itself.
 
 A failed hook call ends the communicator, as NCCL's abort does: when a hook call raises, or with async_op one of the
 worker's calls fails, the communicator is aborted (with async_op after the calls submitted before the failure), so
@@ -30,8 +29,11 @@ the call returned, ccCommGetAsyncError) and raises it: a bucket whose all-reduce
 most the step in which it failed.
 
 Buckets are dense: DDP with sparse gradients (nn.Embedding(sparse=True)) needs DDP's own all-reduce, and the hook
-refuses such a bucket. Works with torch 1.13 and current torch (GradBucket.buffer(), index() and gradients(); the
-older names get_tensor(), get_index() and get_per_parameter_tensors() of torch 1.8 and 1.9 are accepted too).
+refuses such a bucket. Tested with torch 1.13 and written for current torch too (GradBucket.buffer(), index() and
+gradients(), whose names torch 2.x keeps; the older names get_tensor(), get_index() and get_per_parameter_tensors()
+of torch 1.8 and 1.9 are accepted too). Not with DDP's Python reducer (torch 2.3 and later, optimize_ddp =
+"python_reducer" under compiled autograd), which calls a hook per parameter instead of per bucket: the hook refuses
+such a call with InvalidUsageError.
 """
 
 import queue
@@ -300,6 +302,11 @@ def allreduce_hook(state, bucket):
 
 def _allreduce(state, bucket):
     """allreduce_hook without the abort on failure."""
+    if not (hasattr(bucket, "buffer") or hasattr(bucket, "get_tensor")):
+        raise InvalidUsageError("the ccoll DDP hook takes a GradBucket, and was given a %s: DDP's Python reducer "
+                                "(torch._dynamo.config.optimize_ddp = 'python_reducer', torch 2.3 and later) calls a "
+                                "comm hook once per parameter with (grad, param); the hook needs DDP's C++ reducer "
+                                "(the default)" % type(bucket).__name__)
     _raise_earlier_failure(state)
     _check_async_error(state.comm)
     tensor = _bucket_tensor(bucket)

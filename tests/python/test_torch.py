@@ -737,6 +737,20 @@ class TestInProcess(unittest.TestCase):
                 ccoll.torch.allreduce_hook(state, _Bucket(torch.ones(8).to_sparse(), [p]))
             state.close()
 
+    def test_hook_refuses_the_python_reducers_per_parameter_calls(self):
+        # torch 2.3+'s DDP with optimize_ddp = "python_reducer" calls hook(state, (param.grad, param)) per parameter.
+        torch = TORCH
+        p = torch.nn.Parameter(torch.zeros(8))
+        p.grad = torch.ones(8)
+        with _single_rank() as comm:
+            state = ccoll.torch.CcollHookState(comm, spec="quant:bits=4")
+            with self.assertRaisesRegex(ccoll.InvalidUsageError, "takes a GradBucket, and was given a tuple: DDP's "
+                                        "Python reducer"):
+                ccoll.torch.allreduce_hook(state, (p.grad, p))
+            self.assertEqual(len(state._compressors), 0)
+            self.assertEqual(p.grad.tolist(), [1.0] * 8)
+            state.close()
+
     def test_worker_outlives_a_base_exception(self):
         # A KeyboardInterrupt inside a worker call: its future fails (torch's Future takes an Exception only), the
         # thread lives on, and later calls fail without running instead of never completing.
