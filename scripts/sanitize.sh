@@ -52,8 +52,8 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   t0=$(stamp)
   echo "== ASan+UBSan: build ($ASAN_DIR)"
   # The test programs' own sources at -O1: under ASan+UBSan they take most of the build (test_api.cc alone 66 s at
-  # -O2, 44 s at -O1), while their run time is mostly the library's, which stays at -O2 (side by side, the heaviest
-  # cases ran as long with them at -O1).
+  # -O2, 44 s at -O1), while their run time is mostly the library's, whose sources stay at -O2 (side by side, the
+  # heaviest cases ran about as long with the tests at -O1). A build tree configured before keeps its setting.
   configure "$ASAN_DIR" "address,undefined,float-cast-overflow" -O1
   cmake --build "$ASAN_DIR" -j "$(nproc)"
   t1=$(stamp)

@@ -29,11 +29,11 @@ the call returned, ccCommGetAsyncError) and raises it: a bucket whose all-reduce
 most the step in which it failed.
 
 Buckets are dense: DDP with sparse gradients (nn.Embedding(sparse=True)) needs DDP's own all-reduce, and the hook
-refuses such a bucket. Tested with torch 1.13 and written for current torch too (GradBucket.buffer(), index() and
-gradients(), whose names torch 2.x keeps; the older names get_tensor(), get_index() and get_per_parameter_tensors()
-of torch 1.8 and 1.9 are accepted too). Not with DDP's Python reducer (torch 2.3 and later, optimize_ddp =
-"python_reducer" under compiled autograd), which calls a hook per parameter instead of per bucket: the hook refuses
-such a call with InvalidUsageError.
+refuses such a bucket. Tested with torch 1.13; written against torch 2.x's API too, not tested with it
+(GradBucket.buffer(), index() and gradients(), whose names torch 2.x keeps; the older names get_tensor(), get_index()
+and get_per_parameter_tensors() of torch 1.8 and 1.9 are accepted too). Not with DDP's Python reducer (torch 2.3 and
+later, torch._dynamo.config.optimize_ddp = "python_reducer" under compiled autograd), which calls a hook per
+parameter instead of per bucket: the hook refuses such a call with InvalidUsageError.
 """
 
 import queue

@@ -747,9 +747,10 @@ class TestInProcess(unittest.TestCase):
             with self.assertRaisesRegex(ccoll.InvalidUsageError, "takes a GradBucket, and was given a tuple: DDP's "
                                         "Python reducer"):
                 ccoll.torch.allreduce_hook(state, (p.grad, p))
-            self.assertEqual(len(state._compressors), 0)
-            self.assertEqual(p.grad.tolist(), [1.0] * 8)
+            # As every failed hook call: the state keeps the failure and the communicator is aborted.
+            self.assertIs(type(state.failure), ccoll.InvalidUsageError)
             state.close()
+            self.assertIsNone(comm._handle, "the communicator was not aborted")
 
     def test_worker_outlives_a_base_exception(self):
         # A KeyboardInterrupt inside a worker call: its future fails (torch's Future takes an Exception only), the
