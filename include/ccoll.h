@@ -100,6 +100,12 @@ typedef enum {
   ccDouble = ccFloat64   /**< Alias of ccFloat64. */
 } ccDataType_t;
 
+/** A datatype that no call takes, for a caller that refuses a call after checks of its own (a language binding): a
+ *  collective, ccSend or ccRecv given it fails with ccInvalidArgument on this rank, saying the caller refused it, and,
+ *  with the call check (CC_CHECK_CALLS=1, the default), its peers fail at once with ccInvalidUsage naming this rank
+ *  instead of waiting for it until the timeout. The Python binding refuses calls so. */
+#define CC_DATATYPE_REFUSED ((ccDataType_t)-1)
+
 /**
  * Reduction operations. Values match NCCL's ncclRedOp_t.
  * ccAvg: of ccFloat16, as NCCL's ncclAvg, the sum of every rank's input multiplied by 1/nranks (the factor rounded to

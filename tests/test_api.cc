@@ -193,7 +193,7 @@ TEST_CASE("collectives reject bad arguments, name them, and write nothing", "[ap
        [&] { return ccAllReduce(send, recv, 7, bad10, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce datatype 42", ccInvalidArgument, "datatype",
        [&] { return ccAllReduce(send, recv, 7, bad42, ccSum, nullptr, c0, nullptr); }, 0},
-      {"allreduce datatype -1", ccInvalidArgument, "datatype",
+      {"allreduce datatype -1 (CC_DATATYPE_REFUSED)", ccInvalidArgument, "ccAllReduce: refused by its caller on rank 0",
        [&] { return ccAllReduce(send, recv, 7, badNeg, ccSum, nullptr, c0, nullptr); }, 0},
       {"allreduce op 5", ccInvalidArgument, "op",
        [&] { return ccAllReduce(send, recv, 7, ccFloat32, op5, nullptr, c0, nullptr); }, 0},

@@ -240,6 +240,8 @@ TEST_CASE("bad point-to-point arguments are refused before anything moves, and t
   REQUIRE(ccRecv(buf, 4, ccFloat32, -1, g[0], nullptr) == ccInvalidArgument);
   REQUIRE(ccSend(buf, 4, static_cast<ccDataType_t>(99), 1, g[0], nullptr) == ccInvalidArgument);
   REQUIRE(Contains(ccGetLastError(g[0]), "datatype 99"));
+  REQUIRE(ccRecv(buf, 4, CC_DATATYPE_REFUSED, 1, g[0], nullptr) == ccInvalidArgument);
+  REQUIRE(Contains(ccGetLastError(g[0]), "ccRecv: refused by its caller on rank 0"));
   REQUIRE(ccSend(buf, SIZE_MAX / 2, ccFloat32, 1, g[0], nullptr) == ccInvalidArgument);
   REQUIRE(Contains(ccGetLastError(g[0]), "overflows"));
   REQUIRE(ccSend(buf, 4, ccFloat32, 1, g[0], reinterpret_cast<ccStream_t>(&stream)) == ccInvalidUsage);

@@ -10,6 +10,7 @@ import os
 
 # Mirrors of the header's constants; they never change within an ABI version (SOVERSION 0).
 CC_UNIQUE_ID_BYTES = 128
+DATATYPE_REFUSED = -1  # CC_DATATYPE_REFUSED: a call its caller refuses (ccoll.h)
 CC_CONFIG_MAGIC = 0xCC0C0F16
 CC_CONFIG_UNDEF_INT = -2147483647 - 1
 # The ccConfig_t layout below is the one of header version 0.1.0; the library copies min(size, its sizeof) bytes.

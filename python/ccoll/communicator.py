@@ -5,7 +5,7 @@ import ctypes
 import threading
 
 from . import _buffer, _group, _ints
-from ._library import CC_UNIQUE_ID_BYTES, CommStats, UniqueId, lib, new_config
+from ._library import CC_UNIQUE_ID_BYTES, DATATYPE_REFUSED, CommStats, UniqueId, lib, new_config
 from .compressor import Compressor
 from .errors import InvalidArgumentError, check
 
@@ -256,13 +256,13 @@ class Communicator:
     def _arguments(self):
         """Wraps a collective's checks in the binding. One that fails, before the library is called, would leave the
         other ranks in the collective until the timeout: the rank joins it with a call the library refuses instead (an
-        all-reduce of datatype -1), so that with the call check (CC_CHECK_CALLS=1, the default) every rank fails at
-        once, naming this one; then it raises."""
+        all-reduce of datatype CC_DATATYPE_REFUSED), so that with the call check (CC_CHECK_CALLS=1, the default) every
+        rank fails at once, naming this one; then it raises."""
         try:
             yield
         except Exception as e:
             if self._handle is not None:
-                lib.ccAllReduce(None, None, 1, -1, 0, None, self._handle, None)
+                lib.ccAllReduce(None, None, 1, DATATYPE_REFUSED, 0, None, self._handle, None)
                 # Inside a group that call is only recorded: the group must still end with it (ccoll.group()).
                 _group.mark_refusal_recorded(e)
             raise
