@@ -167,13 +167,7 @@ class CompressorUse {
 ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice, CompressorUse* use) {
   const char* fn = KindName(c.kind);
   const int rank = comm->rank, n = comm->nranks;
-  if (c.dtype == static_cast<int>(CC_DATATYPE_REFUSED)) {
-    return Fail(ccInvalidArgument, "%s: refused by its caller on rank %d (datatype CC_DATATYPE_REFUSED)", fn, rank);
-  }
-  if (!ccoll::IsValidDataType(c.dtype)) {
-    return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn, c.dtype,
-                rank);
-  }
+  CC_CHECK(ccoll::CheckDataType(fn, c.dtype, rank));
   const ccDataType_t dtype = static_cast<ccDataType_t>(c.dtype);
   const size_t es = ccoll::DataTypeSize(dtype);
   bool reduces = c.kind == Kind::kAllReduce || c.kind == Kind::kReduceScatter || c.kind == Kind::kReduce;

@@ -171,13 +171,7 @@ ccResult_t Transfer(bool send, void* buf, size_t count, int rawDtype, int peer, 
     }
     CC_CHECK(comm->CheckUsable(fn));
     const int rank = comm->rank;
-    if (rawDtype == static_cast<int>(CC_DATATYPE_REFUSED)) {
-      return Fail(ccInvalidArgument, "%s: refused by its caller on rank %d (datatype CC_DATATYPE_REFUSED)", fn, rank);
-    }
-    if (!IsValidDataType(rawDtype)) {
-      return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn,
-                  rawDtype, rank);
-    }
+    CC_CHECK(CheckDataType(fn, rawDtype, rank));
     const ccDataType_t dtype = static_cast<ccDataType_t>(rawDtype);
     const size_t es = DataTypeSize(dtype);
     if (count > (static_cast<size_t>(1) << 62) / es) {

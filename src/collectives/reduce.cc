@@ -4,6 +4,7 @@
 
 #include "collectives/reduce_op.h"
 #include "compress/cpu_clones.h"
+#include "core/error.h"
 
 namespace ccoll {
 namespace {
@@ -126,6 +127,17 @@ bool IsValidDataType(int dtype) {
     case ccBfloat16: return true;
     default: return false;
   }
+}
+
+ccResult_t CheckDataType(const char* fn, int dtype, int rank) {
+  if (dtype == static_cast<int>(CC_DATATYPE_REFUSED)) {
+    return Fail(ccInvalidArgument, "%s: refused by its caller on rank %d (datatype CC_DATATYPE_REFUSED)", fn, rank);
+  }
+  if (!IsValidDataType(dtype)) {
+    return Fail(ccInvalidArgument, "%s: datatype %d is not a ccDataType_t supported by ccoll (rank %d)", fn, dtype,
+                rank);
+  }
+  return ccSuccess;
 }
 
 }  // namespace ccoll

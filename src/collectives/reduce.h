@@ -32,6 +32,9 @@ const char* RedOpName(ccRedOp_t op);
 // Validation of raw integers from the C API (before they are treated as the enums).
 bool IsValidRedOp(int op);
 bool IsValidDataType(int dtype);
+// ccSuccess for a valid datatype, else ccInvalidArgument with a sentence for `fn` on `rank`: that its caller refused
+// the call (CC_DATATYPE_REFUSED) or that the datatype is not one ccoll supports.
+ccResult_t CheckDataType(const char* fn, int dtype, int rank);
 
 // Calls fn(T{}) with T the storage type of dtype. dtype must be valid.
 template <typename Fn>
