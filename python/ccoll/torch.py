@@ -46,7 +46,14 @@ from .errors import SUCCESS, CcollError, InvalidUsageError, check, comm_error_se
 
 
 def _bucket_tensor(bucket):
-    return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    if hasattr(bucket, "buffer"):
+        return bucket.buffer()
+    if hasattr(bucket, "get_tensor"):
+        return bucket.get_tensor()
+    raise InvalidUsageError("the ccoll DDP hook takes a GradBucket, and was given a %s: DDP's Python reducer "
+                            "(torch._dynamo.config.optimize_ddp = 'python_reducer', torch 2.3 and later) calls a comm "
+                            "hook once per parameter with (grad, param); the hook needs DDP's C++ reducer (the default)"
+                            % type(bucket).__name__)
 
 
 def _bucket_index(bucket):
@@ -302,11 +309,6 @@ def allreduce_hook(state, bucket):
 
 def _allreduce(state, bucket):
     """allreduce_hook without the abort on failure."""
-    if not (hasattr(bucket, "buffer") or hasattr(bucket, "get_tensor")):
-        raise InvalidUsageError("the ccoll DDP hook takes a GradBucket, and was given a %s: DDP's Python reducer "
-                                "(torch._dynamo.config.optimize_ddp = 'python_reducer', torch 2.3 and later) calls a "
-                                "comm hook once per parameter with (grad, param); the hook needs DDP's C++ reducer "
-                                "(the default)" % type(bucket).__name__)
     _raise_earlier_failure(state)
     _check_async_error(state.comm)
     tensor = _bucket_tensor(bucket)
