@@ -34,8 +34,8 @@ it was evaluated). Training stops after --max-steps, after --max-time seconds of
 Launch: rank and size come from RANK/WORLD_SIZE or else from ccoll's CC_RANK/CC_NRANKS. torch.distributed (gloo:
 DDP's parameter broadcast, the evaluation counts and, with --codec none, the gradients) meets at
 MASTER_ADDR:MASTER_PORT, by default CC_ROOT's host and CC_ROOT's port + 1. The ccoll communicator comes from
-CC_ROOT (ccCommInitFromEnv) when it is set, else from torch.distributed's store. With --spawn N the script starts N
-local ranks itself (127.0.0.1, ranks talk over loopback / shared memory).
+CC_ROOT (ccCommInitFromEnv) when it is set, else from an id that rank 0 broadcasts over gloo (torchrun). With
+--spawn N the script starts N local ranks itself (127.0.0.1, ranks talk over loopback / shared memory).
 """
 
 import argparse
@@ -208,7 +208,10 @@ def run(args):
         if os.environ.get("CC_ROOT"):
             comm = ccoll.Communicator.from_env()
         else:
-            comm = ccoll.Communicator.from_store(dist.distributed_c10d._get_default_store(), rank, world)
+            # The id goes through the process group (public API; launchers differ in who hosts their store).
+            uid = [ccoll.get_unique_id() if rank == 0 else None]
+            dist.broadcast_object_list(uid, src=0)
+            comm = ccoll.Communicator(world, uid[0], rank)
         if args.codec == "bf16":
             state, hook = Bf16State(comm, async_op=args.async_comm), bf16_hook
         else:
