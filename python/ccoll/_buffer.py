@@ -79,6 +79,20 @@ def _written_by_library(obj):
     obj.view(-1)[:0].zero_()
 
 
+def _check_storage(obj, what):
+    """Refuses a tensor without memory of its own for ccoll to read and write, before anything dispatches on it: a
+    wrapper subclass such as DTensor (its data are the local shard tensors) or a tensor being traced (FakeTensor).
+    Current torch raises from data_ptr() there; torch 1.13 returns 0."""
+    try:
+        address = obj.data_ptr()
+    except RuntimeError:
+        address = 0
+    if address == 0 and obj.numel() > 0:
+        raise InvalidArgumentError("%s: a %s without memory of its own that ccoll can address (a wrapper subclass "
+                                   "such as DTensor, or a fake tensor being traced); pass the plain tensor that holds "
+                                   "the data (DTensor: x.to_local())" % (what, type(obj).__name__))
+
+
 def view(obj, what, writable):
     """Describes obj (numpy.ndarray or torch.Tensor) for a collective; `what` names it in error messages.
     writable: the library writes into obj. Inside ccoll.group() the buffer is held until the group ends."""
@@ -112,6 +126,7 @@ def _view(obj, what, writable):
             raise InvalidArgumentError("%s: torch dtype %s is not supported by ccoll (int8, uint8, int32, int64, "
                                        "float16, bfloat16, float32, float64; uint32 and uint64 where torch has them)"
                                        % (what, obj.dtype))
+        _check_storage(obj, what)
         lazy = _lazy_views(obj)
         if lazy and writable:
             raise InvalidArgumentError("%s: a lazy %s view (x.is_%s()) cannot receive the result: ccoll would write "

@@ -474,6 +474,24 @@ class _Bucket:
         return out
 
 
+if TORCH is not None:
+    class _StoragelessTensor(TORCH.Tensor):
+        """A wrapper subclass, as DTensor is: a shape, dtype and device, but no memory of its own (data_ptr() raises
+        in current torch and returns 0 in torch 1.13). Records what torch dispatches on it, and fails it."""
+        dispatched = []
+
+        @staticmethod
+        def __new__(cls, elem):
+            return TORCH.Tensor._make_wrapper_subclass(cls, elem.size(), dtype=elem.dtype, device=elem.device)
+
+        __torch_function__ = TORCH._C._disabled_torch_function_impl
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            cls.dispatched.append(str(func))
+            raise NotImplementedError("_StoragelessTensor: %s" % func)
+
+
 def _thread_ranks(fn, nranks=2, timeout_ms=20000):
     """Runs fn(rank, comm) on nranks threads of this process, each with its own communicator, and returns, by rank,
     what fn returned or raised. fn starts once every rank's init has returned (a rank that aborts at once must not
@@ -566,6 +584,15 @@ class TestInProcess(unittest.TestCase):
                 comm.all_reduce(torch.empty(4, device="meta"))
             with self.assertRaisesRegex(ccoll.InvalidArgumentError, "device meta"):
                 comm.all_reduce(torch.ones(4), out=torch.empty(4, device="meta"))
+            # A wrapper subclass (as DTensor is) holds no memory of its own: refused before torch dispatches on it.
+            wrapper = _StoragelessTensor(torch.ones(4))
+            with self.assertRaisesRegex(ccoll.InvalidArgumentError, "a _StoragelessTensor without memory .*to_local"):
+                comm.all_reduce(wrapper)
+            out = torch.ones(4)
+            with self.assertRaisesRegex(ccoll.InvalidArgumentError, "out: a _StoragelessTensor without memory"):
+                comm.all_reduce(out, out=_StoragelessTensor(torch.ones(4)))
+            self.assertEqual(out.tolist(), [1.0] * 4)
+            self.assertEqual(_StoragelessTensor.dispatched, [], "nothing was dispatched on the wrappers")
 
     def test_hook_compressor_follows_the_bucket_layout(self):
         # DDP's rebuild can keep a bucket's size and reorder its parameters: the error feedback of the old layout
