@@ -83,11 +83,12 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   export CCTEST_DTYPES=int8,int32,int64,float16,bfloat16,float32,float64
   # Nor three reruns of whole binaries that change what the fakes check, not the memory accesses: the fake CUDA
   # runtime's strict mode (allocations and loads that synchronize the device abort where a GPU would hang), the fake
-  # NCCL's cases without the call check, and the device cases without memory pools (the scratch then comes from a
-  # cache that never frees a block, so ASan sees less there than with pools, where each free is the fake's; the
-  # cache's own cases, [scratch], run under ASan with and without pools). The normal build runs all three.
+  # NCCL's cases without the call check, and the device cases without memory pools or without those of host memory
+  # (the scratch then comes from a cache that never frees a block, so ASan sees less there than with pools, where each
+  # free is the fake's; the cache's own cases, [scratch], run under ASan with and without pools). The normal build runs
+  # them all.
   asan_only='rounding are unbiased|with allocations and loads synchronizing the device|every case with CC_CHECK_CALLS=0'
-  asan_only+='|device calls without memory pools$'
+  asan_only+='|device calls without (host )?memory pools$'
   (cd "$ASAN_DIR" &&
     ASAN_OPTIONS="$asan_common:detect_leaks=1" ctest --output-on-failure -j "$JOBS" --timeout 900 \
       -E "$mpi_tests|^python\\.|$slow_tests|$asan_only" &&
@@ -135,10 +136,11 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   # the last CI). Nor the 16-bit data sweep (every codec twice over, on the same threads as the float32 cases), the
   # fake runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the thread-rank tests cover) and its
   # rerun of the exact device cases with CC_CHECKSUM=1, the device cases with allocations and loads synchronizing the
-  # device (the same threads as without) or without memory pools (seven of those cases run below), and the fake NCCL's
-  # rerun of every case without the call check (the same threads, less the check's).
+  # device (the same threads as without) or without memory pools of both kinds (seven of those cases run below) or of
+  # host memory, and the fake NCCL's rerun of every case without the call check (the same threads, less the check's).
   heavy='2\^18|2\^20|every codec and mode|rounding are unbiased|bfloat16 and float16 data|with CC_DEVICE_KERNELS=0'
   heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without memory pools'
+  heavy+='|device calls without host memory pools'
   heavy+='|every case with CC_CHECK_CALLS=0'
   heavy+='|all-zero input gives|a NaN or an Inf on one rank|test_compression\.error feedback|with CC_CPU_BASELINE=1'
   (cd "$TSAN_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 900 -R "$regex" -E "$slow_tests|$heavy")
