@@ -306,11 +306,12 @@ if [ "$tests" = ON ] && part tests; then
     gpu_cases test_gpu_collectives_staged 60 CC_DEVICE_KERNELS=0 "$BUILD_DIR/tests/test_gpu_collectives" \
       "[codec],[exact]"
   fi
-  # ccoll's scratch without memory pools (from cudaMalloc and cudaHostAlloc, kept for reuse), as on a device that
-  # has none.
+  # ccoll's scratch without memory pools (from cudaMalloc and cudaHostAlloc, kept for reuse, the first call of each
+  # shape waiting on the host), as on a device that has none.
   gpu_cases test_gpu_nopools 60 CC_MEMORY_POOLS=0 "$BUILD_DIR/tests/test_gpu" "[scratch],*a device is prepared*"
   [ $device_path = 1 ] && gpu_cases test_gpu_collectives_nopools 60 CC_MEMORY_POOLS=0 \
-    "$BUILD_DIR/tests/test_gpu_collectives" "*device codecs run on the device buffers*,*returns once queued*"
+    "$BUILD_DIR/tests/test_gpu_collectives" \
+    "*device codecs run on the device buffers*,*returns once queued*,*a shape's first device call returns once*"
   mark tests
 fi
 # CUDA tensors through the Python binding (that machine's PyTorch has CUDA); 77 means skipped.

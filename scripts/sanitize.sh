@@ -136,7 +136,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   # the last CI). Nor the 16-bit data sweep (every codec twice over, on the same threads as the float32 cases), the
   # fake runtime's staged rerun (CC_DEVICE_KERNELS=0: the host drivers, which the thread-rank tests cover) and its
   # rerun of the exact device cases with CC_CHECKSUM=1, the device cases with allocations and loads synchronizing the
-  # device (the same threads as without) or without memory pools of both kinds (seven of those cases run below) or of
+  # device (the same threads as without) or without memory pools of both kinds (eight of those cases run below) or of
   # host memory, and the fake NCCL's rerun of every case without the call check (the same threads, less the check's).
   heavy='2\^18|2\^20|every codec and mode|rounding are unbiased|bfloat16 and float16 data|with CC_DEVICE_KERNELS=0'
   heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without memory pools'
@@ -147,18 +147,19 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   run_slow "$TSAN_DIR"
   if [[ " $thread_tests " == *" test_gpu_collectives_fakecuda "* ]]; then
     # A device without memory pools keeps the device and pinned blocks it frees for reuse once their streams pass the
-    # free (core/device_memory.cc), touched by callers, proxies and stream threads: the device cases that stage the
-    # most through pinned memory, 25 s here (the whole rerun above is left out).
-    echo "== TSan: device calls without memory pools (seven cases)"
+    # free (core/device_memory.cc), touched by callers, proxies and stream threads, and the first call of each shape
+    # waits on the host for its proxy (core/device_proxy.cc): the device cases that stage the most through pinned
+    # memory, and the host waits' own case, 25 s here (the whole rerun above is left out).
+    echo "== TSan: device calls without memory pools (eight cases)"
     nopool='*16-bit gradients through the device codecs*,*returns once queued*,*destroyed right after its device call*'
     nopool+=',*serves two of its communicators*,*a peer that aborts releases*,*staging that cannot be allocated*'
-    nopool+=',*device codecs run on the device buffers*'
+    nopool+=",*device codecs run on the device buffers*,*a shape's first device call returns once it has run*"
     # Catch2 skips a pattern that matches nothing: a renamed case must not drop out unnoticed. (Its listing exits with
     # the number of cases listed, hence the `|| true`.)
     matched=$(cd "$TSAN_DIR" && { tests/test_gpu_collectives_fakecuda --list-test-names-only "$nopool" || true; } |
               grep -c '^\[gpu\]' || true)
-    if [ "$matched" != 7 ]; then
-      echo "sanitize.sh: the seven device cases without memory pools match $matched cases" >&2
+    if [ "$matched" != 8 ]; then
+      echo "sanitize.sh: the eight device cases without memory pools match $matched cases" >&2
       exit 1
     fi
     (cd "$TSAN_DIR" && FAKE_CUDA_NO_POOLS=1 timeout 900 tests/test_gpu_collectives_fakecuda "$nopool")

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "api_guard.h"
 #include "ccoll.h"
@@ -34,6 +35,7 @@
 #include "core/comm.h"
 #include "core/device_proxy.h"
 #include "core/error.h"
+#include "core/fnv.h"
 #include "core/memory.h"
 #include "group.h"
 #include "raw_enum.h"
@@ -403,6 +405,28 @@ ccResult_t QueueOnStream(ccComm* comm, const Call& c, const CollArgs& args) {
 }
 #endif
 
+// What identifies a device call's scratch (core/device_proxy.h, StagedCall::shape): its kind, sizes, datatype, op and
+// root, where it runs, and its compressor with the parameters it has now and since its last reset (which drops its
+// device state).
+uint64_t ShapeOf(const Call& c, const CollArgs& a, bool resident) {
+  std::vector<uint64_t> key = {static_cast<uint64_t>(c.kind), a.count, a.eltSize, static_cast<uint64_t>(a.dtype),
+                               static_cast<uint64_t>(a.op), static_cast<uint64_t>(a.root), resident ? 1u : 0u,
+                               reinterpret_cast<uintptr_t>(c.compressor)};
+  if (c.compressor != nullptr) {
+    key.push_back(c.compressor->resets);
+    for (const auto& [param, value] : c.compressor->values) {
+      key.push_back(static_cast<uint64_t>(param));
+      key.push_back(static_cast<uint64_t>(value));
+    }
+    for (const ccoll::TensorShape& t : c.compressor->shapes) {
+      key.push_back(static_cast<uint64_t>(t.rows));
+      key.push_back(static_cast<uint64_t>(t.cols));
+    }
+  }
+  const uint64_t h = ccoll::Fnv1a(key.data(), key.size() * sizeof(uint64_t));
+  return h != 0 ? h : 1;  // (0: no shape)
+}
+
 // A call on device buffers, run by the communicator's proxy thread in call order (core/device_proxy.h). A compressed
 // all-reduce whose codec has CUDA kernels runs on the device buffers themselves (compress/device_codec.h), and so do
 // exact calls when every transport of the communicator carries device memory (collectives/device_buffers.h). Every
@@ -425,6 +449,7 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;
   staged.stream = c.stream;
+  staged.shape = ShapeOf(c, args, resident);
   void* in = const_cast<void*>(args.send);
   size_t hostSend = 0, hostRecv = 0;  // offsets of the host schedule's buffers in the staging buffer
   if (!resident) {  // (resident: nothing staged, the proxy runs the call on the device buffers)

@@ -2,6 +2,7 @@
 // at once, or recorded for ccGroupEnd inside a group.
 #include "p2p.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "core/comm.h"
 #include "core/device_proxy.h"
 #include "core/error.h"
+#include "core/fnv.h"
 #include "core/memory.h"
 #include "raw_enum.h"
 #ifdef CCOLL_HAVE_CUDA
@@ -36,6 +38,19 @@ std::vector<PointToPoint> Ops(const std::vector<GroupedTransfer>& transfers) {
   return ops;
 }
 
+// What identifies a staged batch's scratch (core/device_proxy.h, StagedCall::shape): each transfer's direction, peer
+// and size.
+uint64_t ShapeOf(const std::vector<PointToPoint>& ops) {
+  std::vector<uint64_t> key;
+  for (const PointToPoint& op : ops) {
+    key.push_back(op.send ? 1u : 0u);
+    key.push_back(static_cast<uint64_t>(op.peer));
+    key.push_back(op.bytes);
+  }
+  const uint64_t h = Fnv1a(key.data(), key.size() * sizeof(uint64_t));
+  return h != 0 ? h : 1;  // (0: no shape)
+}
+
 // Device buffers of a communicator without a stream transport: the proxy thread runs the transfers on a staging
 // buffer (each transfer at its own offset, in call order: sends copied in before, receives copied out after), in
 // order with the communicator's other device calls.
@@ -59,6 +74,7 @@ ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<PointTo
     at += (op.bytes + 63) / 64 * 64;  // each transfer on a cache line of its own
   }
   staged.stagingBytes = at;
+  staged.shape = ShapeOf(ops);
   const std::string name = fn;
   return proxy->Enqueue(staged, [comm, ops, offsets, name](char* staging) {
     if (staging == nullptr) return;  // skipped

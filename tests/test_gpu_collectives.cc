@@ -34,6 +34,7 @@
 #ifdef CCOLL_FAKE_CUDA
 #include "collectives/compressed.h"
 #include "collectives/device_buffers.h"
+#include "core/device_memory.h"
 #include "fake_cuda/fake_launch.h"
 #endif
 
@@ -51,6 +52,24 @@ using cctest::FirstDifference;
 using cctest::Inputs;
 using cctest::SizeOf;
 using cctest::Values;
+
+// Whether the first device call of each shape on device 0 returns only once it has run (core/device_proxy.h): where
+// some of ccoll's scratch does not come from memory pools. (On a GPU, from the device's attributes and
+// CC_MEMORY_POOLS; pools that fail their first allocation are not seen there.)
+bool FirstCallsWaitOnHost() {
+#ifdef CCOLL_FAKE_CUDA
+  cudaMemPool_t device = nullptr, host = nullptr;
+  REQUIRE(ccoll::DevicePool(0, &device) == ccSuccess);
+  REQUIRE(ccoll::PinnedHostPool(0, &host) == ccSuccess);
+  return device == nullptr || host == nullptr;
+#else
+  int pools = 0, hostPools = 0;
+  REQUIRE(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, 0) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&hostPools, cudaDevAttrHostMemoryPoolsSupported, 0) == cudaSuccess);
+  const char* wanted = std::getenv("CC_MEMORY_POOLS");
+  return pools == 0 || hostPools == 0 || (wanted != nullptr && std::strtol(wanted, nullptr, 10) == 0);
+#endif
+}
 
 // nranks thread ranks bound to device 0 (ccCommInitAll with a device list).
 Group DeviceGroup(int nranks, int device = 0) {
@@ -962,6 +981,14 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
     pinOut.push_back(std::make_unique<Pinned>(count * 4));
     std::memcpy(pinIn.back()->p, in[r].data(), count * 4);
   }
+  // A call of the same shape first: without memory pools the first one returns only once it has run.
+  RunRanks(n, [&](int r) {
+    cudaSetDevice(0);
+    rc[r] = Record(ccAllReduce(send[r], recv[r], count, ccFloat32, ccSum, nullptr, g[r], st[r]), g[r]);
+    cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(st[r]));
+  });
+  REQUIRE(rc[0].rc == ccSuccess);
+  REQUIRE(rc[1].rc == ccSuccess);
   cudaStream_t s0 = reinterpret_cast<cudaStream_t>(st[0]);
   REQUIRE(cudaLaunchHostFunc(s0, hold, &release) == cudaSuccess);
   RunRanks(n, [&](int r) {
@@ -993,6 +1020,59 @@ TEST_CASE("[gpu] a device call returns once queued, the stream orders it, and ho
     cudaFree(send[r]);
     cudaFree(recv[r]);
   }
+}
+
+// Without memory pools (ctest runs the device cases so on the fake), the first device call of each shape returns only
+// once it has run, with no stream held while the proxy may allocate; the next call of the shape returns once queued.
+TEST_CASE("[gpu] without memory pools, a shape's first device call returns once it has run, the next once queued",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  if (!FirstCallsWaitOnHost()) {
+    WARN("not run: the device has memory pools");
+    return;
+  }
+  const int n = 2;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  const size_t count = 1 << 12;
+  std::vector<float*> dev(n, nullptr);
+  for (float*& d : dev) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), count * 4) == cudaSuccess);
+    REQUIRE(cudaMemset(d, 0, count * 4) == cudaSuccess);
+  }
+  for (size_t elems : {count, count / 2}) {  // two shapes
+    for (int call = 0; call < 2; ++call) {
+      INFO(elems << " elements, call " << call);
+      std::atomic<bool> rank0Returned{false}, rank1Calling{false};
+      bool rank1HadCalled = false, rank0ReturnedAlone = false;
+      std::vector<ccResult_t> rc(n, ccInternalError);
+      RunRanks(n, [&](int r) {
+        if (r == 0) {
+          rc[0] = ccAllReduce(dev[0], dev[0], elems, ccFloat32, ccSum, nullptr, g[0], st[0]);
+          rank1HadCalled = rank1Calling.load();
+          rank0Returned = true;
+        } else {
+          if (call == 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          } else {  // (not for ever: rank 0 may wait for this rank after all)
+            rank0ReturnedAlone = cctest::WaitUntil([&] { return rank0Returned.load(); }, 10000);
+          }
+          rank1Calling = true;
+          rc[1] = ccAllReduce(dev[1], dev[1], elems, ccFloat32, ccSum, nullptr, g[1], st[1]);
+        }
+        cudaStreamSynchronize(st.s[r]);
+      });
+      CHECK(rc[0] == ccSuccess);
+      CHECK(rc[1] == ccSuccess);
+      if (call == 0) {
+        CHECK(rank1HadCalled);  // returned once run, so after rank 1 had called
+      } else {
+        CHECK(rank0ReturnedAlone);  // returned once queued, before rank 1 called
+      }
+    }
+  }
+  for (float* d : dev) cudaFree(d);
 }
 
 // While another thread of the application captures a graph in global mode (PyTorch's default), CUDA refuses
@@ -1155,6 +1235,18 @@ TEST_CASE("[gpu] a peer that aborts releases the waiting stream with an async er
   float* dev = nullptr;
   REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev), count * 4) == cudaSuccess);
   REQUIRE(cudaMemset(dev, 0, count * 4) == cudaSuccess);
+  if (FirstCallsWaitOnHost()) {  // (the call below must return before rank 1 aborts)
+    float* other = nullptr;
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&other), count * 4) == cudaSuccess);
+    std::vector<ccResult_t> first(2, ccInternalError);
+    RunRanks(2, [&](int r) {
+      first[r] = ccAllReduce(r == 0 ? dev : other, r == 0 ? dev : other, count, ccFloat32, ccSum, nullptr, g[r], st[r]);
+      cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(st[r]));
+    });
+    REQUIRE(first[0] == ccSuccess);
+    REQUIRE(first[1] == ccSuccess);
+    cudaFree(other);
+  }
   // Rank 0 queues a call that rank 1 never makes; rank 1 aborts instead.
   REQUIRE(ccAllReduce(dev, dev, count, ccFloat32, ccSum, nullptr, g[0], st[0]) == ccSuccess);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -1411,6 +1503,7 @@ TEST_CASE("[gpu] a PowerSGD compressor's first call while another rank's call wa
   REQUIRE(g.status == ccSuccess);
   Streams st(n);
   const std::vector<Bytes> in = Inputs(n, count, ccFloat32, 57);
+  const bool waitsOnHost = FirstCallsWaitOnHost();
   std::atomic<int> rank1Queued{-1};
   Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
     // Bucket 0 first, on both ranks: its compressors hold what their first call made.
@@ -1419,8 +1512,11 @@ TEST_CASE("[gpu] a PowerSGD compressor's first call while another rank's call wa
     if (cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return ccUnhandledCudaError;
     for (int b = 1; b < buckets; ++b) {
       if (r == 1) {
+        // Its stream now waits for rank 0's call of bucket b (without memory pools, this first call of its shape
+        // returns only once rank 0 has made its own, so it says so before).
+        if (waitsOnHost) rank1Queued = b;
         rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, (*bucket[static_cast<size_t>(b)])[r], g[r], stream);
-        rank1Queued = b;  // its stream now waits for rank 0's call of bucket b
+        rank1Queued = b;
       } else {
         // (Not for ever: rank 1 may have failed before it queued.)
         if (!cctest::WaitUntil([&] { return rank1Queued.load() == b; }, 60000)) return ccInternalError;
@@ -1440,19 +1536,11 @@ TEST_CASE("[gpu] a PowerSGD compressor's first call while another rank's call wa
 
 TEST_CASE("[gpu] destroying a PowerSGD compressor while another rank's call waits for this rank", "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
-#ifndef CCOLL_FAKE_CUDA
-  int hostPools = 0;
-  REQUIRE(cudaDeviceGetAttribute(&hostPools, cudaDevAttrHostMemoryPoolsSupported, 0) == cudaSuccess);
-  if (hostPools == 0) {
-    // A known limit (README, "Device buffers"): rank 0's second compressor makes its pinned scratch with
-    // cudaHostAlloc while rank 1's stream waits for rank 0, and a GPU's cudaHostAlloc may synchronize the device.
-    WARN("not run: this device has no host memory pools");
-    return;
-  }
-#endif
-  // On the fake also without host memory pools (ctest runs it so): the destroyed compressor's pinned scratch came from
+  // Also without host memory pools (ctest runs it so on the fake): the destroyed compressor's pinned scratch came from
   // cudaHostAlloc, and the destroy keeps its blocks for later allocations instead of calling cudaFreeHost, which
-  // synchronizes the device (the fake's does: it would wait for rank 1's stream, which waits for rank 0).
+  // synchronizes the device (the fake's does: it would wait for rank 1's stream, which waits for rank 0). Each
+  // compressor makes one call on both ranks first, so that rank 1's call below is not the first of its shape (which
+  // would return only once run, with no stream held, where ccoll has no pools).
   const int n = 2;
   const int64_t rows = 120, cols = 100;
   const size_t count = static_cast<size_t>(rows * cols);
@@ -1470,9 +1558,12 @@ TEST_CASE("[gpu] destroying a PowerSGD compressor while another rank's call wait
   std::atomic<bool> rank1Waiting{false};
   std::vector<ccResult_t> destroyed(static_cast<size_t>(n), ccSuccess);
   Outcome dev = OnDevice(g, st, in, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
-    ccResult_t rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, first[r], g[r], stream);
-    if (rc != ccSuccess) return rc;
-    if (cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return ccUnhandledCudaError;
+    for (ccCompressor_t c : {first[r], second[r]}) {
+      const ccResult_t rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, c, g[r], stream);
+      if (rc != ccSuccess) return rc;
+      if (cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)) != cudaSuccess) return ccUnhandledCudaError;
+    }
+    ccResult_t rc = ccSuccess;
     if (r == 1) {
       rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, second[r], g[r], stream);  // waits on the stream for rank 0
       rank1Waiting = true;

@@ -74,6 +74,7 @@ struct ccCompressor {
 
   // State of the bucket, reset when a parameter changes.
   uint64_t calls = 0;
+  uint64_t resets = 0;  // ResetState's calls: a device call's shape includes it (its device state is made anew)
   std::atomic<size_t> boundCount{0};  // element count of the bucket (0: not bound yet)
   // Device calls queued with this compressor and not yet run (core/device_proxy.h): destroying it, changing a
   // parameter or resetting it waits for them.
@@ -110,6 +111,7 @@ struct ccCompressor {
   void ResetState() {
     WaitIdle();
     calls = 0;
+    ++resets;
     boundCount = 0;
     errorFeedback.clear();
     errorFeedback.shrink_to_fit();

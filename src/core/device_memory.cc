@@ -190,8 +190,8 @@ void PoolLocked(int device, bool* tried, cudaMemPool_t* pool,
   if (e == cudaSuccess) return;
   cudaGetLastError();
   CC_WARN("CUDA device %d: no pool of %s memory (%s: %s); ccoll's %s scratch comes from %s, which may synchronize "
-          "the device while a stream waits, and what it frees is kept for reuse", device, kind, step,
-          cudaGetErrorString(e), kind, fallback);
+          "the device, so the first device call of each shape returns only once it has run; what ccoll frees is kept "
+          "for reuse", device, kind, step, cudaGetErrorString(e), kind, fallback);
 }
 
 void DevicePoolLocked(int device, DeviceMemory& m) {

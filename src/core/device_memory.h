@@ -15,8 +15,10 @@
 // new pool is used only once an allocation from it has run. Scratch of a kind without a pool comes from cudaMalloc
 // or cudaHostAlloc, in size classes of a power of two and 1.25, 1.5 and 1.75 times one, and what is freed is kept and
 // handed out again for its size class once the stream it was freed on has got past the free, never given back with
-// cudaFree or cudaFreeHost (a warning says so once per kind, unless CC_MEMORY_POOLS=0 asked for it). Only built with
-// CUDA.
+// cudaFree or cudaFreeHost (a warning says so once per kind, unless CC_MEMORY_POOLS=0 asked for it); and no stream of
+// a communicator waits while its call may allocate so: the first call of each shape waits on the host instead
+// (core/device_proxy.h).
+// Only built with CUDA.
 #pragma once
 
 #include <cuda_runtime_api.h>

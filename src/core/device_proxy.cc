@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "core/comm.h"
@@ -61,6 +62,9 @@ void WarnFewHardwareQueues() {
   });
 }
 
+// The call shapes a proxy remembers as run (StagedCall::shape): a few tens of bytes each.
+constexpr size_t kShapesKept = 4096;
+
 }  // namespace
 
 // Two staging buffers, used by calls in turn: call t (tickets count from 1) uses slot t % 2. A slot is free again
@@ -87,6 +91,10 @@ struct DeviceProxy::Impl {
   uint64_t* flagDevice = nullptr;
   uint64_t issued = 0;  // tickets handed out (caller side, under enqueueMutex)
   std::mutex enqueueMutex;
+  // Where some of ccoll's scratch of the device comes from cudaMalloc or cudaHostAlloc (no pool of its kind, or
+  // CC_MEMORY_POOLS=0): the first call of each shape waits on the host (see device_proxy.h). Under enqueueMutex.
+  bool hostWaits = false;
+  std::unordered_set<uint64_t> shapesRun;  // the shapes of the calls that did
 
   std::mutex mutex;
   std::condition_variable cv;
@@ -116,6 +124,14 @@ struct DeviceProxy::Impl {
     // From the device's slab and pools, made before its first stream wait: no allocation here that may synchronize
     // the device while another communicator's stream on it waits.
     CC_CHECK(TakeWaitWord(device, &flag, &flagDevice));
+    cudaMemPool_t devicePool = nullptr, hostPool = nullptr;
+    CC_CHECK(DevicePool(device, &devicePool));
+    CC_CHECK(PinnedHostPool(device, &hostPool));
+    hostWaits = devicePool == nullptr || hostPool == nullptr;
+    if (hostWaits) {
+      CC_INFO(kLogInit, "rank %d: CUDA device %d: some of ccoll's scratch comes from cudaMalloc or cudaHostAlloc, so "
+              "the first device call of each shape returns once it has run", comm_->rank, device);
+    }
     for (Slot& s : slots) {
       CC_CUDA(cudaEventCreateWithFlags(&s.in, cudaEventDisableTiming), "cudaEventCreate");
       CC_CUDA(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
@@ -141,6 +157,61 @@ struct DeviceProxy::Impl {
                            "call within CC_TIMEOUT_MS: the call was skipped");
         return false;
       }
+      if (spins < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+
+  // Records a slot's `done` on `stream` when it leaves (an Enqueue's work on the slot is queued before it: a failure
+  // also leaves `done` behind that work).
+  struct DoneGuard {
+    Slot& slot;
+    cudaStream_t stream;
+    bool armed = true;
+    ~DoneGuard() {
+      if (!armed) return;
+      if (cudaEventRecord(slot.done, stream) == cudaSuccess) slot.used = true;
+      cudaGetLastError();
+    }
+  };
+
+  // Waits until the slot's last call has copied its result out (`done`), at most the communicator's timeout:
+  // cudaSuccess (also for a slot never used), cudaErrorNotReady when the timeout passed, else the query's error.
+  cudaError_t SlotDone(const Slot& slot) {
+    if (!slot.used) return cudaSuccess;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(comm_->config.timeoutMs);
+    cudaError_t e;
+    while ((e = cudaEventQuery(slot.done)) == cudaErrorNotReady) {
+      if (std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    return e;
+  }
+
+  // Gives a slot whose last call is done staging of at least `bytes` (4 KiB and up, powers of two), allocated in the
+  // order of `stream`, which copies into it next (the proxy reads it after that copy). The old staging is not freed
+  // now: the proxy is done with it, but the stream that copied into it may not be; it is freed at the end.
+  ccResult_t Grow(Slot& slot, size_t bytes, cudaStream_t stream) {
+    size_t size = 4096;
+    while (size < bytes) size *= 2;
+    void* fresh = nullptr;
+    CC_CHECK(AllocateScratch(device, true, size, stream, &fresh));
+    if (slot.host != nullptr) retired.push_back(slot.host);
+    slot.host = static_cast<char*>(fresh);
+    slot.bytes = size;
+    return ccSuccess;
+  }
+
+  // The caller's side of a call that waits on the host: true once the proxy has finished `ticket` (run or skipped),
+  // false when CC_TIMEOUT_MS passed first (the call's stream had not reached it: held by its own earlier work).
+  bool WaitOnHost(uint64_t ticket) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(comm_->config.timeoutMs);
+    for (int spins = 0;; ++spins) {
+      if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= ticket) return true;
+      if (std::chrono::steady_clock::now() > deadline) return false;
       if (spins < 64) {
         std::this_thread::yield();
       } else {
@@ -190,44 +261,39 @@ struct DeviceProxy::Impl {
     CC_CHECK(DeviceProxy::RefuseCapture(comm_->rank, call.stream));
     const uint64_t ticket = issued + 1;
     Slot& s = slots[ticket % 2];
-    if (s.used) {
-      // The slot's last call must have copied its result out before its staging is reused: its stream has to get
-      // there, at most the communicator's timeout (it may be held by its own earlier work).
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(comm_->config.timeoutMs);
-      cudaError_t e;
-      while ((e = cudaEventQuery(s.done)) == cudaErrorNotReady) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          return Fail(ccTimeout, "rank %d: the device call two calls back has not copied its result out of its "
-                      "staging within %d ms (CC_TIMEOUT_MS): its stream has not reached it (held by earlier work?)",
-                      comm_->rank, comm_->config.timeoutMs);
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
-      if (e != cudaSuccess) return CudaFail(e, "cudaEventQuery (staging reuse)", comm_->rank);
+    // The slot's last call must have copied its result out before its staging is reused: its stream has to get
+    // there, at most the communicator's timeout (it may be held by its own earlier work).
+    cudaError_t e = SlotDone(s);
+    if (e == cudaErrorNotReady) {
+      return Fail(ccTimeout, "rank %d: the device call two calls back has not copied its result out of its staging "
+                  "within %d ms (CC_TIMEOUT_MS): its stream has not reached it (held by earlier work?)", comm_->rank,
+                  comm_->config.timeoutMs);
     }
+    if (e != cudaSuccess) return CudaFail(e, "cudaEventQuery (staging reuse)", comm_->rank);
+    const bool firstOfShape = hostWaits && (call.shape == 0 || shapesRun.count(call.shape) == 0);
     // From here on the stream may hold work on the slot (its staging, the wait on the flag): whatever fails below, the
     // slot's `done` follows that work, since the next call on the slot and the destructor wait for it before the
     // staging and the flag are reused.
-    struct DoneGuard {
-      Slot& slot;
-      cudaStream_t stream;
-      bool armed = true;
-      ~DoneGuard() {
-        if (!armed) return;
-        if (cudaEventRecord(slot.done, stream) == cudaSuccess) slot.used = true;
-        cudaGetLastError();
-      }
-    } guard{s, stream};
+    DoneGuard guard{s, stream};
     if (s.host == nullptr || s.bytes < call.stagingBytes) {  // (a call that stages nothing still gets a buffer)
-      size_t bytes = 4096;
-      while (bytes < call.stagingBytes) bytes *= 2;
-      void* fresh = nullptr;
-      // In the order of the caller's stream, which copies into it next; the proxy reads it after that copy.
-      CC_CHECK(AllocateScratch(device, true, bytes, stream, &fresh));
-      // Not freed now: the proxy is done with it, but the caller's earlier stream may not be; freed at the end.
-      if (s.host != nullptr) retired.push_back(s.host);
-      s.host = static_cast<char*>(fresh);
-      s.bytes = bytes;
+      CC_CHECK(Grow(s, call.stagingBytes, stream));
+    }
+    Slot& other = slots[(ticket + 1) % 2];
+    if (firstOfShape && (other.host == nullptr || other.bytes < call.stagingBytes)) {
+      // The later calls of the shape use both slots and must not allocate (see device_proxy.h): the other slot grows
+      // too, once its last call has copied its result out (which needs no call of this thread's after it). Here, before
+      // this call is queued: no peer's call after this one can hold a stream yet. Best effort: if its last call is not
+      // done within CC_TIMEOUT_MS or the allocation fails, it is left, and a later call may grow it.
+      e = SlotDone(other);
+      if (e == cudaSuccess) {
+        DoneGuard otherGuard{other, stream};  // its next call waits for the allocation's place on this stream
+        if (Grow(other, call.stagingBytes, stream) != ccSuccess) {
+          CC_WARN("rank %d: the second staging buffer could not be grown ahead (%s); the call that uses it will",
+                  comm_->rank, LastError().c_str());
+        }
+      } else if (e != cudaErrorNotReady) {
+        cudaGetLastError();  // (the query's error; the slot is left)
+      }
     }
     for (const StagedCopy& in : call.ins) {
       if (in.bytes == 0) continue;
@@ -244,7 +310,20 @@ struct DeviceProxy::Impl {
     cv.notify_all();
     // From here the call is queued: the proxy runs it whatever happens below (the peers expect it).
     s.used = true;
-    CC_CUDA(LaunchStreamWait(flagDevice, ticket, stream), "the stream wait kernel launch");
+    bool ran = false;
+    if (firstOfShape) {
+      ran = WaitOnHost(ticket);
+      if (ran && call.shape != 0) {
+        if (shapesRun.size() >= kShapesKept) shapesRun.clear();  // (then each shape waits once more)
+        shapesRun.insert(call.shape);
+      } else if (!ran) {
+        CC_WARN("rank %d: a device call's stream had not reached it within %d ms (CC_TIMEOUT_MS) while the call "
+                "waited on the host for its first run of this shape; the stream waits for it instead, and an "
+                "allocation the call makes meanwhile (cudaMalloc, cudaHostAlloc) may synchronize the device",
+                comm_->rank, comm_->config.timeoutMs);
+      }
+    }
+    if (!ran) CC_CUDA(LaunchStreamWait(flagDevice, ticket, stream), "the stream wait kernel launch");
     for (const StagedCopy& out : call.outs) {
       if (out.bytes == 0) continue;
       CC_CUDA(cudaMemcpyAsync(out.device, s.host + out.offset, out.bytes, cudaMemcpyHostToDevice, stream),

@@ -10,11 +10,22 @@
 // the communicator's async error (ccCommGetAsyncError), and the streams waiting for the failed call and every later
 // one are released without a result: a failure never hangs a stream.
 //
+// Without memory pools: where some of ccoll's scratch of the device comes from cudaMalloc or cudaHostAlloc (a device
+// without pools of device or of pinned host memory, or CC_MEMORY_POOLS=0: core/device_memory.h), the proxy may
+// allocate while it runs a call, and such an allocation may synchronize the device, which would wait for a stream
+// held for that very call. So there, the first call of each shape (StagedCall::shape) queues no wait: the caller waits
+// on the host until the proxy has run it (so until every rank has made it), and then queues the copy back, and no
+// stream of the communicator is held meanwhile. Its allocations are then made and kept (a block freed is handed out
+// again for its size), and both staging buffers grown, so the later calls of the shape find them and wait on their
+// streams as usual. A first call whose stream does not reach it within CC_TIMEOUT_MS (held by its own earlier work)
+// waits on its stream after all, with a warning.
+//
 // Streams that wait for one another's ranks must be different and must not be the legacy default stream (it
 // serializes with every blocking stream of the device): thread ranks on one GPU each take their own stream.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -33,12 +44,14 @@ struct StagedCopy {
 };
 
 // What one device call moves: each of `ins` from the device into staging before the host work, each of `outs` from
-// staging to the device after it, in order. The staging buffer holds stagingBytes.
+// staging to the device after it, in order. The staging buffer holds stagingBytes. `shape` identifies what the call
+// allocates: calls of one shape need the same scratch (0: unknown, the call is never taken as one run before).
 struct StagedCall {
   ccStream_t stream = nullptr;
   std::vector<StagedCopy> ins;
   std::vector<StagedCopy> outs;
   size_t stagingBytes = 0;
+  uint64_t shape = 0;
 };
 
 // The host part of a device call, run on the proxy thread with the call's staging buffer; staging is NULL when the
@@ -56,9 +69,10 @@ class DeviceProxy {
   DeviceProxy(const DeviceProxy&) = delete;
   DeviceProxy& operator=(const DeviceProxy&) = delete;
 
-  // Queues one call on call.stream. Blocks only while both staging buffers are still in use by earlier calls. An
-  // error (a CUDA call failed, the stream is being captured into a graph) leaves the queue unchanged unless *queued
-  // says the call was queued before it (the proxy then runs it: the peers expect it).
+  // Queues one call on call.stream. Blocks only while both staging buffers are still in use by earlier calls, and,
+  // without memory pools, for the first call of each shape (see above). An error (a CUDA call failed, the stream is
+  // being captured into a graph) leaves the queue unchanged unless *queued says the call was queued before it (the
+  // proxy then runs it: the peers expect it).
   ccResult_t Enqueue(const StagedCall& call, HostWork work, bool* queued);
   // ccInvalidUsage when `stream` is being captured into a CUDA graph, which cannot hold a proxy's call. Asked before
   // anything a capture forbids (preparing the device, priming a codec: allocations and synchronizations) is done.

@@ -46,7 +46,8 @@ const ParamDef kParams[] = {
     {"CC_MEMORY_POOLS", ParamType::kInt, "1",
      "Device calls: 1 takes ccoll's device and pinned host scratch from CUDA memory pools of its own where the device "
      "has them (stream-ordered: no allocation or free synchronizes the device); 0 takes it from cudaMalloc and "
-     "cudaHostAlloc, and keeps what it frees for reuse, as on a device without pools. Read once per process."},
+     "cudaHostAlloc, keeps what it frees for reuse, and returns from the first device call of each shape only once "
+     "it has run, as on a device without pools. Read once per process."},
     {"CC_CPU_BASELINE", ParamType::kInt, "0",
      "1: the codecs' scalar CPU code instead of the AVX2 kernels (the same bytes; for testing and comparison). "
      "Read once per process."},
