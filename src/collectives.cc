@@ -35,7 +35,6 @@
 #include "core/comm.h"
 #include "core/device_proxy.h"
 #include "core/error.h"
-#include "core/fnv.h"
 #include "core/memory.h"
 #include "group.h"
 #include "raw_enum.h"
@@ -423,8 +422,7 @@ uint64_t ShapeOf(const Call& c, const CollArgs& a, bool resident) {
       key.push_back(static_cast<uint64_t>(t.cols));
     }
   }
-  const uint64_t h = ccoll::Fnv1a(key.data(), key.size() * sizeof(uint64_t));
-  return h != 0 ? h : 1;  // (0: no shape)
+  return ccoll::CallShape(key);
 }
 
 // A call on device buffers, run by the communicator's proxy thread in call order (core/device_proxy.h). A compressed

@@ -12,7 +12,6 @@
 #include "core/comm.h"
 #include "core/device_proxy.h"
 #include "core/error.h"
-#include "core/fnv.h"
 #include "core/memory.h"
 #include "raw_enum.h"
 #ifdef CCOLL_HAVE_CUDA
@@ -47,8 +46,7 @@ uint64_t ShapeOf(const std::vector<PointToPoint>& ops) {
     key.push_back(static_cast<uint64_t>(op.peer));
     key.push_back(op.bytes);
   }
-  const uint64_t h = Fnv1a(key.data(), key.size() * sizeof(uint64_t));
-  return h != 0 ? h : 1;  // (0: no shape)
+  return CallShape(key);
 }
 
 // Device buffers of a communicator without a stream transport: the proxy thread runs the transfers on a staging

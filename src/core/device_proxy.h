@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "ccoll.h"
+#include "core/fnv.h"
 
 struct ccComm;
 
@@ -53,6 +54,12 @@ struct StagedCall {
   size_t stagingBytes = 0;
   uint64_t shape = 0;
 };
+
+// The StagedCall::shape of a call described by `fields` (what decides its scratch): their hash, never 0.
+inline uint64_t CallShape(const std::vector<uint64_t>& fields) {
+  const uint64_t h = Fnv1a(fields.data(), fields.size() * sizeof(uint64_t));
+  return h != 0 ? h : 1;
+}
 
 // The host part of a device call, run on the proxy thread with the call's staging buffer; staging is NULL when the
 // call is skipped (the communicator failed or is aborting, or the staged input could not be read). The proxy
