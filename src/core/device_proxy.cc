@@ -23,6 +23,7 @@
 #include "core/device_memory.h"
 #include "core/cuda_result.h"
 #include "core/device_scope.h"
+#include "core/stream_sync.h"
 #include "core/stream_wait.h"
 #endif
 
@@ -179,16 +180,9 @@ struct DeviceProxy::Impl {
   };
 
   // Waits until the slot's last call has copied its result out (`done`), at most the communicator's timeout:
-  // cudaSuccess (also for a slot never used), cudaErrorNotReady when the timeout passed, else the query's error.
+  // cudaSuccess (also for a slot never used), cudaErrorTimeout, or the query's error.
   cudaError_t SlotDone(const Slot& slot) {
-    if (!slot.used) return cudaSuccess;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(comm_->config.timeoutMs);
-    cudaError_t e;
-    while ((e = cudaEventQuery(slot.done)) == cudaErrorNotReady) {
-      if (std::chrono::steady_clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    return e;
+    return slot.used ? EventWithin(slot.done, comm_->config.timeoutMs) : cudaSuccess;
   }
 
   // Gives a slot whose last call is done staging of at least `bytes` (4 KiB and up, powers of two), allocated in the
@@ -208,16 +202,7 @@ struct DeviceProxy::Impl {
   // The caller's side of a call that waits on the host: true once the proxy has finished `ticket` (run or skipped),
   // false when CC_TIMEOUT_MS passed first (the call's stream had not reached it: held by its own earlier work).
   bool WaitOnHost(uint64_t ticket) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(comm_->config.timeoutMs);
-    for (int spins = 0;; ++spins) {
-      if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= ticket) return true;
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      if (spins < 64) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
-    }
+    return PollWithin([&] { return __atomic_load_n(flag, __ATOMIC_ACQUIRE) >= ticket; }, comm_->config.timeoutMs);
   }
 
   void Loop() {
@@ -264,7 +249,7 @@ struct DeviceProxy::Impl {
     // The slot's last call must have copied its result out before its staging is reused: its stream has to get
     // there, at most the communicator's timeout (it may be held by its own earlier work).
     cudaError_t e = SlotDone(s);
-    if (e == cudaErrorNotReady) {
+    if (e == cudaErrorTimeout) {
       return Fail(ccTimeout, "rank %d: the device call two calls back has not copied its result out of its staging "
                   "within %d ms (CC_TIMEOUT_MS): its stream has not reached it (held by earlier work?)", comm_->rank,
                   comm_->config.timeoutMs);
@@ -291,7 +276,7 @@ struct DeviceProxy::Impl {
           CC_WARN("rank %d: the second staging buffer could not be grown ahead (%s); the call that uses it will",
                   comm_->rank, LastError().c_str());
         }
-      } else if (e != cudaErrorNotReady) {
+      } else if (e != cudaErrorTimeout) {
         cudaGetLastError();  // (the query's error; the slot is left)
       }
     }
