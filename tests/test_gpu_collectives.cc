@@ -1075,6 +1075,88 @@ TEST_CASE("[gpu] without memory pools, a shape's first device call returns once 
   for (float* d : dev) cudaFree(d);
 }
 
+// Without memory pools a later call of a shape holds its stream while it runs, so it must not allocate then
+// (core/device_proxy.h): the sparse codecs' scratch must not follow the chunks a call keeps. Here the last chunk is
+// short, and topk keeps it on even calls and a full chunk on odd ones (randk: the chunks its draws pick). Where the
+// fake runtime counts them, no cudaMalloc or cudaHostAlloc may come after the first call; without pools ctest runs
+// this with allocations that synchronize the device, where one would deadlock on a GPU.
+TEST_CASE("[gpu] sparse device calls keeping other chunks allocate nothing after the first call of their shape",
+          "[gpu][device][codec]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2, calls = 6;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  // Three chunks, the last one half as long; density 0.3 keeps one. Each codec takes chunks twice as long as the one
+  // before: size classes (core/device_memory.cc) that no earlier compressor's scratch has left for reuse.
+  const char* specs[] = {"topk:density=0.3,ef=0", "topk:density=0.3,ef=1", "randk:density=0.3,ef=0",
+                         "topk:density=0.3,dtype=bf16,ef=1"};
+  const size_t firstChunk = 1024, most = (firstChunk << 3) * 5 / 2;
+  std::vector<float*> dev(n, nullptr);
+  std::vector<std::unique_ptr<Pinned>> pin;
+  for (int r = 0; r < n; ++r) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev[r]), most * 4) == cudaSuccess);
+    pin.push_back(std::make_unique<Pinned>(most * 4));
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    const size_t chunk = firstChunk << i, count = chunk * 5 / 2;
+    const std::string spec = std::string(specs[i]) + ",chunk=" + std::to_string(chunk);
+    // Rank r's input for call c: values in [-1, 1), ten times that in the chunk to keep.
+    auto input = [&](int r, int c) {
+      std::mt19937 rng(static_cast<unsigned>(1000 * c + r));
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      const size_t big = c % 2 == 0 ? 2 : 0;
+      std::vector<float> x(count);
+      for (size_t k = 0; k < count; ++k) x[k] = u(rng) * (k / chunk == big ? 10.0f : 1.0f);
+      Bytes b(count * 4);
+      std::memcpy(b.data(), x.data(), count * 4);
+      return b;
+    };
+    Compressors hostComps(spec, n, 5), devComps(spec, n, 5);
+    REQUIRE(hostComps.status == ccSuccess);
+    REQUIRE(devComps.status == ccSuccess);
+    // The host results first: nothing of the host calls runs between the device calls.
+    std::vector<std::vector<Bytes>> in(calls), host(calls);
+    for (int c = 0; c < calls; ++c) {
+      for (int r = 0; r < n; ++r) in[c].push_back(input(r, c));
+      Outcome h = OnHost(g, in[c], count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+        return ccAllReduce(s, d, count, ccFloat32, ccSum, hostComps[r], g[r], stream);
+      });
+      REQUIRE(h.Failure() == "");
+      host[c] = h.out;
+    }
+#ifdef CCOLL_FAKE_CUDA
+    uint64_t allocations = 0;
+#endif
+    for (int c = 0; c < calls; ++c) {
+      INFO(spec << ", call " << c);
+      std::vector<ccResult_t> rc(n, ccInternalError);
+      std::vector<Bytes> out(n, Bytes(count * 4));
+      RunRanks(n, [&](int r) {
+        cudaSetDevice(0);
+        cudaStream_t s = st.s[r];
+        std::memcpy(pin[r]->p, in[c][r].data(), count * 4);
+        cudaMemcpyAsync(dev[r], pin[r]->p, count * 4, cudaMemcpyHostToDevice, s);
+        rc[r] = ccAllReduce(dev[r], dev[r], count, ccFloat32, ccSum, devComps[r], g[r], st[r]);
+        cudaMemcpyAsync(pin[r]->p, dev[r], count * 4, cudaMemcpyDeviceToHost, s);
+        if (cudaStreamSynchronize(s) != cudaSuccess && rc[r] == ccSuccess) rc[r] = ccUnhandledCudaError;
+        std::memcpy(out[r].data(), pin[r]->p, count * 4);
+      });
+      REQUIRE(rc[0] == ccSuccess);
+      REQUIRE(rc[1] == ccSuccess);
+      CHECK(Agrees(out, host[c], true) == "");
+#ifdef CCOLL_FAKE_CUDA
+      if (c == 0) {
+        allocations = cctest::FakeSynchronousAllocations();
+      } else {
+        CHECK(cctest::FakeSynchronousAllocations() == allocations);
+      }
+#endif
+    }
+  }
+  for (float* d : dev) cudaFree(d);
+}
+
 // While another thread of the application captures a graph in global mode (PyTorch's default), CUDA refuses
 // potentially unsafe calls (event queries, stream synchronization) from every thread whose mode is global, and the
 // refusal invalidates that capture. The communicator's proxy thread makes such calls for each device call: it runs in

@@ -127,6 +127,10 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
     RandomChunks(chunks, keep, StreamKey(call.seed, call.call, ~0u, kPurposeChunks), &chosen);
   }
   const size_t packed = PackedCount(count, chunk, chosen);
+  // Scratch for the most a call of this shape packs, not for what this one does (a short last chunk may be chosen or
+  // not): without memory pools, the later calls of a shape must find what its first call allocated
+  // (core/device_proxy.h).
+  const size_t mostPacked = std::min(count, keep * chunk);
   // The chosen indices go to the device, followed by one word: randk's "this rank saw a non-finite value" flag
   // (collectives/sparse.h's AgreeNonFinite).
   const bool flag = c->kind == ccCompressRandk;
@@ -136,10 +140,10 @@ ccResult_t SparseAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompressor
   uint32_t* devIndex = st->index.Reserve<uint32_t>(chosen.size() + 1);
   Copy(devIndex, hostIndex, (chosen.size() + 1) * sizeof(uint32_t), cudaMemcpyHostToDevice, st,
        "cudaMemcpyAsync (chosen chunks)");
-  float* devPacked = st->packed.Reserve<float>(packed);
+  float* devPacked = st->packed.Reserve<float>(mostPacked);
   // Pinned: the chosen values, then (with error feedback and 16-bit values or data) what 16-bit roundings take.
   const bool keepRounding = SparseKeepsRounding(*c, a.narrowedTo);
-  float* hostPacked = st->hostPacked.Reserve<float>(keepRounding ? 2 * packed : packed);
+  float* hostPacked = st->hostPacked.Reserve<float>(keepRounding ? 2 * mostPacked : mostPacked);
   float* hostLost = keepRounding ? hostPacked + packed : nullptr;
   CheckLaunch(gpu::GatherChunks(x, count, chunk, devIndex, packed, devPacked, st->stream()));
   Copy(hostPacked, devPacked, packed * sizeof(float), cudaMemcpyDeviceToHost, st, "cudaMemcpyAsync (chunks out)");

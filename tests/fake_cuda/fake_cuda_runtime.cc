@@ -386,6 +386,9 @@ bool Strict(const char* what) {
   return list == ",1," || list.find(std::string(",") + what + ",") != std::string::npos;
 }
 
+// cudaMalloc and cudaHostAlloc calls so far (cctest::FakeSynchronousAllocations).
+std::atomic<uint64_t> gSynchronousAllocations{0};
+
 // Waits until every stream has done what it had been given, as the CUDA calls that synchronize the device do. A
 // stream that does not get there in time is taken for a deadlock (see the top of this file).
 void SynchronizeDevice(const char* what) {
@@ -701,6 +704,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (cudaError_t e = Lost()) return e;
   if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("malloc")) SynchronizeDevice("cudaMalloc (FAKE_CUDA_STRICT)");
+  gSynchronousAllocations.fetch_add(1);
   *devPtr = Allocate(size, cudaMemoryTypeDevice, false);
   return *devPtr ? cudaSuccess : Note(cudaErrorMemoryAllocation);
 }
@@ -798,6 +802,7 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
   if (cudaError_t e = Lost()) return e;
   if (cudaError_t e = CheckUnsafeCall()) return e;
   if (Strict("hostalloc")) SynchronizeDevice("cudaHostAlloc (FAKE_CUDA_STRICT)");
+  gSynchronousAllocations.fetch_add(1);
   *pHost = Allocate(size, cudaMemoryTypeHost, false);
   return *pHost ? cudaSuccess : Note(cudaErrorMemoryAllocation);
 }
@@ -1158,6 +1163,8 @@ void FakeStrictCall(const char* token, const char* what) {
 }
 
 void FakeSynchronizeDevice(const char* what) { SynchronizeDevice(what); }
+
+uint64_t FakeSynchronousAllocations() { return gSynchronousAllocations.load(); }
 
 void* FakeHostView(const void* p) {
   if (p == nullptr) return nullptr;

@@ -89,6 +89,10 @@ T* HostView(T* p) {
 // call ran on the device rather than staging through host memory.
 uint64_t FakeCodecKernelLaunches();
 
+// cudaMalloc and cudaHostAlloc calls so far, all threads, failed ones included: the allocations that may synchronize
+// the device (with malloc or hostalloc in FAKE_CUDA_STRICT they do).
+uint64_t FakeSynchronousAllocations();
+
 // Handles the fake cuBLAS has made (cublasCreate) and destroyed so far, all threads.
 uint64_t FakeCublasCreates();
 uint64_t FakeCublasDestroys();
