@@ -311,7 +311,8 @@ if [ "$tests" = ON ] && part tests; then
   gpu_cases test_gpu_nopools 60 CC_MEMORY_POOLS=0 "$BUILD_DIR/tests/test_gpu" "[scratch],*a device is prepared*"
   [ $device_path = 1 ] && gpu_cases test_gpu_collectives_nopools 60 CC_MEMORY_POOLS=0 \
     "$BUILD_DIR/tests/test_gpu_collectives" \
-    "*device codecs run on the device buffers*,*returns once queued*,*a shape's first device call returns once*"
+    "*device codecs run on the device buffers*,*returns once queued*,*a shape's first device call returns once*,\
+*allocate nothing after the first call*"
   mark tests
 fi
 # CUDA tensors through the Python binding (that machine's PyTorch has CUDA); 77 means skipped.

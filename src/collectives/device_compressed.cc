@@ -188,7 +188,12 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
   LowRankPlan plan;
   std::string why;
   if (!PlanLowRank(*c, count, &plan, &why)) return Fail(ccInvalidUsage, "powersgd: %s", why.c_str());
-  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) return ExactAllReduce(comm, a, st);
+  if (call.call < static_cast<uint64_t>(c->Get(ccParamStartIter))) {
+    // The exact calls before the start have the shape of the compressed ones after: the memory (zeros until then) is
+    // made now, so that without memory pools the first compressed call finds it (core/device_proxy.h).
+    MemoryOf(*c, st, count);
+    return ExactAllReduce(comm, a, st);
+  }
 
   const float n = static_cast<float>(comm->nranks);
   float* out = static_cast<float*>(a.recv);
