@@ -447,7 +447,7 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
   const size_t n = static_cast<size_t>(comm->nranks), mine = static_cast<size_t>(comm->rank) * bytes;
   ccoll::StagedCall staged;
   staged.stream = c.stream;
-  staged.shape = ShapeOf(c, args, resident);
+  if (proxy->UsesShapes()) staged.shape = ShapeOf(c, args, resident);
   void* in = const_cast<void*>(args.send);
   size_t hostSend = 0, hostRecv = 0;  // offsets of the host schedule's buffers in the staging buffer
   if (!resident) {  // (resident: nothing staged, the proxy runs the call on the device buffers)

@@ -72,7 +72,7 @@ ccResult_t EnqueueStaged(ccComm* comm, const char* fn, const std::vector<PointTo
     at += (op.bytes + 63) / 64 * 64;  // each transfer on a cache line of its own
   }
   staged.stagingBytes = at;
-  staged.shape = ShapeOf(ops);
+  if (proxy->UsesShapes()) staged.shape = ShapeOf(ops);
   const std::string name = fn;
   return proxy->Enqueue(staged, [comm, ops, offsets, name](char* staging) {
     if (staging == nullptr) return;  // skipped

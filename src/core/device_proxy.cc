@@ -398,6 +398,8 @@ ccResult_t DeviceProxy::RefuseCapture(int rank, ccStream_t stream) {
   return ccSuccess;
 }
 
+bool DeviceProxy::UsesShapes() const { return impl_->hostWaits; }  // (set before the proxy's thread starts)
+
 void DeviceProxy::Drain() { impl_->Drain(); }
 
 #else  // no CUDA
@@ -416,6 +418,8 @@ ccResult_t DeviceProxy::Enqueue(const StagedCall& /*call*/, HostWork /*work*/, b
 ccResult_t DeviceProxy::RefuseCapture(int /*rank*/, ccStream_t /*stream*/) { return ccSuccess; }
 
 void DeviceProxy::Drain() {}
+
+bool DeviceProxy::UsesShapes() const { return false; }
 
 #endif
 

@@ -86,6 +86,9 @@ class DeviceProxy {
   static ccResult_t RefuseCapture(int rank, ccStream_t stream);
   // Blocks until every queued call has run on the proxy thread (not until the streams have copied the results).
   void Drain();
+  // Whether Enqueue reads StagedCall::shape: only without memory pools (see above). Elsewhere a caller may leave it 0
+  // rather than compute it.
+  bool UsesShapes() const;
 
   struct Impl;
 
