@@ -1087,44 +1087,43 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
   Group g = DeviceGroup(n);
   REQUIRE(g.status == ccSuccess);
   Streams st(n);
-  const size_t most = 60000;
-  std::vector<float*> dev(n, nullptr);
-  std::vector<std::unique_ptr<Pinned>> pin;
+  const size_t most = 4 * 4 * 60000;  // bytes of each buffer: 4 ranks x 60000 float32 values
+  std::vector<void*> send(n, nullptr), recv(n, nullptr);
+  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;
   for (int r = 0; r < n; ++r) {
-    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&dev[r]), most * 4) == cudaSuccess);
-    pin.push_back(std::make_unique<Pinned>(most * 4));
+    REQUIRE(cudaMalloc(&send[r], most) == cudaSuccess);
+    REQUIRE(cudaMalloc(&recv[r], most) == cudaSuccess);
+    pinIn.push_back(std::make_unique<Pinned>(most));
+    pinOut.push_back(std::make_unique<Pinned>(most));
   }
   std::vector<std::unique_ptr<Compressors>> kept;
-  // `calls` in-place sums of spec on count elements of dtype, rank r's input for call c from input(r, c); checks that
-  // every call succeeds, leaves the same bytes on every rank and, after the first, allocates nothing.
-  auto run = [&](const std::string& spec, ccDataType_t dtype, size_t count,
-                 const std::function<Bytes(int, int)>& input) {
-    const size_t bytes = count * SizeOf(dtype);
-    REQUIRE(bytes <= most * 4);
-    kept.push_back(std::make_unique<Compressors>(spec, n, 5));
-    const Compressors& comps = *kept.back();
-    if (comps.status != ccSuccess && spec.rfind("powersgd", 0) == 0) return;  // a build without BLAS
-    REQUIRE(comps.status == ccSuccess);
+  // `calls` calls of issue(r, send, recv, stream) (recv: the send buffer when inPlace), rank r's input for call c
+  // from input(r, c); checks that every call succeeds, leaves the same bytes on every rank (when `same`) and, after the
+  // first, allocates nothing.
+  auto repeat = [&](const std::string& what, size_t inBytes, size_t outBytes, bool inPlace, bool same,
+                    const std::function<Bytes(int, int)>& input, const Issue& issue) {
+    REQUIRE(std::max(inBytes, outBytes) <= most);
 #ifdef CCOLL_FAKE_CUDA
     uint64_t allocations = 0;
 #endif
     for (int c = 0; c < calls; ++c) {
-      INFO(spec << ", " << count << " elements, call " << c);
+      INFO(what << ", call " << c);
       std::vector<ccResult_t> rc(n, ccInternalError);
-      std::vector<Bytes> out(n, Bytes(bytes));
+      std::vector<Bytes> out(n, Bytes(outBytes));
       RunRanks(n, [&](int r) {
         cudaSetDevice(0);
         cudaStream_t s = st.s[r];
+        void* to = inPlace ? send[r] : recv[r];
         const Bytes in = input(r, c);
-        std::memcpy(pin[r]->p, in.data(), bytes);
-        cudaMemcpyAsync(dev[r], pin[r]->p, bytes, cudaMemcpyHostToDevice, s);
-        rc[r] = ccAllReduce(dev[r], dev[r], count, dtype, ccSum, comps[r], g[r], st[r]);
-        cudaMemcpyAsync(pin[r]->p, dev[r], bytes, cudaMemcpyDeviceToHost, s);
+        std::memcpy(pinIn[r]->p, in.data(), inBytes);
+        cudaMemcpyAsync(send[r], pinIn[r]->p, inBytes, cudaMemcpyHostToDevice, s);
+        rc[r] = issue(r, send[r], to, st[r]);
+        cudaMemcpyAsync(pinOut[r]->p, to, outBytes, cudaMemcpyDeviceToHost, s);
         if (cudaStreamSynchronize(s) != cudaSuccess && rc[r] == ccSuccess) rc[r] = ccUnhandledCudaError;
-        std::memcpy(out[r].data(), pin[r]->p, bytes);
+        std::memcpy(out[r].data(), pinOut[r]->p, outBytes);
       });
       for (int r = 0; r < n; ++r) REQUIRE(rc[r] == ccSuccess);
-      for (int r = 1; r < n; ++r) CHECK(FirstDifference(out[r], out[0]) == "");
+      for (int r = 1; same && r < n; ++r) CHECK(FirstDifference(out[r], out[0]) == "");
 #ifdef CCOLL_FAKE_CUDA
       if (c == 0) {
         allocations = cctest::FakeSynchronousAllocations();
@@ -1133,6 +1132,20 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
       }
 #endif
     }
+  };
+  // In-place sums of spec.
+  auto compressed = [&](const std::string& spec, ccDataType_t dtype, size_t count,
+                        const std::function<Bytes(int, int)>& input) {
+    kept.push_back(std::make_unique<Compressors>(spec, n, 5));
+    const Compressors& comps = *kept.back();
+    if (comps.status != ccSuccess && spec.rfind("powersgd", 0) == 0) return;  // a build without BLAS
+    REQUIRE(comps.status == ccSuccess);
+    const std::string what = spec + ", " + (dtype == ccFloat32 ? "float32" : "bfloat16") + ", " +
+                             std::to_string(count) + " elements";
+    repeat(what, count * SizeOf(dtype), count * SizeOf(dtype), true, true, input,
+           [&](int r, const void* s, void* d, ccStream_t stream) {
+             return ccAllReduce(s, d, count, dtype, ccSum, comps[r], g[r], stream);
+           });
   };
   SECTION("every codec, fresh random data on each call") {
     const char* specs[] = {"cast16",
@@ -1147,7 +1160,7 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
     for (const char* spec : specs) {
       for (ccDataType_t dtype : {ccFloat32, ccBfloat16}) {
         for (size_t count : {size_t{1000}, size_t{50001}}) {  // the tree, the ring
-          run(spec, dtype, count, [&](int r, int c) { return Inputs(n, count, dtype, 77 + 10 * c)[r]; });
+          compressed(spec, dtype, count, [&](int r, int c) { return Inputs(n, count, dtype, 77 + 10 * c)[r]; });
         }
       }
     }
@@ -1168,10 +1181,40 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
     };
     for (const char* spec : {"topk:density=0.3,ef=0", "topk:density=0.3,ef=1", "randk:density=0.3,ef=0",
                              "topk:density=0.3,dtype=bf16,ef=1"}) {
-      run(std::string(spec) + ",chunk=" + std::to_string(chunk), ccFloat32, count, input);
+      compressed(std::string(spec) + ",chunk=" + std::to_string(chunk), ccFloat32, count, input);
     }
   }
-  for (float* d : dev) cudaFree(d);
+  SECTION("exact collectives") {
+    for (size_t count : {size_t{1000}, size_t{50001}}) {
+      for (ccDataType_t dtype : {ccFloat32, ccFloat16}) {
+        const size_t bytes = count * SizeOf(dtype);
+        auto input = [&](int r, int c) { return Inputs(n, count, dtype, 5 + 10 * c)[r]; };
+        auto gathered = [&](int r, int c) { return Inputs(n, count * n, dtype, 9 + 10 * c)[r]; };
+        const std::string what = std::to_string(count) + " elements of " + (dtype == ccFloat32 ? "float32" : "float16");
+        // (float16's average out of place premultiplies into a temporary: collectives/average.h)
+        repeat("all-reduce average, " + what, bytes, bytes, false, true, input,
+               [&](int r, const void* s, void* d, ccStream_t stream) {
+                 return ccAllReduce(s, d, count, dtype, ccAvg, nullptr, g[r], stream);
+               });
+        repeat("reduce-scatter sum, " + what, n * bytes, bytes, false, false, gathered,
+               [&](int r, const void* s, void* d, ccStream_t stream) {
+                 return ccReduceScatter(s, d, count, dtype, ccSum, g[r], stream);
+               });
+        repeat("all-gather, " + what, bytes, n * bytes, false, true, input,
+               [&](int r, const void* s, void* d, ccStream_t stream) {
+                 return ccAllGather(s, d, count, dtype, g[r], stream);
+               });
+        repeat("broadcast from rank 2, " + what, bytes, bytes, true, true, input,
+               [&](int r, const void* s, void* d, ccStream_t stream) {
+                 return ccBroadcast(s, d, count, dtype, 2, g[r], stream);
+               });
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    cudaFree(send[r]);
+    cudaFree(recv[r]);
+  }
 }
 
 // While another thread of the application captures a graph in global mode (PyTorch's default), CUDA refuses
