@@ -1079,15 +1079,16 @@ TEST_CASE("[gpu] without memory pools, a shape's first device call returns once 
 // (core/device_proxy.h): a device call's scratch must follow its shape, not its data or its place in the sequence of
 // calls. Where the fake runtime counts them, no cudaMalloc or cudaHostAlloc may come after the first call of a shape;
 // without pools ctest runs this with allocations that synchronize the device, where one would deadlock on a GPU. Every
-// compressor stays alive to the end, so that no block it frees is handed out again to a later one's growth.
+// compressor stays alive to the end of the case (no SECTIONs: each would run the case anew), so that no block it frees
+// is handed out again to a later one's growth.
 TEST_CASE("[gpu] device calls allocate nothing after the first call of their shape, whatever their data",
           "[gpu][device][codec]") {
   SKIP_WITHOUT_DEVICE();
-  const int n = 4, calls = 4;
+  const int n = 4, calls = 3;  // (powersgd start=2: two exact calls, then a compressed one)
   Group g = DeviceGroup(n);
   REQUIRE(g.status == ccSuccess);
   Streams st(n);
-  const size_t most = 4 * 4 * 60000;  // bytes of each buffer: 4 ranks x 60000 float32 values
+  const size_t most = 4 * 4 * 40001;  // bytes of each buffer: 4 ranks x 40001 float32 values
   std::vector<void*> send(n, nullptr), recv(n, nullptr);
   std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;
   for (int r = 0; r < n; ++r) {
@@ -1147,25 +1148,7 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
              return ccAllReduce(s, d, count, dtype, ccSum, comps[r], g[r], stream);
            });
   };
-  SECTION("every codec, fresh random data on each call") {
-    const char* specs[] = {"cast16",
-                           "quant:bits=4,mode=requant",
-                           "quant:bits=3,mode=requant,group=48,scale=bf16",
-                           "quant:bits=4,mode=homomorphic",
-                           "quant:bits=2,mode=homomorphic,rounding=correlated,gather=requant",
-                           "topk:density=0.1",
-                           "randk:density=0.2,unbiased=1,ef=0",
-                           "powersgd:rank=2",
-                           "powersgd:rank=3,start=2"};  // exact calls first, then compressed ones
-    for (const char* spec : specs) {
-      for (ccDataType_t dtype : {ccFloat32, ccBfloat16}) {
-        for (size_t count : {size_t{1000}, size_t{50001}}) {  // the tree, the ring
-          compressed(spec, dtype, count, [&](int r, int c) { return Inputs(n, count, dtype, 77 + 10 * c)[r]; });
-        }
-      }
-    }
-  }
-  SECTION("sparsifiers keeping a short last chunk on some calls and a full one on others") {
+  {  // sparsifiers keeping a short last chunk on some calls and a full one on others
     // Three chunks, the last one half as long; density 0.3 keeps one: topk the short one on even calls, a full one on
     // odd calls (randk: whichever its draws pick).
     const size_t chunk = 4096, count = 2 * chunk + chunk / 2;
@@ -1184,8 +1167,26 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
       compressed(std::string(spec) + ",chunk=" + std::to_string(chunk), ccFloat32, count, input);
     }
   }
-  SECTION("exact collectives") {
-    for (size_t count : {size_t{1000}, size_t{50001}}) {
+  {  // every codec, fresh random data on each call
+    const char* specs[] = {"cast16",
+                           "quant:bits=4,mode=requant",
+                           "quant:bits=3,mode=requant,group=48,scale=bf16",
+                           "quant:bits=4,mode=homomorphic",
+                           "quant:bits=2,mode=homomorphic,rounding=correlated,gather=requant",
+                           "topk:density=0.1",
+                           "randk:density=0.2,unbiased=1,ef=0",
+                           "powersgd:rank=2",
+                           "powersgd:rank=3,start=2"};
+    for (const char* spec : specs) {
+      for (ccDataType_t dtype : {ccFloat32, ccBfloat16}) {
+        for (size_t count : {size_t{1000}, size_t{40001}}) {  // the tree, the ring (CC_TREE_THRESHOLD)
+          compressed(spec, dtype, count, [&](int r, int c) { return Inputs(n, count, dtype, 77 + 10 * c)[r]; });
+        }
+      }
+    }
+  }
+  {  // exact collectives
+    for (size_t count : {size_t{1000}, size_t{40001}}) {
       for (ccDataType_t dtype : {ccFloat32, ccFloat16}) {
         const size_t bytes = count * SizeOf(dtype);
         auto input = [&](int r, int c) { return Inputs(n, count, dtype, 5 + 10 * c)[r]; };
