@@ -30,6 +30,7 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     // peer's copy into the scratch that timed out: the free waits for it, core/device_memory.h.)
     DeviceScope scope(device_);
     FreeScratch(device_, false, scratch_, stream_);
+    if (temp_ != nullptr) FreeScratch(device_, false, temp_, stream_);
     if (stream_ != nullptr) {
       if (SynchronizeWithin(stream_, timeoutMs_) != cudaSuccess) cudaGetLastError();
       gpu::IgnoreCuda(cudaStreamDestroy(stream_));
@@ -67,13 +68,36 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
     return Cuda(SynchronizeWithin(stream_, timeoutMs_), "the average's reduction");
   }
 
+  // The float16 average's premultiplied input (collectives/average.h), one per call: kept from call to call, and grown
+  // when a call needs more, so that a later call of a shape allocates nothing (core/device_proxy.h: on a device
+  // without memory pools its stream waits meanwhile). One asked for while that one is lent (not done by any schedule)
+  // is allocated and freed on its own.
   ccResult_t Temporary(size_t bytes, void** p) override {
-    CC_CHECK(AllocateScratch(device_, false, bytes, stream_, p));
-    return Cuda(SynchronizeWithin(stream_, timeoutMs_), "an allocation");
+    if (tempLent_) {  // a second one at once
+      CC_CHECK(AllocateScratch(device_, false, bytes, stream_, p));
+      return Allocated();
+    }
+    if (temp_ == nullptr || bytes > tempBytes_) {
+      if (temp_ != nullptr) FreeScratch(device_, false, temp_, stream_);
+      temp_ = nullptr;
+      tempBytes_ = 0;
+      CC_CHECK(AllocateScratch(device_, false, bytes, stream_, &temp_));
+      tempBytes_ = bytes;
+      CC_CHECK(Allocated());
+    }
+    tempLent_ = true;
+    *p = temp_;
+    return ccSuccess;
   }
 
   // After the work queued on the stream, which the schedule has synchronized: nothing waits.
-  void ReleaseTemporary(void* p) override { FreeScratch(device_, false, p, stream_); }
+  void ReleaseTemporary(void* p) override {
+    if (p == temp_) {
+      tempLent_ = false;
+    } else {
+      FreeScratch(device_, false, p, stream_);
+    }
+  }
 
   ccResult_t Copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return ccSuccess;
@@ -104,6 +128,9 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
   }
 
  private:
+  // Waits for an allocation queued on the stream (AllocateScratch is stream-ordered): other streams use it next.
+  ccResult_t Allocated() { return Cuda(SynchronizeWithin(stream_, timeoutMs_), "an allocation"); }
+
   ccResult_t Cuda(cudaError_t e, const char* what) const {
     if (e == cudaSuccess) return ccSuccess;
     cudaGetLastError();  // taken off the thread's error state (core/cuda_result.h, Launched)
@@ -121,6 +148,9 @@ class DeviceBuffers : public BufferOps, public DeviceCopier {
   cudaStream_t stream_ = nullptr;      // the schedule's kernels and copies (the proxy thread)
   cudaStream_t copyStream_ = nullptr;  // the transport's message copies (any rank's thread)
   void* scratch_ = nullptr;
+  void* temp_ = nullptr;  // Temporary's kept block, of tempBytes_
+  size_t tempBytes_ = 0;
+  bool tempLent_ = false;
 };
 
 }  // namespace
