@@ -88,7 +88,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   # free is the fake's; the cache's own cases, [scratch], run under ASan with and without pools). The normal build runs
   # them all.
   asan_only='rounding are unbiased|with allocations and loads synchronizing the device|every case with CC_CHECK_CALLS=0'
-  asan_only+='|device calls without (host )?memory pools$'
+  asan_only+='|device calls without (host )?memory pools$|allocate by shape only, without memory pools$'
   (cd "$ASAN_DIR" &&
     ASAN_OPTIONS="$asan_common:detect_leaks=1" ctest --output-on-failure -j "$JOBS" --timeout 900 \
       -E "$mpi_tests|^python\\.|$slow_tests|$asan_only" &&

@@ -323,7 +323,14 @@ ccResult_t PrepareDeviceMemory(int device) {
   return ccSuccess;
 }
 
+namespace {
+std::atomic<uint64_t> gScratchAllocations{0};
+}  // namespace
+
+uint64_t ScratchAllocations() { return gScratchAllocations.load(std::memory_order_relaxed); }
+
 ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream_t stream, void** p) {
+  gScratchAllocations.fetch_add(1, std::memory_order_relaxed);
   cudaMemPool_t pool = nullptr;
   {
     std::lock_guard<std::mutex> lock(gMutex);

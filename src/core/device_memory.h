@@ -50,6 +50,8 @@ ccResult_t PinnedHostPool(int device, cudaMemPool_t* pool);
 // memory (pinnedHost) from the host pool, or from cudaMalloc or cudaHostAlloc where the device has no pool of the
 // kind. The host and other streams may use it once the stream has got there. Freed with FreeScratch.
 ccResult_t AllocateScratch(int device, bool pinnedHost, size_t bytes, cudaStream_t stream, void** p);
+// AllocateScratch's calls so far, every device (for tests: that a later device call of a shape allocated nothing).
+uint64_t ScratchAllocations();
 // Frees what AllocateScratch gave, after the work queued on `stream` (which must not be capturing a graph): to its
 // pool, or, for memory that came from cudaMalloc or cudaHostAlloc, to a cache of such blocks that AllocateScratch
 // hands out again, for the same size class, once `stream` has got past the free. Not with cudaFree or cudaFreeHost,

@@ -93,9 +93,10 @@ struct DeviceProxy::Impl {
   uint64_t issued = 0;  // tickets handed out (caller side, under enqueueMutex)
   std::mutex enqueueMutex;
   // Where some of ccoll's scratch of the device comes from cudaMalloc or cudaHostAlloc (no pool of its kind, or
-  // CC_MEMORY_POOLS=0): the first call of each shape waits on the host (see device_proxy.h). Under enqueueMutex.
+  // CC_MEMORY_POOLS=0): the first call of each shape waits on the host (see device_proxy.h). Set by Init, before
+  // ccComm::DeviceProxyOf publishes the proxy (under its mutex); only read after.
   bool hostWaits = false;
-  std::unordered_set<uint64_t> shapesRun;  // the shapes of the calls that did
+  std::unordered_set<uint64_t> shapesRun;  // the shapes of the calls that did (under enqueueMutex)
 
   std::mutex mutex;
   std::condition_variable cv;
@@ -398,7 +399,7 @@ ccResult_t DeviceProxy::RefuseCapture(int rank, ccStream_t stream) {
   return ccSuccess;
 }
 
-bool DeviceProxy::UsesShapes() const { return impl_->hostWaits; }  // (set before the proxy's thread starts)
+bool DeviceProxy::UsesShapes() const { return impl_->hostWaits; }  // (set before the proxy was published)
 
 void DeviceProxy::Drain() { impl_->Drain(); }
 

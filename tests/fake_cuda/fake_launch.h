@@ -89,7 +89,7 @@ T* HostView(T* p) {
 // call ran on the device rather than staging through host memory.
 uint64_t FakeCodecKernelLaunches();
 
-// cudaMalloc and cudaHostAlloc calls so far, all threads, failed ones included: the allocations that may synchronize
+// cudaMalloc and cudaHostAlloc calls that got as far as allocating, all threads: the allocations that may synchronize
 // the device (with malloc or hostalloc in FAKE_CUDA_STRICT they do).
 uint64_t FakeSynchronousAllocations();
 
