@@ -287,7 +287,14 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
   // inFlight first: while a call of c is queued, the proxy thread owns c->device. (One rank or no data: the call runs
   // no product.)
   if (c->kind != ccCompressPowerSGD || c->inFlight.load() != 0 || comm->nranks == 1 || a.count == 0) return;
-  if (c->device && c->device->primed) return;
+  // cuBLAS may choose its kernels by their operands' alignment, so the products run once per 256-byte offset of the
+  // call's M and result: M is the error-feedback memory where there is one, else the input; the result is recv. For
+  // 16-bit data both are ccoll's (`widened`, the memory), as is the memory: at offset 0, as P and Q always are.
+  const bool direct = a.dtype == ccFloat32;
+  const bool ef = c->Get(ccParamErrorFeedback) != 0;
+  const size_t mShift = direct && !ef ? reinterpret_cast<uintptr_t>(a.send) % 256 : 0;
+  const size_t outShift = direct ? reinterpret_cast<uintptr_t>(a.recv) % 256 : 0;
+  if (c->device && c->device->primed.count({mShift, outShift}) != 0) return;
   LowRankPlan plan;
   std::string why;
   if (!PlanLowRank(*c, a.count, &plan, &why)) return;  // the call itself reports it
@@ -305,18 +312,18 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
     // The pinned host scratch of the call (and of its exact calls before the start iteration, when they are staged).
     st->hostPacked.Reserve<float>(MessagesStayOnDevice(comm) ? pAll : std::max(pAll, a.count));
     st->hostMeta.Reserve<float>(2 * plan.qElems + plan.exactElems);
-    // M and the product P Q^T on a block of zeros freed after, each at the 256-byte alignment the call's own buffer
-    // will have (cuBLAS may choose its kernel by alignment): the user's buffers for float32 data, else `widened`.
-    const bool direct = a.dtype == ccFloat32;
-    const size_t mShift = direct ? reinterpret_cast<uintptr_t>(a.send) % 256 : 0;
-    const size_t outShift = direct ? reinterpret_cast<uintptr_t>(a.recv) % 256 : 0;
+    // M and the product P Q^T on a block of zeros freed after (its start 256-byte aligned, as the pools' and
+    // cudaMalloc's blocks are), each at the 256-byte offset it has in the call: M first, the product from the next
+    // 256-byte boundary after it.
     const size_t bytes = a.count * sizeof(float);
-    CheckLaunch(AllocateScratch(comm->config.cudaDev, false, 2 * bytes + 512, st->stream(), &temp));
-    CheckCuda(cudaMemsetAsync(temp, 0, 2 * bytes + 512, st->stream()), "cudaMemsetAsync (priming)");
+    const size_t outAt = (mShift + bytes + 255) / 256 * 256;
+    const size_t tempBytes = outAt + outShift + bytes;
+    CheckLaunch(AllocateScratch(comm->config.cudaDev, false, tempBytes, st->stream(), &temp));
+    CheckCuda(cudaMemsetAsync(temp, 0, tempBytes, st->stream()), "cudaMemsetAsync (priming)");
     CheckCuda(cudaMemsetAsync(p, 0, pAll * sizeof(float), st->stream()), "cudaMemsetAsync (priming)");
     CheckCuda(cudaMemsetAsync(q, 0, 2 * plan.qElems * sizeof(float), st->stream()), "cudaMemsetAsync (priming)");
     float* m = reinterpret_cast<float*>(static_cast<char*>(temp) + mShift);
-    float* out = reinterpret_cast<float*>(static_cast<char*>(temp) + bytes + 256 + outShift);
+    float* out = reinterpret_cast<float*>(static_cast<char*>(temp) + outAt + outShift);
     for (const LowRankMatrix& mt : plan.matrices) {
       CheckLaunch(blas->ProductMQ(m + mt.offset, mt.rows, mt.cols, q + mt.qOffset, mt.rank, p + mt.pOffset));
       CheckLaunch(blas->ProductMtP(m + mt.offset, mt.rows, mt.cols, p + mt.pOffset, mt.rank,
@@ -326,7 +333,7 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
     FreeScratch(comm->config.cudaDev, false, temp, st->stream());
     temp = nullptr;
     st->Synchronize();
-    st->primed = true;
+    st->primed.insert({mShift, outShift});
   } catch (const DeviceCodecError& e) {
     // Best effort: the other ranks may have queued the call already, so this one goes ahead too, and the proxy
     // reports what fails there (an async error that aborts the communicator) rather than leave them waiting.

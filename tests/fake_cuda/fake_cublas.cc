@@ -9,7 +9,9 @@
 //     cublasDeviceSynchronize);
 //   - cublasCreate allocates device memory, so with "cublascreate" in FAKE_CUDA_STRICT it synchronizes the device, as
 //     cudaMalloc does with "malloc" (collectives/device_prepare.h: PrepareNewComm);
-//   - a product's kernels load lazily at the first product of a shape in the process (FAKE_CUDA_STRICT "cublas");
+//   - a product's kernels load lazily at the first product of a shape in the process (FAKE_CUDA_STRICT "cublas"), the
+//     shape being the operations, the sizes and whether each operand is 16-byte aligned (cuBLAS chooses its kernels
+//     by alignment too: vectorized loads need it);
 //   - cublasSetStream drops a workspace set before (the guide says so).
 // A call on a destroyed handle aborts (undefined on a GPU), and so does a product on a handle made on another device
 // than the current one. ccoll's own rule, checked here too (compress/lowrank_cuda.h): a product queued on a stream
@@ -54,11 +56,14 @@ CBLAS_TRANSPOSE Cblas(cublasOperation_t op) { return op == CUBLAS_OP_N ? CblasNo
 
 // cuBLAS loads a product's kernels at its first use in the process, whichever handle runs it; a thread that runs the
 // same product meanwhile waits for that load.
-void FirstProduct(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k) {
+void FirstProduct(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* a, const void* b,
+                  const void* c) {
   static std::mutex mutex;
-  static auto* loaded = new std::set<std::tuple<int, int, int, int, int>>();
+  static auto* loaded = new std::set<std::tuple<int, int, int, int, int, int>>();
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 ? 1 : 0; };
+  const int alignment = aligned(a) | aligned(b) << 1 | aligned(c) << 2;
   std::lock_guard<std::mutex> lock(mutex);
-  if (loaded->insert(std::make_tuple(static_cast<int>(ta), static_cast<int>(tb), m, n, k)).second) {
+  if (loaded->insert(std::make_tuple(static_cast<int>(ta), static_cast<int>(tb), m, n, k, alignment)).second) {
     cctest::FakeLazyLibraryCall("cuBLAS's first product of a shape (its kernels load lazily)");
   }
 }
@@ -164,7 +169,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
                  "own for stream-ordered calls: compress/lowrank_cuda.h)\n");
     std::abort();
   }
-  FirstProduct(transa, transb, m, n, k);
+  FirstProduct(transa, transb, m, n, k, A, B, C);
   const float a = *alpha, b = *beta;  // host pointer mode: read at the call
   const float* va = cctest::HostView(A);
   const float* vb = cctest::HostView(B);
