@@ -289,7 +289,8 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
   if (c->kind != ccCompressPowerSGD || c->inFlight.load() != 0 || comm->nranks == 1 || a.count == 0) return;
   // cuBLAS may choose its kernels by their operands' alignment, so the products run once per 256-byte offset of the
   // call's M and result: M is the error-feedback memory where there is one, else the input; the result is recv. For
-  // 16-bit data both are ccoll's (`widened`, the memory), as is the memory: at offset 0, as P and Q always are.
+  // 16-bit data M and the result are ccoll's (`widened` or the memory). ccoll's blocks, as P and Q, start 256-byte
+  // aligned: offset 0.
   const bool direct = a.dtype == ccFloat32;
   const bool ef = c->Get(ccParamErrorFeedback) != 0;
   const size_t mShift = direct && !ef ? reinterpret_cast<uintptr_t>(a.send) % 256 : 0;
@@ -312,12 +313,13 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
     // The pinned host scratch of the call (and of its exact calls before the start iteration, when they are staged).
     st->hostPacked.Reserve<float>(MessagesStayOnDevice(comm) ? pAll : std::max(pAll, a.count));
     st->hostMeta.Reserve<float>(2 * plan.qElems + plan.exactElems);
-    // M and the product P Q^T on a block of zeros freed after (its start 256-byte aligned, as the pools' and
-    // cudaMalloc's blocks are), each at the 256-byte offset it has in the call: M first, the product from the next
-    // 256-byte boundary after it.
+    // M and the product P Q^T on a block of zeros freed after, each at the 256-byte offset it has in the call: M
+    // first, the product from the next 256-byte boundary after it. The block's size is the same whatever the offsets
+    // (at most 2 * bytes + 765 used), so that without memory pools a priming for new offsets finds the kept block of
+    // the one before.
     const size_t bytes = a.count * sizeof(float);
     const size_t outAt = (mShift + bytes + 255) / 256 * 256;
-    const size_t tempBytes = outAt + outShift + bytes;
+    const size_t tempBytes = 2 * bytes + 768;
     CheckLaunch(AllocateScratch(comm->config.cudaDev, false, tempBytes, st->stream(), &temp));
     CheckCuda(cudaMemsetAsync(temp, 0, tempBytes, st->stream()), "cudaMemsetAsync (priming)");
     CheckCuda(cudaMemsetAsync(p, 0, pAll * sizeof(float), st->stream()), "cudaMemsetAsync (priming)");

@@ -229,6 +229,9 @@ struct DeviceProxy::Impl {
       } catch (const std::exception& e) {
         FailComm(ccInternalError, std::string("device proxy: ") + e.what());
       }
+      // The work goes first: what it holds (a compressor's count of queued calls) is let go before the stream is
+      // released, so a caller whose stream has got past the call finds the compressor idle.
+      op.work = nullptr;
       // Release the stream whatever happened: a failed call leaves its result undefined, never a hung stream.
       __atomic_store_n(flag, op.ticket, __ATOMIC_RELEASE);
       {

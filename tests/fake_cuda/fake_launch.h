@@ -89,8 +89,8 @@ T* HostView(T* p) {
 // call ran on the device rather than staging through host memory.
 uint64_t FakeCodecKernelLaunches();
 
-// cudaMalloc and cudaHostAlloc calls that got as far as allocating, all threads: the allocations that may synchronize
-// the device (with malloc or hostalloc in FAKE_CUDA_STRICT they do).
+// cudaMalloc and cudaHostAlloc calls so far that were not refused before allocating (a lost device, a capture), all
+// threads: the allocations that may synchronize the device (with malloc or hostalloc in FAKE_CUDA_STRICT they do).
 uint64_t FakeSynchronousAllocations();
 
 // Handles the fake cuBLAS has made (cublasCreate) and destroyed so far, all threads.
