@@ -138,7 +138,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   # rerun of the exact device cases with CC_CHECKSUM=1, the device cases with allocations and loads synchronizing the
   # device (the same threads as without) or without memory pools of both kinds (eight of those cases run below) or of
   # host memory, and the fake NCCL's rerun of every case without the call check (the same threads, less the check's).
+  # Nor the device case that counts allocations after the first call of each shape (every codec and exact collective
+  # again on 4 ranks, the device codec cases' threads; 22 s under TSan).
   heavy='2\^18|2\^20|every codec and mode|rounding are unbiased|bfloat16 and float16 data|with CC_DEVICE_KERNELS=0'
+  heavy+='|allocate nothing after the first call'
   heavy+='|exact calls with CC_CHECKSUM=1|and loads synchronizing the device|without memory pools'
   heavy+='|device calls without host memory pools'
   heavy+='|every case with CC_CHECK_CALLS=0'
