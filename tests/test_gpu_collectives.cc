@@ -1758,6 +1758,90 @@ TEST_CASE("[gpu] a PowerSGD device call on buffers aligned otherwise than its co
   }
 }
 
+// The same, where the call on buffers at new offsets is made while the compressor's call before it is still queued:
+// the proxy thread owns the compressor's device state then, so the priming waits on the host for that call to be done
+// (as a first call of a shape without pools does). Both ranks make one call first, on buffers at offset 0; then rank 1
+// makes a call on them and, without waiting, one on buffers 4 bytes in, while that first call cannot have run (rank 0
+// makes its part only once rank 1's first call has returned). Rank 0's two calls use its aligned buffers, and its
+// second follows rank 1's second, so that no stream waits while rank 1 primes (README, "Device buffers").
+TEST_CASE("[gpu] a PowerSGD device call on buffers at new offsets while its compressor's call before is queued",
+          "[gpu][device]") {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 2;
+  Group g = DeviceGroup(n);
+  REQUIRE(g.status == ccSuccess);
+  Streams st(n);
+  for (const auto& sc : {std::pair<const char*, size_t>{"powersgd:rank=2,rows=96,cols=80", 96 * 80},
+                         std::pair<const char*, size_t>{"powersgd:rank=2,rows=97,cols=81,ef=0", 97 * 81}}) {
+    const char* spec = sc.first;
+    const size_t count = sc.second;
+    INFO(spec);
+    Compressors hostComps(spec, n, 4), devComps(spec, n, 4);
+    if (devComps.status != ccSuccess) {
+      WARN("not run: this build refuses powersgd (no BLAS): " << devComps.error);
+      return;
+    }
+    REQUIRE(hostComps.status == ccSuccess);
+    // count + 1 elements: rank 1's second call reads and writes elements 1..count (4 bytes in), its others 0..count-1.
+    const std::vector<Bytes> first = Inputs(n, count, ccFloat32, 41), in = Inputs(n, count + 1, ccFloat32, 42);
+    const auto second = [count](int r, const void* s, void* d) {
+      const size_t at = r == 1 ? sizeof(float) : 0;
+      return std::make_pair(static_cast<const char*>(s) + at, static_cast<char*>(d) + at);
+    };
+    Outcome host = OnHost(g, first, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+      return ccAllReduce(s, d, count, ccFloat32, ccAvg, hostComps[r], g[r], stream);
+    });
+    const bool noHostResult = NoCpuBlas(host);  // then the device results must agree across ranks
+    if (!noHostResult) {
+      REQUIRE(host.Failure() == "");
+      host = OnHost(g, in, (count + 1) * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+        const ccResult_t rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, hostComps[r], g[r], stream);
+        if (rc != ccSuccess) return rc;
+        const auto b = second(r, s, d);
+        return ccAllReduce(b.first, b.second, count, ccFloat32, ccAvg, hostComps[r], g[r], stream);
+      });
+      REQUIRE(host.Failure() == "");
+    }
+    Outcome dev = OnDevice(g, st, first, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+      return ccAllReduce(s, d, count, ccFloat32, ccAvg, devComps[r], g[r], stream);
+    });
+    if (NoCpuBlas(dev)) return;  // staged (CC_DEVICE_KERNELS=0) and no CPU BLAS either
+    REQUIRE(dev.Failure() == "");
+    std::atomic<bool> firstReturned{false}, secondReturned{false};
+    bool ordered = true;
+    dev = OnDevice(g, st, in, (count + 1) * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+      if (r == 0 && !cctest::WaitUntil([&] { return firstReturned.load(); }, 60000)) ordered = false;
+      ccResult_t rc = ccAllReduce(s, d, count, ccFloat32, ccAvg, devComps[r], g[r], stream);
+      if (r == 1) firstReturned = true;
+      if (rc != ccSuccess) return rc;
+      if (r == 0 && !cctest::WaitUntil([&] { return secondReturned.load(); }, 60000)) ordered = false;
+      const auto b = second(r, s, d);
+      rc = ccAllReduce(b.first, b.second, count, ccFloat32, ccAvg, devComps[r], g[r], stream);
+      if (r == 1) secondReturned = true;
+      return rc;
+    });
+    REQUIRE(dev.Failure() == "");
+    CHECK(ordered);
+    // Each rank's second result (rank 1's 4 bytes in), which its two calls' error feedback and warm start shaped.
+    const auto secondResult = [&](const std::vector<Bytes>& out) {
+      std::vector<Bytes> v;
+      for (int r = 0; r < n; ++r) {
+        const auto at = out[r].begin() + (r == 1 ? 4 : 0);
+        v.emplace_back(at, at + static_cast<std::ptrdiff_t>(count * 4));
+      }
+      return v;
+    };
+    const std::vector<Bytes> devSecond = secondResult(dev.out);
+    if (noHostResult) {
+      CHECK(FirstDifference(devSecond[1], devSecond[0]) == "");
+    } else {
+      CHECK(Agrees(devSecond, secondResult(host.out), SameBytesAsHost(spec)) == "");
+    }
+    CHECK(std::all_of(dev.out[0].begin() + static_cast<std::ptrdiff_t>(count * 4), dev.out[0].end(),
+                      [](char b) { return b == '\x5a'; }));  // past rank 0's results: the poison, untouched
+  }
+}
+
 TEST_CASE("[gpu] destroying a PowerSGD compressor while another rank's call waits for this rank", "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
   // Also without host memory pools (ctest runs it so on the fake): the destroyed compressor's pinned scratch came from

@@ -284,9 +284,8 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
 
 void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
 #ifdef CCOLL_HAVE_CUBLAS
-  // inFlight first: while a call of c is queued, the proxy thread owns c->device. (One rank or no data: the call runs
-  // no product.)
-  if (c->kind != ccCompressPowerSGD || c->inFlight.load() != 0 || comm->nranks == 1 || a.count == 0) return;
+  // (One rank or no data: the call runs no product.)
+  if (c->kind != ccCompressPowerSGD || comm->nranks == 1 || a.count == 0) return;
   // cuBLAS may choose its kernels by their operands' alignment, so the products run once per 256-byte offset of the
   // call's M and result: M is the error-feedback memory where there is one, else the input; the result is recv. For
   // 16-bit data M and the result are ccoll's (`widened` or the memory). ccoll's blocks, as P and Q, start 256-byte
@@ -295,10 +294,19 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
   const bool ef = c->Get(ccParamErrorFeedback) != 0;
   const size_t mShift = direct && !ef ? reinterpret_cast<uintptr_t>(a.send) % 256 : 0;
   const size_t outShift = direct ? reinterpret_cast<uintptr_t>(a.recv) % 256 : 0;
-  if (c->device && c->device->primed.count({mShift, outShift}) != 0) return;
+  if (c->devicePrimed.count({mShift, outShift}) != 0) return;
   LowRankPlan plan;
   std::string why;
   if (!PlanLowRank(*c, a.count, &plan, &why)) return;  // the call itself reports it
+  // While a call of c is queued, the proxy thread owns c->device: this call waits on the host until it has run (new
+  // offsets are rare: a bucket's buffers seldom move), rather than let its products load kernels while its stream
+  // waits.
+  if (!c->WaitIdleFor(comm->config.timeoutMs)) {
+    CC_WARN("rank %d: powersgd's call before on this compressor has not run within %d ms (CC_TIMEOUT_MS); this call, "
+            "on buffers at new offsets, goes ahead with cuBLAS not prepared for them", comm->rank,
+            comm->config.timeoutMs);
+    return;
+  }
   void* temp = nullptr;
   try {
     DeviceScope scope(comm->config.cudaDev);
@@ -335,7 +343,7 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
     FreeScratch(comm->config.cudaDev, false, temp, st->stream());
     temp = nullptr;
     st->Synchronize();
-    st->primed.insert({mShift, outShift});
+    c->devicePrimed.insert({mShift, outShift});
   } catch (const DeviceCodecError& e) {
     // Best effort: the other ranks may have queued the call already, so this one goes ahead too, and the proxy
     // reports what fails there (an async error that aborts the communicator) rather than leave them waiting.

@@ -33,10 +33,11 @@ ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& args, ccCompr
 // zeros, so that cuBLAS has made its allocations and loaded its kernels (which CUDA loads lazily, and a load may
 // synchronize the context) before a stream waits for a proxy that runs them.
 // Runs again for a call whose buffers lie at other 256-byte offsets than any primed call's (cuBLAS may choose kernels
-// by alignment). Does nothing for other compressors, once the state is primed for the call's offsets, while a call of
-// the compressor is queued, and for calls that run no product (one rank, no data). Best effort: a CUDA failure is
-// logged, and the call goes ahead (and fails on the proxy thread, where a failure aborts the communicator and releases
-// every waiting stream).
+// by alignment); while a call of the compressor is queued, that first waits on the host until the call has run (at
+// most CC_TIMEOUT_MS, then it warns and does nothing). Does nothing for other compressors, once the compressor is
+// primed for the call's offsets, and for calls that run no product (one rank, no data). Best effort: a CUDA failure
+// is logged, and the call goes ahead (and fails on the proxy thread, where a failure aborts the communicator and
+// releases every waiting stream).
 void PrimeDeviceCodec(const ccComm* comm, const CollArgs& args, ccCompressor* c);
 
 // bfloat16 and float16 data on device buffers: CompressedAllReduce of a float32 copy widened on the device, narrowed

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,6 +93,10 @@ struct ccCompressor {
   std::vector<double> lowRankScratch; // powersgd: Gram-Schmidt's working copy
   // Device calls with a device codec: stream, scratch, the error feedback in device memory.
   std::shared_ptr<ccoll::DeviceCodecState> device;
+  // powersgd: the 256-byte offsets (of M, of the result) for which the products ran once on the device before a call
+  // (collectives/device_compressed.h: PrimeDeviceCodec). Only the threads making calls read and write it, never the
+  // proxy, so a call reads it while the one before is queued. Cleared with `device`.
+  std::set<std::pair<size_t, size_t>> devicePrimed;
 
   // The calls using it now, all of one communicator (collectives.cc: CompressorUse): a compressor is one bucket's
   // state on one rank, so another communicator's call (another rank's) meanwhile is refused. It may serve several
@@ -108,6 +113,15 @@ struct ccCompressor {
   void WaitIdle() const {
     while (inFlight.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  // The same for at most `ms` milliseconds: false when a queued call still uses it then.
+  bool WaitIdleFor(int ms) const {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (inFlight.load() > 0) {
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return true;
+  }
   void ResetState() {
     WaitIdle();
     calls = 0;
@@ -119,6 +133,7 @@ struct ccCompressor {
     lowRankQ.shrink_to_fit();
     memory = kMemoryNone;
     device.reset();  // nothing queued uses it any more (WaitIdle)
+    devicePrimed.clear();
   }
 };
 

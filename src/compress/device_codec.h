@@ -28,7 +28,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -163,8 +162,6 @@ class DeviceCodecState {
   // read arriving messages and write leaving ones in place, with no copy to or from the host.
   GrowOnlyBuffer deviceWire{kDev, &stream_};
   bool wireOnDevice = false;  // this call's wire slots are deviceWire (set by the driver before the schedule)
-  // PowerSGD's workspace and products have run once (PrimeDeviceCodec), for these 256-byte offsets of M and the result
-  std::set<std::pair<size_t, size_t>> primed;
   GrowOnlyBuffer in0{kDev, &stream_}, in1{kDev, &stream_};  // arriving messages, copied in
   GrowOnlyBuffer out{kDev, &stream_};    // the message leaving
   GrowOnlyBuffer vals{kDev, &stream_};   // a slice of values being re-encoded
