@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# compare_builds.sh: the same all-reduce rows on two builds of ccoll, side by side in one run, to tell a change in the
+# code from the machine's noise (this machine is shared: one build's numbers from another day do not compare). Every
+# row all-reduces float32 gradients on NP thread ranks of one process (local transport: the CPU-side schedule and
+# codec, no network); the bf16 baseline row takes the same elements as bfloat16. Rounds alternate which build runs
+# first; the table gives each build's median time and the ratio, with every round's time so the spread shows.
+#
+#   perf/compare_builds.sh OLD_BUILD_DIR NEW_BUILD_DIR
+#
+# Each directory is a configured and built build directory (its perf/allreduce_perf runs). To build an older commit
+# next to the current one:
+#   git worktree add /tmp/old <commit> && cmake -S /tmp/old -B /tmp/old/build -DCMAKE_BUILD_TYPE=Release \
+#     -DCCOLL_BUILD_TESTS=OFF && cmake --build /tmp/old/build --target allreduce_perf
+# (Configure both builds alike, CUDA on or off in both: a CUDA build checks where each buffer lives.)
+#
+# Environment: NP [4] BYTES [64M: float32 gradient bytes per row] ROUNDS [5] ITERS [5]
+#   CODECS ["bf16 q4r q2h topk randk powersgd"]: bf16 (the baseline), f32, cast16, q<bits>r / q<bits>h (quant
+#   requant / homomorphic), topk, randk, powersgd (rank 4). OPENBLAS_NUM_THREADS defaults to 1 (one BLAS thread per
+#   rank, as perf/netbench does).
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+  sed -n '2,19p' "$0" >&2
+  exit 2
+fi
+old="$1/perf/allreduce_perf" new="$2/perf/allreduce_perf"
+for b in "$old" "$new"; do
+  [ -x "$b" ] || { echo "compare_builds.sh: $b not found (build the allreduce_perf target)" >&2; exit 2; }
+done
+NP="${NP:-4}" BYTES="${BYTES:-64M}" ROUNDS="${ROUNDS:-5}" ITERS="${ITERS:-5}"
+CODECS="${CODECS:-bf16 q4r q2h topk randk powersgd}"
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+PY="${PY:-python3}"
+
+bytes=$(numfmt --from=iec "$BYTES")
+row_args() {  # codec -> allreduce_perf arguments
+  case "$1" in
+    bf16) echo "-d bfloat16 -b $((bytes / 2)) -e $((bytes / 2))" ;;
+    f32) echo "-d float -b $bytes -e $bytes" ;;
+    cast16) echo "-d float -z cast16 -b $bytes -e $bytes" ;;
+    q[0-9]r) echo "-d float -z quant:bits=${1:1:1},mode=requant -b $bytes -e $bytes" ;;
+    q[0-9]h) echo "-d float -z quant:bits=${1:1:1},mode=homomorphic -b $bytes -e $bytes" ;;
+    topk | randk) echo "-d float -z $1 -b $bytes -e $bytes" ;;
+    powersgd) echo "-d float -z powersgd:rank=4 -b $bytes -e $bytes" ;;
+    *) echo "compare_builds.sh: unknown codec '$1'" >&2; return 1 ;;
+  esac
+}
+for c in $CODECS; do row_args "$c" >/dev/null; done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+times="$tmp/times.txt"
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+for ((round = 1; round <= ROUNDS; ++round)); do
+  order="old new"
+  ((round % 2 == 0)) && order="new old"
+  for c in $CODECS; do
+    for which in $order; do
+      bin="$old"
+      [ "$which" = new ] && bin="$new"
+      # shellcheck disable=SC2046
+      if ! "$bin" -t "$NP" $(row_args "$c") -o sum -a auto -n "$ITERS" -w 1 -c 0 -D iid -J "$tmp/row.json" \
+        >"$tmp/row.log" 2>&1; then
+        echo "compare_builds.sh: $c on the $which build failed:" >&2
+        tail -5 "$tmp/row.log" >&2
+        exit 1
+      fi
+      "$PY" -c 'import json, sys; print(sys.argv[2], sys.argv[3], json.load(open(sys.argv[1]))[0]["time_us"] / 1e3)' \
+        "$tmp/row.json" "$c" "$which" >>"$times"
+    done
+  done
+  echo "compare_builds.sh: round $round/$ROUNDS done" >&2
+done
+load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$PY" - "$times" "$CODECS" <<PY
+import collections, statistics, sys
+t = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    codec, which, ms = line.split()
+    t[(codec, which)].append(float(ms))
+print("# Side by side: $NP thread ranks, $BYTES of float32 gradients per row (bf16: the same elements), $ROUNDS rounds")
+print()
+print("- old: $1")
+print("- new: $2")
+print("- load average (1, 5, 15 min): $load_start at start, $load_end at end; OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS")
+print()
+print("| codec | old median (ms) | new median (ms) | new / old | old, each round | new, each round |")
+print("|---|---:|---:|---:|---|---|")
+for c in sys.argv[2].split():
+    o, n = t[(c, "old")], t[(c, "new")]
+    mo, mn = statistics.median(o), statistics.median(n)
+    each = lambda v: " ".join("%.1f" % x for x in v)
+    print(f"| {c} | {mo:.1f} | {mn:.1f} | {mn / mo:.3f} | {each(o)} | {each(n)} |")
+PY
