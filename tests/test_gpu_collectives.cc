@@ -129,35 +129,74 @@ struct Pinned {
   ~Pinned() { cudaFreeHost(p); }
 };
 
+// Each rank's device buffers for OnDevice (send, and recv unless in place; rank r's start r * shift bytes into their
+// allocations) and the pinned host memory its copies go through, for inputs of up to inBytes[r] and outputs of up to
+// outBytes. Allocated before any rank calls and freed after every rank is done: cudaFree (and maybe cudaMalloc) can
+// wait for the whole device, including the other ranks' streams that wait for their collectives.
+struct RankBuffers {
+  bool inPlace;
+  std::vector<size_t> inBytes;
+  size_t outBytes;
+  std::vector<void*> send, recv, sendBase, recvBase;
+  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut, pinSent;
+  RankBuffers(const std::vector<size_t>& inBytes_, size_t outBytes_, bool inPlace_, size_t shift = 0)
+      : inPlace(inPlace_),
+        inBytes(inBytes_),
+        outBytes(outBytes_),
+        send(inBytes_.size()),
+        recv(inBytes_.size()),
+        sendBase(inBytes_.size()),
+        recvBase(inBytes_.size()) {
+    for (size_t r = 0; r < inBytes.size(); ++r) {
+      const size_t at = r * shift;
+      REQUIRE(cudaMalloc(&sendBase[r], at + std::max<size_t>(inBytes[r], inPlace ? outBytes : 1)) == cudaSuccess);
+      send[r] = static_cast<char*>(sendBase[r]) + at;
+      if (inPlace) {
+        recv[r] = send[r];
+      } else {
+        REQUIRE(cudaMalloc(&recvBase[r], at + std::max<size_t>(outBytes, 1)) == cudaSuccess);
+        recv[r] = static_cast<char*>(recvBase[r]) + at;
+      }
+      pinIn.push_back(std::make_unique<Pinned>(inBytes[r]));
+      pinOut.push_back(std::make_unique<Pinned>(outBytes));
+      pinSent.push_back(std::make_unique<Pinned>(inBytes[r]));
+    }
+  }
+  RankBuffers(const RankBuffers&) = delete;
+  RankBuffers& operator=(const RankBuffers&) = delete;
+  ~RankBuffers() {
+    for (size_t r = 0; r < send.size(); ++r) {
+      cudaFree(sendBase[r]);
+      if (!inPlace) cudaFree(recvBase[r]);
+    }
+  }
+};
+
 // The same on device buffers: the input copied in and the output poisoned on the rank's stream before the call, the
-// result copied back on it after; one synchronize at the end. inPlace: recv is the send buffer. Every buffer is
-// allocated before any rank calls and freed after every rank is done: cudaFree (and maybe cudaMalloc) can wait for
-// the whole device, including the other ranks' streams that wait for their collectives. Ranks below hostRanks call
-// with their host buffers instead, as OnHost does, in the same group call. shift: rank r's buffers start r * shift
-// bytes into their allocations (ranks whose buffers are aligned differently).
+// result copied back on it after; one synchronize at the end. inPlace: recv is the send buffer. The buffers are
+// allocated for this call, each rank's the size of its input (RankBuffers), or are `buffers` (at least as large, and
+// in place or not as the call).
+// Ranks below hostRanks call with their host buffers instead, as OnHost does, in the same group call. shift: rank r's
+// buffers start r * shift bytes into their allocations (ranks whose buffers are aligned differently).
 Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in, size_t outBytes, const Issue& issue,
-                 bool inPlace = false, int hostRanks = 0, size_t shift = 0) {
+                 bool inPlace = false, int hostRanks = 0, size_t shift = 0, RankBuffers* buffers = nullptr) {
   const int n = g.size();
+  std::unique_ptr<RankBuffers> own;
+  if (buffers == nullptr) {
+    std::vector<size_t> inBytes;
+    for (const Bytes& b : in) inBytes.push_back(b.size());
+    own = std::make_unique<RankBuffers>(inBytes, outBytes, inPlace, shift);
+    buffers = own.get();
+  }
+  REQUIRE(buffers->inPlace == inPlace);
+  REQUIRE(buffers->outBytes >= outBytes);
+  for (int r = 0; r < n; ++r) REQUIRE(buffers->inBytes[r] >= in[r].size());
+  const std::vector<void*>&send = buffers->send, &recv = buffers->recv;
   Outcome o;
   o.out.assign(static_cast<size_t>(n), Bytes(outBytes, '\x5a'));
   o.rc.resize(static_cast<size_t>(n));
-  std::vector<void*> send(static_cast<size_t>(n), nullptr), recv(static_cast<size_t>(n), nullptr);
-  std::vector<void*> sendBase(static_cast<size_t>(n), nullptr), recvBase(static_cast<size_t>(n), nullptr);
-  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut, pinSent;
   for (int r = 0; r < n; ++r) {
-    const size_t inBytes = in[r].size(), at = static_cast<size_t>(r) * shift;
-    REQUIRE(cudaMalloc(&sendBase[r], at + std::max<size_t>(inBytes, inPlace ? outBytes : 1)) == cudaSuccess);
-    send[r] = static_cast<char*>(sendBase[r]) + at;
-    if (inPlace) {
-      recv[r] = send[r];
-    } else {
-      REQUIRE(cudaMalloc(&recvBase[r], at + std::max<size_t>(outBytes, 1)) == cudaSuccess);
-      recv[r] = static_cast<char*>(recvBase[r]) + at;
-    }
-    pinIn.push_back(std::make_unique<Pinned>(inBytes));
-    pinOut.push_back(std::make_unique<Pinned>(outBytes));
-    pinSent.push_back(std::make_unique<Pinned>(inBytes));
-    if (inBytes > 0) std::memcpy(pinIn.back()->p, in[r].data(), inBytes);
+    if (!in[r].empty()) std::memcpy(buffers->pinIn[r]->p, in[r].data(), in[r].size());
   }
   RunRanks(n, [&](int r) {
     if (r < hostRanks) {  // a blocking call on this thread
@@ -167,25 +206,23 @@ Outcome OnDevice(const Group& g, const Streams& st, const std::vector<Bytes>& in
     cudaSetDevice(0);
     cudaStream_t s = reinterpret_cast<cudaStream_t>(st[r]);
     if (!inPlace) cudaMemsetAsync(recv[r], 0x5a, outBytes, s);
-    cudaMemcpyAsync(send[r], pinIn[r]->p, in[r].size(), cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(send[r], buffers->pinIn[r]->p, in[r].size(), cudaMemcpyHostToDevice, s);
     o.rc[r] = Record(issue(r, send[r], recv[r], st[r]), g[r]);
-    cudaMemcpyAsync(pinOut[r]->p, recv[r], outBytes, cudaMemcpyDeviceToHost, s);
-    if (!inPlace) cudaMemcpyAsync(pinSent[r]->p, send[r], in[r].size(), cudaMemcpyDeviceToHost, s);
+    cudaMemcpyAsync(buffers->pinOut[r]->p, recv[r], outBytes, cudaMemcpyDeviceToHost, s);
+    if (!inPlace) cudaMemcpyAsync(buffers->pinSent[r]->p, send[r], in[r].size(), cudaMemcpyDeviceToHost, s);
     cudaError_t e = cudaStreamSynchronize(s);
     if (e != cudaSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{ccUnhandledCudaError, cudaGetErrorString(e)};
     ccResult_t async = ccSuccess;
     ccCommGetAsyncError(g[r], &async);
     if (async != ccSuccess && o.rc[r].rc == ccSuccess) o.rc[r] = RankResult{async, ccGetLastError(g[r])};
     // A separate sendbuff is only read (ccoll.h), whatever the call's path.
-    if (!inPlace && !in[r].empty() && std::memcmp(pinSent[r]->p, in[r].data(), in[r].size()) != 0 &&
+    if (!inPlace && !in[r].empty() && std::memcmp(buffers->pinSent[r]->p, in[r].data(), in[r].size()) != 0 &&
         o.rc[r].rc == ccSuccess) {
       o.rc[r] = RankResult{ccInternalError, "the call wrote into its sendbuff (a device buffer of its own)"};
     }
   });
-  for (int r = 0; r < n; ++r) {
-    if (outBytes > 0 && r >= hostRanks) std::memcpy(o.out[r].data(), pinOut[r]->p, outBytes);
-    cudaFree(sendBase[r]);
-    if (!inPlace) cudaFree(recvBase[r]);
+  for (int r = hostRanks; r < n; ++r) {
+    if (outBytes > 0) std::memcpy(o.out[r].data(), buffers->pinOut[r]->p, outBytes);
   }
   return o;
 }
@@ -1097,42 +1134,27 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
   REQUIRE(g.status == ccSuccess);
   Streams st(n);
   const size_t most = 4 * 4 * 40001;  // bytes of each buffer: 4 ranks x 40001 float32 values
-  std::vector<void*> send(n, nullptr), recv(n, nullptr);
-  std::vector<std::unique_ptr<Pinned>> pinIn, pinOut;
-  for (int r = 0; r < n; ++r) {
-    REQUIRE(cudaMalloc(&send[r], most) == cudaSuccess);
-    REQUIRE(cudaMalloc(&recv[r], most) == cudaSuccess);
-    pinIn.push_back(std::make_unique<Pinned>(most));
-    pinOut.push_back(std::make_unique<Pinned>(most));
-  }
+  // Allocated once: OnDevice would allocate each call's buffers (cudaMalloc, cudaHostAlloc), which the checks count.
+  RankBuffers inPlaceBuffers(std::vector<size_t>(n, most), most, true),
+      apart(std::vector<size_t>(n, most), most, false);
   std::vector<std::unique_ptr<Compressors>> kept;
   // `calls` calls of issue(r, send, recv, stream) (recv: the send buffer when inPlace), rank r's input for call c
   // from input(r, c); checks that every call succeeds, leaves the same bytes on every rank (when `same`) and, after the
   // first, allocates nothing.
   auto repeat = [&](const std::string& what, size_t inBytes, size_t outBytes, bool inPlace, bool same,
                     const std::function<Bytes(int, int)>& input, const Issue& issue) {
-    REQUIRE(std::max(inBytes, outBytes) <= most);
 #ifdef CCOLL_FAKE_CUDA
     const bool poolless = FirstCallsWaitOnHost();
     uint64_t scratch = 0, allocations = 0, handles = 0;
 #endif
     for (int c = 0; c < calls; ++c) {
       INFO(what << ", call " << c);
-      std::vector<RankResult> rc(n);
-      std::vector<Bytes> out(n, Bytes(outBytes));
-      RunRanks(n, [&](int r) {
-        cudaSetDevice(0);
-        cudaStream_t s = st.s[r];
-        void* to = inPlace ? send[r] : recv[r];
-        const Bytes in = input(r, c);
-        std::memcpy(pinIn[r]->p, in.data(), inBytes);
-        cudaMemcpyAsync(send[r], pinIn[r]->p, inBytes, cudaMemcpyHostToDevice, s);
-        rc[r] = Record(issue(r, send[r], to, st[r]), g[r]);
-        cudaMemcpyAsync(pinOut[r]->p, to, outBytes, cudaMemcpyDeviceToHost, s);
-        const cudaError_t e = cudaStreamSynchronize(s);
-        if (e != cudaSuccess && rc[r].rc == ccSuccess) rc[r] = RankResult{ccUnhandledCudaError, cudaGetErrorString(e)};
-        std::memcpy(out[r].data(), pinOut[r]->p, outBytes);
-      });
+      std::vector<Bytes> in;
+      for (int r = 0; r < n; ++r) in.push_back(input(r, c));
+      for (int r = 0; r < n; ++r) REQUIRE(in[r].size() == inBytes);
+      const Outcome o = OnDevice(g, st, in, outBytes, issue, inPlace, 0, 0, inPlace ? &inPlaceBuffers : &apart);
+      const std::vector<RankResult>& rc = o.rc;
+      const std::vector<Bytes>& out = o.out;
       // Staged PowerSGD (CC_DEVICE_KERNELS=0) in a build with cuBLAS but no CPU BLAS: refused, as on the host.
       if (c == 0 && rc[0].rc == ccInvalidUsage && Contains(rc[0].error, "needs a CPU BLAS")) return;
       REQUIRE(cctest::FirstFailure(rc) == "");
@@ -1232,10 +1254,6 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
                });
       }
     }
-  }
-  for (int r = 0; r < n; ++r) {
-    cudaFree(send[r]);
-    cudaFree(recv[r]);
   }
 }
 
