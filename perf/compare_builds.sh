@@ -83,7 +83,8 @@ print("# Side by side: $NP thread ranks, $BYTES of float32 gradients per row (bf
 print()
 print("- old: $1")
 print("- new: $2")
-print("- load average (1, 5, 15 min): $load_start at start, $load_end at end; OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS")
+print("- load average (1, 5, 15 min): $load_start at start, $load_end at end;"
+      " OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS")
 print()
 print("| codec | old median (ms) | new median (ms) | new / old | old, each round | new, each round |")
 print("|---|---:|---:|---:|---|---|")

@@ -302,9 +302,10 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
   // offsets are rare: a bucket's buffers seldom move), rather than let its products load kernels while its stream
   // waits.
   if (!c->WaitIdleFor(comm->config.timeoutMs)) {
-    CC_WARN("rank %d: powersgd's call before on this compressor has not run within %d ms (CC_TIMEOUT_MS); this call, "
-            "on buffers at new offsets, goes ahead with cuBLAS not prepared for them", comm->rank,
-            comm->config.timeoutMs);
+    CC_WARN(
+        "rank %d: powersgd's call before on this compressor has not run within %d ms (CC_TIMEOUT_MS); this call, "
+        "on buffers at new offsets, goes ahead with cuBLAS not prepared for them",
+        comm->rank, comm->config.timeoutMs);
     return;
   }
   void* temp = nullptr;
