@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -282,7 +283,11 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
 
 }  // namespace
 
-void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
+std::atomic<uint64_t> gPrimingWaits{0};
+
+uint64_t PrimingWaits() { return gPrimingWaits.load(); }
+
+void PrimeDeviceCodec(ccComm* comm, const CollArgs& a, ccCompressor* c) {
 #ifdef CCOLL_HAVE_CUBLAS
   // (One rank or no data: the call runs no product.)
   if (c->kind != ccCompressPowerSGD || comm->nranks == 1 || a.count == 0) return;
@@ -300,7 +305,9 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
   if (!PlanLowRank(*c, a.count, &plan, &why)) return;  // the call itself reports it
   // While a call of c is queued, the proxy thread owns c->device: this call waits on the host until it has run (new
   // offsets are rare: a bucket's buffers seldom move), rather than let its products load kernels while its stream
-  // waits.
+  // waits. (The queued call started its own timeout before this wait did: where it fails, the proxy has failed the
+  // communicator by the time this wait ends, and nothing is primed for a call that cannot run.)
+  if (c->inFlight.load() != 0) gPrimingWaits.fetch_add(1);
   if (!c->WaitIdleFor(comm->config.timeoutMs)) {
     CC_WARN(
         "rank %d: powersgd's call before on this compressor has not run within %d ms (CC_TIMEOUT_MS); this call, "
@@ -308,6 +315,7 @@ void PrimeDeviceCodec(const ccComm* comm, const CollArgs& a, ccCompressor* c) {
         comm->rank, comm->config.timeoutMs);
     return;
   }
+  if (comm->AsyncError() != ccSuccess) return;
   void* temp = nullptr;
   try {
     DeviceScope scope(comm->config.cudaDev);

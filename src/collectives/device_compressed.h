@@ -34,11 +34,15 @@ ccResult_t DeviceCompressedAllReduce(ccComm* comm, const CollArgs& args, ccCompr
 // synchronize the context) before a stream waits for a proxy that runs them.
 // Runs again for a call whose buffers lie at other 256-byte offsets than any primed call's (cuBLAS may choose kernels
 // by alignment); while a call of the compressor is queued, that first waits on the host until the call has run (at
-// most CC_TIMEOUT_MS, then it warns and does nothing). Does nothing for other compressors, once the compressor is
-// primed for the call's offsets, and for calls that run no product (one rank, no data). Best effort: a CUDA failure
-// is logged, and the call goes ahead (and fails on the proxy thread, where a failure aborts the communicator and
-// releases every waiting stream).
-void PrimeDeviceCodec(const ccComm* comm, const CollArgs& args, ccCompressor* c);
+// most CC_TIMEOUT_MS, then it warns and does nothing; nothing either where the communicator has failed meanwhile). So
+// such a call returns only once the call before has run, even with memory pools: its thread must not be the one that
+// makes a call the call before waits for (one thread driving several ranks outside a group, say). Does nothing for
+// other compressors, once the compressor is primed for the call's offsets, and for calls that run no product (one
+// rank, no data). Best effort: a CUDA failure is logged, and the call goes ahead (and fails on the proxy thread, where
+// a failure aborts the communicator and releases every waiting stream).
+void PrimeDeviceCodec(ccComm* comm, const CollArgs& args, ccCompressor* c);
+// How many of PrimeDeviceCodec's calls found the compressor's call before still queued and waited (for tests).
+uint64_t PrimingWaits();
 
 // bfloat16 and float16 data on device buffers: CompressedAllReduce of a float32 copy widened on the device, narrowed
 // into args.recv (compress/widen.h), on the compressor's stream.
