@@ -11,7 +11,9 @@
 # next to the current one:
 #   git worktree add /tmp/old <commit> && cmake -S /tmp/old -B /tmp/old/build -DCMAKE_BUILD_TYPE=Release \
 #     -DCCOLL_BUILD_TESTS=OFF && cmake --build /tmp/old/build --target allreduce_perf
-# (Configure both builds alike, CUDA on or off in both: a CUDA build checks where each buffer lives.)
+# (Configure both builds alike, CUDA on or off in both: a CUDA build checks where each buffer lives.) Each build runs
+# its own allreduce_perf, so a ratio holds changes to the harness too. The rows run with -c 0: timing only, no check
+# of the results (allreduce_perf's default check, or the tests, judge those).
 #
 # Environment: NP [4] BYTES [64M: float32 gradient bytes per row] ROUNDS [5] ITERS [5]
 #   CODECS ["bf16 q4r q2h topk randk powersgd"]: bf16 (the baseline), f32, cast16, q<bits>r / q<bits>h (quant
@@ -20,7 +22,7 @@
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
-  sed -n '2,19p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 fi
 old="$1/perf/allreduce_perf" new="$2/perf/allreduce_perf"
@@ -65,26 +67,39 @@ for ((round = 1; round <= ROUNDS; ++round)); do
         tail -5 "$tmp/row.log" >&2
         exit 1
       fi
-      "$PY" -c 'import json, sys; print(sys.argv[2], sys.argv[3], json.load(open(sys.argv[1]))[0]["time_us"] / 1e3)' \
-        "$tmp/row.json" "$c" "$which" >>"$times"
+      if ! "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))[0]; print(sys.argv[2], sys.argv[3],
+r["time_us"] / 1e3)' "$tmp/row.json" "$c" "$which" >>"$times"; then
+        echo "compare_builds.sh: no time in the $which build's report for $c ($tmp/row.json)" >&2
+        exit 1
+      fi
     done
   done
   echo "compare_builds.sh: round $round/$ROUNDS done" >&2
 done
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
-"$PY" - "$times" "$CODECS" <<PY
-import collections, statistics, sys
+commit_of() {  # the commit a build directory was configured from, where its source is a git checkout
+  local src
+  src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$1/CMakeCache.txt" 2>/dev/null)
+  git -C "${src:-$1}" rev-parse --short HEAD 2>/dev/null || echo "unknown commit"
+}
+CB_OLD="$1 ($(commit_of "$1"))" CB_NEW="$2 ($(commit_of "$2"))"
+export CB_OLD CB_NEW CB_LOAD_START="$load_start" CB_LOAD_END="$load_end" CB_NP="$NP" CB_BYTES="$BYTES" \
+  CB_ROUNDS="$ROUNDS"
+"$PY" - "$times" "$CODECS" <<'PY'
+import collections, os, statistics, sys
 t = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     codec, which, ms = line.split()
     t[(codec, which)].append(float(ms))
-print("# Side by side: $NP thread ranks, $BYTES of float32 gradients per row (bf16: the same elements), $ROUNDS rounds")
+e = os.environ
+print("# Side by side: %s thread ranks, %s of float32 gradients per row (bf16: the same elements), %s rounds"
+      % (e["CB_NP"], e["CB_BYTES"], e["CB_ROUNDS"]))
 print()
-print("- old: $1")
-print("- new: $2")
-print("- load average (1, 5, 15 min): $load_start at start, $load_end at end;"
-      " OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS")
+print("- old: " + e["CB_OLD"])
+print("- new: " + e["CB_NEW"])
+print("- load average (1, 5, 15 min): %s at start, %s at end; OPENBLAS_NUM_THREADS=%s"
+      % (e["CB_LOAD_START"], e["CB_LOAD_END"], e["OPENBLAS_NUM_THREADS"]))
 print()
 print("| codec | old median (ms) | new median (ms) | new / old | old, each round | new, each round |")
 print("|---|---:|---:|---:|---|---|")
