@@ -1781,11 +1781,14 @@ TEST_CASE("[gpu] a PowerSGD device call on buffers aligned otherwise than its co
 // the proxy thread owns the compressor's device state then, so the priming waits on the host for that call to be done
 // (as a first call of a shape without pools does). Both ranks make one call first, on buffers at offset 0; then rank 1
 // makes a call on them and, without waiting, one on buffers 4 bytes in, while that first call cannot have run: rank 0
-// makes its part only once rank 1 waits in its second call (on the fake runtime, where ccoll::PrimingWaits tells;
-// on a GPU, once rank 1's first call has returned, which leaves rank 1 the race by far). Rank 0's two calls use its
-// aligned buffers, and its second follows rank 1's second, so that no stream waits while rank 1 primes (README,
-// "Device buffers"). Shapes of their own: the fake cuBLAS loads a product's kernels once per process (ctest's strict
-// entries run every case in one), so a shape an earlier case ran unaligned would pass without the wait.
+// makes its part only once rank 1 waits in its second call (on the fake runtime, where ccoll::PrimingWaits tells and
+// is checked; on a GPU, once rank 1's first call has returned, which leaves rank 1 the race by far). Rank 0's two
+// calls use its aligned buffers, and its second follows rank 1's second.
+// Kernels: rank 1 primes right after its first call has run on its proxy, when rank 0's stream may still wait for
+// rank 0's proxy. A kernel load then (which may synchronize the device) is the case of a rank that loads while another
+// thread rank's stream waits, which the README leaves uncovered. So other compressors of the spec run once at the new
+// offsets first, on both ranks at once, and load every kernel; the wait is what this case checks (PrimingWaits), and
+// "aligned otherwise" above checks that a priming at new offsets loads what the call needs.
 TEST_CASE("[gpu] a PowerSGD device call on buffers at new offsets while its compressor's call before is queued",
           "[gpu][device]") {
   SKIP_WITHOUT_DEVICE();
@@ -1824,10 +1827,20 @@ TEST_CASE("[gpu] a PowerSGD device call on buffers at new offsets while its comp
       });
       REQUIRE(host.Failure() == "");
     }
+    {  // the kernels at the new offsets: every rank 4 bytes in, with compressors of their own
+      Compressors loaders(spec, n, 4);
+      REQUIRE(loaders.status == ccSuccess);
+      const Outcome loaded =
+          OnDevice(g, st, in, (count + 1) * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
+            const auto b = second(1, s, d);
+            return ccAllReduce(b.first, b.second, count, ccFloat32, ccAvg, loaders[r], g[r], stream);
+          });
+      if (NoCpuBlas(loaded)) return;  // staged (CC_DEVICE_KERNELS=0) and no CPU BLAS either
+      REQUIRE(loaded.Failure() == "");
+    }
     Outcome dev = OnDevice(g, st, first, count * 4, [&](int r, const void* s, void* d, ccStream_t stream) {
       return ccAllReduce(s, d, count, ccFloat32, ccAvg, devComps[r], g[r], stream);
     });
-    if (NoCpuBlas(dev)) return;  // staged (CC_DEVICE_KERNELS=0) and no CPU BLAS either
     REQUIRE(dev.Failure() == "");
     std::atomic<bool> firstReturned{false}, secondReturned{false};
     bool ordered = true;
