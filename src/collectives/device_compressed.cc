@@ -283,7 +283,9 @@ ccResult_t LowRankAllReduceOnDevice(ccComm* comm, const CollArgs& a, ccCompresso
 
 }  // namespace
 
+namespace {
 std::atomic<uint64_t> gPrimingWaits{0};
+}  // namespace
 
 uint64_t PrimingWaits() { return gPrimingWaits.load(); }
 
