@@ -260,6 +260,7 @@ class RankRun {
     row->wrong = counts[0];
     row->sendIntact = counts[1] == 0;
     row->identical = true;
+    row->resultHash = hashes[0];
     for (uint64_t h : hashes) {
       row->identical = row->identical && (s_.rootOnly || s_.shift || s_.exchange || h == hashes[0]);
     }

@@ -43,6 +43,13 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
+// A 64-bit hash as 16 hex digits: a JSON number cannot hold every 64-bit value exactly.
+std::string HashHex(uint64_t h) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 }  // namespace
 
 void Report::Line(const char* fmt, ...) {
@@ -152,9 +159,10 @@ bool Report::WriteJson(const std::string& path, std::string* error) const {
       js << ", \"error\": " << (r.errorMeasured ? JsonNumber(r.error) : std::string("null"))
          << ", \"wrong\": " << r.wrong
          << ", \"identical\": " << (r.identical ? "true" : "false")
-         << ", \"send_intact\": " << (r.sendIntact ? "true" : "false");
+         << ", \"send_intact\": " << (r.sendIntact ? "true" : "false")
+         << ", \"result_hash\": \"" << HashHex(r.resultHash) << "\"";
     } else {
-      js << ", \"error\": null, \"wrong\": null, \"identical\": null, \"send_intact\": null";
+      js << ", \"error\": null, \"wrong\": null, \"identical\": null, \"send_intact\": null, \"result_hash\": null";
     }
     js << "}" << (i + 1 < rows_.size() ? "," : "") << "\n";
   }

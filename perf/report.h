@@ -28,6 +28,8 @@ struct Row {
   uint64_t wrong = 0;    // elements outside tolerance, plus elements written past the end
   bool identical = true;     // every rank's output had the same bits
   bool sendIntact = true;    // out of place: sendbuff was not modified
+  uint64_t resultHash = 0;   // HashBytes of rank 0's output of the check (fresh state, fresh inputs): the same bits
+                             // give the same hash, so two builds of the library can be compared (compare_builds.sh)
   bool lossy = false;        // a codec's row: error is judged only against vnmseBound
   double vnmseBound = -1;    // -E; negative: not judged
 };
