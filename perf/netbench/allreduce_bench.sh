@@ -188,6 +188,7 @@ json.dump({
     "tag": "$TAG", "start": "$start_time", "elapsed_s": $elapsed, "rate": "$RATE", "np": $NP,
     "iters": $ITERS, "rounds": $ROUNDS, "cpu_only": $CPU_ONLY, "warmup": $WARMUP, "check": $CHECK, "dist": "$DIST", "algo": "$ALGO",
     "selfcheck_mbit": "$selfcheck", "cores": $(nproc), "load_start": "$load_start", "load_end": "$load_end",
+    "cpu": "$(nb_cpu)",
     "busy_start": "$busy_start", "busy_end": "$busy_end",
     "commit": "$(git -C "$repo" rev-parse --short HEAD 2>/dev/null)",
     "dirty": "$(git -C "$repo" status --porcelain --untracked-files=no -- src include perf 2>/dev/null | wc -l)",

@@ -161,6 +161,17 @@ nb_up() {
   export NB_K NB_PREFIX NB_NET NB_RATE NB_BURST
 }
 
+# nb_cpu: this machine's CPU in one line, for a run's header: results from two CPUs do not compare, in time nor in
+# bits (torch picks its kernels by the CPU's vector extensions, and they round differently).
+nb_cpu() {
+  local model family mdl avx512=no
+  model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  family=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  mdl=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  grep -q -m1 -w avx512f /proc/cpuinfo && avx512=yes
+  echo "${model:-unknown}, family ${family:-?} model ${mdl:-?}, AVX-512 $avx512"
+}
+
 # nb_selfcheck [SECONDS]: host 0 sends to host 1; prints "<Mbit/s>" on stdout (the tool's own output on stderr).
 nb_selfcheck() {
   local secs="${1:-3}" mbit

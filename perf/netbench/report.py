@@ -124,10 +124,11 @@ def main():
       "algbw = size / time (GB/s, 1e9), so speedup vs bf16 = bf16 time / time at the same size. wirebits: bits "
       "each rank sent per element and ring transmission (measured by ccoll; nominal 32 for MPI). error: vNMSE "
       "against the fp64 reference (the bf16 row's reference is of its bf16 inputs).")
-    p("- Machine: %s cores, shared with other work (builds and tests of other engineers may run concurrently); "
+    p("- Machine: %s cores%s, shared with other work (builds and tests of other engineers may run concurrently); "
       "load average (1, 5, 15 min) %s at start, %s at end; compiler/linker processes seen: %s at start, %s at end. "
       "The 4 ranks share these cores, so CPU-bound codec work competes with everything else on the machine." % (
-          meta["cores"], meta["load_start"], meta["load_end"], meta["busy_start"], meta["busy_end"]))
+          meta["cores"], " (%s)" % meta["cpu"] if meta.get("cpu") else "", meta["load_start"], meta["load_end"],
+          meta["busy_start"], meta["busy_end"]))
     for s in meta["skipped"]:
         p("- Skipped: %s" % s)
     if meta["failed"]:
