@@ -15,6 +15,10 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 scripts/setup.sh
 PERF="$BUILD_DIR/perf/allreduce_perf"
+# One BLAS thread per rank (PowerSGD's products run in each rank's thread): OpenBLAS's default, a thread per core for
+# every rank, oversubscribes the cores the ranks already share (PowerSGD at 64 MiB on 4 thread ranks and 2 cores:
+# 111-139 ms against 73-80 ms with one thread, 2026-12-07).
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 NRANKS=${NRANKS:-4}
 MIN_MIB=${MIN_MIB:-1}   # float32 gradient sizes; the bf16 baseline runs the same element counts
 MAX_MIB=${MAX_MIB:-64}
