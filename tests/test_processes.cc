@@ -1,6 +1,8 @@
 // Exact collectives, compressed calls and ccCommSplit with ranks as processes (launched by mpirun; MPI only shares
 // the unique id and compares results across ranks). Every case checks the result against an fp64 reference computed
 // from all ranks' inputs (each rank can generate every rank's input) and checks that all ranks hold the same bytes.
+// The large exact float cases and every codec also run on inputs whose sums round, and their bytes must be those of the
+// same call on thread ranks of one process (the local transport): results do not depend on the transport.
 //
 //   mpirun -np 4 test_processes        (UCX_TLS picks shared memory or TCP)
 #include <mpi.h>
@@ -11,12 +13,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ccoll.h"
 #include "compress/float16.h"
 #include "core/comm.h"
+#include "first_difference.h"
 #include "rank_harness.h"
 #include "transport/ucx.h"
 
@@ -221,6 +225,61 @@ void OtherCollectives(ccComm_t comm, size_t count) {
   }
 }
 
+// Input of the transport comparison: uniform in [-2, 2) with every bit of the type's mantissa used, so that sums round
+// and the order in which they were taken shows in the result's bits (Input's values sum exactly).
+void RoughInput(int rank, uint64_t salt, ccDataType_t t, size_t count, void* buf) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t h = Mix((static_cast<uint64_t>(rank) << 40) ^ i ^ (salt << 20));
+    Store(buf, i, t, (std::ldexp(static_cast<double>(h >> 11), -53) - 0.5) * 4.0);
+  }
+}
+
+// Results do not depend on the transport: two all-reduces of RoughInput over UCX here (with a compressor, the second
+// starts from the state the first left: error feedback, warm start), and the same two calls on gRanks thread ranks of
+// rank 0's process (the local transport, this communicator's algorithm, fresh compressors of the same spec; thread
+// rank r takes process rank r's input), must give the same bytes. spec NULL: the exact all-reduce.
+void SameAsThreadRanksCase(ccComm_t comm, size_t count, ccDataType_t t, ccRedOp_t op, const char* spec) {
+  const uint64_t salt = count * 17 + t * 5 + op + (spec != nullptr ? std::strlen(spec) * 1000 : 0);
+  const size_t bytes = count * Size(t);
+  const std::string what = std::string("same bytes as thread ranks: ") + (spec != nullptr ? spec : "exact") + " " +
+                           Name(t) + " op " + std::to_string(op) + " count " + std::to_string(count);
+  std::vector<char> in(bytes), got(bytes);
+  RoughInput(gRank, salt, t, count, in.data());
+  ccCompressor_t c = nullptr;
+  bool ok = spec == nullptr || ccCompressorCreateFromString(&c, spec) == ccSuccess;
+  for (int call = 0; call < 2 && ok; ++call) {
+    ok = ccAllReduce(in.data(), got.data(), count, t, op, c, comm, nullptr) == ccSuccess;
+  }
+  ccCompressorDestroy(c);
+  Report(ok && SameOnAllRanks(got.data(), bytes), what + ": processes: " + ccGetLastError(comm));
+  std::string diff;
+  if (ok && gRank == 0) {
+    cctest::Group g = cctest::Group::InitConfig(gRanks, cctest::MakeConfig(comm->config.algorithm, 60000));
+    std::unique_ptr<cctest::Compressors> comps;
+    if (spec != nullptr) comps.reset(new cctest::Compressors(spec, gRanks));
+    if (g.status != ccSuccess) {
+      diff = "init: " + g.error;
+    } else if (comps && comps->status != ccSuccess) {
+      diff = "compressors: " + comps->error;
+    } else {
+      std::vector<std::vector<char>> ins(static_cast<size_t>(gRanks), std::vector<char>(bytes));
+      std::vector<std::vector<char>> outs(ins);
+      std::vector<cctest::RankResult> results(static_cast<size_t>(gRanks));
+      cctest::RunRanks(gRanks, [&](int r) {
+        RoughInput(r, salt, t, count, ins[r].data());
+        for (int call = 0; call < 2 && results[r].rc == ccSuccess; ++call) {
+          results[r] = cctest::Record(
+              ccAllReduce(ins[r].data(), outs[r].data(), count, t, op, comps ? (*comps)[r] : nullptr, g[r], nullptr),
+              g[r]);
+        }
+      });
+      diff = cctest::FirstFailure(results);
+      if (diff.empty()) diff = cctest::FirstDifference(outs[0], got);
+    }
+  }
+  Report(diff.empty(), what + ": thread ranks: " + diff);
+}
+
 // Compressed all-reduce across processes: every rank ends with the same bytes, and the error is that of the codec
 // (loose sanity bounds; the tight bounds live in test_compression).
 void CompressedCase(ccComm_t comm, const char* spec, double bound, size_t count = (1u << 16) + 7) {
@@ -239,6 +298,7 @@ void CompressedCase(ccComm_t comm, const char* spec, double bound, size_t count 
   bool same = SameOnAllRanks(out.data(), count * sizeof(float));
   Report(ok && same && num <= bound * den, std::string("compressed ") + spec + ": vNMSE " + std::to_string(num / den) +
                                                (same ? "" : ", ranks differ") + " " + ccGetLastError(comm));
+  SameAsThreadRanksCase(comm, count, ccFloat32, ccAvg, spec);
 }
 
 // ccCommSplit across processes: ranks by parity, keys reversed, and with 3 or more ranks the last one takes no part.
@@ -482,6 +542,9 @@ int main(int argc, char** argv) {
     if (algo == ccAlgoRing) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{1023}, size_t{(1 << 18) + 1}}) OtherCollectives(comm, count);
     }
+    for (ccDataType_t t : {ccFloat16, ccBfloat16, ccFloat32, ccFloat64}) {
+      for (ccRedOp_t op : {ccSum, ccAvg}) SameAsThreadRanksCase(comm, (size_t{1} << 20) + 3, t, op, nullptr);
+    }
     CompressedCase(comm, "cast16", 1e-4);
     CompressedCase(comm, "quant:bits=8,mode=homomorphic", 1e-3);
     CompressedCase(comm, "quant:bits=4,mode=homomorphic,rounding=correlated", 0.1);
@@ -490,6 +553,9 @@ int main(int argc, char** argv) {
     CompressedCase(comm, "quant:bits=4,mode=homomorphic", 0.1, (size_t{1} << 20) + 1029);
     CompressedCase(comm, "topk:density=0.5", 1.0);
     CompressedCase(comm, "randk:density=0.5", 1.0);
+#ifdef CCOLL_HAVE_BLAS
+    SameAsThreadRanksCase(comm, 300 * 219, ccFloat32, ccAvg, "powersgd:rank=4,rows=300,cols=219");
+#endif
     if (algo == ccAlgoRing) SplitCase(comm);
     if (algo == ccAlgoRing) PointToPointCase(comm);
     if (algo == ccAlgoRing) {
