@@ -19,7 +19,7 @@
 # row once more with its check on (-c 1: a fresh state, fresh inputs, the output checked against the fp64 reference
 # and across ranks), linked at run time (LD_LIBRARY_PATH) first to OLD's libccoll and then to NEW's, so only the
 # library differs; the table gives rank 0's result hash from each. A codec's state over many calls (error feedback,
-# warm start) is not covered: the check is one call from a fresh state.
+# warm start) is not covered: the check is one call from a fresh state. Exit status 3 when some codec's bits differ.
 #
 # Environment: NP [4] BYTES [64M: float32 gradient bytes per row] ROUNDS [5; 0: the bits only, and OLD then needs
 #   only its library, src/libccoll.so.0 (`--target ccoll`)] ITERS [5] BITS [1]
@@ -35,9 +35,10 @@ fi
 old="$1/perf/allreduce_perf" new="$2/perf/allreduce_perf"
 NP="${NP:-4}" BYTES="${BYTES:-64M}" ROUNDS="${ROUNDS:-5}" ITERS="${ITERS:-5}" BITS="${BITS:-1}"
 CODECS="${CODECS:-bf16 q4r q2h topk randk powersgd}"
-bins="$new"
-((ROUNDS > 0)) && bins="$old $new"  # the bits pass runs NEW's harness only
-for b in $bins; do
+((ROUNDS > 0)) || [ "$BITS" = 1 ] || { echo "compare_builds.sh: ROUNDS=0 and BITS=0: nothing to do" >&2; exit 2; }
+bins=("$new")
+((ROUNDS > 0)) && bins=("$old" "$new")  # the bits pass runs NEW's harness only
+for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "compare_builds.sh: $b not found (build the allreduce_perf target)" >&2; exit 2; }
 done
 [ "$BITS" != 1 ] || [ -e "$1/src/libccoll.so.0" ] || { echo "compare_builds.sh: no $1/src/libccoll.so.0" >&2; exit 2; }
@@ -96,21 +97,28 @@ if [ "$BITS" = 1 ]; then
   for which in old new; do
     libdir="$1/src"
     [ "$which" = new ] && libdir="$2/src"
-    loaded=$(LD_LIBRARY_PATH="$libdir" ldd "$new" | awk '/libccoll[.]so/ {print $3}')
-    if [ "$(realpath "$loaded" 2>/dev/null)" != "$(realpath "$libdir/libccoll.so.0" 2>/dev/null)" ]; then
+    # Ahead of the caller's path, not instead of it: CUDA or UCX may be found through it.
+    libpath="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    loaded=$(LD_LIBRARY_PATH="$libpath" ldd "$new" 2>&1 | awk '/libccoll[.]so/ {print $3}' || true)
+    want=$(realpath "$libdir/libccoll.so.0" 2>/dev/null)
+    if [ -z "$loaded" ] || [ "$(realpath "$loaded" 2>/dev/null)" != "$want" ]; then
       echo "compare_builds.sh: $new would load '$loaded', not $libdir/libccoll.so.0" >&2
       exit 1
     fi
     for c in $CODECS; do
       # shellcheck disable=SC2046
-      if ! LD_LIBRARY_PATH="$libdir" "$new" -t "$NP" $(row_args "$c") -o sum -a auto -n 1 -w 0 -c 1 -D iid \
+      if ! LD_LIBRARY_PATH="$libpath" "$new" -t "$NP" $(row_args "$c") -o sum -a auto -n 1 -w 0 -c 1 -D iid \
         -J "$tmp/bits.json" >"$tmp/bits.log" 2>&1; then
         echo "compare_builds.sh: the check of $c on the $which library failed:" >&2
         tail -5 "$tmp/bits.log" >&2
         exit 1
       fi
-      "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))[0]; print(sys.argv[2], sys.argv[3],
-r["result_hash"])' "$tmp/bits.json" "$c" "$which" >>"$bits"
+      if ! "$PY" -c 'import json, re, sys; h = json.load(open(sys.argv[1]))[0]["result_hash"]
+assert isinstance(h, str) and re.fullmatch("[0-9a-f]{16}", h), h
+print(sys.argv[2], sys.argv[3], h)' "$tmp/bits.json" "$c" "$which" >>"$bits"; then
+        echo "compare_builds.sh: no result hash in the $which library's report for $c ($tmp/bits.json)" >&2
+        exit 1
+      fi
     done
   done
   echo "compare_builds.sh: result bits done" >&2
@@ -124,7 +132,8 @@ commit_of() {  # the commit a build directory was configured from, where its sou
 CB_OLD="$1 ($(commit_of "$1"))" CB_NEW="$2 ($(commit_of "$2"))"
 export CB_OLD CB_NEW CB_LOAD_START="$load_start" CB_LOAD_END="$load_end" CB_NP="$NP" CB_BYTES="$BYTES" \
   CB_ROUNDS="$ROUNDS"
-"$PY" - "$times" "$CODECS" "$bits" <<'PY'
+status=0
+"$PY" - "$times" "$CODECS" "$bits" <<'PY' || status=$?
 import collections, os, statistics, sys
 t = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -135,8 +144,12 @@ for line in open(sys.argv[3]):
     codec, which, digest = line.split()
     h[(codec, which)] = digest
 e = os.environ
-print("# Side by side: %s thread ranks, %s of float32 gradients per row (bf16: the same elements), %s rounds"
-      % (e["CB_NP"], e["CB_BYTES"], e["CB_ROUNDS"]))
+if t:
+    print("# Side by side: %s thread ranks, %s of float32 gradients per row (bf16: the same elements), %s rounds"
+          % (e["CB_NP"], e["CB_BYTES"], e["CB_ROUNDS"]))
+else:
+    print("# Result bits: %s thread ranks, %s of float32 gradients per row (bf16: the same elements)"
+          % (e["CB_NP"], e["CB_BYTES"]))
 print()
 print("- old: " + e["CB_OLD"])
 print("- new: " + e["CB_NEW"])
@@ -161,4 +174,7 @@ if h:
     for c in sys.argv[2].split():
         o, n = h[(c, "old")], h[(c, "new")]
         print(f"| {c} | {'yes' if o == n else '**no**'} | {o} | {n} |")
+    if any(h[(c, "old")] != h[(c, "new")] for c in sys.argv[2].split()):
+        sys.exit(3)
 PY
+exit "$status"
