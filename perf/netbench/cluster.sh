@@ -165,9 +165,9 @@ nb_up() {
 # bits (torch picks its kernels by the CPU's vector extensions, and they round differently).
 nb_cpu() {
   local model family mdl avx512=no
-  model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-  family=$(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -1)
-  mdl=$(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  model=$(sed -n 's/^model name[[:space:]]*: //p;T;q' /proc/cpuinfo)
+  family=$(sed -n 's/^cpu family[[:space:]]*: //p;T;q' /proc/cpuinfo)
+  mdl=$(sed -n 's/^model[[:space:]]*: //p;T;q' /proc/cpuinfo)
   grep -q -m1 -w avx512f /proc/cpuinfo && avx512=yes
   echo "${model:-unknown}, family ${family:-?} model ${mdl:-?}, AVX-512 $avx512"
 }

@@ -90,8 +90,13 @@ mbit="$(nb_selfcheck 3 2>/dev/null)"
   echo "hosts: $K, link rate: $RATE (tbf), host 0 -> host 1 self-check: ${mbit:-?} Mbit/s"
   echo "cpus: $(nproc) ($(nb_cpu)), load before the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
   # The BLAS torch links (libblas.so.3): OpenBLAS picks its kernels by the CPU, and torch's products round as they do.
-  echo "blas: $("$PY" -c 'import ctypes; b = ctypes.CDLL("libblas.so.3"); b.openblas_get_config.restype = ctypes.c_char_p
-print(b.openblas_get_config().decode())' 2>/dev/null || echo unknown)"
+  echo "blas: $("$PY" -c 'import ctypes, ctypes.util
+try:
+    b = ctypes.CDLL("libblas.so.3")
+    b.openblas_get_config.restype = ctypes.c_char_p
+    print(b.openblas_get_config().decode())
+except (OSError, AttributeError):
+    print("not OpenBLAS, or none:", ctypes.util.find_library("blas"))' 2>/dev/null || echo unknown)"
   echo "steps: $STEPS, target: $TARGET, eval every: $EVAL_EVERY, extra args: ${TRAIN_ARGS:-none}"
   echo "codecs: $CODECS"
 } | tee "$OUT/run_info.txt"
