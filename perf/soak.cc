@@ -1,16 +1,20 @@
-// Soak: many mixed all-reduces on thread ranks, through the public API only, the way a long training job uses ccoll.
+// Soak: many mixed all-reduces, through the public API only, the way a long training job uses ccoll: on thread ranks
+// (-t), or one rank per process under a launcher (CC_RANK, CC_NRANKS and CC_ROOT set, no -t; UCX between them).
+//
 // Every call draws (from a seed all ranks share, so they agree without talking) an element count, log-uniform in
 // 1..max, a communicator (ring, tree or auto: three communicators per rank) and a kind:
 //   exact: datatype float32/float16/bfloat16/float64/int32/int64, op sum/prod/max/min/avg, in place or not; the
-//          inputs are small integers (sums, products of +-1/+-2, averages exact in every type), so the result must
-//          equal the reference exactly, element by element;
+//          inputs are small integers (sums, products of +-1/+-2, and averages, exact in every type since the number
+//          of ranks must be a power of two), so the result must equal the reference exactly, element by element;
 //   compressed: float32 sum/avg through cast16, quant 4-bit requant, quant 8-bit homomorphic, topk, randk or
 //          powersgd:rank=2, with a fresh compressor or one of a few persistent per-bucket compressors (error
 //          feedback and warm starts carried across calls); the result must be finite and byte-identical on every
 //          rank.
-// Every `every` calls, with all ranks idle, rank 0 samples the process's resident memory (VmRSS) and open file
-// descriptors, and prints a row. At the end: RSS and fd count must be flat after warm-up: no sample from call
-// `warmup` on exceeds the one at `warmup` by more than 5% + 16 MiB (RSS), or at all (fds).
+// Every `every` calls, with all ranks idle, each process samples its resident memory (VmRSS) and open file
+// descriptors, and rank 0 prints its row. At the end: RSS and fd count must be flat after warm-up in every process: no
+// sample from call `warmup` on exceeds the one at `warmup` by more than 5% + 16 MiB (RSS), or at all (fds).
+// Processes: the three communicators are split from the launcher's (ccCommSplit), which stays the side channel
+// (perf/env_group.h) for the barriers and the comparison of the compressed results' hashes across ranks.
 //
 // glibc's malloc raises its mmap threshold each time a large mmapped block is freed (up to 32 MiB), after which
 // blocks of that size come from per-thread arenas that are only trimmed at the top: resident memory then creeps up
@@ -19,6 +23,7 @@
 // default. Under ASan the quarantine keeps freed memory by design: RSS is printed but not judged.
 //
 //   soak [-n calls] [-t ranks] [-m max_count] [-s every] [-w warmup] [-S seed] [-G]
+//   UCX_TLS=tcp,self perf/launch_local.sh -n 4 build/perf/soak [-n calls] [-m max_count] ...
 #include <dirent.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -28,16 +33,15 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ccoll.h"
+#include "env_group.h"
+#include "thread_group.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SOAK_ASAN 1
@@ -73,28 +77,6 @@ struct Rng {
   }
   double Unit() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   int Below(int n) { return static_cast<int>(Next() % static_cast<uint64_t>(n)); }
-};
-
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  void Wait() {
-    std::unique_lock<std::mutex> lock(m_);
-    const uint64_t gen = gen_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return gen_ != gen; });
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  int n_, arrived_ = 0;
-  uint64_t gen_ = 0;
 };
 
 // ---- element values ------------------------------------------------------------------------------------------
@@ -247,18 +229,17 @@ size_t LogUniform(Rng& rng, size_t max) {
   return std::min(max, std::max<size_t>(1, static_cast<size_t>(x)));
 }
 
+// What the ranks of one process share: the options, the thread ranks' unique ids, and rank 0's counters and samples
+// (with ranks as processes, each process samples its own memory and descriptors).
 struct Shared {
   Options opt;
-  std::vector<ccUniqueId> ids;       // one per communicator kind
+  std::vector<ccUniqueId> ids;       // thread ranks: one per communicator kind
   std::vector<size_t> bucketCount;   // [spec * kBucketsPerSpec + b]
-  Barrier barrier;
-  std::vector<const void*> results;  // each rank's result of the current compressed call
-  std::atomic<int> failures{0};
-  std::atomic<long> compressedCalls{0}, exactCalls{0};
-  std::atomic<unsigned long long> elements{0};
+  long compressedCalls = 0, exactCalls = 0;  // rank 0's
+  unsigned long long elements = 0;           // rank 0's
   std::vector<long> sampleCall, sampleRss, sampleFds;
   std::vector<double> sampleSeconds;
-  explicit Shared(const Options& o) : opt(o), barrier(o.ranks), results(static_cast<size_t>(o.ranks)) {}
+  explicit Shared(const Options& o) : opt(o) {}
 };
 
 Plan Draw(Rng& rng, const Shared& sh) {
@@ -295,7 +276,7 @@ Plan Draw(Rng& rng, const Shared& sh) {
     }                                                                                                            \
   } while (0)
 
-void Sample(Shared& sh, long calls, std::chrono::steady_clock::time_point start) {
+void Sample(Shared& sh, long calls, std::chrono::steady_clock::time_point start, bool print) {
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   long rss = RssKiB();
   int fds = OpenFds();
@@ -308,32 +289,76 @@ void Sample(Shared& sh, long calls, std::chrono::steady_clock::time_point start)
     size_t k = sh.sampleCall.size() - 1;
     rate = static_cast<double>(calls - sh.sampleCall[k - 1]) / std::max(1e-9, s - sh.sampleSeconds[k - 1]);
   }
+  if (!print) return;
   std::printf("%8ld %9.1f %10.1f %6d %10.1f\n", calls, s, static_cast<double>(rss) / 1024.0, fds, rate);
   std::fflush(stdout);
 }
 
-void RankMain(Shared& sh, int rank) {
+// 64-bit FNV-1a of a result, for the comparison across ranks.
+uint64_t HashBytes(const void* p, size_t n) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+// Whether this process's samples stay flat after the warm-up (see the top); rank 0 prints the numbers.
+bool Flat(const Shared& sh, bool print) {
   const Options& opt = sh.opt;
+  size_t w = 0;
+  while (w < sh.sampleCall.size() && sh.sampleCall[w] < opt.warmup) ++w;
+  long rssMax = 0;
+  int fdsMax = 0;
+  for (size_t k = w; k < sh.sampleCall.size(); ++k) {
+    rssMax = std::max(rssMax, sh.sampleRss[k]);
+    fdsMax = std::max(fdsMax, static_cast<int>(sh.sampleFds[k]));
+  }
+  const long rssW = sh.sampleRss[w], rssLimit = rssW + rssW / 20 + 16 * 1024;
+  const int fdsW = static_cast<int>(sh.sampleFds[w]);
+  if (print) {
+    const double seconds = sh.sampleSeconds.back();
+    std::printf("# calls: %ld exact, %ld compressed, %.3g elements per rank, %.1f s, %.1f calls/s\n", sh.exactCalls,
+                sh.compressedCalls, static_cast<double>(sh.elements), seconds,
+                static_cast<double>(opt.calls) / seconds);
+    std::printf("# rss: %.1f MiB at call %ld, max %.1f MiB after (limit %.1f MiB), final %.1f MiB\n",
+                static_cast<double>(rssW) / 1024, sh.sampleCall[w], static_cast<double>(rssMax) / 1024,
+                static_cast<double>(rssLimit) / 1024, static_cast<double>(sh.sampleRss.back()) / 1024);
+    std::printf("# fds: %d at call %ld, max %d after, final %ld\n", fdsW, sh.sampleCall[w], fdsMax,
+                sh.sampleFds.back());
+  }
+  return (rssMax <= rssLimit || SOAK_ASAN) && fdsMax <= fdsW;
+}
+
+// One rank's soak. base: with ranks as processes, the launcher's communicator (the side channel's; the three
+// communicators are split from it); NULL for thread ranks. Returns the exit code, the same on every rank.
+int RankMain(Shared& sh, ccperf::Group& g, ccComm_t base) {
+  const Options& opt = sh.opt;
+  const int rank = g.rank(), nranks = g.nranks();
+  const bool processes = base != nullptr;
+  const bool samples = processes || rank == 0;  // thread ranks share one process: rank 0 samples it
   long c = -1;
-  ccComm_t comm = nullptr;
+  ccComm_t comm = base;
   ccComm_t comms[3];
   for (int k = 0; k < 3; ++k) {
     ccConfig_t config = CC_CONFIG_INITIALIZER;
-    config.transport = ccTransportLocal;
     config.algorithm = k == 0 ? ccAlgoRing : k == 1 ? ccAlgoTree : ccAlgoAuto;
-    SOAK_CHECK(ccCommInitRankConfig(&comms[k], opt.ranks, sh.ids[static_cast<size_t>(k)], rank, &config),
-               "ccCommInitRankConfig");
+    if (processes) {
+      SOAK_CHECK(ccCommSplit(base, 0, rank, &comms[k], &config), "ccCommSplit");
+    } else {
+      config.transport = ccTransportLocal;
+      SOAK_CHECK(ccCommInitRankConfig(&comms[k], nranks, sh.ids[static_cast<size_t>(k)], rank, &config),
+                 "ccCommInitRankConfig");
+    }
   }
   std::vector<ccCompressor_t> buckets(kNumSpecs * kBucketsPerSpec, nullptr);
   // Buffers of the largest call, touched once, so that RSS measures the library, not this program's first touches.
   std::vector<char> send(opt.maxCount * 8, 1), recv(opt.maxCount * 8, 1);
   Rng rng{opt.seed};
+  uint64_t failures = 0;  // this rank's; rank 0 counts the compressed results that differ across ranks
   const auto start = std::chrono::steady_clock::now();
-  sh.barrier.Wait();
-  if (rank == 0) {
-    std::printf("%8s %9s %10s %6s %10s\n", "calls", "seconds", "rss_MiB", "fds", "calls/s");
-    Sample(sh, 0, start);
-  }
+  g.Barrier();
+  if (rank == 0) std::printf("%8s %9s %10s %6s %10s\n", "calls", "seconds", "rss_MiB", "fds", "calls/s");
+  if (samples) Sample(sh, 0, start, rank == 0);
   for (c = 0; c < opt.calls; ++c) {
     const Plan p = Draw(rng, sh);
     comm = comms[p.comm];
@@ -344,12 +369,12 @@ void RankMain(Shared& sh, int rank) {
       for (size_t i = 0; i < p.count; ++i) Store(in, i, p.type, Value(rank, i, c, prod));
       SOAK_CHECK(ccAllReduce(in, out, p.count, p.type, p.op, nullptr, comm, nullptr), "exact ccAllReduce");
       for (size_t i = 0; i < p.count; ++i) {
-        double want = Expected(opt.ranks, i, c, p.op, p.type), got = Load(out, i, p.type);
+        double want = Expected(nranks, i, c, p.op, p.type), got = Load(out, i, p.type);
         if (got != want) {
           std::fprintf(stderr, "soak: rank %d call %ld (%s, count %zu, type %d, op %d): element %zu is %g, not %g\n",
                        rank, c, kAlgoNames[p.comm], p.count, static_cast<int>(p.type), static_cast<int>(p.op), i, got,
                        want);
-          sh.failures++;
+          failures++;
           break;
         }
       }
@@ -372,29 +397,27 @@ void RankMain(Shared& sh, int rank) {
         if (!std::isfinite(res[i])) {
           std::fprintf(stderr, "soak: rank %d call %ld (%s, %s, count %zu): element %zu is %g\n", rank, c,
                        kSpecs[p.spec], kAlgoNames[p.comm], p.count, i, static_cast<double>(res[i]));
-          sh.failures++;
+          failures++;
           break;
         }
       }
-      sh.results[static_cast<size_t>(rank)] = out;
-      sh.barrier.Wait();
+      const std::vector<uint64_t> hashes = g.GatherU64(HashBytes(out, p.count * sizeof(float)));
       if (rank == 0) {
-        for (int r = 1; r < opt.ranks; ++r) {
-          if (std::memcmp(sh.results[0], sh.results[static_cast<size_t>(r)], p.count * sizeof(float)) != 0) {
+        for (int r = 1; r < nranks; ++r) {
+          if (hashes[static_cast<size_t>(r)] != hashes[0]) {
             std::fprintf(stderr, "soak: call %ld (%s, %s, count %zu): rank %d's result differs from rank 0's\n", c,
                          kSpecs[p.spec], kAlgoNames[p.comm], p.count, r);
-            sh.failures++;
+            failures++;
           }
         }
         sh.compressedCalls++;
       }
-      sh.barrier.Wait();  // the results were compared before anyone overwrites them
     }
     if (rank == 0) sh.elements += p.count;
     if ((c + 1) % opt.every == 0 || c + 1 == opt.calls) {
-      sh.barrier.Wait();
-      if (rank == 0) Sample(sh, c + 1, start);
-      sh.barrier.Wait();
+      g.Barrier();
+      if (samples) Sample(sh, c + 1, start, rank == 0);
+      g.Barrier();
     }
   }
   for (ccCompressor_t b : buckets) {
@@ -404,8 +427,20 @@ void RankMain(Shared& sh, int rank) {
     comm = k;
     SOAK_CHECK(ccCommDestroy(k), "ccCommDestroy");
   }
+  // The verdict, the same on every rank: wrong results over all ranks, and every sampling process flat.
+  const bool flat = !samples || Flat(sh, rank == 0);
+  uint64_t totals[2] = {failures, flat ? 0u : 1u};
+  g.SumU64(totals, 2);
+  const bool ok = totals[0] == 0 && totals[1] == 0;
+  if (rank == 0) {
+    std::printf("# %s: %llu wrong results, rss and fds %s\n", ok ? "PASS" : "FAIL",
+                static_cast<unsigned long long>(totals[0]),
+                totals[1] == 0 ? (SOAK_ASAN ? "flat (rss not judged: ASan quarantine)" : "flat")
+                               : (processes ? "GREW in some process" : "GREW"));
+    std::fflush(stdout);
+  }
+  return ok ? 0 : 1;
 }
-
 int Usage(const char* argv0) {
   std::fprintf(stderr, "usage: %s [-n calls] [-t ranks] [-m max_count] [-s every] [-w warmup] [-S seed] [-G]\n",
                argv0);
@@ -416,11 +451,15 @@ int Usage(const char* argv0) {
 
 int main(int argc, char** argv) {
   Options opt;
+  bool threads = false;  // -t given
   int ch;
   while ((ch = getopt(argc, argv, "n:t:m:s:w:S:Gh")) != -1) {
     switch (ch) {
       case 'n': opt.calls = std::atol(optarg); break;
-      case 't': opt.ranks = std::atoi(optarg); break;
+      case 't':
+        opt.ranks = std::atoi(optarg);
+        threads = true;
+        break;
       case 'm': opt.maxCount = std::strtoull(optarg, nullptr, 0); break;
       case 's': opt.every = std::atol(optarg); break;
       case 'w': opt.warmup = std::atol(optarg); break;
@@ -429,56 +468,61 @@ int main(int argc, char** argv) {
       default: return Usage(argv[0]);
     }
   }
-  if (opt.calls < 1 || opt.ranks < 2 || opt.maxCount < 1 || opt.every < 1 || opt.warmup < 0 ||
-      opt.warmup > opt.calls || opt.warmup % opt.every != 0) {
-    std::fprintf(stderr, "soak: need calls >= 1, ranks >= 2, max_count >= 1, every >= 1, and warmup a multiple of "
-                 "every, at most calls\n");
+  const bool processes = !threads && std::getenv("CC_RANK") != nullptr;
+  if (opt.calls < 1 || opt.maxCount < 1 || opt.every < 1 || opt.warmup < 0 || opt.warmup > opt.calls ||
+      opt.warmup % opt.every != 0) {
+    std::fprintf(stderr,
+                 "soak: need calls >= 1, max_count >= 1, every >= 1, and warmup a multiple of every, at most "
+                 "calls\n");
     return Usage(argv[0]);
   }
   if (!opt.glibcThreshold && !SOAK_ASAN) mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  Shared sh(opt);
-  sh.ids.resize(3);
-  for (ccUniqueId& id : sh.ids) {
-    if (ccGetUniqueId(&id) != ccSuccess) {
-      std::fprintf(stderr, "soak: ccGetUniqueId failed: %s\n", ccGetLastError(nullptr));
+  ccComm_t base = nullptr;
+  if (processes) {
+    ccResult_t r = ccCommInitFromEnv(&base, nullptr);
+    if (r == ccSuccess) r = ccCommCount(base, &opt.ranks);
+    if (r != ccSuccess) {
+      std::fprintf(stderr, "soak: ccCommInitFromEnv failed: %s: %s\n", ccGetErrorString(r), ccGetLastError(nullptr));
       return 1;
+    }
+  }
+  if ((opt.ranks & (opt.ranks - 1)) != 0 || opt.ranks < 2) {  // averages of the small integers exact in every type
+    std::fprintf(stderr, "soak: the number of ranks (%d) must be a power of two, at least 2\n", opt.ranks);
+    ccCommDestroy(base);
+    return 2;
+  }
+  Shared sh(opt);
+  if (!processes) {
+    sh.ids.resize(3);
+    for (ccUniqueId& id : sh.ids) {
+      if (ccGetUniqueId(&id) != ccSuccess) {
+        std::fprintf(stderr, "soak: ccGetUniqueId failed: %s\n", ccGetLastError(nullptr));
+        return 1;
+      }
     }
   }
   Rng bucketRng{opt.seed ^ 0xb0c4e75ull};
   for (int b = 0; b < kNumSpecs * kBucketsPerSpec; ++b) sh.bucketCount.push_back(LogUniform(bucketRng, opt.maxCount));
-  std::printf("# soak: %ld all-reduces on %d thread ranks, counts log-uniform in 1..%zu, seed %" PRIu64
-              ", communicators ring/tree/auto; exact (6 types x 5 ops) and %s, %s, %s, %s, %s, %s; malloc mmap "
-              "threshold %s\n",
-              opt.calls, opt.ranks, opt.maxCount, opt.seed, kSpecs[0], kSpecs[1], kSpecs[2], kSpecs[3], kSpecs[4],
-              kSpecs[5], SOAK_ASAN ? "ASan's allocator" : opt.glibcThreshold ? "glibc's dynamic one" : "1 MiB");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < opt.ranks; ++r) threads.emplace_back(RankMain, std::ref(sh), r);
-  for (auto& t : threads) t.join();
-
-  // Flat after warm-up: every sample from `warmup` on within 5% + 16 MiB of the sample at `warmup` (RSS), and no
-  // more open descriptors than then.
-  size_t w = 0;
-  while (w < sh.sampleCall.size() && sh.sampleCall[w] < opt.warmup) ++w;
-  long rssMax = 0;
-  int fdsMax = 0;
-  for (size_t k = w; k < sh.sampleCall.size(); ++k) {
-    rssMax = std::max(rssMax, sh.sampleRss[k]);
-    fdsMax = std::max(fdsMax, static_cast<int>(sh.sampleFds[k]));
+  int rank0 = 0;
+  if (processes) ccCommUserRank(base, &rank0);
+  if (rank0 == 0) {
+    std::printf("# soak: %ld all-reduces on %d %s, counts log-uniform in 1..%zu, seed %" PRIu64
+                ", communicators ring/tree/auto; exact (6 types x 5 ops) and %s, %s, %s, %s, %s, %s; malloc mmap "
+                "threshold %s\n",
+                opt.calls, opt.ranks, processes ? "processes (one rank each, ccCommInitFromEnv)" : "thread ranks",
+                opt.maxCount, opt.seed, kSpecs[0], kSpecs[1], kSpecs[2], kSpecs[3], kSpecs[4], kSpecs[5],
+                SOAK_ASAN            ? "ASan's allocator"
+                : opt.glibcThreshold ? "glibc's dynamic one"
+                                     : "1 MiB");
   }
-  const long rssW = sh.sampleRss[w], rssLimit = rssW + rssW / 20 + 16 * 1024;
-  const int fdsW = static_cast<int>(sh.sampleFds[w]);
-  const double seconds = sh.sampleSeconds.back();
-  std::printf("# calls: %ld exact, %ld compressed, %.3g elements per rank, %.1f s, %.1f calls/s\n",
-              sh.exactCalls.load(), sh.compressedCalls.load(), static_cast<double>(sh.elements.load()), seconds,
-              static_cast<double>(opt.calls) / seconds);
-  std::printf("# rss: %.1f MiB at call %ld, max %.1f MiB after (limit %.1f MiB), final %.1f MiB\n",
-              static_cast<double>(rssW) / 1024, sh.sampleCall[w], static_cast<double>(rssMax) / 1024,
-              static_cast<double>(rssLimit) / 1024, static_cast<double>(sh.sampleRss.back()) / 1024);
-  std::printf("# fds: %d at call %ld, max %d after, final %ld\n", fdsW, sh.sampleCall[w], fdsMax,
-              sh.sampleFds.back());
-  const bool rssFlat = rssMax <= rssLimit || SOAK_ASAN;
-  bool ok = sh.failures == 0 && rssFlat && fdsMax <= fdsW;
-  std::printf("# %s: %d wrong results, rss %s, fds %s\n", ok ? "PASS" : "FAIL", sh.failures.load(),
-              SOAK_ASAN ? "not judged (ASan quarantine)" : rssFlat ? "flat" : "GREW", fdsMax <= fdsW ? "flat" : "GREW");
-  return ok ? 0 : 1;
+  if (!processes) {
+    return ccperf::RunThreadRanks(opt.ranks, [&](ccperf::Group& g) { return RankMain(sh, g, nullptr); });
+  }
+  int code = 0;
+  {
+    ccperf::EnvGroup g(base, "soak");
+    code = RankMain(sh, g, base);
+  }
+  if (ccCommDestroy(base) != ccSuccess) code = 1;
+  return code;
 }
