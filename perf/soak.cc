@@ -5,7 +5,7 @@
 // 1..max, a communicator (ring, tree or auto: three communicators per rank) and a kind:
 //   exact: datatype float32/float16/bfloat16/float64/int32/int64, op sum/prod/max/min/avg, in place or not; the
 //          inputs are small integers (sums, products of +-1/+-2, and averages, exact in every type since the number
-//          of ranks must be a power of two), so the result must equal the reference exactly, element by element;
+//          of ranks must be 2, 4 or 8), so the result must equal the reference exactly, element by element;
 //   compressed: float32 sum/avg through cast16, quant 4-bit requant, quant 8-bit homomorphic, topk, randk or
 //          powersgd:rank=2, with a fresh compressor or one of a few persistent per-bucket compressors (error
 //          feedback and warm starts carried across calls); the result must be finite and byte-identical on every
@@ -23,7 +23,8 @@
 // default. Under ASan the quarantine keeps freed memory by design: RSS is printed but not judged.
 //
 //   soak [-n calls] [-t ranks] [-m max_count] [-s every] [-w warmup] [-S seed] [-G]
-//   UCX_TLS=tcp,self perf/launch_local.sh -n 4 build/perf/soak [-n calls] [-m max_count] ...
+//   UCX_TLS=tcp,self perf/launch_local.sh -n 4 build/perf/soak -P [-n calls] [-m max_count] ...
+// -t always means thread ranks; without it a set CC_RANK makes this process one rank; -P fails unless it does.
 #include <dirent.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -265,15 +266,24 @@ Plan Draw(Rng& rng, const Shared& sh) {
   return p;
 }
 
-#define SOAK_CHECK(call, what)                                                                                   \
-  do {                                                                                                           \
-    ccResult_t r_ = (call);                                                                                      \
-    if (r_ != ccSuccess) {                                                                                       \
-      std::fprintf(stderr, "soak: rank %d call %ld: %s failed: %s: %s\n", rank, c, what, ccGetErrorString(r_),   \
-                   ccGetLastError(comm));                                                                        \
-      std::fflush(stderr);                                                                                       \
-      std::_Exit(1); /* the other ranks would wait for this one until their timeout */                           \
-    }                                                                                                            \
+// With ranks as processes, this process's communicators: aborted before a failed call exits, so that the peers'
+// waiting calls fail at once where their transport hears of it, instead of at their timeout.
+std::vector<ccComm_t> gAbortOnExit;
+
+[[noreturn]] void FailExit() {
+  for (ccComm_t comm : gAbortOnExit) ccCommAbort(comm);
+  std::_Exit(1);  // the other ranks would wait for this one until their timeout
+}
+
+#define SOAK_CHECK(call, what)                                                                                 \
+  do {                                                                                                         \
+    ccResult_t r_ = (call);                                                                                    \
+    if (r_ != ccSuccess) {                                                                                     \
+      std::fprintf(stderr, "soak: rank %d call %ld: %s failed: %s: %s\n", rank, c, what, ccGetErrorString(r_), \
+                   ccGetLastError(comm));                                                                      \
+      std::fflush(stderr);                                                                                     \
+      FailExit();                                                                                              \
+    }                                                                                                          \
   } while (0)
 
 void Sample(Shared& sh, long calls, std::chrono::steady_clock::time_point start, bool print) {
@@ -302,8 +312,13 @@ uint64_t HashBytes(const void* p, size_t n) {
   return h;
 }
 
-// Whether this process's samples stay flat after the warm-up (see the top); rank 0 prints the numbers.
-bool Flat(const Shared& sh, bool print) {
+// Whether this process's RSS or descriptors grew after the warm-up (see the top); rank 0 prints its numbers.
+struct Growth {
+  bool rss = false, fds = false;
+  std::string what;  // the numbers, for a process other than rank 0's to tell
+};
+
+Growth Grew(const Shared& sh, bool print) {
   const Options& opt = sh.opt;
   size_t w = 0;
   while (w < sh.sampleCall.size() && sh.sampleCall[w] < opt.warmup) ++w;
@@ -315,18 +330,25 @@ bool Flat(const Shared& sh, bool print) {
   }
   const long rssW = sh.sampleRss[w], rssLimit = rssW + rssW / 20 + 16 * 1024;
   const int fdsW = static_cast<int>(sh.sampleFds[w]);
+  char rssLine[160], fdsLine[96];
+  std::snprintf(rssLine, sizeof(rssLine),
+                "rss: %.1f MiB at call %ld, max %.1f MiB after (limit %.1f MiB), final %.1f MiB",
+                static_cast<double>(rssW) / 1024, sh.sampleCall[w], static_cast<double>(rssMax) / 1024,
+                static_cast<double>(rssLimit) / 1024, static_cast<double>(sh.sampleRss.back()) / 1024);
+  std::snprintf(fdsLine, sizeof(fdsLine), "fds: %d at call %ld, max %d after, final %ld", fdsW, sh.sampleCall[w],
+                fdsMax, sh.sampleFds.back());
   if (print) {
     const double seconds = sh.sampleSeconds.back();
     std::printf("# calls: %ld exact, %ld compressed, %.3g elements per rank, %.1f s, %.1f calls/s\n", sh.exactCalls,
                 sh.compressedCalls, static_cast<double>(sh.elements), seconds,
                 static_cast<double>(opt.calls) / seconds);
-    std::printf("# rss: %.1f MiB at call %ld, max %.1f MiB after (limit %.1f MiB), final %.1f MiB\n",
-                static_cast<double>(rssW) / 1024, sh.sampleCall[w], static_cast<double>(rssMax) / 1024,
-                static_cast<double>(rssLimit) / 1024, static_cast<double>(sh.sampleRss.back()) / 1024);
-    std::printf("# fds: %d at call %ld, max %d after, final %ld\n", fdsW, sh.sampleCall[w], fdsMax,
-                sh.sampleFds.back());
+    std::printf("# %s\n# %s\n", rssLine, fdsLine);
   }
-  return (rssMax <= rssLimit || SOAK_ASAN) && fdsMax <= fdsW;
+  Growth g;
+  g.rss = rssMax > rssLimit && !SOAK_ASAN;
+  g.fds = fdsMax > fdsW;
+  g.what = std::string(rssLine) + "; " + fdsLine;
+  return g;
 }
 
 // One rank's soak. base: with ranks as processes, the launcher's communicator (the side channel's; the three
@@ -344,6 +366,7 @@ int RankMain(Shared& sh, ccperf::Group& g, ccComm_t base) {
     config.algorithm = k == 0 ? ccAlgoRing : k == 1 ? ccAlgoTree : ccAlgoAuto;
     if (processes) {
       SOAK_CHECK(ccCommSplit(base, 0, rank, &comms[k], &config), "ccCommSplit");
+      gAbortOnExit.push_back(comms[k]);
     } else {
       config.transport = ccTransportLocal;
       SOAK_CHECK(ccCommInitRankConfig(&comms[k], nranks, sh.ids[static_cast<size_t>(k)], rank, &config),
@@ -423,26 +446,64 @@ int RankMain(Shared& sh, ccperf::Group& g, ccComm_t base) {
   for (ccCompressor_t b : buckets) {
     if (b) ccCompressorDestroy(b);
   }
+  gAbortOnExit.resize(processes ? 1 : 0);  // base only: the others are destroyed here
   for (ccComm_t& k : comms) {
     comm = k;
     SOAK_CHECK(ccCommDestroy(k), "ccCommDestroy");
   }
-  // The verdict, the same on every rank: wrong results over all ranks, and every sampling process flat.
-  const bool flat = !samples || Flat(sh, rank == 0);
-  uint64_t totals[2] = {failures, flat ? 0u : 1u};
-  g.SumU64(totals, 2);
-  const bool ok = totals[0] == 0 && totals[1] == 0;
+  // The verdict, the same on every rank: wrong results over all ranks, and whether RSS or descriptors grew in any
+  // sampling process (a process other than rank 0's says so on stderr, with its numbers).
+  Growth grew;
+  if (samples) grew = Grew(sh, rank == 0);
+  if (rank != 0 && (grew.rss || grew.fds)) std::fprintf(stderr, "soak: rank %d: %s\n", rank, grew.what.c_str());
+  uint64_t totals[3] = {failures, grew.rss ? 1u : 0u, grew.fds ? 1u : 0u};
+  g.SumU64(totals, 3);
+  const bool ok = totals[0] == 0 && totals[1] == 0 && totals[2] == 0;
   if (rank == 0) {
-    std::printf("# %s: %llu wrong results, rss and fds %s\n", ok ? "PASS" : "FAIL",
+    auto state = [&](uint64_t grewIn, const char* otherwise) {
+      if (grewIn == 0) return std::string(otherwise);
+      return processes ? "GREW in " + std::to_string(grewIn) + " of " + std::to_string(nranks) + " processes"
+                       : std::string("GREW");
+    };
+    std::printf("# %s: %llu wrong results, rss %s, fds %s\n", ok ? "PASS" : "FAIL",
                 static_cast<unsigned long long>(totals[0]),
-                totals[1] == 0 ? (SOAK_ASAN ? "flat (rss not judged: ASan quarantine)" : "flat")
-                               : (processes ? "GREW in some process" : "GREW"));
+                state(totals[1], SOAK_ASAN ? "not judged (ASan quarantine)" : "flat").c_str(),
+                state(totals[2], "flat").c_str());
     std::fflush(stdout);
   }
   return ok ? 0 : 1;
 }
+// Ranks as processes: every process must have been given the same options (the calls drawn, the barriers and the
+// sampling follow from them; a launcher other than launch_local.sh may pass each its own). One all-gather of their
+// hash on the launcher's communicator; every rank fails alike on a difference.
+bool SameOptionsEverywhere(ccComm_t base, const Options& opt) {
+  const uint64_t words[] = {static_cast<uint64_t>(opt.calls),  opt.maxCount, static_cast<uint64_t>(opt.every),
+                            static_cast<uint64_t>(opt.warmup), opt.seed,     opt.glibcThreshold ? 1u : 0u};
+  const int64_t mine = static_cast<int64_t>(HashBytes(words, sizeof(words)) >> 1);
+  int nranks = 0, rank = 0;
+  ccCommCount(base, &nranks);
+  ccCommUserRank(base, &rank);
+  std::vector<int64_t> all(static_cast<size_t>(nranks));
+  const ccResult_t r = ccAllGather(&mine, all.data(), 1, ccInt64, base, nullptr);
+  if (r != ccSuccess) {
+    std::fprintf(stderr, "soak: rank %d: comparing the options: %s: %s\n", rank, ccGetErrorString(r),
+                 ccGetLastError(base));
+    return false;
+  }
+  for (int k = 0; k < nranks; ++k) {
+    if (all[static_cast<size_t>(k)] != all[0]) {
+      if (rank == 0) std::fprintf(stderr, "soak: rank %d was given other options than rank 0\n", k);
+      return false;
+    }
+  }
+  return true;
+}
+
 int Usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [-n calls] [-t ranks] [-m max_count] [-s every] [-w warmup] [-S seed] [-G]\n",
+  std::fprintf(stderr,
+               "usage: %s [-n calls] [-t ranks | -P] [-m max_count] [-s every] [-w warmup] [-S seed] [-G]\n"
+               "  -t N: N thread ranks (2, 4 or 8; the default is 4, unless CC_RANK is set: then this process is one\n"
+               "        rank of those a launcher started). -P: insist on the latter.\n",
                argv0);
   return 2;
 }
@@ -451,9 +512,10 @@ int Usage(const char* argv0) {
 
 int main(int argc, char** argv) {
   Options opt;
-  bool threads = false;  // -t given
+  bool threads = false;        // -t given: thread ranks, whatever the environment
+  bool needProcesses = false;  // -P: fail unless the launcher's environment is there
   int ch;
-  while ((ch = getopt(argc, argv, "n:t:m:s:w:S:Gh")) != -1) {
+  while ((ch = getopt(argc, argv, "n:t:m:s:w:S:GPh")) != -1) {
     switch (ch) {
       case 'n': opt.calls = std::atol(optarg); break;
       case 't':
@@ -465,10 +527,18 @@ int main(int argc, char** argv) {
       case 'w': opt.warmup = std::atol(optarg); break;
       case 'S': opt.seed = std::strtoull(optarg, nullptr, 0); break;
       case 'G': opt.glibcThreshold = true; break;
+      case 'P':
+        needProcesses = true;
+        break;
       default: return Usage(argv[0]);
     }
   }
   const bool processes = !threads && std::getenv("CC_RANK") != nullptr;
+  if (needProcesses && !processes) {
+    std::fprintf(stderr, "soak: -P: ranks as processes wanted, but %s\n",
+                 threads ? "-t asks for thread ranks" : "CC_RANK is not set (no launcher)");
+    return 2;
+  }
   if (opt.calls < 1 || opt.maxCount < 1 || opt.every < 1 || opt.warmup < 0 || opt.warmup > opt.calls ||
       opt.warmup % opt.every != 0) {
     std::fprintf(stderr,
@@ -486,8 +556,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if ((opt.ranks & (opt.ranks - 1)) != 0 || opt.ranks < 2) {  // averages of the small integers exact in every type
-    std::fprintf(stderr, "soak: the number of ranks (%d) must be a power of two, at least 2\n", opt.ranks);
+  // The exact results are exact in every type: averages of the small integers with a power-of-two rank count, and
+  // products of up to 8 factors of +-1 or +-2 within float16's range (16 may reach 2^16, above its 65504).
+  if ((opt.ranks & (opt.ranks - 1)) != 0 || opt.ranks < 2 || opt.ranks > 8) {
+    std::fprintf(stderr, "soak: the number of ranks (%d) must be 2, 4 or 8\n", opt.ranks);
+    ccCommDestroy(base);
+    return 2;
+  }
+  if (processes && !SameOptionsEverywhere(base, opt)) {
     ccCommDestroy(base);
     return 2;
   }
@@ -509,7 +585,11 @@ int main(int argc, char** argv) {
     std::printf("# soak: %ld all-reduces on %d %s, counts log-uniform in 1..%zu, seed %" PRIu64
                 ", communicators ring/tree/auto; exact (6 types x 5 ops) and %s, %s, %s, %s, %s, %s; malloc mmap "
                 "threshold %s\n",
-                opt.calls, opt.ranks, processes ? "processes (one rank each, ccCommInitFromEnv)" : "thread ranks",
+                opt.calls, opt.ranks,
+                processes ? (std::string("processes (one rank each, ccCommInitFromEnv; UCX_TLS=") +
+                             (std::getenv("UCX_TLS") != nullptr ? std::getenv("UCX_TLS") : "unset") + ")")
+                                .c_str()
+                          : "thread ranks",
                 opt.maxCount, opt.seed, kSpecs[0], kSpecs[1], kSpecs[2], kSpecs[3], kSpecs[4], kSpecs[5],
                 SOAK_ASAN            ? "ASan's allocator"
                 : opt.glibcThreshold ? "glibc's dynamic one"
