@@ -361,6 +361,7 @@ int RankMain(Shared& sh, ccperf::Group& g, ccComm_t base) {
   long c = -1;
   ccComm_t comm = base;
   ccComm_t comms[3];
+  if (processes) gAbortOnExit.push_back(base);
   for (int k = 0; k < 3; ++k) {
     ccConfig_t config = CC_CONFIG_INITIALIZER;
     config.algorithm = k == 0 ? ccAlgoRing : k == 1 ? ccAlgoTree : ccAlgoAuto;
@@ -446,7 +447,7 @@ int RankMain(Shared& sh, ccperf::Group& g, ccComm_t base) {
   for (ccCompressor_t b : buckets) {
     if (b) ccCompressorDestroy(b);
   }
-  gAbortOnExit.resize(processes ? 1 : 0);  // base only: the others are destroyed here
+  gAbortOnExit.resize(processes ? 1 : 0);  // base alone from here: the others are destroyed next
   for (ccComm_t& k : comms) {
     comm = k;
     SOAK_CHECK(ccCommDestroy(k), "ccCommDestroy");
