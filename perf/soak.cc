@@ -30,19 +30,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ccoll.h"
 #include "env_group.h"
 #include "thread_group.h"
+#include "verify.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SOAK_ASAN 1
@@ -304,14 +305,6 @@ void Sample(Shared& sh, long calls, std::chrono::steady_clock::time_point start,
   std::fflush(stdout);
 }
 
-// 64-bit FNV-1a of a result, for the comparison across ranks.
-uint64_t HashBytes(const void* p, size_t n) {
-  const unsigned char* b = static_cast<const unsigned char*>(p);
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
 // Whether this process's RSS or descriptors grew after the warm-up (see the top); rank 0 prints its numbers.
 struct Growth {
   bool rss = false, fds = false;
@@ -425,7 +418,7 @@ int RankMain(Shared& sh, ccperf::Group& g, ccComm_t base) {
           break;
         }
       }
-      const std::vector<uint64_t> hashes = g.GatherU64(HashBytes(out, p.count * sizeof(float)));
+      const std::vector<uint64_t> hashes = g.GatherU64(ccperf::HashBytes(out, p.count * sizeof(float)));
       if (rank == 0) {
         for (int r = 1; r < nranks; ++r) {
           if (hashes[static_cast<size_t>(r)] != hashes[0]) {
@@ -476,24 +469,14 @@ int RankMain(Shared& sh, ccperf::Group& g, ccComm_t base) {
 }
 // Ranks as processes: every process must have been given the same options (the calls drawn, the barriers and the
 // sampling follow from them; a launcher other than launch_local.sh may pass each its own). One all-gather of their
-// hash on the launcher's communicator; every rank fails alike on a difference.
-bool SameOptionsEverywhere(ccComm_t base, const Options& opt) {
+// hash through the side channel; every rank fails alike on a difference.
+bool SameOptionsEverywhere(ccperf::Group& g, const Options& opt) {
   const uint64_t words[] = {static_cast<uint64_t>(opt.calls),  opt.maxCount, static_cast<uint64_t>(opt.every),
                             static_cast<uint64_t>(opt.warmup), opt.seed,     opt.glibcThreshold ? 1u : 0u};
-  const int64_t mine = static_cast<int64_t>(HashBytes(words, sizeof(words)) >> 1);
-  int nranks = 0, rank = 0;
-  ccCommCount(base, &nranks);
-  ccCommUserRank(base, &rank);
-  std::vector<int64_t> all(static_cast<size_t>(nranks));
-  const ccResult_t r = ccAllGather(&mine, all.data(), 1, ccInt64, base, nullptr);
-  if (r != ccSuccess) {
-    std::fprintf(stderr, "soak: rank %d: comparing the options: %s: %s\n", rank, ccGetErrorString(r),
-                 ccGetLastError(base));
-    return false;
-  }
-  for (int k = 0; k < nranks; ++k) {
+  const std::vector<uint64_t> all = g.GatherU64(ccperf::HashBytes(words, sizeof(words)));
+  for (int k = 0; k < g.nranks(); ++k) {
     if (all[static_cast<size_t>(k)] != all[0]) {
-      if (rank == 0) std::fprintf(stderr, "soak: rank %d was given other options than rank 0\n", k);
+      if (g.rank() == 0) std::fprintf(stderr, "soak: rank %d was given other options than rank 0\n", k);
       return false;
     }
   }
@@ -549,22 +532,26 @@ int main(int argc, char** argv) {
   }
   if (!opt.glibcThreshold && !SOAK_ASAN) mallopt(M_MMAP_THRESHOLD, 1 << 20);
   ccComm_t base = nullptr;
+  std::unique_ptr<ccperf::EnvGroup> side;  // processes: the side channel, on base
   if (processes) {
-    ccResult_t r = ccCommInitFromEnv(&base, nullptr);
-    if (r == ccSuccess) r = ccCommCount(base, &opt.ranks);
+    const ccResult_t r = ccCommInitFromEnv(&base, nullptr);
     if (r != ccSuccess) {
       std::fprintf(stderr, "soak: ccCommInitFromEnv failed: %s: %s\n", ccGetErrorString(r), ccGetLastError(nullptr));
       return 1;
     }
+    side = std::make_unique<ccperf::EnvGroup>(base, "soak");
+    opt.ranks = side->nranks();
   }
   // The exact results are exact in every type: averages of the small integers with a power-of-two rank count, and
   // products of up to 8 factors of +-1 or +-2 within float16's range (16 may reach 2^16, above its 65504).
   if ((opt.ranks & (opt.ranks - 1)) != 0 || opt.ranks < 2 || opt.ranks > 8) {
     std::fprintf(stderr, "soak: the number of ranks (%d) must be 2, 4 or 8\n", opt.ranks);
+    side.reset();
     ccCommDestroy(base);
     return 2;
   }
-  if (processes && !SameOptionsEverywhere(base, opt)) {
+  if (processes && !SameOptionsEverywhere(*side, opt)) {
+    side.reset();
     ccCommDestroy(base);
     return 2;
   }
@@ -580,9 +567,7 @@ int main(int argc, char** argv) {
   }
   Rng bucketRng{opt.seed ^ 0xb0c4e75ull};
   for (int b = 0; b < kNumSpecs * kBucketsPerSpec; ++b) sh.bucketCount.push_back(LogUniform(bucketRng, opt.maxCount));
-  int rank0 = 0;
-  if (processes) ccCommUserRank(base, &rank0);
-  if (rank0 == 0) {
+  if (!processes || side->rank() == 0) {
     std::printf("# soak: %ld all-reduces on %d %s, counts log-uniform in 1..%zu, seed %" PRIu64
                 ", communicators ring/tree/auto; exact (6 types x 5 ops) and %s, %s, %s, %s, %s, %s; malloc mmap "
                 "threshold %s\n",
@@ -599,11 +584,8 @@ int main(int argc, char** argv) {
   if (!processes) {
     return ccperf::RunThreadRanks(opt.ranks, [&](ccperf::Group& g) { return RankMain(sh, g, nullptr); });
   }
-  int code = 0;
-  {
-    ccperf::EnvGroup g(base, "soak");
-    code = RankMain(sh, g, base);
-  }
+  int code = RankMain(sh, *side, base);
+  side.reset();
   if (ccCommDestroy(base) != ccSuccess) code = 1;
   return code;
 }
