@@ -42,58 +42,50 @@ using ccperf::Op;
 // How this process's ranks were started; decides the header and the peak-RSS line.
 enum class Launch { kThreads, kMpi, kEnv };
 
-// Built with -DCCOLL_PERF_REDUCE (reduce_perf): ccReduce into -r (default 0) instead of ccAllReduce, as nccl-tests'
-// reduce_perf. With -DCCOLL_PERF_SENDRECV (sendrecv_perf): in one group, ccSend to rank + 1 and ccRecv from rank - 1,
-// as nccl-tests' sendrecv_perf. With -DCCOLL_PERF_ALLTOALL (alltoall_perf): in one group, a ccSend of block p to rank
-// p and a ccRecv of block p from rank p for every rank p, as nccl-tests' alltoall_perf.
-#ifdef CCOLL_PERF_REDUCE
-constexpr bool kReduce = true;
+// The collective this program times, chosen when it is built (perf/CMakeLists.txt): none, ccAllReduce
+// (allreduce_perf); -DCCOLL_PERF_REDUCE, ccReduce into -r (default 0), as nccl-tests' reduce_perf;
+// -DCCOLL_PERF_BROADCAST, ccBroadcast from -r (broadcast_perf); -DCCOLL_PERF_REDUCESCATTER, ccReduceScatter
+// (reducescatter_perf); -DCCOLL_PERF_ALLGATHER, ccAllGather (allgather_perf); -DCCOLL_PERF_SENDRECV, in one group
+// ccSend to rank + 1 and ccRecv from rank - 1 (sendrecv_perf); -DCCOLL_PERF_ALLTOALL, in one group a ccSend of block p
+// to rank p and a ccRecv of block p from rank p for every rank p (alltoall_perf). Only allreduce_perf takes an
+// algorithm (-a) and a codec (-z): the other collectives are exact, and have one schedule each.
+#if defined(CCOLL_PERF_REDUCE)
+constexpr ccperf::Pattern kPattern = ccperf::Pattern::kReduce;
+#define CCOLL_PERF_NAME "reduce_perf"
+#elif defined(CCOLL_PERF_BROADCAST)
+constexpr ccperf::Pattern kPattern = ccperf::Pattern::kBroadcast;
+#define CCOLL_PERF_NAME "broadcast_perf"
+#elif defined(CCOLL_PERF_REDUCESCATTER)
+constexpr ccperf::Pattern kPattern = ccperf::Pattern::kReduceScatter;
+#define CCOLL_PERF_NAME "reducescatter_perf"
+#elif defined(CCOLL_PERF_ALLGATHER)
+constexpr ccperf::Pattern kPattern = ccperf::Pattern::kAllGather;
+#define CCOLL_PERF_NAME "allgather_perf"
+#elif defined(CCOLL_PERF_SENDRECV)
+constexpr ccperf::Pattern kPattern = ccperf::Pattern::kSendRecv;
+#define CCOLL_PERF_NAME "sendrecv_perf"
+#elif defined(CCOLL_PERF_ALLTOALL)
+constexpr ccperf::Pattern kPattern = ccperf::Pattern::kAllToAll;
+#define CCOLL_PERF_NAME "alltoall_perf"
 #else
-constexpr bool kReduce = false;
+constexpr ccperf::Pattern kPattern = ccperf::Pattern::kAllReduce;
+#define CCOLL_PERF_NAME "allreduce_perf"
 #endif
-#ifdef CCOLL_PERF_SENDRECV
-constexpr bool kSendRecv = true;
-#else
-constexpr bool kSendRecv = false;
-#endif
-#ifdef CCOLL_PERF_ALLTOALL
-constexpr bool kAllToAll = true;
-#else
-constexpr bool kAllToAll = false;
-#endif
+constexpr bool kAllReduce = kPattern == ccperf::Pattern::kAllReduce;
+constexpr bool kRooted = kPattern == ccperf::Pattern::kReduce || kPattern == ccperf::Pattern::kBroadcast;
+constexpr bool kPointToPoint = kPattern == ccperf::Pattern::kSendRecv || kPattern == ccperf::Pattern::kAllToAll;
+constexpr unsigned kPatternFlags = ccperf::kFlagDevice | ccperf::kFlagSplit |
+                                   (kAllReduce ? ccperf::kFlagAlgo | ccperf::kFlagCodec : 0u) |
+                                   (kRooted ? ccperf::kFlagRoot : 0u);
 
 #ifdef CCOLL_PERF_MPI
-#if defined(CCOLL_PERF_REDUCE)
-constexpr const char* kProgram = "reduce_perf_mpi";
-constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;  // exact: no -a, -z
-#elif defined(CCOLL_PERF_SENDRECV)
-constexpr const char* kProgram = "sendrecv_perf_mpi";
-constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit;
-#elif defined(CCOLL_PERF_ALLTOALL)
-constexpr const char* kProgram = "alltoall_perf_mpi";
-constexpr unsigned kFlags = ccperf::kFlagDevice | ccperf::kFlagSplit;
-#else
-constexpr const char* kProgram = "allreduce_perf_mpi";
-constexpr unsigned kFlags = ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagDevice | ccperf::kFlagSplit;
-#endif
+constexpr const char* kProgram = CCOLL_PERF_NAME "_mpi";
+constexpr unsigned kFlags = kPatternFlags;
 constexpr const char* kNotes =
     "Ranks are the MPI processes (mpirun -np N); the ccUniqueId is shared with MPI_Bcast.\n";
 #else
-#if defined(CCOLL_PERF_REDUCE)
-constexpr const char* kProgram = "reduce_perf";
-constexpr unsigned kFlags =  // exact: no -a, -z
-    ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit | ccperf::kFlagRoot;
-#elif defined(CCOLL_PERF_SENDRECV)
-constexpr const char* kProgram = "sendrecv_perf";
-constexpr unsigned kFlags = ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
-#elif defined(CCOLL_PERF_ALLTOALL)
-constexpr const char* kProgram = "alltoall_perf";
-constexpr unsigned kFlags = ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
-#else
-constexpr const char* kProgram = "allreduce_perf";
-constexpr unsigned kFlags =
-    ccperf::kFlagAlgo | ccperf::kFlagCodec | ccperf::kFlagThreads | ccperf::kFlagDevice | ccperf::kFlagSplit;
-#endif
+constexpr const char* kProgram = CCOLL_PERF_NAME;
+constexpr unsigned kFlags = kPatternFlags | ccperf::kFlagThreads;
 constexpr const char* kNotes =
     "Launch modes:\n"
     "  threads    (default, and whenever -t is given): -t ranks, each a thread of this process (local transport).\n"
@@ -184,12 +176,38 @@ class CcollAllReducer : public ccperf::AllReducer {
       stream = static_cast<ccStream_t>(twins_->stream());
     }
 #endif
-    if (kSendRecv) return SendRecv(send, recv, count, stream);
-    if (kAllToAll) return AllToAll(send, recv, count, stream);
-    ccResult_t r = kReduce ? ccReduce(send, recv, count, dtype_, op_, root_, comm_, stream)
-                           : ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
+    ccResult_t r = ccSuccess;
+    const char* call = "";
+    switch (kPattern) {
+      case ccperf::Pattern::kSendRecv:
+        return SendRecv(send, recv, count, stream);
+      case ccperf::Pattern::kAllToAll:
+        return AllToAll(send, recv, count, stream);
+      case ccperf::Pattern::kAllReduce:
+        call = "ccAllReduce";
+        r = ccAllReduce(send, recv, count, dtype_, op_, comp_, comm_, stream);
+        break;
+      case ccperf::Pattern::kReduce:
+        call = "ccReduce";
+        r = ccReduce(send, recv, count, dtype_, op_, root_, comm_, stream);
+        break;
+      case ccperf::Pattern::kBroadcast:
+        call = "ccBroadcast";
+        r = ccBroadcast(send, recv, count, dtype_, root_, comm_, stream);
+        break;
+      case ccperf::Pattern::kReduceScatter:  // block `rank` of recv (in place: of send), as Pattern says
+        call = "ccReduceScatter";
+        r = ccReduceScatter(send, static_cast<char*>(recv) + RankBlockBytes(count), count / Ranks(), dtype_, op_, comm_,
+                            stream);
+        break;
+      case ccperf::Pattern::kAllGather:  // block `rank` of send (in place: of recv)
+        call = "ccAllGather";
+        r = ccAllGather(static_cast<const char*>(send) + RankBlockBytes(count), recv, count / Ranks(), dtype_, comm_,
+                        stream);
+        break;
+    }
     if (r == ccSuccess) return true;
-    error_ = Failure(kReduce ? "ccReduce" : "ccAllReduce", r, comm_);
+    error_ = Failure(call, r, comm_);
     return false;
   }
   // The check call's compressor is a fresh one, bound to the same count at its first call.
@@ -204,11 +222,22 @@ class CcollAllReducer : public ccperf::AllReducer {
     ccResult_t async = ccSuccess;
     ccCommGetAsyncError(comm_, &async);
     if (async == ccSuccess) return true;
-    error_ = Failure("a queued ccAllReduce", async, comm_);
+    error_ = Failure("a queued call", async, comm_);
     return false;
   }
 #endif
   std::string LastError() override { return error_; }
+  size_t Ranks() const {
+    int n = 1;
+    ccCommCount(comm_, &n);
+    return static_cast<size_t>(n);
+  }
+  // The byte offset of this rank's block when count elements make n blocks.
+  size_t RankBlockBytes(size_t count) const {
+    int rank = 0;
+    ccCommUserRank(comm_, &rank);
+    return count / Ranks() * static_cast<size_t>(rank) * es_;
+  }
   // sendrecv_perf: send to the next rank, receive from the previous one, in one group.
   bool SendRecv(const void* send, void* recv, size_t count, ccStream_t stream) {
     int n = 1, rank = 0;
@@ -287,7 +316,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   };
   std::vector<Transfer> transfers_;
   ccRedOp_t op_;
-  int root_;  // reduce_perf
+  int root_;  // reduce_perf, broadcast_perf
   std::function<SideBytes()> side_;
   std::string error_;
 #ifdef CCOLL_PERF_CUDA
@@ -308,8 +337,9 @@ bool Agree(ccperf::Group& group, bool ok, const std::string& message) {
 }
 
 std::string AlgoLabel(const ccperf::Options& o) {
-  if (kReduce) return "chain";
-  if (kSendRecv || kAllToAll) return "p2p";
+  if (kRooted) return "chain";
+  if (kPointToPoint) return "p2p";
+  if (!kAllReduce) return "ring";
   if (!o.algo.empty()) return o.algo;
   const char* env = std::getenv("CC_ALGO");
   return env && *env ? env : "auto";
@@ -328,21 +358,92 @@ const char* EnvOr(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
+// The header's busbw rule and what #wrong counts, per collective.
+const char* BusbwText() {
+  switch (kPattern) {
+    case ccperf::Pattern::kAllReduce:
+      return "algbw * 2(n-1)/n";
+    case ccperf::Pattern::kReduce:
+      return "algbw (a reduce)";
+    case ccperf::Pattern::kBroadcast:
+      return "algbw (a broadcast)";
+    case ccperf::Pattern::kSendRecv:
+      return "algbw (one link per element)";
+    case ccperf::Pattern::kReduceScatter:
+    case ccperf::Pattern::kAllGather:
+      return "algbw * (n-1)/n (n-1 blocks cross each rank's link)";
+    case ccperf::Pattern::kAllToAll:
+      return "algbw * (n-1)/n (every block but the rank's own)";
+  }
+  return "";
+}
+
+const char* WrongText() {
+  switch (kPattern) {
+    case ccperf::Pattern::kReduce:
+      return "elements of the root's output outside the dtype's rounding tolerance, and of another rank's recvbuff "
+             "written";
+    case ccperf::Pattern::kBroadcast:
+      return "elements not bitwise equal to the root's input";
+    case ccperf::Pattern::kReduceScatter:
+      return "elements of block `rank` outside the dtype's rounding tolerance, and of the other blocks changed";
+    case ccperf::Pattern::kAllGather:
+      return "elements of block p not bitwise equal to block p of rank p's input";
+    case ccperf::Pattern::kSendRecv:
+      return "elements not bitwise equal to the previous rank's input";
+    case ccperf::Pattern::kAllToAll:
+      return "elements of block p not bitwise equal to block `rank` of rank p's input";
+    case ccperf::Pattern::kAllReduce:
+      break;
+  }
+  return "";
+}
+
 void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch, int nranks, int argc,
                  char** argv) {
   int version = 0;
   ccGetVersion(&version);
-  if (kReduce) {
-    report.Line("ccoll %s: reduce benchmark (ccReduce into rank %d, -r: a pipelined chain along the ring, or "
-                "ncclReduce on transport nccl)", kProgram, o.root);
-  } else if (kSendRecv) {
-    report.Line("ccoll %s: point-to-point benchmark (in one group, ccSend to rank + 1 and ccRecv from rank - 1; "
-                "ncclSend and ncclRecv on transport nccl)", kProgram);
-  } else if (kAllToAll) {
-    report.Line("ccoll %s: all-to-all benchmark (in one group, a ccSend and a ccRecv of one block per rank, the "
-                "size rounded down to nranks blocks; ncclSend and ncclRecv on transport nccl)", kProgram);
-  } else {
-    report.Line("ccoll %s: all-reduce benchmark", kProgram);
+  switch (kPattern) {
+    case ccperf::Pattern::kAllReduce:
+      report.Line("ccoll %s: all-reduce benchmark", kProgram);
+      break;
+    case ccperf::Pattern::kReduce:
+      report.Line(
+          "ccoll %s: reduce benchmark (ccReduce into rank %d, -r: a pipelined chain along the ring, or "
+          "ncclReduce on transport nccl)",
+          kProgram, o.root);
+      break;
+    case ccperf::Pattern::kBroadcast:
+      report.Line(
+          "ccoll %s: broadcast benchmark (ccBroadcast from rank %d, -r: a pipelined chain along the ring, or "
+          "ncclBroadcast on transport nccl)",
+          kProgram, o.root);
+      break;
+    case ccperf::Pattern::kReduceScatter:
+      report.Line(
+          "ccoll %s: reduce-scatter benchmark (ccReduceScatter: size = the input, nranks blocks, the size "
+          "rounded down to them; rank r's result lands at block r of its recvbuff; a ring, or "
+          "ncclReduceScatter on transport nccl)",
+          kProgram);
+      break;
+    case ccperf::Pattern::kAllGather:
+      report.Line(
+          "ccoll %s: all-gather benchmark (ccAllGather: size = the output, nranks blocks, the size rounded "
+          "down to them; rank r sends block r of its sendbuff; a ring, or ncclAllGather on transport nccl)",
+          kProgram);
+      break;
+    case ccperf::Pattern::kSendRecv:
+      report.Line(
+          "ccoll %s: point-to-point benchmark (in one group, ccSend to rank + 1 and ccRecv from rank - 1; "
+          "ncclSend and ncclRecv on transport nccl)",
+          kProgram);
+      break;
+    case ccperf::Pattern::kAllToAll:
+      report.Line(
+          "ccoll %s: all-to-all benchmark (in one group, a ccSend and a ccRecv of one block per rank, the "
+          "size rounded down to nranks blocks; ncclSend and ncclRecv on transport nccl)",
+          kProgram);
+      break;
   }
   report.CommandAndArgs(argc, argv, o, AlgoLabel(o));
   const char* defaultTransport = "auto (UCX between processes)";
@@ -368,22 +469,23 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
                                         "the wait for the stream after the -n calls)"
                                       : "host memory");
   if (launch != Launch::kThreads) report.Line("UCX_TLS: %s", EnvOr("UCX_TLS", "(unset: UCX's default)"));
-  report.Line("time: us per call, mean of -n iterations each rank timed from a common barrier to its last "
-              "call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = size / time "
-              "(logical bytes); busbw = %s", kReduce     ? "algbw (a reduce)"
-                                             : kSendRecv ? "algbw (one link per element)"
-                                             : kAllToAll ? "algbw * (n-1)/n (every block but the rank's own)"
-                                                         : "algbw * 2(n-1)/n");
-  report.Line("wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
-              "the call check's records, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
-              "compressed width for a codec; on NCCL the library computes (as a ring's) the bytes of the exact calls "
-              "it hands to NCCL, and the JSON rows say wirebits_measured false",
-              kReduce || kAllToAll ? "(n-1)/n" : kSendRecv ? "1" : "2(n-1)/n");
-  if (kSendRecv) {
-    report.Line("#wrong: elements not bitwise equal to the previous rank's input; inputs: -D %s", o.dist.c_str());
-  } else if (kAllToAll) {
-    report.Line("#wrong: elements of block p not bitwise equal to block `rank` of rank p's input; inputs: -D %s",
-                o.dist.c_str());
+  report.Line(
+      "time: us per call, mean of -n iterations each rank timed from a common barrier to its last "
+      "call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = size / time "
+      "(logical bytes); busbw = %s",
+      BusbwText());
+  report.Line(
+      "wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
+      "the call check's records, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
+      "compressed width for a codec; on NCCL the library computes (as a ring's) the bytes of the exact calls "
+      "it hands to NCCL, and the JSON rows say wirebits_measured false",
+      kAllReduce                               ? "2(n-1)/n"
+      : kPattern == ccperf::Pattern::kSendRecv ? "1"
+                                               : "(n-1)/n");
+  if (!ccperf::Reduces(kPattern)) {
+    report.Line("#wrong: %s; inputs: -D %s", WrongText(), o.dist.c_str());
+  } else if (!kAllReduce) {
+    report.Line("error: vNMSE vs the fp64 reference; #wrong: %s; inputs: -D %s", WrongText(), o.dist.c_str());
   } else {
     report.Line("error: vNMSE vs the fp64 reference, of one checked call with a fresh compressor (no error-feedback "
                 "memory or warm start from the timed calls); #wrong: elements outside the dtype's rounding tolerance "
@@ -459,9 +561,7 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
   setup.algoLabel = AlgoLabel(o);
   setup.codecLabel = o.codec;
   setup.exactCheck = comp == nullptr;
-  setup.rootOnly = kReduce;
-  setup.shift = kSendRecv;
-  setup.exchange = kAllToAll;
+  setup.pattern = kPattern;
   setup.ranksShareProcess = launch == Launch::kThreads;
   setup.program = kProgram;
   const bool reports = rank == 0 || quiet != nullptr;
@@ -473,9 +573,10 @@ int RunOnComm(const ccperf::Options& o, Launch launch, ccperf::Group& group, ccC
                                   std::to_string(benchGroup.nranks()) + " ranks)";
     if (!Agree(group, o.root < benchGroup.nranks(), rootError)) {
       code = 2;
-    } else if (!Agree(group, !((kSendRecv || kAllToAll) && o.inplace),
+    } else if (!Agree(group, !(kPointToPoint && o.inplace),
                       std::string("-I 1: a send and a receive of one buffer at once would overwrite what is being "
-                                  "sent; ") + kProgram + " runs out of place only")) {
+                                  "sent; ") +
+                          kProgram + " runs out of place only")) {
       code = 2;
     } else if (!Agree(group, usable, reducer.LastError())) {
       code = 1;

@@ -140,9 +140,33 @@ class RankRun {
     return true;
   }
 
-  // The elements a requested size runs: whole elements, and for an all-to-all a multiple of n.
+  // busbw / algbw, as nccl-tests computes it.
+  double BusFactor(int n) const {
+    switch (s_.pattern) {
+      case Pattern::kAllReduce:
+        return 2.0 * (n - 1) / n;
+      case Pattern::kReduce:
+      case Pattern::kBroadcast:
+      case Pattern::kSendRecv:
+        return 1.0;
+      case Pattern::kReduceScatter:
+      case Pattern::kAllGather:
+      case Pattern::kAllToAll:
+        return static_cast<double>(n - 1) / n;
+    }
+    return 1.0;
+  }
+
+  // The elements each rank sends, on average, per element of the size (1 with one rank): 2(n-1)/n for a ring
+  // all-reduce, 1 for a send to the next rank, (n-1)/n for the others (a chain into or from a root, n-1 blocks of n).
+  double Traffic(int n) const {
+    if (s_.pattern == Pattern::kSendRecv || n == 1) return 1.0;
+    return (s_.pattern == Pattern::kAllReduce ? 2.0 : 1.0) * (n - 1) / n;
+  }
+
+  // The elements a requested size runs: whole elements, and for the patterns in blocks a multiple of n.
   size_t CountOf(size_t requested) const {
-    const size_t blocks = s_.exchange ? static_cast<size_t>(group_.nranks()) : 1;
+    const size_t blocks = Blocked(s_.pattern) ? static_cast<size_t>(group_.nranks()) : 1;
     return requested / es_ / blocks * blocks;
   }
 
@@ -180,7 +204,7 @@ class RankRun {
     row.bytes = bytes;
     row.count = count;
     row.type = Info(o_.dtype).name;
-    row.redop = s_.shift || s_.exchange ? "none" : OpName(o_.op);
+    row.redop = Reduces(s_.pattern) ? OpName(o_.op) : "none";
     row.algo = s_.algoLabel;
     row.codec = s_.codecLabel;
     row.nranks = n;
@@ -188,12 +212,12 @@ class RankRun {
     const double seconds = slowest / o_.iters;
     row.timeUs = seconds * 1e6;
     row.algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
-    row.busbw = s_.rootOnly || s_.shift ? row.algbw : row.algbw * (s_.exchange ? 1.0 : 2.0) * (n - 1) / n;
-    // Bits on the wire per element and per transmission: a rank's bytes sent, divided by the 2(n-1)/n elements a
-    // ring all-reduce sends per element ((n-1)/n for a reduce, 1 for a send to the next rank). The exact ring gives
-    // the datatype's width (32 for float), a codec its compressed width (metadata included).
+    row.busbw = row.algbw * BusFactor(n);
+    // Bits on the wire per element and per transmission: a rank's bytes sent, divided by the elements the pattern
+    // sends per element of the size (Traffic: 2(n-1)/n for a ring all-reduce). The exact ring gives the datatype's
+    // width (32 for float), a codec its compressed width (metadata included).
     const double eltBits = 8.0 * es_;
-    const double traffic = s_.shift ? 1.0 : n > 1 ? (s_.rootOnly || s_.exchange ? 1.0 : 2.0) * (n - 1) / n : 1.0;
+    const double traffic = Traffic(n);
     if (wire[1] == static_cast<uint64_t>(n)) {
       row.wirebits = count ? 8.0 * (static_cast<double>(wire[0]) / n) /
                                  (static_cast<double>(o_.iters) * static_cast<double>(count) * traffic)
@@ -234,19 +258,42 @@ class RankRun {
     const bool intact = o_.inplace || HashBytes(send_.get(), bytes) == sendHash;
     const std::vector<uint64_t> hashes = group_.GatherU64(HashBytes(out, bytes));
     CheckResult cr;
-    if (s_.shift) {
-      cr.wrong = CountDifferent(out, 0, (rank + n - 1) % n, 0, count);
-    } else if (s_.exchange) {
-      const size_t block = count / n;
-      for (int p = 0; p < n; ++p) cr.wrong += CountDifferent(out, block * p, p, block * rank, block);
-    } else if (!s_.rootOnly) {
-      cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1), s_.exactCheck);
-    } else if (rank == o_.root) {
-      cr = CheckOutput(spec_, n, out, 0, count, s_.exactCheck);
-    } else if (!o_.inplace) {
-      cr.wrong = CountNotPoison(o_.dtype, out, 0, count);  // a non-root's recvbuff is not written
-    } else {
-      cr.wrong = HashBytes(out, bytes) == sendHash ? 0 : count;  // in place, a non-root's buffer is only read
+    const size_t block = Blocked(s_.pattern) ? count / n : 0, mine = block * rank;
+    switch (s_.pattern) {
+      case Pattern::kAllReduce:
+        cr = CheckOutput(spec_, n, out, PartBegin(count, n, rank), PartBegin(count, n, rank + 1), s_.exactCheck);
+        break;
+      case Pattern::kReduce:
+        if (rank == o_.root) {
+          cr = CheckOutput(spec_, n, out, 0, count, s_.exactCheck);
+        } else if (!o_.inplace) {
+          cr.wrong = CountNotPoison(o_.dtype, out, 0, count);  // a non-root's recvbuff is not written
+        } else {
+          cr.wrong = HashBytes(out, bytes) == sendHash ? 0 : count;  // in place, a non-root's buffer is only read
+        }
+        break;
+      case Pattern::kBroadcast:
+        cr.wrong = CountDifferent(out, 0, o_.root, 0, count);
+        break;
+      case Pattern::kReduceScatter:
+        cr = CheckOutput(spec_, n, out, mine, mine + block, s_.exactCheck);
+        // The other blocks: out of place never written, in place the input, only read.
+        if (!o_.inplace) {
+          cr.wrong += CountNotPoison(o_.dtype, out, 0, mine) + CountNotPoison(o_.dtype, out, mine + block, count);
+        } else {
+          cr.wrong += CountDifferent(out, 0, rank, 0, mine) +
+                      CountDifferent(out, mine + block, rank, mine + block, count - mine - block);
+        }
+        break;
+      case Pattern::kAllGather:
+        for (int p = 0; p < n; ++p) cr.wrong += CountDifferent(out, block * p, p, block * p, block);
+        break;
+      case Pattern::kSendRecv:
+        cr.wrong = CountDifferent(out, 0, (rank + n - 1) % n, 0, count);
+        break;
+      case Pattern::kAllToAll:
+        for (int p = 0; p < n; ++p) cr.wrong += CountDifferent(out, block * p, p, block * rank, block);
+        break;
     }
     double sq[2] = {cr.sqErr, cr.sqRef};
     uint64_t counts[2] = {cr.wrong + CountNotPoison(o_.dtype, out, count, count + guard_), intact ? 0u : 1u};
@@ -254,16 +301,17 @@ class RankRun {
     group_.SumU64(counts, 2);
     row->checked = true;
     row->error = Vnmse(sq[0], sq[1]);
-    row->errorMeasured = !s_.shift && !s_.exchange;
+    row->errorMeasured = Reduces(s_.pattern);
     row->lossy = !s_.exactCheck;
     row->vnmseBound = o_.maxVnmse;
     row->wrong = counts[0];
     row->sendIntact = counts[1] == 0;
     row->identical = true;
     row->resultHash = hashes[0];
-    for (uint64_t h : hashes) {
-      row->identical = row->identical && (s_.rootOnly || s_.shift || s_.exchange || h == hashes[0]);
-    }
+    // The patterns whose outputs are the same on every rank: every rank's bytes must be.
+    const bool same =
+        s_.pattern == Pattern::kAllReduce || s_.pattern == Pattern::kBroadcast || s_.pattern == Pattern::kAllGather;
+    for (uint64_t h : hashes) row->identical = row->identical && (!same || h == hashes[0]);
     // Restore the inputs for the next size (out of place they were never changed unless the check failed).
     if (!o_.inplace && !row->sendIntact) {
       FillInput(spec_, rank, send_.get(), o_.maxBytes / es_);
@@ -297,6 +345,10 @@ class RankRun {
 };
 
 }  // namespace
+
+bool Blocked(Pattern p) { return p == Pattern::kReduceScatter || p == Pattern::kAllGather || p == Pattern::kAllToAll; }
+
+bool Reduces(Pattern p) { return p == Pattern::kAllReduce || p == Pattern::kReduce || p == Pattern::kReduceScatter; }
 
 int RunAllReduceBench(const BenchSetup& setup, Group& group, AllReducer& reducer, Report* report) {
   RankRun run(setup, group, reducer, report);

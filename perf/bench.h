@@ -1,6 +1,7 @@
-// The all-reduce benchmark loop shared by ccoll's allreduce_perf and the MPI peer: per size, warm up, time the
-// iterations between barriers, then check one fresh call against the fp64 reference. It runs on every rank; the
-// all-reduce under test is behind AllReducer and the ranks' side channel behind Group.
+// The benchmark loop shared by ccoll's perf programs (allreduce_perf and the other collectives) and the MPI peers: per
+// size, warm up, time the iterations between barriers, then check one fresh call against the fp64 reference or the
+// inputs it moves. It runs on every rank; the collective under test is behind AllReducer and the ranks' side channel
+// behind Group.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,9 @@ namespace ccperf {
 class AllReducer {
  public:
   virtual ~AllReducer() = default;
-  // One blocking all-reduce of count elements (opts' dtype and op); in place when send == recv. False on error.
+  // One blocking call of the collective on count elements (opts' dtype and op); in place when send == recv. For the
+  // patterns in n blocks count is the whole buffer's, and Run offsets the side that holds one block by rank blocks
+  // (Pattern). False on error.
   virtual bool Run(const void* send, void* recv, size_t count) = 0;
   // The sentence explaining the last failure of Run (called on the thread that called Run).
   virtual std::string LastError() = 0;
@@ -34,21 +37,46 @@ class AllReducer {
   virtual bool Reset() { return true; }
 };
 
+// The collective the loop times. It decides the elements a size runs, busbw, the wire traffic per element and what the
+// check compares. Sizes are nccl-tests': the bytes of the whole buffer (a reduce-scatter's input, an all-gather's
+// output), so that algbw = size / time compares across collectives.
+enum class Pattern {
+  // Every rank's output is the reduction of all inputs: rank r checks the r-th part of its own, and every rank's bytes
+  // must be the same. busbw = algbw * 2(n-1)/n.
+  kAllReduce,
+  // Into opts.root (reduce_perf): only the root's output is the result, checked whole; the others' recvbuff must stay
+  // as it was. busbw = algbw, and each element crosses (n-1)/n links on average (a chain into the root).
+  kReduce,
+  // From opts.root (broadcast_perf): every rank's output is the root's input, byte for byte. busbw = algbw, (n-1)/n
+  // links per element (a chain from the root).
+  kBroadcast,
+  // The size is rounded down to n blocks of the input (reducescatter_perf); rank r's result is the reduction of block
+  // r, written at block r of its recvbuff (the in-place place, recvbuff = sendbuff + r blocks, and out of place the
+  // same offset into the receive buffer, whose other blocks must stay as they were). busbw = algbw * (n-1)/n.
+  kReduceScatter,
+  // The size is rounded down to n blocks of the output (allgather_perf); rank r sends block r of its input (in place:
+  // sendbuff = recvbuff + r blocks), and block p of every rank's output is block p of rank p's input, byte for byte.
+  // busbw = algbw * (n-1)/n.
+  kAllGather,
+  // Point-to-point (sendrecv_perf): each rank's output is the previous rank's input (rank - 1 mod n), byte for byte.
+  // Run sends to the next rank and receives from the previous one; busbw = algbw (each element crosses one link).
+  kSendRecv,
+  // All-to-all (alltoall_perf): the size is rounded down to n blocks; block p of a rank's output is block `rank` of
+  // rank p's input, byte for byte. busbw = algbw * (n-1)/n (nccl-tests' alltoall: every block but the rank's own
+  // crosses a link).
+  kAllToAll,
+};
+
+// Whether a pattern's sizes are rounded down to n blocks, and whether it reduces (the redop column, the error).
+bool Blocked(Pattern p);
+bool Reduces(Pattern p);
+
 struct BenchSetup {
   Options opts;
   std::string algoLabel;      // the "algo" column
   std::string codecLabel;     // the "codec" column
   bool exactCheck = true;     // false for lossy codecs: #wrong counts only non-finite elements
-  // A reduce into opts.root (reduce_perf): only the root's output is the result, checked whole; the others' recvbuff
-  // must stay as it was. busbw = algbw, and each element crosses (n-1)/n links on average (a chain into the root).
-  bool rootOnly = false;
-  // Point-to-point (sendrecv_perf): each rank's output is the previous rank's input (rank - 1 mod n), byte for byte.
-  // Run sends to the next rank and receives from the previous one; busbw = algbw (each element crosses one link).
-  bool shift = false;
-  // All-to-all (alltoall_perf): every size is rounded down to a multiple of n elements, in n blocks; block p of a
-  // rank's output is block `rank` of rank p's input, byte for byte. busbw = algbw * (n-1)/n (nccl-tests' alltoall:
-  // every block but the rank's own crosses a link).
-  bool exchange = false;
+  Pattern pattern = Pattern::kAllReduce;
   bool ranksShareProcess = true;  // for the peak RSS line: one process, or one per rank
   const char* program = "";   // prefix of error messages
 };

@@ -1,12 +1,18 @@
 // mpi_allreduce_perf: the peer of allreduce_perf. The same sizes, inputs, timing, check and columns, with
 // MPI_Allreduce of the MPI library it is built against (one rank per process: mpirun -np N). MPI does not count the
-// bytes it sends, so the wirebits column is the nominal 2(n-1)/n * element bits of a ring.
-// With -DCCOLL_PERF_ALLTOALL (mpi_alltoall_perf): the peer of alltoall_perf, MPI_Alltoall of one block per rank (the
-// size rounded down to nranks blocks), out of place only, with alltoall_perf's byte-for-byte check.
+// bytes it sends, so the wirebits column is the nominal element bits.
+// Built with one of these, the peer of another of ccoll's programs, with that program's sizes and check:
+//   -DCCOLL_PERF_ALLTOALL (mpi_alltoall_perf): MPI_Alltoall of one block per rank, out of place only.
+//   -DCCOLL_PERF_BROADCAST (mpi_broadcast_perf): MPI_Bcast from -r. MPI's broadcast has one buffer: out of place, the
+//   root first copies its sendbuff into recvbuff (timed, as part of the call).
+//   -DCCOLL_PERF_REDUCESCATTER (mpi_reducescatter_perf): MPI_Reduce_scatter_block into block `rank` of recvbuff, out
+//   of place only (MPI's in-place form leaves the result at the start of the buffer, not at block `rank`).
+//   -DCCOLL_PERF_ALLGATHER (mpi_allgather_perf): MPI_Allgather of block `rank` of sendbuff (in place: MPI_IN_PLACE).
 #include <mpi.h>
 
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "bench.h"
@@ -18,16 +24,36 @@ namespace {
 
 using ccperf::DType;
 using ccperf::Op;
+using ccperf::Pattern;
 
-#ifdef CCOLL_PERF_ALLTOALL
-constexpr bool kAllToAll = true;
+#if defined(CCOLL_PERF_ALLTOALL)
+constexpr Pattern kPattern = Pattern::kAllToAll;
 constexpr const char* kProgram = "mpi_alltoall_perf";
 constexpr const char* kCall = "MPI_Alltoall";
+constexpr const char* kPeer = "alltoall_perf: one block per rank, the size rounded down to nranks blocks";
+#elif defined(CCOLL_PERF_BROADCAST)
+constexpr Pattern kPattern = Pattern::kBroadcast;
+constexpr const char* kProgram = "mpi_broadcast_perf";
+constexpr const char* kCall = "MPI_Bcast";
+constexpr const char* kPeer = "broadcast_perf: out of place, the root's copy into recvbuff is timed with it";
+#elif defined(CCOLL_PERF_REDUCESCATTER)
+constexpr Pattern kPattern = Pattern::kReduceScatter;
+constexpr const char* kProgram = "mpi_reducescatter_perf";
+constexpr const char* kCall = "MPI_Reduce_scatter_block";
+constexpr const char* kPeer = "reducescatter_perf: size = the input, nranks blocks, the result at block `rank`";
+#elif defined(CCOLL_PERF_ALLGATHER)
+constexpr Pattern kPattern = Pattern::kAllGather;
+constexpr const char* kProgram = "mpi_allgather_perf";
+constexpr const char* kCall = "MPI_Allgather";
+constexpr const char* kPeer = "allgather_perf: size = the output, nranks blocks, block `rank` of sendbuff sent";
 #else
-constexpr bool kAllToAll = false;
+constexpr Pattern kPattern = Pattern::kAllReduce;
 constexpr const char* kProgram = "mpi_allreduce_perf";
 constexpr const char* kCall = "MPI_Allreduce";
+constexpr const char* kPeer = "allreduce_perf";
 #endif
+// The patterns MPI cannot run in place with the layout the check expects.
+constexpr bool kOutOfPlaceOnly = kPattern == Pattern::kAllToAll || kPattern == Pattern::kReduceScatter;
 
 // False (with *why) for what MPI cannot express.
 bool ToMpi(DType t, MPI_Datatype* out, std::string* why) {
@@ -60,20 +86,39 @@ bool ToMpi(Op op, MPI_Op* out, std::string* why) {
 
 class MpiAllReducer : public ccperf::AllReducer {
  public:
-  MpiAllReducer(MPI_Datatype dtype, MPI_Op op, int nranks) : dtype_(dtype), op_(op), nranks_(nranks) {}
+  MpiAllReducer(MPI_Datatype dtype, MPI_Op op, const ccperf::Options& o, int rank, int nranks)
+      : dtype_(dtype), op_(op), elementBytes_(ccperf::Info(o.dtype).size), root_(o.root), rank_(rank),
+        nranks_(nranks) {}
 
   bool Run(const void* send, void* recv, size_t count) override {
     if (count > static_cast<size_t>(INT_MAX)) {
       error_ = "count " + std::to_string(count) + " does not fit MPI's int count";
       return false;
     }
-    int rc;
-    if (kAllToAll) {  // count is a multiple of nranks (BenchSetup::exchange); never in place (Body refuses -I 1)
-      const int block = static_cast<int>(count / static_cast<size_t>(nranks_));
-      rc = MPI_Alltoall(send, block, dtype_, recv, block, dtype_, MPI_COMM_WORLD);
-    } else {
-      const void* in = send == recv ? MPI_IN_PLACE : send;
-      rc = MPI_Allreduce(in, recv, static_cast<int>(count), dtype_, op_, MPI_COMM_WORLD);
+    const int n = nranks_, block = static_cast<int>(count / static_cast<size_t>(n));  // (the blocked patterns)
+    const size_t blockBytes = static_cast<size_t>(block) * static_cast<size_t>(rank_) * elementBytes_;
+    int rc = MPI_SUCCESS;
+    switch (kPattern) {
+      case Pattern::kAllToAll:  // never in place (Body refuses -I 1)
+        rc = MPI_Alltoall(send, block, dtype_, recv, block, dtype_, MPI_COMM_WORLD);
+        break;
+      case Pattern::kBroadcast:
+        if (rank_ == root_ && send != recv) std::memcpy(recv, send, count * elementBytes_);
+        rc = MPI_Bcast(recv, static_cast<int>(count), dtype_, root_, MPI_COMM_WORLD);
+        break;
+      case Pattern::kReduceScatter:  // never in place (Body refuses -I 1)
+        rc = MPI_Reduce_scatter_block(send, static_cast<char*>(recv) + blockBytes, block, dtype_, op_, MPI_COMM_WORLD);
+        break;
+      case Pattern::kAllGather:
+        rc = send == recv ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, block, dtype_, MPI_COMM_WORLD)
+                          : MPI_Allgather(static_cast<const char*>(send) + blockBytes, block, dtype_, recv, block,
+                                          dtype_, MPI_COMM_WORLD);
+        break;
+      default: {
+        const void* in = send == recv ? MPI_IN_PLACE : send;
+        rc = MPI_Allreduce(in, recv, static_cast<int>(count), dtype_, op_, MPI_COMM_WORLD);
+        break;
+      }
     }
     if (rc == MPI_SUCCESS) return true;
     char text[MPI_MAX_ERROR_STRING];
@@ -88,26 +133,38 @@ class MpiAllReducer : public ccperf::AllReducer {
  private:
   MPI_Datatype dtype_;
   MPI_Op op_;
-  int nranks_;
+  size_t elementBytes_;
+  int root_;  // broadcast
+  int rank_, nranks_;
   std::string error_;
 };
 
 int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** argv) {
   MPI_Datatype dtype;
-  MPI_Op op = MPI_SUM;  // (an all-to-all reduces nothing: -o is not used)
+  MPI_Op op = MPI_SUM;  // (what reduces nothing does not use -o)
   std::string why;
-  // An all-to-all only moves bytes: 16-bit floats travel as MPI_UINT16_T (MPI has no bfloat16 or half type).
-  const bool asBits16 = kAllToAll && (o.dtype == DType::kFloat16 || o.dtype == DType::kBfloat16);
+  // What only moves bytes moves 16-bit floats as MPI_UINT16_T (MPI has no bfloat16 or half type).
+  const bool reduces = ccperf::Reduces(kPattern);
+  const bool asBits16 = !reduces && (o.dtype == DType::kFloat16 || o.dtype == DType::kBfloat16);
   if (asBits16) dtype = MPI_UINT16_T;
-  if ((!asBits16 && !ToMpi(o.dtype, &dtype, &why)) || (!kAllToAll && !ToMpi(o.op, &op, &why))) {
+  if ((!asBits16 && !ToMpi(o.dtype, &dtype, &why)) || (reduces && !ToMpi(o.op, &op, &why))) {
     if (group.rank() == 0) std::fprintf(stderr, "%s: %s\n", kProgram, why.c_str());
     return 2;
   }
-  if (kAllToAll && o.inplace) {
+  if (kOutOfPlaceOnly && o.inplace) {
     if (group.rank() == 0) {
-      std::fprintf(stderr, "%s: -I 1: a send and a receive of one buffer at once would overwrite what is being sent; "
-                   "%s runs out of place only\n", kProgram, kProgram);
+      std::fprintf(stderr, "%s: -I 1: %s; %s runs out of place only\n", kProgram,
+                   kPattern == Pattern::kAllToAll
+                       ? "a send and a receive of one buffer at once would overwrite what is being sent"
+                       : "MPI's in-place reduce-scatter leaves the result at the start of the buffer, not at block "
+                         "`rank` where the check (and ccReduceScatter) has it",
+                   kProgram);
     }
+    return 2;
+  }
+  if (o.root >= group.nranks()) {
+    if (group.rank() == 0) std::fprintf(stderr, "%s: -r %d is not a rank (%d ranks)\n", kProgram, o.root,
+                                        group.nranks());
     return 2;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -118,22 +175,38 @@ int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** arg
     MPI_Get_library_version(lib, &len);
     std::string first(lib, static_cast<size_t>(len));
     first = first.substr(0, first.find_first_of("\n,"));
-    report.Line("%s: %s benchmark (the peer of ccoll's %s)", kProgram, kCall,
-                kAllToAll ? "alltoall_perf: one block per rank, the size rounded down to nranks blocks"
-                          : "allreduce_perf");
+    report.Line("%s: %s benchmark (the peer of ccoll's %s)", kProgram, kCall, kPeer);
     report.CommandAndArgs(argc, argv, o, "mpi");
     report.Line("nranks: %d (MPI processes)", group.nranks());
     report.Line("library: %s", first.c_str());
+    const char* busbw = kPattern == Pattern::kAllReduce ? "algbw * 2(n-1)/n"
+                        : kPattern == Pattern::kBroadcast ? "algbw (a broadcast)"
+                                                          : "algbw * (n-1)/n";
     report.Line("time: us per %s, mean of -n iterations, each rank timing its own from a common barrier to "
                 "its last call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = "
-                "size / time; busbw = %s", kAllToAll ? "all-to-all" : "all-reduce",
-                kAllToAll ? "algbw * (n-1)/n (every block but the rank's own)" : "algbw * 2(n-1)/n");
-    if (kAllToAll) {
-      report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements of block p not "
-                  "bitwise equal to block `rank` of rank p's input");
-    } else {
-      report.Line("wirebits: nominal 2(n-1)/n * element bits (MPI does not count its bytes); error: vNMSE vs the "
-                  "fp64 reference; #wrong: elements outside the dtype's rounding tolerance");
+                "size / time; busbw = %s", kCall, busbw);
+    switch (kPattern) {
+      case Pattern::kAllToAll:
+        report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements of block p not "
+                    "bitwise equal to block `rank` of rank p's input");
+        break;
+      case Pattern::kBroadcast:
+        report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements not bitwise equal "
+                    "to the root's input");
+        break;
+      case Pattern::kAllGather:
+        report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements of block p not "
+                    "bitwise equal to block p of rank p's input");
+        break;
+      case Pattern::kReduceScatter:
+        report.Line("wirebits: the element bits (MPI does not count its bytes); error: vNMSE vs the fp64 reference; "
+                    "#wrong: elements of block `rank` outside the dtype's rounding tolerance, and of the other "
+                    "blocks written");
+        break;
+      default:
+        report.Line("wirebits: the element bits (MPI does not count its bytes); error: vNMSE vs the fp64 reference; "
+                    "#wrong: elements outside the dtype's rounding tolerance");
+        break;
     }
     report.ColumnHeader();
   }
@@ -141,10 +214,10 @@ int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** arg
   setup.opts = o;
   setup.algoLabel = "mpi";
   setup.codecLabel = "mpi";
-  setup.exchange = kAllToAll;
+  setup.pattern = kPattern;
   setup.ranksShareProcess = false;
   setup.program = kProgram;
-  MpiAllReducer reducer(dtype, op, group.nranks());
+  MpiAllReducer reducer(dtype, op, o, group.rank(), group.nranks());
   return ccperf::RunAllReduceBench(setup, group, reducer, group.rank() == 0 ? &report : nullptr);
 }
 
@@ -155,11 +228,12 @@ int main(int argc, char** argv) {
   int code = 0;
   {
     ccperf::MpiGroup group(MPI_COMM_WORLD);
-    const ccperf::ProgramInfo prog{kProgram, 0,
-                                   kAllToAll ? "Ranks are the MPI processes (mpirun -np N). Types: every -d type "
-                                               "(half and bfloat16 travel as MPI_UINT16_T); -o is not used.\n"
-                                             : "Ranks are the MPI processes (mpirun -np N). Types: float, double, "
-                                               "int32, int64; ops: sum, prod, max, min.\n"};
+    const char* notes = ccperf::Reduces(kPattern)
+                            ? "Ranks are the MPI processes (mpirun -np N). Types: float, double and the integer "
+                              "types; ops: sum, prod, max, min.\n"
+                            : "Ranks are the MPI processes (mpirun -np N). Types: every -d type (half and bfloat16 "
+                              "travel as MPI_UINT16_T); -o is not used.\n";
+    const ccperf::ProgramInfo prog{kProgram, kPattern == Pattern::kBroadcast ? ccperf::kFlagRoot : 0u, notes};
     ccperf::Options opts;
     ccperf::ParseResult pr = ccperf::ParseOptions(argc, argv, prog, group.rank() == 0, &opts);
     if (pr == ccperf::ParseResult::kRun) {
