@@ -143,8 +143,17 @@ class CcollAllReducer : public ccperf::AllReducer {
   // comp: a compressor made from the -z spec (null: exact). A compressor is one bucket's state, so every size gets a
   // fresh one, made at its first (warmup) call, and so does the check call (Reset).
   CcollAllReducer(ccComm_t comm, ccCompressor_t comp, const ccperf::Options& o, std::function<SideBytes()> side)
-      : comm_(comm), comp_(comp), spec_(o.codec), dtype_(ToCc(o.dtype)), es_(ccperf::Info(o.dtype).size),
-        op_(ToCc(o.op)), root_(o.root), side_(std::move(side)) {}
+      : comm_(comm),
+        comp_(comp),
+        spec_(o.codec),
+        dtype_(ToCc(o.dtype)),
+        es_(ccperf::Info(o.dtype).size),
+        op_(ToCc(o.op)),
+        root_(o.root),
+        side_(std::move(side)) {
+    ccCommCount(comm_, &nranks_);  // (a live communicator: they only read it)
+    ccCommUserRank(comm_, &rank_);
+  }
   ~CcollAllReducer() override {
     Finish();
     ccCompressorDestroy(comp_);
@@ -158,7 +167,7 @@ class CcollAllReducer : public ccperf::AllReducer {
     error_ = "-G 1: " + error_;
     return false;
 #else
-    error_ = "-G 1: this allreduce_perf was built without CUDA (CCOLL_ENABLE_CUDA=OFF)";
+    error_ = std::string("-G 1: this ") + kProgram + " was built without CUDA (CCOLL_ENABLE_CUDA=OFF)";
     return false;
 #endif
   }
@@ -227,22 +236,12 @@ class CcollAllReducer : public ccperf::AllReducer {
   }
 #endif
   std::string LastError() override { return error_; }
-  size_t Ranks() const {
-    int n = 1;
-    ccCommCount(comm_, &n);
-    return static_cast<size_t>(n);
-  }
+  size_t Ranks() const { return static_cast<size_t>(nranks_); }
   // The byte offset of this rank's block when count elements make n blocks.
-  size_t RankBlockBytes(size_t count) const {
-    int rank = 0;
-    ccCommUserRank(comm_, &rank);
-    return count / Ranks() * static_cast<size_t>(rank) * es_;
-  }
+  size_t RankBlockBytes(size_t count) const { return count / Ranks() * static_cast<size_t>(rank_) * es_; }
   // sendrecv_perf: send to the next rank, receive from the previous one, in one group.
   bool SendRecv(const void* send, void* recv, size_t count, ccStream_t stream) {
-    int n = 1, rank = 0;
-    ccCommCount(comm_, &n);
-    ccCommUserRank(comm_, &rank);
+    const int n = nranks_, rank = rank_;
     transfers_.clear();
     transfers_.push_back(Transfer{true, const_cast<void*>(send), count, (rank + 1) % n});
     transfers_.push_back(Transfer{false, recv, count, (rank + n - 1) % n});
@@ -251,8 +250,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   // alltoall_perf: count / n elements to and from every rank, block p of send to rank p and block p of recv from it,
   // in one group.
   bool AllToAll(const void* send, void* recv, size_t count, ccStream_t stream) {
-    int n = 1;
-    ccCommCount(comm_, &n);
+    const int n = nranks_;
     const size_t block = count / static_cast<size_t>(n), step = block * es_;
     transfers_.clear();
     for (int p = 0; p < n; ++p) {
@@ -279,7 +277,7 @@ class CcollAllReducer : public ccperf::AllReducer {
     error_ = Failure("ccGroupEnd", r, nullptr);
     return false;
   }
-  // The call check's records (CC_CHECK_CALLS) are a fixed cost per call, not the all-reduce's: left out.
+  // The call check's records (CC_CHECK_CALLS) are a fixed cost per call, not the collective's: left out.
   bool BytesSent(uint64_t* bytes, uint64_t* nominal) override {
     ccCommStats_t st;
     st.size = sizeof(st);
@@ -317,6 +315,7 @@ class CcollAllReducer : public ccperf::AllReducer {
   std::vector<Transfer> transfers_;
   ccRedOp_t op_;
   int root_;  // reduce_perf, broadcast_perf
+  int nranks_ = 1, rank_ = 0;  // of comm_
   std::function<SideBytes()> side_;
   std::string error_;
 #ifdef CCOLL_PERF_CUDA

@@ -69,8 +69,8 @@ class RankRun {
     bool failed = false;
     size_t lastCount = SIZE_MAX;
     for (size_t bytes = o_.minBytes; bytes <= o_.maxBytes;) {
-      // A size that rounds to the element count of the one before (below an element, or an all-to-all's n blocks)
-      // is that row again: skipped.
+      // A size that rounds to the element count of the one before (below an element, or below n blocks of the
+      // patterns in blocks) is that row again: skipped.
       if (CountOf(bytes) != lastCount && !OneSize(bytes)) {
         failed = true;
         break;
@@ -123,7 +123,7 @@ class RankRun {
     std::fprintf(stderr, "%s: rank %d: %s\n", s_.program, group_.rank(), buf);
   }
 
-  // `times` all-reduces; false (after saying why) at the first failure.
+  // `times` calls of the collective; false (after saying why) at the first failure.
   bool Repeat(int times, size_t count, size_t bytes, const char* phase) {
     void* out = o_.inplace ? send_.get() : recv_.get();
     for (int i = 0; i < times; ++i) {
@@ -235,8 +235,9 @@ class RankRun {
     return true;
   }
 
-  // One more all-reduce from fresh inputs into a poisoned output, compared with the reference: rank r checks the r-th
-  // part of its own output, and the hashes of all outputs must agree, so every element of every rank is covered.
+  // One more call from fresh inputs into a poisoned output, checked as the pattern says (Pattern): an all-reduce's
+  // rank r checks the r-th part of its own output against the reference and the hashes of all outputs must agree, so
+  // every element of every rank is covered; the others check what each rank's output must hold, whole.
   bool Check(size_t count, size_t bytes, void* out, Row* row) {
     const int n = group_.nranks(), rank = group_.rank();
     FillInput(spec_, rank, send_.get(), count);

@@ -96,7 +96,7 @@ class MpiAllReducer : public ccperf::AllReducer {
       return false;
     }
     const int n = nranks_, block = static_cast<int>(count / static_cast<size_t>(n));  // (the blocked patterns)
-    const size_t blockBytes = static_cast<size_t>(block) * static_cast<size_t>(rank_) * elementBytes_;
+    const size_t rankBlockAt = static_cast<size_t>(block) * static_cast<size_t>(rank_) * elementBytes_;  // bytes
     int rc = MPI_SUCCESS;
     switch (kPattern) {
       case Pattern::kAllToAll:  // never in place (Body refuses -I 1)
@@ -107,11 +107,11 @@ class MpiAllReducer : public ccperf::AllReducer {
         rc = MPI_Bcast(recv, static_cast<int>(count), dtype_, root_, MPI_COMM_WORLD);
         break;
       case Pattern::kReduceScatter:  // never in place (Body refuses -I 1)
-        rc = MPI_Reduce_scatter_block(send, static_cast<char*>(recv) + blockBytes, block, dtype_, op_, MPI_COMM_WORLD);
+        rc = MPI_Reduce_scatter_block(send, static_cast<char*>(recv) + rankBlockAt, block, dtype_, op_, MPI_COMM_WORLD);
         break;
       case Pattern::kAllGather:
         rc = send == recv ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, block, dtype_, MPI_COMM_WORLD)
-                          : MPI_Allgather(static_cast<const char*>(send) + blockBytes, block, dtype_, recv, block,
+                          : MPI_Allgather(static_cast<const char*>(send) + rankBlockAt, block, dtype_, recv, block,
                                           dtype_, MPI_COMM_WORLD);
         break;
       default: {
