@@ -17,7 +17,8 @@
 # process of its own. Then allreduce_perf -t 4 -G 1 (4 thread ranks sharing the GPU) for the exact float and bf16
 # all-reduce and every codec, on the device buffers (CC_DEVICE_KERNELS=1, the default: device copies between the
 # ranks' buffers, reduction and codec kernels) and staged through host memory with the CPU reductions and codecs
-# (CC_DEVICE_KERNELS=0), side by side at 64 MiB. Then the NCCL transport (CC_TRANSPORT=nccl): test_nccl (exact and
+# (CC_DEVICE_KERNELS=0), side by side at 64 MiB, and the exact collectives' programs (reduce_perf, broadcast_perf,
+# reducescatter_perf, allgather_perf, sendrecv_perf, alltoall_perf) the same way. Then the NCCL transport (CC_TRANSPORT=nccl): test_nccl (exact and
 # compressed calls against fp64 and the host ring's bytes, stream order, CUDA graph capture and replay, a dead peer)
 # and allreduce_perf, both with ranks as processes that share the GPU under NCCL_HOSTIDs of their own (NCCL refuses
 # two ranks on one GPU of one host). NCCL there is the nvidia-nccl-cu13 wheel's libnccl.so.2; its header may be
@@ -151,6 +152,7 @@ else
     >"$LOGS/configure.log" 2>&1 \
     || { tail -30 "$LOGS/configure.log"; exit 1; }
   targets="ccoll_info gpu_probe gpu_codec_bench allreduce_perf"
+  targets="$targets reduce_perf broadcast_perf reducescatter_perf allgather_perf sendrecv_perf alltoall_perf"
   grep -q "NCCL=ON" "$LOGS/configure.log" && have_nccl=1
   [ "$tests" = ON ] && targets="$targets test_gpu test_gpu_collectives"
   [ "$tests" = ON ] && [ $have_nccl = 1 ] && targets="$targets test_nccl"
@@ -367,6 +369,15 @@ for z in none cast16 quant:bits=4,mode=requant quant:bits=2,mode=requant quant:b
       >>"$LOGS/device_allreduce.txt"
   fi
 done
+# The exact collectives on device buffers (4 thread ranks on the GPU: device copies between the ranks' buffers and the
+# reduction kernels), each checked as its program checks it, one line each at 64 MiB.
+: >"$LOGS/device_collectives.txt"
+for c in reduce broadcast reducescatter allgather sendrecv alltoall; do
+  part perf || break
+  log="$LOGS/${c}_G.log"
+  step 60 "$BUILD_DIR/perf/${c}_perf" -t 4 -G 1 -b 1M -e 64M -f 8 -n 5 -w 2 -d float >"$log" 2>&1 || status=1
+  echo "$c: $(grep -E '^ +67108864 ' "$log" || tail -1 "$log")" >>"$LOGS/device_collectives.txt"
+done
 part perf && mark perf
 
 # The NCCL transport: 4 processes on the one GPU, each its own NCCL "host" (NCCL_HOSTID), connected by NCCL's socket
@@ -433,6 +444,8 @@ fi
 head -c 4000 "$LOGS/bench.md"
 echo "== allreduce_perf -t 4 -G 1 at 64 MiB (size count type redop algo codec time_us algbw busbw wirebits error wrong)"
 cut -c1-240 "$LOGS/device_allreduce.txt"
+echo "== the exact collectives, -t 4 -G 1 float sum at 64 MiB (the same columns)"
+cut -c1-240 "$LOGS/device_collectives.txt"
 echo "== CC_TRANSPORT=nccl, 4 processes on one GPU (NCCL sockets over loopback, time-sliced): 16 MiB"
 cut -c1-240 "$LOGS/nccl_allreduce.txt"
 # The probe last: the reply keeps the end of the output. After a failure, what the loader chose first.
