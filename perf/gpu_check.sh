@@ -18,10 +18,10 @@
 # all-reduce and every codec, on the device buffers (CC_DEVICE_KERNELS=1, the default: device copies between the
 # ranks' buffers, reduction and codec kernels) and staged through host memory with the CPU reductions and codecs
 # (CC_DEVICE_KERNELS=0), side by side at 64 MiB, and the exact collectives' programs (reduce_perf, broadcast_perf,
-# reducescatter_perf, allgather_perf, sendrecv_perf, alltoall_perf) the same way. Then the NCCL transport (CC_TRANSPORT=nccl): test_nccl (exact and
-# compressed calls against fp64 and the host ring's bytes, stream order, CUDA graph capture and replay, a dead peer)
-# and allreduce_perf, both with ranks as processes that share the GPU under NCCL_HOSTIDs of their own (NCCL refuses
-# two ranks on one GPU of one host). NCCL there is the nvidia-nccl-cu13 wheel's libnccl.so.2; its header may be
+# reducescatter_perf, allgather_perf, sendrecv_perf, alltoall_perf) the same way. Then the NCCL transport
+# (CC_TRANSPORT=nccl): test_nccl (exact and compressed calls against fp64 and the host ring's bytes, stream order,
+# CUDA graph capture and replay, a dead peer) and allreduce_perf, both with ranks as processes that share the GPU
+# under NCCL_HOSTIDs of their own (NCCL refuses two ranks on one GPU of one host). NCCL there is the nvidia-nccl-cu13 wheel's libnccl.so.2; its header may be
 # missing, so carry one: on the development machine `mkdir -p .deps/nccl/include && cp /usr/local/cuda/include/nccl.h
 # .deps/nccl/include/`. Not covered: UCX on CUDA memory (no CUDA-enabled UCX on either machine).
 #

@@ -55,15 +55,16 @@ for ((round = 1; round <= ROUNDS; ++round)); do
         nb_ranks -n "$NP" -- "$BUILD/perf/${c}_perf" "${args[@]}" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
       else
         # shellcheck disable=SC2086  # MPI_ARGS: split into arguments
-        nb_mpirun "$NP" ${MPI_ARGS:-} -- "$BUILD/perf/mpi_${c}_perf" "${args[@]}" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+        nb_mpirun "$NP" ${MPI_ARGS:-} -- "$BUILD/perf/mpi_${c}_perf" "${args[@]}" >"$log" 2>&1 \
+          || { cat "$log" >&2; exit 1; }
       fi
     done
   done
 done
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# Exact collectives on the shaped cluster: $NP ranks, one per namespace, every link $RATE (self-check: host 0 ->" \
-  "host 1 $selfcheck Mbit/s), float32 sum, -n $ITERS -w $WARMUP, $ROUNDS rounds, median; OpenMPI's mpirun" \
-  "arguments: ${MPI_ARGS:-none added}; $(nb_cpu); load $load_start at start, $load_end at end"
+echo "# Exact collectives on the shaped cluster: $NP ranks, one per namespace, every link $RATE (self-check:" \
+  "host 0 -> host 1 $selfcheck Mbit/s), float32 sum, -n $ITERS -w $WARMUP, $ROUNDS rounds, median; OpenMPI's" \
+  "mpirun arguments: ${MPI_ARGS:-none added}; $(nb_cpu); load $load_start at start, $load_end at end"
 # shellcheck disable=SC2086  # COLLS: one argument per collective
 python3 - "$raw" "$ROUNDS" "$NP" "$rate_bps" $COLLS <<'EOF'
 import glob, statistics, sys
