@@ -11,19 +11,20 @@
 # Catch2 is not on that machine: before the call, on the development machine, `apt-get download catch2` into .deps/
 # (ignored by git) and pass carry [".deps"]; this script unpacks it next to the build. Without it the tests are
 # not built and only the benchmark runs. UCX, MPI and a BLAS are optional: CMake leaves out what is missing.
-# First perf/gpu_probe: device work step by step (context, copies, kernels against the CPU, the device's preparation,
-# a stream held on a mapped host word, pools, 1- and 2-rank device all-reduces), each step "ok" or what failed; when it
+# First perf/gpu_probe: device work step by step (context, copies, kernels against the CPU, the device's preparation, a
+# stream held on a mapped host word, pools, 1- and 2-rank device all-reduces), each step "ok" or what failed; when it
 # fails before the all-reduces, the parts that need the whole device path are left out. Then the tests, each case in a
 # process of its own. Then allreduce_perf -t 4 -G 1 (4 thread ranks sharing the GPU) for the exact float and bf16
-# all-reduce and every codec, on the device buffers (CC_DEVICE_KERNELS=1, the default: device copies between the
-# ranks' buffers, reduction and codec kernels) and staged through host memory with the CPU reductions and codecs
+# all-reduce and every codec, on the device buffers (CC_DEVICE_KERNELS=1, the default: device copies between the ranks'
+# buffers, reduction and codec kernels) and staged through host memory with the CPU reductions and codecs
 # (CC_DEVICE_KERNELS=0), side by side at 64 MiB, and the exact collectives' programs (reduce_perf, broadcast_perf,
 # reducescatter_perf, allgather_perf, sendrecv_perf, alltoall_perf) the same way. Then the NCCL transport
-# (CC_TRANSPORT=nccl): test_nccl (exact and compressed calls against fp64 and the host ring's bytes, stream order,
-# CUDA graph capture and replay, a dead peer) and allreduce_perf, both with ranks as processes that share the GPU
-# under NCCL_HOSTIDs of their own (NCCL refuses two ranks on one GPU of one host). NCCL there is the nvidia-nccl-cu13 wheel's libnccl.so.2; its header may be
-# missing, so carry one: on the development machine `mkdir -p .deps/nccl/include && cp /usr/local/cuda/include/nccl.h
-# .deps/nccl/include/`. Not covered: UCX on CUDA memory (no CUDA-enabled UCX on either machine).
+# (CC_TRANSPORT=nccl): test_nccl (exact and compressed calls against fp64 and the host ring's bytes, stream order, CUDA
+# graph capture and replay, a dead peer) and allreduce_perf, both with ranks as processes that share the GPU under
+# NCCL_HOSTIDs of their own (NCCL refuses two ranks on one GPU of one host). NCCL there is the nvidia-nccl-cu13 wheel's
+# libnccl.so.2; its header may be missing, so carry one: on the development machine `mkdir -p .deps/nccl/include && cp
+# /usr/local/cuda/include/nccl.h .deps/nccl/include/`. Not covered: UCX on CUDA memory (no CUDA-enabled UCX on either
+# machine).
 #
 # A hang costs one step, not the call: every step has a time limit and none runs past GPU_CHECK_BUDGET_S (default
 # 540 s) from the start. Short device calls run first (45 s each at most); one that hangs runs again with
