@@ -66,32 +66,15 @@ for c in $COLLS; do
   done
 done
 # shellcheck disable=SC2086  # COLLS: one argument per collective
-python3 - "$OUT" "$ROUNDS" "$NP" $COLLS <<'EOF'
-import glob, statistics, sys
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" python3 - "$OUT" "$ROUNDS" "$NP" $COLLS <<'EOF'
+import statistics, sys
+from perf_rows import times_us
 out, rounds, n, colls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 CALLS = {"alltoall": "MPI_Alltoall", "broadcast": "MPI_Bcast", "reducescatter": "MPI_Reduce_scatter_block",
          "allgather": "MPI_Allgather"}
-def rows(coll, kind):
-    times = {}
-    for path in sorted(glob.glob(f"{out}/{coll}_{kind}_*.txt")):
-        text = open(path).read()
-        if "FAILED" in text:
-            sys.exit(f"{path}: FAILED")
-        for line in text.splitlines():
-            f = line.split()
-            if len(f) >= 12 and f[0].isdigit():
-                if f[-1] != "0":
-                    sys.exit(f"{path}: {f[0]} bytes: {f[-1]} wrong elements")
-                times.setdefault(int(f[0]), []).append(float(f[6]))
-    return times
 for coll in colls:
-    cc, mp = rows(coll, "ccoll"), rows(coll, "mpi")
-    for kind, table in (("ccoll", cc), ("MPI", mp)):
-        if not table:
-            sys.exit(f"{coll}: no {kind} rows")
-        for size, times in table.items():
-            if len(times) != rounds:
-                sys.exit(f"{coll} {kind}: {len(times)} rows of {size} bytes in {rounds} rounds")
+    cc = times_us(f"{out}/{coll}_ccoll_*.txt", rounds, f"{coll} ccoll")
+    mp = times_us(f"{out}/{coll}_mpi_*.txt", rounds, f"{coll} MPI")
     bcast = coll == "broadcast"
     factor = 1.0 if bcast else (n - 1) / n
     print(f"\n{coll} (busbw = algbw{'' if bcast else ' * (n-1)/n'})\n")

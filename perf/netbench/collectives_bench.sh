@@ -66,8 +66,9 @@ echo "# Exact collectives on the shaped cluster: $NP ranks, one per namespace, e
   "host 0 -> host 1 $selfcheck Mbit/s), float32 sum, -n $ITERS -w $WARMUP, $ROUNDS rounds, median; OpenMPI's" \
   "mpirun arguments: ${MPI_ARGS:-none added}; $(nb_cpu); load $load_start at start, $load_end at end"
 # shellcheck disable=SC2086  # COLLS: one argument per collective
-python3 - "$raw" "$ROUNDS" "$NP" "$rate_bps" $COLLS <<'EOF'
-import glob, statistics, sys
+PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" python3 - "$raw" "$ROUNDS" "$NP" "$rate_bps" $COLLS <<'EOF'
+import statistics, sys
+from perf_rows import times_us
 raw, rounds, n, rate, colls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 def human(b):
     for unit, shift in (("MiB", 20), ("KiB", 10)):
@@ -75,28 +76,15 @@ def human(b):
             return f"{b >> shift} {unit}"
     return f"{b} B"
 CALLS = {"broadcast": "MPI_Bcast", "reducescatter": "MPI_Reduce_scatter_block", "allgather": "MPI_Allgather"}
-def rows(coll, who):
-    times = {}
-    for path in sorted(glob.glob(f"{raw}/{coll}_{who}_*.txt")):
-        text = open(path).read()
-        if "FAILED" in text:
-            sys.exit(f"{path}: FAILED")
-        for line in text.splitlines():
-            f = line.split()
-            if len(f) >= 12 and f[0].isdigit():
-                if f[-1] != "0":
-                    sys.exit(f"{path}: {f[0]} bytes: {f[-1]} wrong elements")
-                times.setdefault(int(f[0]), []).append(float(f[6]) / 1e3)
-    for size, t in times.items():
-        if len(t) != rounds:
-            sys.exit(f"{coll} {who}: {len(t)} rows of {size} bytes in {rounds} rounds")
-    return times
+def times_ms(coll, who):
+    us = times_us(f"{raw}/{coll}_{who}_*.txt", rounds, f"{coll} {who}")
+    return {size: [t / 1e3 for t in ts] for size, ts in us.items()}
 print()
 print("| collective | size | ccoll (ms) | OpenMPI (ms) | wire-bound (ms) | wire-bound / ccoll | MPI / ccoll time |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for coll in colls:
-    cc, mp = rows(coll, "ccoll"), rows(coll, "mpi")
-    if not cc or set(cc) != set(mp):
+    cc, mp = times_ms(coll, "ccoll"), times_ms(coll, "mpi")
+    if set(cc) != set(mp):
         sys.exit(f"{coll}: the two programs ran different sizes ({sorted(cc)} and {sorted(mp)})")
     share = 1.0 if coll == "broadcast" else (n - 1) / n
     for size in sorted(cc):
