@@ -74,9 +74,9 @@ void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call) { BatchOf(comm
 
 void GroupAddInit(ccComm* comm, bool blocking) { gGroup.inits.emplace_back(comm, blocking); }
 
-bool GroupInitRunning(ccComm* comm) {
+bool GroupMadeComm(ccComm* comm) {
   for (const auto& init : gGroup.inits) {
-    if (init.first == comm) return comm->asyncError.load() == ccInProgress;
+    if (init.first == comm) return true;
   }
   return false;
 }
@@ -157,8 +157,11 @@ CC_API ccResult_t ccGroupEnd(void) {
       gGroup.failure.clear();
       return initialized;
     }
-    // The sends and receives on those communicators, recorded now that they are up (they were only kept).
+    // The sends and receives on those communicators, recorded now that they are up (they were only kept), into the
+    // batches that hold the group's other calls (its collectives, recorded as made, and the transfers on the other
+    // communicators): every send and receive on such a communicator was kept, so its transfers keep their call order.
     if (gGroup.failed == ccSuccess && !deferred.empty()) {
+      gGroup.batches = std::move(batches);
       gGroup.depth = 1;
       for (const auto& call : deferred) {
         const ccResult_t r = call();

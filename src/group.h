@@ -29,8 +29,9 @@ void GroupFail(ccResult_t r);
 // A communicator whose init was called inside the group (NCCL's way of making several ranks from one thread): its
 // init already runs on a thread of its own; ccGroupEnd waits for it where `blocking`, before the group's calls.
 void GroupAddInit(ccComm* comm, bool blocking);
-// Whether comm's init is one of this group's and still runs.
-bool GroupInitRunning(ccComm* comm);
+// Whether comm's init is one of this group's (running or done: which one depends on timing, so it must not decide
+// where a call goes).
+bool GroupMadeComm(ccComm* comm);
 // A call on such a communicator, made again (its checks then) once ccGroupEnd has waited for the inits, inside the
 // group still.
 void GroupDefer(std::function<ccResult_t()> call);

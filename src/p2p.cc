@@ -176,7 +176,7 @@ ccResult_t Transfer(bool send, void* buf, size_t count, int rawDtype, int peer, 
       return Fail(ccInvalidArgument, "%s: comm %p is not a live communicator (destroyed, aborted or never "
                   "initialized)", fn, static_cast<void*>(comm));
     }
-    if (InGroup() && GroupInitRunning(comm)) {  // its init is this group's: checked and recorded at ccGroupEnd
+    if (InGroup() && GroupMadeComm(comm)) {  // its init is this group's: checked and recorded at ccGroupEnd
       GroupDefer([=] {
         return send ? ccSend(buf, count, static_cast<ccDataType_t>(rawDtype), peer, comm, stream)
                     : ccRecv(buf, count, static_cast<ccDataType_t>(rawDtype), peer, comm, stream);

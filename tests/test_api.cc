@@ -881,6 +881,49 @@ TEST_CASE("ranks made by ccCommInitRank inside a group from one thread", "[api][
   }
 }
 
+// The group's sends and receives on a communicator it makes are kept until ccGroupEnd has waited for the inits. Whether
+// an init had already ended when a call was made must not matter: here rank 0's calls come while its init cannot end
+// (rank 2 has not joined), ranks 1's and 2's once every init has ended, and a collective of each rank is in the same
+// group. (Those of ranks whose init had ended were recorded at once, and ccGroupEnd dropped them, and the collectives,
+// when it recorded the kept ones: a hang under TSan in CI.)
+TEST_CASE("a group's calls on the communicators it makes run whether their inits ended before the calls or not",
+          "[api][init][group]") {
+  const int n = 3;
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 10000;  // the old code's lost receive: a timeout, not a hang
+  std::vector<ccComm_t> comms(n, nullptr);
+  std::vector<float> mine = {10.0f, 20.0f, 30.0f}, got(n, 0.0f), x = {1.0f, 2.0f, 4.0f};
+  auto ring = [&](int r) {
+    CHECK(ccSend(&mine[r], 1, ccFloat32, (r + 1) % n, comms[r], nullptr) == ccSuccess);
+    CHECK(ccRecv(&got[r], 1, ccFloat32, (r + n - 1) % n, comms[r], nullptr) == ccSuccess);
+    CHECK(ccAllReduce(&x[r], &x[r], 1, ccFloat32, ccSum, nullptr, comms[r], nullptr) == ccSuccess);
+  };
+  REQUIRE(ccGroupStart() == ccSuccess);
+  CHECK(ccCommInitRankConfig(&comms[0], n, id, 0, &config) == ccSuccess);
+  CHECK(ccCommInitRankConfig(&comms[1], n, id, 1, &config) == ccSuccess);
+  ring(0);  // rank 0's init cannot have ended: rank 2 has not joined
+  CHECK(ccCommInitRankConfig(&comms[2], n, id, 2, &config) == ccSuccess);
+  for (ccComm_t c : comms) {  // every init ends (they run on threads of their own)
+    ccResult_t state = ccInProgress;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (state == ccInProgress && std::chrono::steady_clock::now() < deadline) {
+      REQUIRE(ccCommGetAsyncError(c, &state) == ccSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(state == ccSuccess);
+  }
+  ring(1);
+  ring(2);
+  const ccResult_t end = ccGroupEnd();
+  INFO(ccGetLastError(nullptr));
+  REQUIRE(end == ccSuccess);
+  CHECK(got == std::vector<float>{30.0f, 10.0f, 20.0f});
+  CHECK(x == std::vector<float>{7.0f, 7.0f, 7.0f});
+  for (ccComm_t c : comms) CHECK(ccCommDestroy(c) == ccSuccess);
+}
+
 TEST_CASE("ccCommAbort or ccCommDestroy of a communicator whose non-blocking init waits for its peers returns "
           "promptly", "[api][config][abort]") {
   for (bool abort : {true, false}) {
