@@ -463,9 +463,10 @@ CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, in
  *   of its own; ccGroupEnd waits for them (see ccCommInitRank) before it issues the group's calls, whose checks on a
  *   communicator made in the group wait for ccGroupEnd too. An init that fails, or any call of the group that fails
  *   its checks, makes the group's other inits give up (their communicators left for ccCommDestroy).
- * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once and makes ccGroupEnd
- *   return it too, without issuing any call of the group. So does what ccGroupEnd refuses before anything moves (a
- *   communicator destroyed or failed since, mixed buffers or streams, a send to this rank without its receive). A
+ * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once (on a communicator
+ *   the group makes: at ccGroupEnd, where its checks run) and makes ccGroupEnd return it too, without issuing any
+ *   call of the group. So does what ccGroupEnd refuses before anything moves (a communicator destroyed or failed
+ *   since, mixed buffers or streams, a send to this rank without its receive). A
  *   collective's arguments are checked when ccGroupEnd makes it (a refusal reaches the other ranks through the call
  *   check, as outside a group). ccCommSplit inside a group is ccInvalidUsage. ccGroupEnd returns the first
  *   failure of the group's calls (with its sentence in ccGetLastError(NULL)); each communicator's failures are
