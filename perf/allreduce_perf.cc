@@ -357,47 +357,6 @@ const char* EnvOr(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
-// The header's busbw rule and what #wrong counts, per collective.
-const char* BusbwText() {
-  switch (kPattern) {
-    case ccperf::Pattern::kAllReduce:
-      return "algbw * 2(n-1)/n";
-    case ccperf::Pattern::kReduce:
-      return "algbw (a reduce)";
-    case ccperf::Pattern::kBroadcast:
-      return "algbw (a broadcast)";
-    case ccperf::Pattern::kSendRecv:
-      return "algbw (one link per element)";
-    case ccperf::Pattern::kReduceScatter:
-    case ccperf::Pattern::kAllGather:
-      return "algbw * (n-1)/n (n-1 blocks cross each rank's link)";
-    case ccperf::Pattern::kAllToAll:
-      return "algbw * (n-1)/n (every block but the rank's own)";
-  }
-  return "";
-}
-
-const char* WrongText() {
-  switch (kPattern) {
-    case ccperf::Pattern::kReduce:
-      return "elements of the root's output outside the dtype's rounding tolerance, and of another rank's recvbuff "
-             "written";
-    case ccperf::Pattern::kBroadcast:
-      return "elements not bitwise equal to the root's input";
-    case ccperf::Pattern::kReduceScatter:
-      return "elements of block `rank` outside the dtype's rounding tolerance, and of the other blocks changed";
-    case ccperf::Pattern::kAllGather:
-      return "elements of block p not bitwise equal to block p of rank p's input";
-    case ccperf::Pattern::kSendRecv:
-      return "elements not bitwise equal to the previous rank's input";
-    case ccperf::Pattern::kAllToAll:
-      return "elements of block p not bitwise equal to block `rank` of rank p's input";
-    case ccperf::Pattern::kAllReduce:
-      break;
-  }
-  return "";
-}
-
 void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch, int nranks, int argc,
                  char** argv) {
   int version = 0;
@@ -472,7 +431,7 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
       "time: us per call, mean of -n iterations each rank timed from a common barrier to its last "
       "call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = size / time "
       "(logical bytes); busbw = %s",
-      BusbwText());
+      ccperf::BusbwRule(kPattern));
   report.Line(
       "wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
       "the call check's records, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
@@ -482,9 +441,10 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
       : kPattern == ccperf::Pattern::kSendRecv ? "1"
                                                : "(n-1)/n");
   if (!ccperf::Reduces(kPattern)) {
-    report.Line("#wrong: %s; inputs: -D %s", WrongText(), o.dist.c_str());
+    report.Line("#wrong: %s; inputs: -D %s", ccperf::WrongRule(kPattern), o.dist.c_str());
   } else if (!kAllReduce) {
-    report.Line("error: vNMSE vs the fp64 reference; #wrong: %s; inputs: -D %s", WrongText(), o.dist.c_str());
+    report.Line("error: vNMSE vs the fp64 reference; #wrong: %s; inputs: -D %s", ccperf::WrongRule(kPattern),
+                o.dist.c_str());
   } else {
     report.Line("error: vNMSE vs the fp64 reference, of one checked call with a fresh compressor (no error-feedback "
                 "memory or warm start from the timed calls); #wrong: elements outside the dtype's rounding tolerance "

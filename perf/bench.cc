@@ -349,6 +349,46 @@ class RankRun {
 
 bool Blocked(Pattern p) { return p == Pattern::kReduceScatter || p == Pattern::kAllGather || p == Pattern::kAllToAll; }
 
+const char* BusbwRule(Pattern p) {
+  switch (p) {
+    case Pattern::kAllReduce:
+      return "algbw * 2(n-1)/n";
+    case Pattern::kReduce:
+      return "algbw (a reduce)";
+    case Pattern::kBroadcast:
+      return "algbw (a broadcast)";
+    case Pattern::kSendRecv:
+      return "algbw (one link per element)";
+    case Pattern::kReduceScatter:
+    case Pattern::kAllGather:
+      return "algbw * (n-1)/n (n-1 blocks cross each rank's link)";
+    case Pattern::kAllToAll:
+      return "algbw * (n-1)/n (every block but the rank's own)";
+  }
+  return "";
+}
+
+const char* WrongRule(Pattern p) {
+  switch (p) {
+    case Pattern::kReduce:
+      return "elements of the root's output outside the dtype's rounding tolerance, and of another rank's recvbuff "
+             "written";
+    case Pattern::kBroadcast:
+      return "elements not bitwise equal to the root's input";
+    case Pattern::kReduceScatter:
+      return "elements of block `rank` outside the dtype's rounding tolerance, and of the other blocks changed";
+    case Pattern::kAllGather:
+      return "elements of block p not bitwise equal to block p of rank p's input";
+    case Pattern::kSendRecv:
+      return "elements not bitwise equal to the previous rank's input";
+    case Pattern::kAllToAll:
+      return "elements of block p not bitwise equal to block `rank` of rank p's input";
+    case Pattern::kAllReduce:
+      return "elements outside the dtype's rounding tolerance";
+  }
+  return "";
+}
+
 bool Reduces(Pattern p) { return p == Pattern::kAllReduce || p == Pattern::kReduce || p == Pattern::kReduceScatter; }
 
 int RunAllReduceBench(const BenchSetup& setup, Group& group, AllReducer& reducer, Report* report) {

@@ -70,6 +70,10 @@ enum class Pattern {
 // Whether a pattern's sizes are rounded down to n blocks, and whether it reduces (the redop column, the error).
 bool Blocked(Pattern p);
 bool Reduces(Pattern p);
+// For the programs' headers: how busbw follows from algbw, and which elements the #wrong column counts (for an
+// all-reduce, of an exact call).
+const char* BusbwRule(Pattern p);
+const char* WrongRule(Pattern p);
 
 struct BenchSetup {
   Options opts;

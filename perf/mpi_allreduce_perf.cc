@@ -179,35 +179,13 @@ int Body(const ccperf::Options& o, ccperf::MpiGroup& group, int argc, char** arg
     report.CommandAndArgs(argc, argv, o, "mpi");
     report.Line("nranks: %d (MPI processes)", group.nranks());
     report.Line("library: %s", first.c_str());
-    const char* busbw = kPattern == Pattern::kAllReduce ? "algbw * 2(n-1)/n"
-                        : kPattern == Pattern::kBroadcast ? "algbw (a broadcast)"
-                                                          : "algbw * (n-1)/n";
-    report.Line("time: us per %s, mean of -n iterations, each rank timing its own from a common barrier to "
-                "its last call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = "
-                "size / time; busbw = %s", kCall, busbw);
-    switch (kPattern) {
-      case Pattern::kAllToAll:
-        report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements of block p not "
-                    "bitwise equal to block `rank` of rank p's input");
-        break;
-      case Pattern::kBroadcast:
-        report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements not bitwise equal "
-                    "to the root's input");
-        break;
-      case Pattern::kAllGather:
-        report.Line("wirebits: the element bits (MPI does not count its bytes); #wrong: elements of block p not "
-                    "bitwise equal to block p of rank p's input");
-        break;
-      case Pattern::kReduceScatter:
-        report.Line("wirebits: the element bits (MPI does not count its bytes); error: vNMSE vs the fp64 reference; "
-                    "#wrong: elements of block `rank` outside the dtype's rounding tolerance, and of the other "
-                    "blocks written");
-        break;
-      default:
-        report.Line("wirebits: the element bits (MPI does not count its bytes); error: vNMSE vs the fp64 reference; "
-                    "#wrong: elements outside the dtype's rounding tolerance");
-        break;
-    }
+    report.Line(
+        "time: us per %s, mean of -n iterations, each rank timing its own from a common barrier to "
+        "its last call's completion, the slowest rank's, after -w warmup iterations at each size; algbw = "
+        "size / time; busbw = %s",
+        kCall, ccperf::BusbwRule(kPattern));
+    report.Line("wirebits: the element bits (MPI does not count its bytes); %s#wrong: %s",
+                ccperf::Reduces(kPattern) ? "error: vNMSE vs the fp64 reference; " : "", ccperf::WrongRule(kPattern));
     report.ColumnHeader();
   }
   ccperf::BenchSetup setup;
