@@ -277,7 +277,8 @@ class CcollAllReducer : public ccperf::AllReducer {
     error_ = Failure("ccGroupEnd", r, nullptr);
     return false;
   }
-  // The call check's records (CC_CHECK_CALLS) are a fixed cost per call, not the collective's: left out.
+  // The call check's messages (CC_CHECK_CALLS) are a fixed cost per call, not the collective's: left out (the room of a
+  // small all-reduce that rode in them counts as its data).
   bool BytesSent(uint64_t* bytes, uint64_t* nominal) override {
     ccCommStats_t st;
     st.size = sizeof(st);
@@ -434,7 +435,7 @@ void PrintHeader(ccperf::Report& report, const ccperf::Options& o, Launch launch
       ccperf::BusbwRule(kPattern));
   report.Line(
       "wirebits: bits on the wire per element and transmission = bytes each rank sent (ccCommGetStats less "
-      "the call check's records, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
+      "the call check's messages, mean over ranks) * 8 / (count * %s): 32 for the exact float ring, the "
       "compressed width for a codec; on NCCL the library computes (as a ring's) the bytes of the exact calls "
       "it hands to NCCL, and the JSON rows say wirebits_measured false",
       kAllReduce                               ? "2(n-1)/n"

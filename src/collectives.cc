@@ -318,9 +318,10 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
 // to). Any other failure is the transports'.
 // onStream: a stream-ordered call (QueueOnStream); else a host call, or a device call the proxy runs (args.onDevice
 // when it runs on the device buffers themselves). *everyRankOnHost (when not null): the check ran and no rank runs the
-// call in a device codec.
+// call in a device codec. small (when not null): this rank's all-reduce rides in the check where it can
+// (collectives/call_check.h); small->done says whether it ran there.
 ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, bool deferred, bool onStream,
-                            bool* agreed, bool* everyRankOnHost = nullptr) {
+                            bool* agreed, bool* everyRankOnHost = nullptr, ccoll::InlineAllReduce* small = nullptr) {
   *agreed = false;
   if (everyRankOnHost != nullptr) *everyRankOnHost = false;
   if (!comm->config.checkCalls || !comm->hostTransports) return ccSuccess;
@@ -330,11 +331,20 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
     path |= ccoll::kPathDeviceProducts;  // on the NCCL stream or in the proxy's device codec: cuBLAS
   }
   const bool deviceCodec = args.onDevice && c.compressor != nullptr && !onStream;
+  if (small != nullptr && c.kind == Kind::kAllReduce && c.compressor == nullptr && !onStream &&
+      ccoll::RidesInCallCheck(comm, args)) {
+    small->send = args.send;
+    small->recv = args.recv;
+    small->count = args.count;
+    small->dtype = args.dtype;
+    small->op = args.op;
+  }
   bool anyDeviceCodec = true;
-  ccResult_t r = ccoll::CheckCallMatches(comm, ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype,
-                                                                   reduces ? args.op : ccSum, args.root, c.compressor,
-                                                                   path, deviceCodec),
-                                         agreed, &anyDeviceCodec);
+  ccResult_t r = ccoll::CheckCallMatches(
+      comm,
+      ccoll::DescribeCall(static_cast<int>(c.kind), args.count, args.dtype, reduces ? args.op : ccSum, args.root,
+                          c.compressor, path, deviceCodec),
+      agreed, &anyDeviceCodec, small);
   if (r == ccSuccess && everyRankOnHost != nullptr) *everyRankOnHost = !anyDeviceCodec;
   if (*agreed) {
     std::string sentence = std::string(KindName(c.kind)) + ": " + ccoll::LastError();
@@ -353,8 +363,13 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
 ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& checked, bool deferred) {
   bool agreed = false;
   CollArgs args = checked;
-  ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, false, &agreed, &args.everyRankOnHost);
+  ccoll::InlineAllReduce small;
+  ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, false, &agreed, &args.everyRankOnHost, &small);
   if (agreed) return r;
+  if (r == ccSuccess && small.done) {  // it ran in the check
+    comm->collectives.fetch_add(1, std::memory_order_relaxed);
+    return ccSuccess;
+  }
 #ifdef CCOLL_HAVE_CUDA
   if (r == ccSuccess && args.onDevice && c.compressor == nullptr) r = ccoll::EnsureDeviceBuffers(comm);
 #endif
@@ -427,10 +442,10 @@ uint64_t ShapeOf(const Call& c, const CollArgs& a, bool resident) {
 
 // A call on device buffers, run by the communicator's proxy thread in call order (core/device_proxy.h). A compressed
 // all-reduce whose codec has CUDA kernels runs on the device buffers themselves (compress/device_codec.h), and so do
-// exact calls when every transport of the communicator carries device memory (collectives/device_buffers.h). Every
-// other call is staged through host memory, where the host schedules run in place on the staging buffer:
-// all-reduce and broadcast on the whole buffer, reduce-scatter and all-gather in their in-place layouts (this rank's
-// block at rank * count).
+// exact calls when every transport of the communicator carries device memory (collectives/device_buffers.h), but for
+// the small all-reduces that ride in the call check. Every other call is staged through host memory, where the host
+// schedules run in place on the staging buffer: all-reduce and broadcast on the whole buffer, reduce-scatter and
+// all-gather in their in-place layouts (this rank's block at rank * count).
 ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, CompressorUse* use, bool* queued) {
   *queued = false;
   CC_CHECK(ccoll::DeviceProxy::RefuseCapture(comm->rank, c.stream));  // before anything a capture forbids
@@ -439,7 +454,10 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
 #endif
   ccoll::DeviceProxy* proxy = nullptr;
   CC_CHECK(comm->DeviceProxyOf(&proxy));
-  const bool resident = c.compressor != nullptr ? RunsDeviceCodec(comm, c.compressor) : ExactOnDevice(comm);
+  // An exact all-reduce small enough to ride in the call check (collectives/call_check.h) is staged: two copies of
+  // at most CC_CHECK_INLINE_BYTES instead of the device schedule's steps, and the host call's bits.
+  const bool rides = c.kind == Kind::kAllReduce && c.compressor == nullptr && ccoll::RidesInCallCheck(comm, args);
+  const bool resident = c.compressor != nullptr ? RunsDeviceCodec(comm, c.compressor) : ExactOnDevice(comm) && !rides;
 #ifdef CCOLL_HAVE_CUDA
   if (resident && c.compressor != nullptr) ccoll::PrimeDeviceCodec(comm, args, c.compressor);
 #endif

@@ -975,10 +975,11 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
     CHECK(after[r].bytesSent >= before[r].bytesSent + 4000);
     CHECK(after[r].bytesReceived >= before[r].bytesReceived + 4000);
     CHECK(after[r].collectives == before[r].collectives + 1);
-    // Of those, the call check's one record on 2 ranks (none without the check); nothing computed instead of counted
-    // (only exact calls handed to NCCL are).
+    // Of those, the call check's one message on 2 ranks, its record and the room for a small all-reduce, which this
+    // call is too large for (none without the check); nothing computed instead of counted (only exact calls handed to
+    // NCCL are).
     CHECK(after[r].callCheckBytesSent - before[r].callCheckBytesSent ==
-          (CallCheckOn() ? ccoll::kCallCheckRecordBytes : 0u));
+          (CallCheckOn() ? ccoll::kCallCheckRecordBytes + ccoll::CallCheckInlineBytes(g[r]) : 0u));
     CHECK(after[r].nominalBytesSent == 0);
   }
   CHECK(after[0].bytesSent == after[1].bytesReceived);
@@ -1007,7 +1008,8 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
 // (ctest runs this case again with CC_CHECK_CALLS=0) a count or datatype mismatch is still caught by the transport,
 // from the message sizes.
 TEST_CASE("ranks that disagree on count or datatype all get an error that says so", "[api][mismatch]") {
-  const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree);
+  // auto: with the call check both ranks' inputs ride in its messages (CC_CHECK_INLINE_BYTES)
+  const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree, ccAlgoAuto);
   const bool dtypeMismatch = GENERATE(false, true);
   CAPTURE(algo, dtypeMismatch);
   Group g = Group::InitConfig(2, cctest::MakeConfig(algo, cctest::ScaledMs(3000)));
@@ -1060,7 +1062,10 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
           "naming it, and the communicator stays usable", "[api][mismatch]") {
   if (!CallCheckOn()) return;  // same-size mismatches are what the call check exists for
   const int n = GENERATE(3, 4, 5);  // the agreement takes ceil(log2 n) steps: 2, 2 and 3
-  CAPTURE(n);
+  // 10 elements: on 4 ranks the all-reduces ride in the check's messages (CC_CHECK_INLINE_BYTES), and their partial
+  // results meet the other ranks' records
+  const size_t count = GENERATE(size_t{1000}, size_t{10});
+  CAPTURE(n, count);
   struct Case {
     const char* what;
     int kind;  // 0 all-reduce, 1 broadcast, 2 compressed all-reduce, 3 all-gather on the odd rank, 4 reduce
@@ -1085,7 +1090,7 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
 #endif
   for (const Case& odd : cases) {
     INFO(odd.what);
-    Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, cctest::ScaledMs(5000)));
+    Group g = Group::InitConfig(n, cctest::MakeConfig(count == 10 ? ccAlgoAuto : ccAlgoRing, cctest::ScaledMs(5000)));
     REQUIRE(g.status == ccSuccess);
     std::vector<RankResult> results(n);
     std::vector<std::vector<float>> outs(n, std::vector<float>(1000 * n, -7.0f));
@@ -1096,17 +1101,17 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
     auto start = std::chrono::steady_clock::now();
     RunRanks(n, [&](int r) {
       const bool me = r == 2;  // the odd one
-      std::vector<float> in(1000, 1.0f);
+      std::vector<float> in(count, 1.0f);
       ccCompressor_t comp = comps[r];
       ccResult_t rc;
       if (odd.kind == 1) {
-        rc = ccBroadcast(in.data(), outs[r].data(), 1000, ccFloat32, me ? odd.root : 0, g[r], nullptr);
+        rc = ccBroadcast(in.data(), outs[r].data(), count, ccFloat32, me ? odd.root : 0, g[r], nullptr);
       } else if (odd.kind == 4) {
-        rc = ccReduce(in.data(), outs[r].data(), 1000, ccFloat32, ccSum, me ? odd.root : 0, g[r], nullptr);
+        rc = ccReduce(in.data(), outs[r].data(), count, ccFloat32, ccSum, me ? odd.root : 0, g[r], nullptr);
       } else if (odd.kind == 3 && me) {
-        rc = ccAllGather(in.data(), outs[r].data(), 1000, ccFloat32, g[r], nullptr);
+        rc = ccAllGather(in.data(), outs[r].data(), count, ccFloat32, g[r], nullptr);
       } else {
-        rc = ccAllReduce(in.data(), outs[r].data(), 1000, ccFloat32, me ? odd.op : ccSum, comp, g[r], nullptr);
+        rc = ccAllReduce(in.data(), outs[r].data(), count, ccFloat32, me ? odd.op : ccSum, comp, g[r], nullptr);
       }
       results[r] = Record(rc, g[r]);
       ccCompressorDestroy(comp);
@@ -1127,11 +1132,70 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
     CHECK(seconds < 2.5 * cctest::TimeScale());
     // The same communicators then run a matching all-reduce.
     RunRanks(n, [&](int r) {
-      std::vector<float> in(1000, 1.0f), out(1000, 0.0f);
-      results[r] = Record(ccAllReduce(in.data(), out.data(), 1000, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
-      CHECK(out[999] == static_cast<float>(n));
+      std::vector<float> in(count, 1.0f), out(count, 0.0f);
+      results[r] = Record(ccAllReduce(in.data(), out.data(), count, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
+      CHECK(out[count - 1] == static_cast<float>(n));
     });
     for (int r = 0; r < n; ++r) CHECK(results[r].rc == ccSuccess);
+  }
+}
+
+// CC_CHECK_INLINE_BYTES (collectives/call_check.h): on a power-of-two number of ranks a small exact all-reduce is
+// reduced inside the call check's messages, so the call sends those and nothing else.
+TEST_CASE("small all-reduces ride in the call check's messages and larger ones (or every call on 3 ranks) run after it",
+          "[api][inline]") {
+  if (!CallCheckOn()) return;
+  const char* algo = std::getenv("CC_ALGO");
+  if (algo != nullptr && *algo != '\0' && std::string(algo) != "auto") return;  // nothing rides then
+  const char* set = std::getenv("CC_CHECK_INLINE_BYTES");
+  const size_t setRoom = set != nullptr && *set != '\0' ? std::strtoull(set, nullptr, 10) : 1024;  // the default
+  const int n = GENERATE(2, 3, 4, 8);
+  CAPTURE(n, setRoom);
+  Group g = Group::InitAll(n);
+  REQUIRE(g.status == ccSuccess);
+  const size_t room = ccoll::CallCheckInlineBytes(g[0]);
+  CHECK(room == ((n & (n - 1)) == 0 ? setRoom : 0u));  // none where n is not a power of two
+  uint64_t steps = 0;                                // ceil(log2 n)
+  for (int d = 1; d < n; d *= 2) ++steps;
+  const uint64_t record = ccoll::kCallCheckRecordBytes;
+  // Counts (float32) that fit the room (the last one exactly) and one that does not.
+  for (size_t count : {size_t{1}, size_t{7}, size_t{256}, size_t{257}}) {
+    CAPTURE(count);
+    const bool rides = count * sizeof(float) <= room;
+    std::vector<ccCommStats_t> before(n), after(n);
+    std::vector<std::vector<float>> outs(n, std::vector<float>(count + 1, -7.0f));
+    std::vector<RankResult> results(n);
+    RunRanks(n, [&](int r) {
+      std::vector<float> in(count);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((r + 1) * (i % 5 + 1));  // sums exact in float
+      before[r].size = after[r].size = sizeof(ccCommStats_t);
+      ccCommGetStats(g[r], &before[r]);
+      results[r] =
+          Record(ccAllReduce(in.data(), outs[r].data(), count, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
+      ccCommGetStats(g[r], &after[r]);
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << ": " << results[r].error);
+      REQUIRE(results[r].rc == ccSuccess);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        wrong += outs[r][i] == static_cast<float>(n * (n + 1) / 2 * (i % 5 + 1)) ? 0 : 1;
+      }
+      CHECK(wrong == 0);
+      CHECK(outs[r][count] == -7.0f);  // nothing written past the call's elements
+      CHECK(after[r].collectives == before[r].collectives + 1);
+      const uint64_t sent = after[r].bytesSent - before[r].bytesSent;
+      const uint64_t check = after[r].callCheckBytesSent - before[r].callCheckBytesSent;
+      if (rides) {
+        // Only the check's messages, a record and the room each; the room carried the data, so only the records
+        // count as the check's.
+        CHECK(sent == steps * (record + room));
+        CHECK(check == steps * record);
+      } else {
+        CHECK(check == steps * (record + room));
+        CHECK(sent > check);  // then the schedule
+      }
+    }
   }
 }
 
@@ -1414,8 +1478,10 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
 
 TEST_CASE("a rank that refuses its arguments: with the call check every rank fails at once and the communicator "
           "stays usable, and without it the refusing rank returns at once", "[api][mismatch]") {
-  const int n = 3;
-  Group g = Group::InitConfig(n, cctest::MakeConfig(ccAlgoRing, cctest::ScaledMs(3000)));
+  // 4 ranks: the other ranks' inputs ride in the check (CC_CHECK_INLINE_BYTES), and none is written either.
+  const int n = GENERATE(3, 4);
+  CAPTURE(n);
+  Group g = Group::InitConfig(n, cctest::MakeConfig(n == 4 ? ccAlgoAuto : ccAlgoRing, cctest::ScaledMs(3000)));
   REQUIRE(g.status == ccSuccess);
   std::vector<RankResult> results(n);
   std::vector<double> seconds(n);
@@ -1436,7 +1502,8 @@ TEST_CASE("a rank that refuses its arguments: with the call check every rank fai
     CHECK(results[2].rc != ccSuccess);
     return;
   }
-  for (int r : {0, 2}) {
+  for (int r = 0; r < n; ++r) {
+    if (r == 1) continue;
     CHECK(results[r].rc == ccInvalidUsage);
     CHECK(Contains(results[r].error, "rank 1 refused the call (ccInvalidArgument"));
     CHECK(seconds[r] < 1.5 * cctest::TimeScale());
@@ -1659,30 +1726,41 @@ ccResult_t InitRankOneFromEnvId(ccComm_t* comm, std::string* err) {
 
 }  // namespace
 
-// Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process (its CC_SLICE_BYTES set by the
-// visible case below): its init must fail naming the setting.
-TEST_CASE("slice_child: rank 1 with another CC_SLICE_BYTES", "[.][slice_child]") {
+// Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process, with the setting CCTEST_SETTING
+// names set otherwise by the visible case below: its init must fail naming the setting.
+TEST_CASE("setting_child: rank 1 with another value of a setting every rank must share", "[.][setting_child]") {
   ccComm_t comm = nullptr;
   std::string err;
   const ccResult_t rc = InitRankOneFromEnvId(&comm, &err);
   INFO(err);
   CHECK(rc == ccInvalidUsage);
   CHECK(comm == nullptr);
-  CHECK(Contains(err, "CC_SLICE_BYTES is " + std::string(std::getenv("CC_SLICE_BYTES")) + " here but"));
+  const std::string name = std::getenv("CCTEST_SETTING");
+  CHECK(Contains(err, name + " is " + std::string(std::getenv(name.c_str())) + " here but"));
 }
 
-TEST_CASE("ranks whose CC_SLICE_BYTES differ fail their init, naming it", "[api][init]") {
-  // Slices set the rings' and the point-to-point messages; ranks that disagree would pair messages of other sizes.
+TEST_CASE("ranks whose CC_SLICE_BYTES or CC_CHECK_INLINE_BYTES differ fail their init, naming it", "[api][init]") {
+  // Slices set the rings' and the point-to-point messages, the room of the call check its messages (collectives/
+  // call_check.h); ranks that disagree would pair messages of other sizes.
+  const std::string name = GENERATE(std::string("CC_SLICE_BYTES"), std::string("CC_CHECK_INLINE_BYTES"));
+  CAPTURE(name);
   ccUniqueId id;
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
   const std::string hex = IdHex(id);
-  const long long mine = static_cast<long long>(ccoll::ParamInt("CC_SLICE_BYTES")) & ~7ll;  // as init rounds it
-  const std::string other = std::to_string(mine > (1ll << 29) ? mine / 2 : mine * 2);  // within the allowed range
+  long long mine = static_cast<long long>(ccoll::ParamInt(name.c_str()));
+  std::string other;  // within the allowed range
+  if (name == "CC_SLICE_BYTES") {
+    mine &= ~7ll;  // as init rounds it
+    other = std::to_string(mine > (1ll << 29) ? mine / 2 : mine * 2);
+  } else {
+    other = std::to_string(mine > 0 ? mine / 2 : 1024);
+  }
   std::string childOut;
   bool childDied = true;
   std::thread child([&] {
-    childOut = cctest::RunHiddenCase("slice_child: rank 1 with another CC_SLICE_BYTES",
-                                     "CCTEST_ID=" + hex + " CC_SLICE_BYTES=" + other + " timeout 60", &childDied);
+    childOut = cctest::RunHiddenCase(
+        "setting_child: rank 1 with another value of a setting every rank must share",
+        "CCTEST_ID=" + hex + " CCTEST_SETTING=" + name + " " + name + "=" + other + " timeout 60", &childDied);
   });
   ccConfig_t config = CC_CONFIG_INITIALIZER;
   config.timeoutMs = 20000;
@@ -1694,7 +1772,7 @@ TEST_CASE("ranks whose CC_SLICE_BYTES differ fail their init, naming it", "[api]
   INFO(childOut);
   CHECK(rc == ccInvalidUsage);
   CHECK(comm == nullptr);
-  CHECK(Contains(err, "CC_SLICE_BYTES is " + std::to_string(mine) + " here but " + other + " on rank 1"));
+  CHECK(Contains(err, name + " is " + std::to_string(mine) + " here but " + other + " on rank 1"));
   CHECK(!childDied);
   CHECK(Contains(childOut, "All tests passed"));
 }

@@ -648,10 +648,12 @@ constexpr int kMaxFailures = 10;
 
 // ------------------------------------------------------------------------------------------------------------
 
-TEST_CASE("ccAllReduce sweep: nranks x small counts x dtypes x ops x ring/tree x in-place", "[collectives][allreduce]") {
+// auto: with the call check, counts 1 and 7 ride in its messages on 2, 4 and 8 ranks (CC_CHECK_INLINE_BYTES).
+TEST_CASE("ccAllReduce sweep: nranks x small counts x dtypes x ops x ring/tree/auto x in-place",
+          "[collectives][allreduce]") {
   const int nranks = GENERATE(from_range(std::begin(kNranks), std::end(kNranks)));
   CAPTURE(nranks);
-  const ccAlgo_t algos[] = {ccAlgoRing, ccAlgoTree};
+  const ccAlgo_t algos[] = {ccAlgoRing, ccAlgoTree, ccAlgoAuto};
   int failures = 0;
   for (ccAlgo_t algo : algos) {
     Group g = Group::InitConfig(nranks, AlgoConfig(algo));
@@ -667,7 +669,8 @@ TEST_CASE("ccAllReduce sweep: nranks x small counts x dtypes x ops x ring/tree x
             c.count = count;
             c.inPlace = inPlace;
             c.seed = 1000 + count * 7 + static_cast<uint64_t>(op);
-            std::string what = Describe("ccAllReduce", nranks, algo == ccAlgoRing ? "ring" : "tree", c);
+            std::string what =
+                Describe("ccAllReduce", nranks, algo == ccAlgoRing ? "ring" : (algo == ccAlgoTree ? "tree" : "auto"), c);
             std::string err = RunAllReduce(g.comms, c);
             INFO(what);
             CHECK(err == "");
@@ -1068,7 +1071,6 @@ TEST_CASE("a float16 average whose sum overflows float16 stays finite: inputs pr
     double lo, hi;  // every input in [lo, hi): any two sum beyond the type's largest value
   };
   const Range ranges[] = {{ccFloat16, 33000.0, 65000.0}};
-  const size_t count = 999;
   auto check = [&](auto tag, int n, const std::vector<std::vector<uint8_t>>& in,
                    const std::vector<std::vector<uint8_t>>& out, size_t outOffset, size_t outCount) -> std::string {
     using T = decltype(tag);
@@ -1090,14 +1092,16 @@ TEST_CASE("a float16 average whose sum overflows float16 stays finite: inputs pr
     return "";
   };
   for (int n : {2, 3, 4}) {
-    for (ccAlgo_t algo : {ccAlgoRing, ccAlgoTree}) {
+    // auto: 300 elements ride in the call check's messages on 2 and 4 ranks (CC_CHECK_INLINE_BYTES), premultiplied
+    for (ccAlgo_t algo : {ccAlgoRing, ccAlgoTree, ccAlgoAuto}) {
+      const size_t count = algo == ccAlgoAuto ? 300 : 999;
       Group g = Group::InitConfig(n, AlgoConfig(algo));
       REQUIRE(g.status == ccSuccess);
       for (const Range& range : ranges) {
         WithType(range.dtype, [&](auto tag) {
           using T = decltype(tag);
           if constexpr (!kIsInt<T>) {
-            INFO(n << " ranks, " << (algo == ccAlgoRing ? "ring" : "tree") << ", dtype " << range.dtype);
+            INFO(n << " ranks, algo " << algo << ", dtype " << range.dtype);
             std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * n * sizeof(T)));
             for (int r = 0; r < n; ++r) {
               T* p = reinterpret_cast<T*>(in[r].data());

@@ -230,7 +230,7 @@ class Communicator:
 
     def stats(self):
         """ccCommGetStats as a dict: bytes_sent, bytes_received, collectives since init; of bytes_sent,
-        call_check_bytes_sent (the call check's records) and nominal_bytes_sent (computed, not counted)."""
+        call_check_bytes_sent (the call check's messages) and nominal_bytes_sent (computed, not counted)."""
         s = CommStats()
         s.size = ctypes.sizeof(CommStats)
         h = self._live()

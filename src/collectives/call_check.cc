@@ -1,9 +1,11 @@
 #include "collectives/call_check.h"
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "collectives/average.h"
 #include "collectives/coll_args.h"
 #include "collectives/reduce.h"
 #include "compress/compressor.h"
@@ -14,9 +16,10 @@
 namespace ccoll {
 namespace {
 
-enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kCalls, kPath, kDeviceCodec, kRefused, kFields };
-const char* const kFieldNames[kFields] = {"collective", "count", "datatype", "op", "root", "compressor",
-                                          "compressor call number", "path", "device codec", "arguments"};
+enum Field { kKind, kCount, kDtype, kOp, kRoot, kCompressor, kCalls, kPath, kDeviceCodec, kRefused, kInline, kFields };
+const char* const kFieldNames[kFields] = {
+    "collective",   "count",     "datatype",          "op", "root", "compressor", "compressor call number", "path",
+    "device codec", "arguments", "input in the check"};
 
 // The lowest and highest value of one field over the ranks seen so far, and the lowest rank holding each.
 struct FieldRange {
@@ -71,7 +74,7 @@ std::string ValueText(int field, uint64_t v) {
   }
 }
 
-Agreement Start(const CallDescriptor& d, int rank) {
+Agreement Start(const CallDescriptor& d, int rank, bool rides) {
   const uint64_t v[kFields] = {static_cast<uint64_t>(d.kind),
                                d.count,
                                static_cast<uint64_t>(d.dtype),
@@ -81,13 +84,14 @@ Agreement Start(const CallDescriptor& d, int rank) {
                                d.calls,
                                static_cast<uint64_t>(d.path),
                                static_cast<uint64_t>(d.deviceCodec),
-                               static_cast<uint64_t>(d.refused)};
+                               static_cast<uint64_t>(d.refused),
+                               rides ? 1u : 0u};
   Agreement a;
   for (int i = 0; i < kFields; ++i) a.f[i] = FieldRange{v[i], v[i], rank, rank};
   return a;
 }
 
-// Commutative, associative and idempotent, so the order and repetition of the dissemination steps do not matter.
+// Commutative, associative and idempotent, so the order and repetition of the exchange's steps do not matter.
 void Combine(Agreement* acc, const Agreement& in) {
   for (int i = 0; i < kFields; ++i) {
     FieldRange& a = acc->f[i];
@@ -101,6 +105,19 @@ void Combine(Agreement* acc, const Agreement& in) {
       a.hiRank = b.hiRank;
     }
   }
+}
+
+// Whether the ranks must agree on field i. Device codecs and host schedules may meet; so may ranks whose input rides
+// and ranks whose input does not (its buffers on the device): then no rank takes the ridden result.
+bool Compared(int i) { return i != kDeviceCodec && i != kInline; }
+
+// Whether every rank took its arguments and made the same call.
+bool SameCall(const Agreement& a) {
+  if (a.f[kRefused].hi != 0) return false;
+  for (int i = 0; i < kFields; ++i) {
+    if (Compared(i) && a.f[i].lo != a.f[i].hi) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -129,28 +146,81 @@ CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_
   return d;
 }
 
-ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec) {
+size_t CallCheckInlineBytes(const ccComm* comm) {
+  const int n = comm->nranks;
+  return (n & (n - 1)) == 0 ? comm->config.checkInlineBytes : 0;
+}
+
+bool RidesInCallCheck(const ccComm* comm, const CollArgs& args) {
+  return comm->config.checkCalls && comm->hostTransports && comm->nranks > 1 && comm->config.algorithm == ccAlgoAuto &&
+         !args.onDevice && args.count * args.eltSize <= CallCheckInlineBytes(comm);
+}
+
+ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec,
+                            InlineAllReduce* small) {
   *agreed = false;
   if (anyDeviceCodec != nullptr) *anyDeviceCodec = mine.deviceCodec != 0;
+  if (small != nullptr) small->done = false;
   const int n = comm->nranks, r = comm->rank;
   if (n == 1) return ccSuccess;
   const uint64_t seq = comm->NextSeq();
-  Agreement acc = Start(mine, r);
-  std::vector<Agreement> sent;  // step k's send reads sent[k] until it completes
-  sent.reserve(32);
+  const size_t room = CallCheckInlineBytes(comm);
+  const bool rides = room > 0 && small != nullptr && small->send != nullptr;
+  const size_t es = rides ? DataTypeSize(small->dtype) : 0;
+  const size_t bytes = rides ? small->count * es : 0;
+  if (bytes > room) {
+    return Fail(ccInternalError, "an all-reduce of %zu bytes cannot ride in a %zu-byte room", bytes, room);
+  }
+  // The float16 average is premultiplied before it is summed (collectives/average.h), every other average divided
+  // once at the end.
+  const bool premultiplied = rides && PremultipliesAverage(small->op, small->dtype);
+  // A message: the record, then the room (8-byte words, so that every datatype is aligned in it).
+  const size_t msgBytes = sizeof(Agreement) + room;
+  const size_t words = (msgBytes + 7) / 8;
+  int steps = 0;
+  for (int dist = 1; dist < n; dist *= 2) ++steps;
+  // This rank's partial result, then step k's incoming message, then its outgoing one (read by the send until it
+  // completes). Records move in and out of them with memcpy.
+  std::vector<uint64_t> mem(words * (2 + static_cast<size_t>(steps)), 0);
+  auto msg = [&](size_t i) { return reinterpret_cast<char*>(mem.data() + i * words); };
+  auto room0 = msg(0) + sizeof(Agreement);
+  Agreement acc = Start(mine, r, rides);
+  if (rides && premultiplied) {
+    PremultiplyHost(room0, small->send, small->count, small->dtype, n);
+  } else if (rides && bytes > 0) {
+    std::memcpy(room0, small->send, bytes);
+  }
   Inflight io(comm, kWireCallCheck);
   int step = 0;
   for (int dist = 1; dist < n; dist *= 2, ++step) {
-    Agreement in;
+    // With a room, recursive doubling: both ends of a pair then hold the same ranks' inputs. Without one, the
+    // dissemination exchange, which needs no power of two.
+    const int to = room > 0 ? (r ^ dist) : Mod(r + dist, n);
+    const int from = room > 0 ? (r ^ dist) : Mod(r - dist, n);
+    char* out = msg(2 + static_cast<size_t>(step));
+    std::memcpy(out, &acc, sizeof(Agreement));
+    std::memcpy(out + sizeof(Agreement), room0, room);
     Request *recv = nullptr, *send = nullptr;
-    sent.push_back(acc);
-    CC_CHECK(io.Recv(Mod(r - dist, n), &in, sizeof(in), Tag(seq, step), &recv));
-    CC_CHECK(io.Send(Mod(r + dist, n), &sent.back(), sizeof(Agreement), Tag(seq, step), &send));
-    comm->callCheckBytesSent.fetch_add(sizeof(Agreement), std::memory_order_relaxed);
+    CC_CHECK(io.Recv(from, msg(1), msgBytes, Tag(seq, step), &recv));
+    CC_CHECK(io.Send(to, out, msgBytes, Tag(seq, step), &send));
+    comm->callCheckBytesSent.fetch_add(sizeof(Agreement), std::memory_order_relaxed);  // the room: below
     CC_CHECK(io.Wait(&recv));
+    Agreement in;
+    std::memcpy(&in, msg(1), sizeof(Agreement));
     Combine(&acc, in);
+    if (rides) {
+      // The lower ranks' partial result as the left operand, so that both ends compute the same bits even where an
+      // op were not commutative to the bit (ccoll's are: reduce_op.h).
+      const char* theirs = msg(1) + sizeof(Agreement);
+      const bool theirsLower = from < r;
+      ReduceHost(room0, theirsLower ? theirs : room0, theirsLower ? room0 : theirs, small->count, small->dtype,
+                 small->op);  // ccAvg as a sum
+    }
   }
   CC_CHECK(io.WaitAll());
+  // The room counts as the check's unless it carried the call's data (every rank's input rode and the calls match).
+  const bool ran = rides && acc.f[kInline].lo != 0 && SameCall(acc);
+  if (!ran) comm->callCheckBytesSent.fetch_add(room * static_cast<uint64_t>(steps), std::memory_order_relaxed);
   const FieldRange& refused = acc.f[kRefused];
   if (refused.hi != 0) {  // the other fields of a rank that refused its arguments mean nothing
     *agreed = true;
@@ -161,12 +231,17 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   std::string differ;
   for (int i = 0; i < kFields; ++i) {
     const FieldRange& f = acc.f[i];
-    if (f.lo == f.hi || i == kDeviceCodec) continue;  // device codecs and host schedules may meet
+    if (f.lo == f.hi || !Compared(i)) continue;
     differ += std::string(differ.empty() ? "" : "; ") + kFieldNames[i] + " " + ValueText(i, f.lo) + " on rank " +
               std::to_string(f.loRank) + " but " + ValueText(i, f.hi) + " on rank " + std::to_string(f.hiRank);
   }
   if (differ.empty()) {
     if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
+    if (ran) {  // every rank's input rode: the result is whole, the same on every rank
+      if (bytes > 0) std::memcpy(small->recv, room0, bytes);
+      if (small->op == ccAvg && !premultiplied) FinishAvgHost(small->recv, small->count, small->dtype, n);
+      small->done = true;
+    }
     return ccSuccess;
   }
   *agreed = true;

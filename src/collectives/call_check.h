@@ -1,11 +1,19 @@
 // The call check: before any data moves, the ranks agree on what they were called with (collective, count,
 // datatype, op, root, compressor spec and call number, and where the call runs) and on whether every rank took its
 // arguments; they also learn whether any rank runs the call in a device codec. Each field's lowest and highest value
-// over all ranks, with the ranks that hold them, travel in a 240-byte record through
-// ceil(log2 n) steps of a dissemination exchange (step k: send to rank r + 2^k, receive from r - 2^k; min and max do
-// not mind seeing a rank twice). Every rank ends with the same record, so on a mismatch every rank returns
-// ccInvalidUsage naming the field and the ranks that differ (or the rank that refused the call), nothing is
-// written, and the communicator stays usable. CC_CHECK_CALLS=0 turns it off.
+// over all ranks, with the ranks that hold them, travel in a 264-byte record through ceil(log2 n) steps of an
+// exchange: recursive doubling where the messages have a room (below), else dissemination (step k: send to rank
+// r + 2^k, receive from r - 2^k; min and max do not mind seeing a rank twice). Every rank ends with the same record,
+// so on a mismatch every rank returns ccInvalidUsage naming the field and the ranks that differ (or the rank that
+// refused the call), nothing is written, and the communicator stays usable. CC_CHECK_CALLS=0 turns it off.
+//
+// A small all-reduce rides in the check (CC_CHECK_INLINE_BYTES, where n is a power of two): every check message then
+// carries that many bytes after the record, its room, and the exchange is recursive doubling (step k: with rank
+// r ^ 2^k), so that a rank's input can travel in the room and each step reduce the two partial results, the lower
+// ranks' as the left operand, so that every rank computes the same bits with any op. Whether every rank's input rode
+// is a field of the record; where it did and the calls match, each rank writes the result and the call is done in
+// ceil(log2 n) exchanges instead of the check's and then the schedule's (the tree's 2 log2 n). Otherwise the room is
+// ignored and the call runs its schedule as without it.
 #pragma once
 
 #include <cstddef>
@@ -19,8 +27,14 @@ struct ccCompressor;
 
 namespace ccoll {
 
+struct CollArgs;
+
 // Bytes of the record each rank sends in each step of the check.
-constexpr size_t kCallCheckRecordBytes = 240;
+constexpr size_t kCallCheckRecordBytes = 264;
+
+// Bytes each check message carries after its record on comm: CC_CHECK_INLINE_BYTES where nranks is a power of two,
+// else 0.
+size_t CallCheckInlineBytes(const ccComm* comm);
 
 // What a rank was called with.
 struct CallDescriptor {
@@ -53,10 +67,26 @@ CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_
 // a compressor, which may not even be one).
 CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, ccResult_t refused);
 
+// This rank's all-reduce as it rides in the check. send == nullptr: it does not ride (then nothing else is read).
+struct InlineAllReduce {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  ccDataType_t dtype = ccFloat32;
+  ccRedOp_t op = ccSum;
+  bool done = false;  // out: every rank's input rode and the calls matched; recv holds the result
+};
+
+// Whether an exact all-reduce with these arguments rides in comm's check: none of its ranks runs a compressor or
+// the stream path (the caller's to know), CC_ALGO is auto, its buffers are in host memory and its bytes fit.
+bool RidesInCallCheck(const ccComm* comm, const CollArgs& args);
+
 // Agrees on the call with every other rank. Returns ccInvalidUsage with *agreed = true when the ranks made
 // different calls (every rank returns the same verdict; nothing is left in flight); any other failure (a dead peer,
 // a timeout) leaves *agreed false and the group out of step. On success, *anyDeviceCodec (when not null) says whether
 // any rank's deviceCodec was set: the same answer on every rank.
-ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec = nullptr);
+// With `small` (not null, small->send set): this rank's input rides in its messages (see the top of this file).
+ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec = nullptr,
+                            InlineAllReduce* small = nullptr);
 
 }  // namespace ccoll

@@ -45,6 +45,7 @@ struct RankInfo {
   int32_t cudaDev;           // that device (-1 none): thread ranks sharing one (ccComm::deviceSharedInProcess); read
                              // only for ranks of this process, which run this very library
   uint64_t sliceBytes;       // CC_SLICE_BYTES: the rings' and the point-to-point slices, so all ranks must agree
+  uint64_t checkInlineBytes;  // CC_CHECK_INLINE_BYTES: the size of every call check message, so likewise
 };
 
 const uint8_t* ProcessToken() {
@@ -195,6 +196,12 @@ ccResult_t ResolveConfig(const ccConfig_t* user, CommConfig* out) {
     return Fail(ccInvalidArgument, "CC_CHECK_CALLS=%lld must be 0 or 1", static_cast<long long>(check));
   }
   out->checkCalls = check == 1;
+  int64_t inlineBytes = ParamInt("CC_CHECK_INLINE_BYTES");
+  if (inlineBytes < 0 || inlineBytes > 65536) {
+    return Fail(ccInvalidArgument, "CC_CHECK_INLINE_BYTES=%lld is out of range (0 .. 65536)",
+                static_cast<long long>(inlineBytes));
+  }
+  out->checkInlineBytes = static_cast<size_t>(inlineBytes);
   int64_t checksum = ParamInt("CC_CHECKSUM");
   if (checksum != 0 && checksum != 1) {
     return Fail(ccInvalidArgument, "CC_CHECKSUM=%lld must be 0 or 1", static_cast<long long>(checksum));
@@ -261,6 +268,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   info.cudaDev = comm->config.cudaDev;
 #endif
   info.sliceBytes = static_cast<uint64_t>(comm->config.sliceBytes);
+  info.checkInlineBytes = static_cast<uint64_t>(comm->config.checkInlineBytes);
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -291,6 +299,14 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
       return Fail(ccInvalidUsage, "rank %d: CC_SLICE_BYTES is %llu here but %llu on rank %d (pid %d on %s); every "
                   "rank needs the same setting", rank, static_cast<unsigned long long>(info.sliceBytes),
                   static_cast<unsigned long long>(infos[peer].sliceBytes), peer, infos[peer].pid, infos[peer].host);
+    }
+    if (infos[peer].checkInlineBytes != info.checkInlineBytes) {
+      return Fail(ccInvalidUsage,
+                  "rank %d: CC_CHECK_INLINE_BYTES is %llu here but %llu on rank %d (pid %d on %s); "
+                  "every rank needs the same setting",
+                  rank, static_cast<unsigned long long>(info.checkInlineBytes),
+                  static_cast<unsigned long long>(infos[peer].checkInlineBytes), peer, infos[peer].pid,
+                  infos[peer].host);
     }
     if (infos[peer].checksum != info.checksum) {
       return Fail(ccInvalidUsage, "rank %d: CC_CHECKSUM is %d here but %d on rank %d (pid %d on %s); every rank "
