@@ -13,6 +13,7 @@
 #include "collectives/algo.h"
 #include "collectives/call_check.h"
 #include "collectives/compressed.h"
+#include "collectives/inline_call.h"
 #ifdef CCOLL_HAVE_LOWRANK
 #include "collectives/lowrank.h"
 #endif
@@ -45,6 +46,13 @@ using ccoll::Fail;
 namespace {
 
 enum class Kind { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce };
+// The call check and the calls that ride in it number them alike (collectives/inline_call.h).
+static_assert(static_cast<int>(Kind::kAllReduce) == ccoll::kCallAllReduce &&
+                  static_cast<int>(Kind::kReduceScatter) == ccoll::kCallReduceScatter &&
+                  static_cast<int>(Kind::kAllGather) == ccoll::kCallAllGather &&
+                  static_cast<int>(Kind::kBroadcast) == ccoll::kCallBroadcast &&
+                  static_cast<int>(Kind::kReduce) == ccoll::kCallReduce,
+              "collective numbers");
 
 const char* KindName(Kind k) {
   switch (k) {
@@ -318,10 +326,10 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
 // to). Any other failure is the transports'.
 // onStream: a stream-ordered call (QueueOnStream); else a host call, or a device call the proxy runs (args.onDevice
 // when it runs on the device buffers themselves). *everyRankOnHost (when not null): the check ran and no rank runs the
-// call in a device codec. small (when not null): this rank's all-reduce rides in the check where it can
-// (collectives/call_check.h); small->done says whether it ran there.
+// call in a device codec. small (when not null): this rank's call rides in the check where it can
+// (collectives/inline_call.h); small->done says whether it ran there.
 ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, bool deferred, bool onStream,
-                            bool* agreed, bool* everyRankOnHost = nullptr, ccoll::InlineAllReduce* small = nullptr) {
+                            bool* agreed, bool* everyRankOnHost = nullptr, ccoll::InlineCall* small = nullptr) {
   *agreed = false;
   if (everyRankOnHost != nullptr) *everyRankOnHost = false;
   if (!comm->config.checkCalls || !comm->hostTransports) return ccSuccess;
@@ -331,13 +339,16 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
     path |= ccoll::kPathDeviceProducts;  // on the NCCL stream or in the proxy's device codec: cuBLAS
   }
   const bool deviceCodec = args.onDevice && c.compressor != nullptr && !onStream;
-  if (small != nullptr && c.kind == Kind::kAllReduce && c.compressor == nullptr && !onStream &&
-      ccoll::RidesInCallCheck(comm, args)) {
+  if (small != nullptr && c.compressor == nullptr && !onStream &&
+      ccoll::RidesInCallCheck(comm, static_cast<int>(c.kind), args)) {
+    small->rides = true;
+    small->kind = static_cast<int>(c.kind);
     small->send = args.send;
     small->recv = args.recv;
     small->count = args.count;
     small->dtype = args.dtype;
     small->op = args.op;
+    small->root = args.root;
   }
   bool anyDeviceCodec = true;
   ccResult_t r = ccoll::CheckCallMatches(
@@ -363,7 +374,7 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
 ccResult_t Execute(ccComm* comm, const Call& c, const CollArgs& checked, bool deferred) {
   bool agreed = false;
   CollArgs args = checked;
-  ccoll::InlineAllReduce small;
+  ccoll::InlineCall small;
   ccResult_t r = CheckAcrossRanks(comm, c, args, deferred, false, &agreed, &args.everyRankOnHost, &small);
   if (agreed) return r;
   if (r == ccSuccess && small.done) {  // it ran in the check
@@ -443,7 +454,7 @@ uint64_t ShapeOf(const Call& c, const CollArgs& a, bool resident) {
 // A call on device buffers, run by the communicator's proxy thread in call order (core/device_proxy.h). A compressed
 // all-reduce whose codec has CUDA kernels runs on the device buffers themselves (compress/device_codec.h), and so do
 // exact calls when every transport of the communicator carries device memory (collectives/device_buffers.h), but for
-// the small all-reduces that ride in the call check. Every other call is staged through host memory, where the host
+// the small ones that ride in the call check. Every other call is staged through host memory, where the host
 // schedules run in place on the staging buffer: all-reduce and broadcast on the whole buffer, reduce-scatter and
 // all-gather in their in-place layouts (this rank's block at rank * count).
 ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, CompressorUse* use, bool* queued) {
@@ -454,9 +465,9 @@ ccResult_t EnqueueOnDevice(ccComm* comm, const Call& c, const CollArgs& args, Co
 #endif
   ccoll::DeviceProxy* proxy = nullptr;
   CC_CHECK(comm->DeviceProxyOf(&proxy));
-  // An exact all-reduce small enough to ride in the call check (collectives/call_check.h) is staged: two copies of
-  // at most CC_CHECK_INLINE_BYTES instead of the device schedule's steps, and the host call's bits.
-  const bool rides = c.kind == Kind::kAllReduce && c.compressor == nullptr && ccoll::RidesInCallCheck(comm, args);
+  // An exact call small enough to ride in the call check (collectives/inline_call.h) is staged: copies of at most
+  // CC_CHECK_INLINE_BYTES instead of the device schedule's steps, and the host call's bits.
+  const bool rides = c.compressor == nullptr && ccoll::RidesInCallCheck(comm, static_cast<int>(c.kind), args);
   const bool resident = c.compressor != nullptr ? RunsDeviceCodec(comm, c.compressor) : ExactOnDevice(comm) && !rides;
 #ifdef CCOLL_HAVE_CUDA
   if (resident && c.compressor != nullptr) ccoll::PrimeDeviceCodec(comm, args, c.compressor);

@@ -966,14 +966,14 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
   }
   CHECK(before[0].bytesSent == 0);
   CHECK(before[0].collectives == 0);
-  REQUIRE(AllReduceWorks(g.comms, 1000) == "");
+  REQUIRE(AllReduceWorks(g.comms, 20000) == "");  // 80000 bytes: more than CC_CHECK_INLINE_BYTES can be
   for (int r = 0; r < 2; ++r) {
     after[r].size = sizeof(ccCommStats_t);
     REQUIRE(ccCommGetStats(g[r], &after[r]) == ccSuccess);
     INFO("rank " << r);
-    // A 2-rank ring sends half the buffer in the reduce-scatter and half in the all-gather: at least 4000 bytes.
-    CHECK(after[r].bytesSent >= before[r].bytesSent + 4000);
-    CHECK(after[r].bytesReceived >= before[r].bytesReceived + 4000);
+    // A 2-rank ring sends half the buffer in the reduce-scatter and half in the all-gather: at least 80000 bytes.
+    CHECK(after[r].bytesSent >= before[r].bytesSent + 80000);
+    CHECK(after[r].bytesReceived >= before[r].bytesReceived + 80000);
     CHECK(after[r].collectives == before[r].collectives + 1);
     // Of those, the call check's one message on 2 ranks, its record and the room for a small all-reduce, which this
     // call is too large for (none without the check); nothing computed instead of counted (only exact calls handed to
@@ -1140,6 +1140,26 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
   }
 }
 
+// What one call moved, as ccCommGetStats counts it: a call that rode in the call check sent its steps' messages, a
+// record and the room each, and nothing else; the room carried the data, so only the records count as the check's.
+// Any other call's room counts as the check's, and its schedule sends more where this rank sends in it (sends).
+namespace {
+void CheckRideTraffic(const ccCommStats_t& before, const ccCommStats_t& after, bool rides, uint64_t steps, size_t room,
+                      bool sends) {
+  const uint64_t record = ccoll::kCallCheckRecordBytes;
+  const uint64_t sent = after.bytesSent - before.bytesSent;
+  const uint64_t check = after.callCheckBytesSent - before.callCheckBytesSent;
+  CHECK(after.collectives == before.collectives + 1);
+  if (rides) {
+    CHECK(sent == steps * (record + room));
+    CHECK(check == steps * record);
+  } else {
+    CHECK(check == steps * (record + room));
+    if (sends) CHECK(sent > check);
+  }
+}
+}  // namespace
+
 // CC_CHECK_INLINE_BYTES (collectives/call_check.h): on a power-of-two number of ranks a small exact all-reduce is
 // reduced inside the call check's messages, so the call sends those and nothing else.
 TEST_CASE("small all-reduces ride in the call check's messages and larger ones (or every call on 3 ranks) run after it",
@@ -1157,7 +1177,6 @@ TEST_CASE("small all-reduces ride in the call check's messages and larger ones (
   CHECK(room == ((n & (n - 1)) == 0 ? setRoom : 0u));  // none where n is not a power of two
   uint64_t steps = 0;                                // ceil(log2 n)
   for (int d = 1; d < n; d *= 2) ++steps;
-  const uint64_t record = ccoll::kCallCheckRecordBytes;
   // Counts (float32) that fit the room (the last one exactly) and one that does not.
   for (size_t count : {size_t{1}, size_t{7}, size_t{256}, size_t{257}}) {
     CAPTURE(count);
@@ -1183,17 +1202,77 @@ TEST_CASE("small all-reduces ride in the call check's messages and larger ones (
       }
       CHECK(wrong == 0);
       CHECK(outs[r][count] == -7.0f);  // nothing written past the call's elements
-      CHECK(after[r].collectives == before[r].collectives + 1);
-      const uint64_t sent = after[r].bytesSent - before[r].bytesSent;
-      const uint64_t check = after[r].callCheckBytesSent - before[r].callCheckBytesSent;
-      if (rides) {
-        // Only the check's messages, a record and the room each; the room carried the data, so only the records
-        // count as the check's.
-        CHECK(sent == steps * (record + room));
-        CHECK(check == steps * record);
-      } else {
-        CHECK(check == steps * (record + room));
-        CHECK(sent > check);  // then the schedule
+      CheckRideTraffic(before[r], after[r], rides, steps, room, true);
+    }
+  }
+}
+
+// The other exact collectives ride too (collectives/inline_call.h): a reduce-scatter and an all-gather when all
+// nranks blocks fit the room, a broadcast and a reduce when their count does.
+TEST_CASE("small broadcasts, reduces, reduce-scatters and all-gathers ride in the call check's messages too",
+          "[api][inline]") {
+  if (!CallCheckOn()) return;
+  const int n = GENERATE(2, 4, 8);
+  CAPTURE(n);
+  Group g = Group::InitAll(n);
+  REQUIRE(g.status == ccSuccess);
+  const size_t room = ccoll::CallCheckInlineBytes(g[0]);
+  CAPTURE(room);
+  if (room < 4 * 8) return;  // CC_CHECK_INLINE_BYTES set too small for an element per rank (or 0)
+  uint64_t steps = 0;
+  for (int d = 1; d < n; d *= 2) ++steps;
+  const char* names[] = {"broadcast from the last rank", "reduce to rank 1", "reduce-scatter", "all-gather"};
+  for (int kind = 0; kind < 4; ++kind) {
+    // Counts (int32) whose data fits the room, the last one exactly, and one whose data does not.
+    const size_t perRank = kind >= 2 ? static_cast<size_t>(n) : 1;  // room elements per element of count
+    const size_t fits = room / 4 / perRank;
+    for (size_t count : {size_t{1}, fits, fits + 1}) {
+      INFO(names[kind] << ", count " << count);
+      const bool rides = count * perRank * 4 <= room;
+      const size_t in = kind == 2 ? count * n : count, out = kind == 3 ? count * n : count;
+      std::vector<ccCommStats_t> before(n), after(n);
+      std::vector<std::vector<int32_t>> outs(n, std::vector<int32_t>(out + 1, -7));
+      std::vector<RankResult> results(n);
+      RunRanks(n, [&](int r) {
+        std::vector<int32_t> send(in);
+        for (size_t i = 0; i < in; ++i) send[i] = static_cast<int32_t>(1000 * r + i);
+        before[r].size = after[r].size = sizeof(ccCommStats_t);
+        ccCommGetStats(g[r], &before[r]);
+        ccResult_t rc = ccSuccess;
+        int32_t* o = outs[r].data();
+        switch (kind) {
+          case 0:
+            rc = ccBroadcast(send.data(), o, count, ccInt32, n - 1, g[r], nullptr);
+            break;
+          case 1:
+            rc = ccReduce(send.data(), r == 1 ? o : nullptr, count, ccInt32, ccSum, 1, g[r], nullptr);
+            break;
+          case 2:
+            rc = ccReduceScatter(send.data(), o, count, ccInt32, ccSum, g[r], nullptr);
+            break;
+          default:
+            rc = ccAllGather(send.data(), o, count, ccInt32, g[r], nullptr);
+            break;
+        }
+        results[r] = Record(rc, g[r]);
+        ccCommGetStats(g[r], &after[r]);
+      });
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r << ": " << results[r].error);
+        REQUIRE(results[r].rc == ccSuccess);
+        size_t wrong = 0;
+        for (size_t i = 0; i < out; ++i) {
+          int64_t want = -7;  // a reduce writes nothing on the other ranks
+          if (kind == 0) want = 1000 * (n - 1) + static_cast<int64_t>(i);
+          if (kind == 1 && r == 1) want = 1000 * n * (n - 1) / 2 + static_cast<int64_t>(n * i);
+          if (kind == 2) want = 1000 * n * (n - 1) / 2 + static_cast<int64_t>(n * (r * count + i));
+          if (kind == 3) want = 1000 * static_cast<int64_t>(i / count) + static_cast<int64_t>(i % count);
+          wrong += outs[r][i] == want ? 0 : 1;
+        }
+        CHECK(wrong == 0);
+        CHECK(outs[r][out] == -7);
+        // the broadcast's last rank and the reduce's root send nothing in the ring
+        CheckRideTraffic(before[r], after[r], rides, steps, room, kind >= 2);
       }
     }
   }

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/average.h"
 #include "collectives/coll_args.h"
+#include "collectives/inline_call.h"
 #include "collectives/reduce.h"
 #include "compress/compressor.h"
 #include "core/comm.h"
@@ -151,13 +151,8 @@ size_t CallCheckInlineBytes(const ccComm* comm) {
   return (n & (n - 1)) == 0 ? comm->config.checkInlineBytes : 0;
 }
 
-bool RidesInCallCheck(const ccComm* comm, const CollArgs& args) {
-  return comm->config.checkCalls && comm->hostTransports && comm->nranks > 1 && comm->config.algorithm == ccAlgoAuto &&
-         !args.onDevice && args.count * args.eltSize <= CallCheckInlineBytes(comm);
-}
-
 ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec,
-                            InlineAllReduce* small) {
+                            InlineCall* small) {
   *agreed = false;
   if (anyDeviceCodec != nullptr) *anyDeviceCodec = mine.deviceCodec != 0;
   if (small != nullptr) small->done = false;
@@ -165,15 +160,11 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   if (n == 1) return ccSuccess;
   const uint64_t seq = comm->NextSeq();
   const size_t room = CallCheckInlineBytes(comm);
-  const bool rides = room > 0 && small != nullptr && small->send != nullptr;
-  const size_t es = rides ? DataTypeSize(small->dtype) : 0;
-  const size_t bytes = rides ? small->count * es : 0;
+  const bool rides = room > 0 && small != nullptr && small->rides;
+  const size_t bytes = rides ? InlineBytes(small->kind, small->count, DataTypeSize(small->dtype), n) : 0;
   if (bytes > room) {
-    return Fail(ccInternalError, "an all-reduce of %zu bytes cannot ride in a %zu-byte room", bytes, room);
+    return Fail(ccInternalError, "a call of %zu bytes cannot ride in a %zu-byte room", bytes, room);
   }
-  // The float16 average is premultiplied before it is summed (collectives/average.h), every other average divided
-  // once at the end.
-  const bool premultiplied = rides && PremultipliesAverage(small->op, small->dtype);
   // A message: the record, then the room (8-byte words, so that every datatype is aligned in it).
   const size_t msgBytes = sizeof(Agreement) + room;
   const size_t words = (msgBytes + 7) / 8;
@@ -185,11 +176,7 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   auto msg = [&](size_t i) { return reinterpret_cast<char*>(mem.data() + i * words); };
   auto room0 = msg(0) + sizeof(Agreement);
   Agreement acc = Start(mine, r, rides);
-  if (rides && premultiplied) {
-    PremultiplyHost(room0, small->send, small->count, small->dtype, n);
-  } else if (rides && bytes > 0) {
-    std::memcpy(room0, small->send, bytes);
-  }
+  if (rides) InlineFill(*small, r, n, room0);
   Inflight io(comm, kWireCallCheck);
   int step = 0;
   for (int dist = 1; dist < n; dist *= 2, ++step) {
@@ -208,17 +195,10 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     Agreement in;
     std::memcpy(&in, msg(1), sizeof(Agreement));
     Combine(&acc, in);
-    if (rides) {
-      // The lower ranks' partial result as the left operand, so that both ends compute the same bits even where an
-      // op were not commutative to the bit (ccoll's are: reduce_op.h).
-      const char* theirs = msg(1) + sizeof(Agreement);
-      const bool theirsLower = from < r;
-      ReduceHost(room0, theirsLower ? theirs : room0, theirsLower ? room0 : theirs, small->count, small->dtype,
-                 small->op);  // ccAvg as a sum
-    }
+    if (rides) InlineCombine(*small, r, from, dist, n, room0, msg(1) + sizeof(Agreement));
   }
   CC_CHECK(io.WaitAll());
-  // The room counts as the check's unless it carried the call's data (every rank's input rode and the calls match).
+  // The room counts as the check's unless it carried the call's data (every rank's data rode and the calls match).
   const bool ran = rides && acc.f[kInline].lo != 0 && SameCall(acc);
   if (!ran) comm->callCheckBytesSent.fetch_add(room * static_cast<uint64_t>(steps), std::memory_order_relaxed);
   const FieldRange& refused = acc.f[kRefused];
@@ -237,9 +217,8 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   }
   if (differ.empty()) {
     if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
-    if (ran) {  // every rank's input rode: the result is whole, the same on every rank
-      if (bytes > 0) std::memcpy(small->recv, room0, bytes);
-      if (small->op == ccAvg && !premultiplied) FinishAvgHost(small->recv, small->count, small->dtype, n);
+    if (ran) {  // every rank's data rode: the result is whole, the same on every rank
+      InlineFinish(*small, r, n, room0);
       small->done = true;
     }
     return ccSuccess;

@@ -7,13 +7,13 @@
 // so on a mismatch every rank returns ccInvalidUsage naming the field and the ranks that differ (or the rank that
 // refused the call), nothing is written, and the communicator stays usable. CC_CHECK_CALLS=0 turns it off.
 //
-// A small all-reduce rides in the check (CC_CHECK_INLINE_BYTES, where n is a power of two): every check message then
-// carries that many bytes after the record, its room, and the exchange is recursive doubling (step k: with rank
-// r ^ 2^k), so that a rank's input can travel in the room and each step reduce the two partial results, the lower
-// ranks' as the left operand, so that every rank computes the same bits with any op. Whether every rank's input rode
-// is a field of the record; where it did and the calls match, each rank writes the result and the call is done in
-// ceil(log2 n) exchanges instead of the check's and then the schedule's (the tree's 2 log2 n). Otherwise the room is
-// ignored and the call runs its schedule as without it.
+// A small exact collective rides in the check (CC_CHECK_INLINE_BYTES, where n is a power of two): every check message
+// then carries that many bytes after the record, its room, and the exchange is recursive doubling (step k: with rank
+// r ^ 2^k), so that a rank's data can travel in the room and each step combine the two partial results
+// (collectives/inline_call.h says how, for each collective). Whether every rank's data rode is a field of the record;
+// where it did and the calls match, each rank writes the result and the call is done in ceil(log2 n) exchanges
+// instead of the check's and then the schedule's (for an all-reduce the tree's 2 log2 n, for the others the ring's
+// n - 1 or more). Otherwise the room is ignored and the call runs its schedule as without it.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +27,7 @@ struct ccCompressor;
 
 namespace ccoll {
 
-struct CollArgs;
+struct InlineCall;
 
 // Bytes of the record each rank sends in each step of the check.
 constexpr size_t kCallCheckRecordBytes = 264;
@@ -67,26 +67,13 @@ CallDescriptor DescribeCall(int kind, size_t count, ccDataType_t dtype, ccRedOp_
 // a compressor, which may not even be one).
 CallDescriptor RefusedCall(int kind, size_t count, int dtype, int op, int root, ccResult_t refused);
 
-// This rank's all-reduce as it rides in the check. send == nullptr: it does not ride (then nothing else is read).
-struct InlineAllReduce {
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;
-  ccDataType_t dtype = ccFloat32;
-  ccRedOp_t op = ccSum;
-  bool done = false;  // out: every rank's input rode and the calls matched; recv holds the result
-};
-
-// Whether an exact all-reduce with these arguments rides in comm's check: none of its ranks runs a compressor or
-// the stream path (the caller's to know), CC_ALGO is auto, its buffers are in host memory and its bytes fit.
-bool RidesInCallCheck(const ccComm* comm, const CollArgs& args);
-
 // Agrees on the call with every other rank. Returns ccInvalidUsage with *agreed = true when the ranks made
 // different calls (every rank returns the same verdict; nothing is left in flight); any other failure (a dead peer,
 // a timeout) leaves *agreed false and the group out of step. On success, *anyDeviceCodec (when not null) says whether
 // any rank's deviceCodec was set: the same answer on every rank.
-// With `small` (not null, small->send set): this rank's input rides in its messages (see the top of this file).
+// With `small` (not null, small->rides set): this rank's data rides in its messages (see the top of this file, and
+// collectives/inline_call.h).
 ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agreed, bool* anyDeviceCodec = nullptr,
-                            InlineAllReduce* small = nullptr);
+                            InlineCall* small = nullptr);
 
 }  // namespace ccoll

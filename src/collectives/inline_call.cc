@@ -1,0 +1,91 @@
+#include "collectives/inline_call.h"
+
+#include <cstring>
+
+#include "collectives/average.h"
+#include "collectives/call_check.h"
+#include "collectives/coll_args.h"
+#include "collectives/reduce.h"
+#include "core/comm.h"
+
+namespace ccoll {
+namespace {
+
+bool Reduces(int kind) { return kind == kCallAllReduce || kind == kCallReduceScatter || kind == kCallReduce; }
+
+// Elements in the room.
+size_t RoomElements(int kind, size_t count, int nranks) {
+  return kind == kCallReduceScatter || kind == kCallAllGather ? count * static_cast<size_t>(nranks) : count;
+}
+
+// The first rank of the group of dist ranks that holds rank.
+int GroupOf(int rank, int dist) { return rank / dist * dist; }
+
+}  // namespace
+
+size_t InlineBytes(int kind, size_t count, size_t eltSize, int nranks) {
+  return RoomElements(kind, count, nranks) * eltSize;
+}
+
+bool RidesInCallCheck(const ccComm* comm, int kind, const CollArgs& args) {
+  return comm->config.checkCalls && comm->hostTransports && comm->nranks > 1 &&
+         (kind != kCallAllReduce || comm->config.algorithm == ccAlgoAuto) && !args.onDevice &&
+         InlineBytes(kind, args.count, args.eltSize, comm->nranks) <= CallCheckInlineBytes(comm);
+}
+
+void InlineFill(const InlineCall& c, int rank, int nranks, char* room) {
+  const size_t es = DataTypeSize(c.dtype), elems = RoomElements(c.kind, c.count, nranks);
+  if (elems == 0) return;
+  switch (c.kind) {
+    case kCallAllReduce:
+    case kCallReduceScatter:
+    case kCallReduce:
+      if (PremultipliesAverage(c.op, c.dtype)) {
+        PremultiplyHost(room, c.send, elems, c.dtype, nranks);
+      } else {
+        std::memcpy(room, c.send, elems * es);
+      }
+      break;
+    case kCallAllGather:
+      std::memcpy(room + static_cast<size_t>(rank) * c.count * es, c.send, c.count * es);
+      break;
+    case kCallBroadcast:
+      if (rank == c.root) std::memcpy(room, c.send, elems * es);
+      break;
+  }
+}
+
+void InlineCombine(const InlineCall& c, int rank, int peer, int dist, int nranks, char* mine, const char* theirs) {
+  const size_t es = DataTypeSize(c.dtype), elems = RoomElements(c.kind, c.count, nranks);
+  if (elems == 0) return;
+  if (Reduces(c.kind)) {
+    // ccAvg reduces as a sum (the premultiplied float16 average too)
+    if (peer < rank) {
+      ReduceHost(mine, theirs, mine, elems, c.dtype, c.op);
+    } else {
+      ReduceHost(mine, mine, theirs, elems, c.dtype, c.op);
+    }
+  } else if (c.kind == kCallAllGather) {
+    const size_t first = static_cast<size_t>(GroupOf(peer, dist)) * c.count * es;
+    std::memcpy(mine + first, theirs + first, static_cast<size_t>(dist) * c.count * es);
+  } else if (GroupOf(c.root, dist) == GroupOf(peer, dist)) {  // broadcast: the root's data is the partner's
+    std::memcpy(mine, theirs, elems * es);
+  }
+}
+
+void InlineFinish(const InlineCall& c, int rank, int nranks, const char* room) {
+  const size_t es = DataTypeSize(c.dtype);
+  const char* result = room;
+  size_t elems = RoomElements(c.kind, c.count, nranks);
+  if (c.kind == kCallReduceScatter) {
+    result += static_cast<size_t>(rank) * c.count * es;
+    elems = c.count;
+  }
+  if (elems == 0 || (c.kind == kCallReduce && rank != c.root)) return;
+  std::memcpy(c.recv, result, elems * es);
+  if (Reduces(c.kind) && c.op == ccAvg && !PremultipliesAverage(c.op, c.dtype)) {
+    FinishAvgHost(c.recv, elems, c.dtype, nranks);
+  }
+}
+
+}  // namespace ccoll

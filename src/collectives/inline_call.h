@@ -1,0 +1,63 @@
+// A small exact collective that rides in the call check's messages (collectives/call_check.h): what a rank puts in
+// the room, how two partial results meet at a step of the recursive doubling, and what the result is.
+//
+// - all-reduce, reduce: the room holds the call's count elements, reduced at each step;
+// - reduce-scatter: the whole input, nranks * count elements, reduced; rank r takes block r;
+// - all-gather: nranks blocks of count elements; rank r puts its own at block r, and each step copies the blocks of
+//   the partner's group of ranks;
+// - broadcast: the root's count elements; a step copies them from a partner whose group holds the root.
+// At the step of distance d = 2^k a rank's partial result covers its group, the d ranks that share rank / d; the
+// partner's group is the other half of the next. The float16 average is premultiplied (collectives/average.h), every
+// other average divided once at the end, as the schedules do.
+#pragma once
+
+#include <cstddef>
+
+#include "ccoll.h"
+
+struct ccComm;
+
+namespace ccoll {
+
+struct CollArgs;
+
+// The collectives, numbered as CallDescriptor::kind (collectives/call_check.h).
+constexpr int kCallAllReduce = 0;
+constexpr int kCallReduceScatter = 1;
+constexpr int kCallAllGather = 2;
+constexpr int kCallBroadcast = 3;
+constexpr int kCallReduce = 4;
+
+// This rank's call as it rides in the check.
+struct InlineCall {
+  bool rides = false;  // this rank's data is in the room (nothing else is read when false)
+  int kind = kCallAllReduce;
+  const void* send = nullptr;  // as the schedules take it (CollArgs): count elements, nranks * count for reduce-scatter
+  void* recv = nullptr;        // count elements, nranks * count for all-gather; written only on the root for reduce
+  size_t count = 0;
+  ccDataType_t dtype = ccFloat32;
+  ccRedOp_t op = ccSum;  // reduce kinds
+  int root = 0;          // broadcast and reduce
+  bool done = false;     // out: every rank's data rode and the calls matched; the result is written
+};
+
+// Bytes of the room a call of `kind` with these arguments takes on nranks ranks.
+size_t InlineBytes(int kind, size_t count, size_t eltSize, int nranks);
+
+// Whether an exact call of `kind` with these arguments rides in comm's check: none of its ranks runs a compressor
+// or the stream path (the caller's to know), CC_ALGO is auto for an all-reduce, its buffers are in host memory and
+// its data fits the room.
+bool RidesInCallCheck(const ccComm* comm, int kind, const CollArgs& args);
+
+// Writes rank's data into the room where the call puts it (an all-gather's block r, a broadcast's root only); the
+// rest of the room is left as it is.
+void InlineFill(const InlineCall& call, int rank, int nranks, char* room);
+
+// Takes the partner's partial result into this rank's, at the step of distance dist. Both ends of the pair compute
+// the same bytes: a reduction takes the lower ranks' partial result as its left operand.
+void InlineCombine(const InlineCall& call, int rank, int peer, int dist, int nranks, char* mine, const char* theirs);
+
+// Writes the result, once every rank's data rode and the calls matched.
+void InlineFinish(const InlineCall& call, int rank, int nranks, const char* room);
+
+}  // namespace ccoll
