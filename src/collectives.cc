@@ -343,12 +343,7 @@ ccResult_t CheckAcrossRanks(ccComm* comm, const Call& c, const CollArgs& args, b
       ccoll::RidesInCallCheck(comm, static_cast<int>(c.kind), args)) {
     small->rides = true;
     small->kind = static_cast<int>(c.kind);
-    small->send = args.send;
-    small->recv = args.recv;
-    small->count = args.count;
-    small->dtype = args.dtype;
-    small->op = args.op;
-    small->root = args.root;
+    small->args = args;
   }
   bool anyDeviceCodec = true;
   ccResult_t r = ccoll::CheckCallMatches(

@@ -161,7 +161,7 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   const uint64_t seq = comm->NextSeq();
   const size_t room = CallCheckInlineBytes(comm);
   const bool rides = room > 0 && small != nullptr && small->rides;
-  const size_t bytes = rides ? InlineBytes(small->kind, small->count, DataTypeSize(small->dtype), n) : 0;
+  const size_t bytes = rides ? InlineBytes(small->kind, small->args.count, small->args.eltSize, n) : 0;
   if (bytes > room) {
     return Fail(ccInternalError, "a call of %zu bytes cannot ride in a %zu-byte room", bytes, room);
   }
@@ -198,12 +198,21 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     if (rides) InlineCombine(*small, r, from, dist, n, room0, msg(1) + sizeof(Agreement));
   }
   CC_CHECK(io.WaitAll());
+  const bool same = SameCall(acc);
   // The room counts as the check's unless it carried the call's data (every rank's data rode and the calls match).
-  const bool ran = rides && acc.f[kInline].lo != 0 && SameCall(acc);
+  const bool ran = rides && same && acc.f[kInline].lo != 0;
   if (!ran) comm->callCheckBytesSent.fetch_add(room * static_cast<uint64_t>(steps), std::memory_order_relaxed);
+  if (same) {
+    if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
+    if (ran) {  // every rank's data rode: the result is whole, the same on every rank
+      InlineFinish(*small, r, n, room0);
+      small->done = true;
+    }
+    return ccSuccess;
+  }
+  *agreed = true;
   const FieldRange& refused = acc.f[kRefused];
   if (refused.hi != 0) {  // the other fields of a rank that refused its arguments mean nothing
-    *agreed = true;
     return Fail(ccInvalidUsage, "rank %d refused the call (%s there; its ccGetLastError says why), so no rank ran "
                 "it; nothing was written", refused.hiRank,
                 ResultName(static_cast<ccResult_t>(refused.hi)));
@@ -215,15 +224,6 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     differ += std::string(differ.empty() ? "" : "; ") + kFieldNames[i] + " " + ValueText(i, f.lo) + " on rank " +
               std::to_string(f.loRank) + " but " + ValueText(i, f.hi) + " on rank " + std::to_string(f.hiRank);
   }
-  if (differ.empty()) {
-    if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
-    if (ran) {  // every rank's data rode: the result is whole, the same on every rank
-      InlineFinish(*small, r, n, room0);
-      small->done = true;
-    }
-    return ccSuccess;
-  }
-  *agreed = true;
   return Fail(ccInvalidUsage,
               "the ranks made different calls: %s (rank %d was called for: %s). Every rank must make the same call "
               "(collective, count, datatype, op, root and compressor parameters), with compressors made and reset "

@@ -4,7 +4,6 @@
 
 #include "collectives/average.h"
 #include "collectives/call_check.h"
-#include "collectives/coll_args.h"
 #include "collectives/reduce.h"
 #include "core/comm.h"
 
@@ -34,57 +33,57 @@ bool RidesInCallCheck(const ccComm* comm, int kind, const CollArgs& args) {
 }
 
 void InlineFill(const InlineCall& c, int rank, int nranks, char* room) {
-  const size_t es = DataTypeSize(c.dtype), elems = RoomElements(c.kind, c.count, nranks);
+  const size_t es = c.args.eltSize, elems = RoomElements(c.kind, c.args.count, nranks);
   if (elems == 0) return;
   switch (c.kind) {
     case kCallAllReduce:
     case kCallReduceScatter:
     case kCallReduce:
-      if (PremultipliesAverage(c.op, c.dtype)) {
-        PremultiplyHost(room, c.send, elems, c.dtype, nranks);
+      if (PremultipliesAverage(c.args.op, c.args.dtype)) {
+        PremultiplyHost(room, c.args.send, elems, c.args.dtype, nranks);
       } else {
-        std::memcpy(room, c.send, elems * es);
+        std::memcpy(room, c.args.send, elems * es);
       }
       break;
     case kCallAllGather:
-      std::memcpy(room + static_cast<size_t>(rank) * c.count * es, c.send, c.count * es);
+      std::memcpy(room + static_cast<size_t>(rank) * c.args.count * es, c.args.send, c.args.count * es);
       break;
     case kCallBroadcast:
-      if (rank == c.root) std::memcpy(room, c.send, elems * es);
+      if (rank == c.args.root) std::memcpy(room, c.args.send, elems * es);
       break;
   }
 }
 
 void InlineCombine(const InlineCall& c, int rank, int peer, int dist, int nranks, char* mine, const char* theirs) {
-  const size_t es = DataTypeSize(c.dtype), elems = RoomElements(c.kind, c.count, nranks);
+  const size_t es = c.args.eltSize, elems = RoomElements(c.kind, c.args.count, nranks);
   if (elems == 0) return;
   if (Reduces(c.kind)) {
     // ccAvg reduces as a sum (the premultiplied float16 average too)
     if (peer < rank) {
-      ReduceHost(mine, theirs, mine, elems, c.dtype, c.op);
+      ReduceHost(mine, theirs, mine, elems, c.args.dtype, c.args.op);
     } else {
-      ReduceHost(mine, mine, theirs, elems, c.dtype, c.op);
+      ReduceHost(mine, mine, theirs, elems, c.args.dtype, c.args.op);
     }
   } else if (c.kind == kCallAllGather) {
-    const size_t first = static_cast<size_t>(GroupOf(peer, dist)) * c.count * es;
-    std::memcpy(mine + first, theirs + first, static_cast<size_t>(dist) * c.count * es);
-  } else if (GroupOf(c.root, dist) == GroupOf(peer, dist)) {  // broadcast: the root's data is the partner's
+    const size_t first = static_cast<size_t>(GroupOf(peer, dist)) * c.args.count * es;
+    std::memcpy(mine + first, theirs + first, static_cast<size_t>(dist) * c.args.count * es);
+  } else if (GroupOf(c.args.root, dist) == GroupOf(peer, dist)) {  // broadcast: the root's data is the partner's
     std::memcpy(mine, theirs, elems * es);
   }
 }
 
 void InlineFinish(const InlineCall& c, int rank, int nranks, const char* room) {
-  const size_t es = DataTypeSize(c.dtype);
+  const size_t es = c.args.eltSize;
   const char* result = room;
-  size_t elems = RoomElements(c.kind, c.count, nranks);
+  size_t elems = RoomElements(c.kind, c.args.count, nranks);
   if (c.kind == kCallReduceScatter) {
-    result += static_cast<size_t>(rank) * c.count * es;
-    elems = c.count;
+    result += static_cast<size_t>(rank) * c.args.count * es;
+    elems = c.args.count;
   }
-  if (elems == 0 || (c.kind == kCallReduce && rank != c.root)) return;
-  std::memcpy(c.recv, result, elems * es);
-  if (Reduces(c.kind) && c.op == ccAvg && !PremultipliesAverage(c.op, c.dtype)) {
-    FinishAvgHost(c.recv, elems, c.dtype, nranks);
+  if (elems == 0 || (c.kind == kCallReduce && rank != c.args.root)) return;
+  std::memcpy(c.args.recv, result, elems * es);
+  if (Reduces(c.kind) && c.args.op == ccAvg && !PremultipliesAverage(c.args.op, c.args.dtype)) {
+    FinishAvgHost(c.args.recv, elems, c.args.dtype, nranks);
   }
 }
 

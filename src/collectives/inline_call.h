@@ -14,12 +14,11 @@
 #include <cstddef>
 
 #include "ccoll.h"
+#include "collectives/coll_args.h"
 
 struct ccComm;
 
 namespace ccoll {
-
-struct CollArgs;
 
 // The collectives, numbered as CallDescriptor::kind (collectives/call_check.h).
 constexpr int kCallAllReduce = 0;
@@ -32,13 +31,11 @@ constexpr int kCallReduce = 4;
 struct InlineCall {
   bool rides = false;  // this rank's data is in the room (nothing else is read when false)
   int kind = kCallAllReduce;
-  const void* send = nullptr;  // as the schedules take it (CollArgs): count elements, nranks * count for reduce-scatter
-  void* recv = nullptr;        // count elements, nranks * count for all-gather; written only on the root for reduce
-  size_t count = 0;
-  ccDataType_t dtype = ccFloat32;
-  ccRedOp_t op = ccSum;  // reduce kinds
-  int root = 0;          // broadcast and reduce
-  bool done = false;     // out: every rank's data rode and the calls matched; the result is written
+  // As the schedules take them: send holds count elements (nranks * count for a reduce-scatter), recv count (nranks *
+  // count for an all-gather; a reduce writes it only on the root); op for the reduce kinds, root for broadcast and
+  // reduce.
+  CollArgs args;
+  bool done = false;  // out: every rank's data rode and the calls matched; the result is written
 };
 
 // Bytes of the room a call of `kind` with these arguments takes on nranks ranks.

@@ -283,36 +283,27 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     anyRemote |= std::memcmp(infos[peer].processToken, infos[0].processToken, sizeof(info.processToken)) != 0;
     comm->anyRankOnDevice = comm->anyRankOnDevice || infos[peer].onDevice != 0;
   }
+  // A setting every rank needs the same value of: here on this rank, there on peer.
+  auto same = [&](const char* name, uint64_t here, uint64_t there, int peer) -> ccResult_t {
+    if (here == there) return ccSuccess;
+    return Fail(ccInvalidUsage,
+                "rank %d: %s is %llu here but %llu on rank %d (pid %d on %s); every rank needs the same setting", rank,
+                name, static_cast<unsigned long long>(here), static_cast<unsigned long long>(there), peer,
+                infos[peer].pid, infos[peer].host);
+  };
   for (int peer = 0; peer < n; ++peer) {
-    if (infos[peer].checkCalls != info.checkCalls) {
-      return Fail(ccInvalidUsage, "rank %d: CC_CHECK_CALLS is %d here but %d on rank %d (pid %d on %s); every rank "
-                  "needs the same setting", rank, info.checkCalls, infos[peer].checkCalls, peer, infos[peer].pid,
-                  infos[peer].host);
-    }
+    CC_CHECK(same("CC_CHECK_CALLS", static_cast<uint64_t>(info.checkCalls),
+                  static_cast<uint64_t>(infos[peer].checkCalls), peer));
     if (infos[peer].transport != info.transport) {
       return Fail(ccInvalidUsage, "rank %d: CC_TRANSPORT is %s here but %s on rank %d (pid %d on %s); every rank "
                   "needs the same transport", rank, TransportName(want),
                   TransportName(static_cast<ccTransport_t>(infos[peer].transport)), peer, infos[peer].pid,
                   infos[peer].host);
     }
-    if (infos[peer].sliceBytes != info.sliceBytes) {
-      return Fail(ccInvalidUsage, "rank %d: CC_SLICE_BYTES is %llu here but %llu on rank %d (pid %d on %s); every "
-                  "rank needs the same setting", rank, static_cast<unsigned long long>(info.sliceBytes),
-                  static_cast<unsigned long long>(infos[peer].sliceBytes), peer, infos[peer].pid, infos[peer].host);
-    }
-    if (infos[peer].checkInlineBytes != info.checkInlineBytes) {
-      return Fail(ccInvalidUsage,
-                  "rank %d: CC_CHECK_INLINE_BYTES is %llu here but %llu on rank %d (pid %d on %s); "
-                  "every rank needs the same setting",
-                  rank, static_cast<unsigned long long>(info.checkInlineBytes),
-                  static_cast<unsigned long long>(infos[peer].checkInlineBytes), peer, infos[peer].pid,
-                  infos[peer].host);
-    }
-    if (infos[peer].checksum != info.checksum) {
-      return Fail(ccInvalidUsage, "rank %d: CC_CHECKSUM is %d here but %d on rank %d (pid %d on %s); every rank "
-                  "needs the same setting", rank, info.checksum, infos[peer].checksum, peer, infos[peer].pid,
-                  infos[peer].host);
-    }
+    CC_CHECK(same("CC_SLICE_BYTES", info.sliceBytes, infos[peer].sliceBytes, peer));
+    CC_CHECK(same("CC_CHECK_INLINE_BYTES", info.checkInlineBytes, infos[peer].checkInlineBytes, peer));
+    CC_CHECK(
+        same("CC_CHECKSUM", static_cast<uint64_t>(info.checksum), static_cast<uint64_t>(infos[peer].checksum), peer));
   }
   auto sameProcess = [&](int peer) {
     return std::memcmp(infos[peer].processToken, info.processToken, sizeof(info.processToken)) == 0;
