@@ -1366,6 +1366,44 @@ TEST_CASE("LocalTransport: a size mismatch fails both sides with ccInvalidUsage"
   CHECK(big[0] == 0xabababababababab);  // nothing copied
 }
 
+TEST_CASE("LocalTransport: a receive of at most n bytes takes a message as long or shorter and says its length",
+          "[internals][transport]") {
+  Pair p = MakePair("test-local-atmost");
+  std::mt19937 gen(5);
+  uint64_t tag = 1;
+  for (bool sendFirst : {false, true}) {
+    for (size_t sent : {size_t{0}, size_t{1}, size_t{100}, size_t{256}}) {
+      INFO(sent << " bytes sent to a receive of at most 256" << (sendFirst ? ", the send posted first" : ""));
+      std::vector<unsigned char> data(sent), got(257, 0xee);
+      for (auto& b : data) b = static_cast<unsigned char>(gen());
+      size_t received = 12345;
+      ccoll::Request *s, *r;
+      if (sendFirst) REQUIRE(p.t[0]->Isend(1, data.data(), sent, tag, ccoll::kWireData, &s) == ccSuccess);
+      REQUIRE(p.t[1]->IrecvAtMost(0, got.data(), 256, tag, ccoll::kWireData, &received, &r) == ccSuccess);
+      if (!sendFirst) REQUIRE(p.t[0]->Isend(1, data.data(), sent, tag, ccoll::kWireData, &s) == ccSuccess);
+      CHECK(p.t[1]->Wait(r, 1000) == ccSuccess);
+      CHECK(p.t[0]->Wait(s, 1000) == ccSuccess);
+      CHECK(received == sent);
+      CHECK(std::equal(data.begin(), data.end(), got.begin()));
+      CHECK(got[sent] == 0xee);  // nothing past the message
+      ++tag;
+    }
+  }
+  // Longer than the receive: both sides fail, nothing is copied.
+  std::vector<unsigned char> data(300, 1), got(256, 0xee);
+  size_t received = 12345;
+  ccoll::Request *s, *r;
+  REQUIRE(p.t[0]->Isend(1, data.data(), data.size(), tag, ccoll::kWireData, &s) == ccSuccess);
+  REQUIRE(p.t[1]->IrecvAtMost(0, got.data(), 256, tag, ccoll::kWireData, &received, &r) == ccSuccess);
+  CHECK(p.t[1]->Wait(r, 1000) == ccInvalidUsage);
+  const std::string err = ccoll::LastError();
+  INFO(err);
+  CHECK(err.find("rank 0 sent 300 bytes but rank 1 expects at most 256 bytes") != std::string::npos);
+  CHECK(p.t[0]->Wait(s, 1000) == ccInvalidUsage);
+  CHECK(received == 12345);
+  CHECK(got[0] == 0xee);
+}
+
 TEST_CASE("LocalTransport: Wait times out when nobody sends or receives", "[internals][transport]") {
   Pair p = MakePair("test-local-timeout");
   int buf = 0;
@@ -1871,17 +1909,31 @@ TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their
           "ranks", "[internals][transport][ucx]") {
   struct Case {
     size_t sent, expected;
-    const char* says;  // nullptr: delivered
+    const char* says;     // nullptr: delivered
+    bool atMost = false;  // a receive of at most `expected` bytes (IrecvAtMost)
   };
   const Case cases[] = {
-      {100000, 100000, nullptr}, {4097, 4097, nullptr}, {4096, 4096, nullptr}, {0, 0, nullptr},
+      {100000, 100000, nullptr},
+      {4097, 4097, nullptr},
+      {4096, 4096, nullptr},
+      {0, 0, nullptr},
       {100000, 50000, "but 100000 bytes arrived"},  // both split: the payload cut short
       {50000, 100000, "but 50000 bytes arrived"},   // both split: a shorter payload
       {100000, 100, "but 100000 bytes arrived"},    // split against unsplit: the payload drained
       {100000, 0, "but 100000 bytes arrived"},
-      {100, 100000, "but 100 bytes arrived"},       // unsplit against split: the payload receive cancelled
+      {100, 100000, "but 100 bytes arrived"},  // unsplit against split: the payload receive cancelled
       {0, 100000, "but 0 bytes arrived"},
       {1000, 100, "but a larger message arrived"},  // neither split: UCX's truncation
+      // At most: a message as long or shorter is delivered in each of the ways above, a longer one is not.
+      {100000, 100000, nullptr, true},
+      {50000, 100000, nullptr, true},
+      {100, 100000, nullptr, true},
+      {0, 100000, nullptr, true},
+      {100, 4000, nullptr, true},
+      {0, 0, nullptr, true},
+      {100000, 50000, "but 100000 bytes arrived", true},
+      {100000, 100, "but 100000 bytes arrived", true},
+      {1000, 100, "but a larger message arrived", true},
   };
   std::mt19937 gen(11);
   for (const char* rndv : {"8192", "inf"}) {
@@ -1892,14 +1944,20 @@ TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their
     ConnectUcxPair(t, false, options);
     uint64_t tag = 1;
     // One message from rank 0 to rank 1; `late`: the receive is posted once the message is in UCX's unexpected queue.
+    // With `received`, the receive takes at most `expected` bytes.
     auto exchange = [&](size_t sent, size_t expected, ccoll::WireKind sendKind, bool late,
-                        std::vector<unsigned char>* data, std::vector<unsigned char>* got, ccResult_t* sendRc) {
+                        std::vector<unsigned char>* data, std::vector<unsigned char>* got, ccResult_t* sendRc,
+                        size_t* received = nullptr) {
       data->resize(sent);
       for (auto& b : *data) b = static_cast<unsigned char>(gen());
       got->assign(expected + 1, 0xee);  // one guard byte
       const uint64_t markerTag = tag + 1;
       ccoll::Request *s = nullptr, *r = nullptr, *m = nullptr;
-      if (!late) REQUIRE(t[1]->Irecv(0, got->data(), expected, tag, ccoll::kWireData, &r) == ccSuccess);
+      auto post = [&] {
+        return received != nullptr ? t[1]->IrecvAtMost(0, got->data(), expected, tag, ccoll::kWireData, received, &r)
+                                   : t[1]->Irecv(0, got->data(), expected, tag, ccoll::kWireData, &r);
+      };
+      if (!late) REQUIRE(post() == ccSuccess);
       *sendRc = ccInternalError;
       ccResult_t markerRc = ccSuccess;
       std::thread sender([&] {
@@ -1916,7 +1974,7 @@ TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their
         uint64_t marker = 0;
         REQUIRE(t[1]->Irecv(0, &marker, sizeof(marker), markerTag, ccoll::kWireData, &m) == ccSuccess);
         CHECK(t[1]->Wait(m, 10000) == ccSuccess);
-        REQUIRE(t[1]->Irecv(0, got->data(), expected, tag, ccoll::kWireData, &r) == ccSuccess);
+        REQUIRE(post() == ccSuccess);
       }
       const ccResult_t rc = t[1]->Wait(r, 10000);
       sender.join();
@@ -1928,20 +1986,27 @@ TEST_CASE("UcxTransport: payloads longer than splitBytes travel apart from their
       for (const Case& c : cases) {
         INFO("RNDV_THRESH " << rndv << (late ? ", receive posted late" : "") << ": " << c.sent << " bytes sent, "
                             << c.expected << " expected");
+        INFO((c.atMost ? "at most" : "exactly"));
         std::vector<unsigned char> data, got;
         ccResult_t sendRc;
-        const ccResult_t rc = exchange(c.sent, c.expected, ccoll::kWireData, late, &data, &got, &sendRc);
+        size_t received = 12345;
+        const ccResult_t rc =
+            exchange(c.sent, c.expected, ccoll::kWireData, late, &data, &got, &sendRc, c.atMost ? &received : nullptr);
         const std::string err = rc == ccSuccess ? std::string() : ccoll::LastError();
         INFO(err);
         CHECK(sendRc == ccSuccess);
         if (c.says == nullptr) {
           CHECK(rc == ccSuccess);
           CHECK(std::equal(data.begin(), data.end(), got.begin()));
+          CHECK(got[c.sent] == 0xee);  // nothing past the message
           CHECK(got.back() == 0xee);
+          if (c.atMost) CHECK(received == c.sent);
         } else {
           CHECK(rc == ccInvalidUsage);
           CHECK(err.find(c.says) != std::string::npos);
-          CHECK(err.find("rank 1 expected " + std::to_string(c.expected) + " bytes from rank 0") != std::string::npos);
+          CHECK(err.find(std::string("rank 1 expected ") + (c.atMost ? "at most " : "") + std::to_string(c.expected) +
+                         " bytes from rank 0") != std::string::npos);
+          if (c.atMost) CHECK(received == 12345);
         }
         // The next message, split, still pairs up: nothing of the last one is left to match it.
         CHECK(exchange(60000, 60000, ccoll::kWireData, false, &data, &got, &sendRc) == ccSuccess);

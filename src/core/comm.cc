@@ -452,12 +452,22 @@ ccResult_t Inflight::Recv(int peer, void* buf, size_t bytes, uint64_t tag, Reque
   return ccSuccess;
 }
 
+ccResult_t Inflight::RecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, size_t* received, Request** req) {
+  *req = nullptr;
+  CC_CHECK(comm_->peers[peer]->IrecvAtMost(peer, buf, bytes, tag, kind_, received, req));
+  open_.insert(*req);  // bytesReceived: in Wait, once the length is known
+  return ccSuccess;
+}
+
 ccResult_t Inflight::Wait(Request** req) {
   Request* r = *req;
   if (r == nullptr) return ccSuccess;
   *req = nullptr;
   open_.erase(r);
-  return r->owner->Wait(r, comm_->config.timeoutMs, comm_->idleWork);
+  size_t* received = r->received;  // (the transport's Wait frees r)
+  CC_CHECK(r->owner->Wait(r, comm_->config.timeoutMs, comm_->idleWork));
+  if (received != nullptr) comm_->bytesReceived.fetch_add(*received, std::memory_order_relaxed);
+  return ccSuccess;
 }
 
 ccResult_t Inflight::WaitAll() {

@@ -182,6 +182,9 @@ class Inflight {
 
   ccResult_t Send(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req);
   ccResult_t Recv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req);
+  // A receive of at most `bytes` (Transport::IrecvAtMost): *received holds the length that arrived once Wait returns
+  // success.
+  ccResult_t RecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, size_t* received, Request** req);
   // Waits for req (nullptr: nothing to wait for) and sets it to nullptr, running the call's idle work meanwhile.
   ccResult_t Wait(Request** req);
   // Waits for every open transfer.

@@ -94,7 +94,7 @@ std::map<std::string, std::weak_ptr<LocalGroup>>& Registry() {
 // the result under the lock. A size mismatch fails both sides; a bad header only the receive (the sender did its
 // part; the receiver's failure aborts the group).
 void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
-  bool sizeOk = send->bytes == recv->bytes;
+  const bool sizeOk = recv->received != nullptr ? send->bytes <= recv->bytes : send->bytes == recv->bytes;
   DeviceCopier* copier = send->copier != nullptr ? send->copier : recv->copier;
   ccResult_t copyResult = ccSuccess;
   std::string copyError;
@@ -115,7 +115,7 @@ void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
       header.crc = 0;
       checksum = false;
     }
-    headerResult = CheckWireHeader(header, recv->kind, recv->buf, recv->bytes, checksum, recv->self, send->self,
+    headerResult = CheckWireHeader(header, recv->kind, recv->buf, send->bytes, checksum, recv->self, send->self,
                                    send->tag, &headerError);
   }
   std::lock_guard<std::mutex> lock(box->mutex);
@@ -128,9 +128,10 @@ void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
   } else if (!sizeOk) {
     char msg[256];
     std::snprintf(msg, sizeof(msg),
-                  "rank %d sent %zu bytes but rank %d expects %zu bytes (tag %llu): the ranks called with "
+                  "rank %d sent %zu bytes but rank %d expects %s%zu bytes (tag %llu): the ranks called with "
                   "different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)",
-                  send->self, send->bytes, recv->self, recv->bytes, static_cast<unsigned long long>(send->tag));
+                  send->self, send->bytes, recv->self, recv->received != nullptr ? "at most " : "", recv->bytes,
+                  static_cast<unsigned long long>(send->tag));
     for (LocalRequest* r : {send, recv}) {
       r->state = State::kError;
       r->error = ccInvalidUsage;
@@ -142,6 +143,7 @@ void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
     recv->error = headerResult;
     recv->message = headerError;
   } else {
+    if (recv->received != nullptr) *recv->received = send->bytes;
     send->state = State::kDone;
     recv->state = State::kDone;
   }
@@ -197,10 +199,11 @@ bool LocalTransport::PeerPresent(int peer) const {
 // Posts a send (isSend) or a receive. Both sides match in the mailbox of the receiving rank: the new request takes
 // the first opposite request with its tag from the queue of its peer pair, or waits in its own queue.
 ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind,
-                                Request** req) {
+                                size_t* received, Request** req) {
   if (group_->aborted.load()) return AbortedError();
   auto* r = new LocalRequest();
   r->Describe(this, isSend, peer, buf, bytes, tag, kind);
+  r->received = received;
   r->self = rank_;
   r->checksum = checksum_;
   if (copier_ != nullptr && bytes > 0 && copier_->IsDevice(buf)) r->copier = copier_;
@@ -227,11 +230,16 @@ ccResult_t LocalTransport::Post(bool isSend, int peer, void* buf, size_t bytes, 
 
 ccResult_t LocalTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind,
                                  Request** req) {
-  return Post(true, peer, const_cast<void*>(buf), bytes, tag, kind, req);
+  return Post(true, peer, const_cast<void*>(buf), bytes, tag, kind, nullptr, req);
 }
 
 ccResult_t LocalTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) {
-  return Post(false, peer, buf, bytes, tag, kind, req);
+  return Post(false, peer, buf, bytes, tag, kind, nullptr, req);
+}
+
+ccResult_t LocalTransport::IrecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, size_t* received,
+                                       Request** req) {
+  return Post(false, peer, buf, bytes, tag, kind, received, req);
 }
 
 // No idle work here: a transfer between thread ranks is a copy by one of them, not time on a network, so there is

@@ -25,6 +25,8 @@ class LocalTransport : public Transport {
   const char* Name() const override { return "local"; }
   ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
   ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
+  ccResult_t IrecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, size_t* received,
+                         Request** req) override;
   ccResult_t Wait(Request* req, int timeoutMs, IdleWork* idle = nullptr) override;
   void Abort(const char* reason) override;
   bool CarriesDeviceMemory() const override { return true; }
@@ -36,7 +38,8 @@ class LocalTransport : public Transport {
 
  private:
   ccResult_t AbortedError();
-  ccResult_t Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req);
+  ccResult_t Post(bool isSend, int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, size_t* received,
+                  Request** req);
   LocalTransport(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
   std::shared_ptr<LocalGroup> group_;
   int rank_;

@@ -37,6 +37,7 @@ struct Request {
   size_t bytes = 0;
   uint64_t tag = 0;
   WireKind kind = 0;  // a send's payload kind, or the kind a receive expects
+  size_t* received = nullptr;  // a receive of at most `bytes` (IrecvAtMost): where the length that arrived goes
 
   void Describe(Transport* t, bool send, int p, void* b, size_t n, uint64_t tg, WireKind k) {
     owner = t;
@@ -66,6 +67,11 @@ class Transport {
   // Posts a receive of exactly `bytes` bytes from rank `peer`; a send of another size is a ccInvalidUsage error on
   // both sides (it means the ranks called with different counts or datatypes); so is a message of another kind.
   virtual ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) = 0;
+  // Posts a receive of at most `bytes` bytes: a message of that length or shorter completes it, and *received (which
+  // must stay valid until the request completes) then holds its length; a longer one is a ccInvalidUsage error on
+  // the receiver, as a send of another size is for Irecv.
+  virtual ccResult_t IrecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, size_t* received,
+                                 Request** req) = 0;
   // Blocks until `req` completes, fails, the transport is aborted, or `timeoutMs` passes. Frees req in all cases.
   // Meanwhile, while the request is not done, runs pieces of `idle` (when given) until it has none left, when
   // RunsIdleWork(); a transport that moves the data with the CPU itself (local) ignores it.

@@ -117,23 +117,33 @@ ucs_log_func_rc_t QuietExpectedErrors(const char* file, unsigned line, const cha
 
 // The mismatch error of a receive of `r.bytes` when `what` arrived.
 ccResult_t SizeMismatch(int rank, const UcxRequest& r, const std::string& what) {
-  return Fail(ccInvalidUsage, "rank %d expected %zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
+  return Fail(ccInvalidUsage,
+              "rank %d expected %s%zu bytes from rank %d (tag %llu) but %s arrived: the ranks "
               "called with different counts, datatypes or collectives (or a ccSend and its ccRecv differ in size)",
-              rank, r.bytes, r.peer, static_cast<unsigned long long>(r.tag), what.c_str());
+              rank, r.received != nullptr ? "at most " : "", r.bytes, r.peer, static_cast<unsigned long long>(r.tag),
+              what.c_str());
+}
+
+// Whether a payload of `length` bytes is one receive r takes: exactly its length, or at most it (IrecvAtMost).
+bool LengthFits(const UcxRequest& r, uint64_t length) {
+  return r.received != nullptr ? length <= r.bytes : length == r.bytes;
 }
 
 // Checks a split message's receive once its header and payload arrived (or were drained).
 ccResult_t FinishedSplit(int rank, const UcxRequest& r, bool checksum) {
-  if (r.header.length != r.bytes) return SizeMismatch(rank, r, std::to_string(r.header.length) + " bytes");
+  if (!LengthFits(r, r.header.length)) return SizeMismatch(rank, r, std::to_string(r.header.length) + " bytes");
   if (r.dataStatus != UCS_OK) {
-    return Fail(ccRemoteError, "rank %d: receiving the %zu-byte payload from rank %d (tag %llu) failed: %s", rank,
-                r.bytes, r.peer, static_cast<unsigned long long>(r.tag), ucs_status_string(r.dataStatus));
+    return Fail(ccRemoteError, "rank %d: receiving the %llu-byte payload from rank %d (tag %llu) failed: %s", rank,
+                static_cast<unsigned long long>(r.header.length), r.peer, static_cast<unsigned long long>(r.tag),
+                ucs_status_string(r.dataStatus));
   }
   WireHeader h = r.header;
   h.flags = static_cast<uint8_t>(h.flags & ~kWireFlagSplit);
   std::string why;
   ccResult_t hr = CheckWireHeader(h, r.kind, r.buf, r.dataInfo.length, checksum, rank, r.peer, r.tag, &why);
-  return hr == ccSuccess ? ccSuccess : Fail(hr, "%s", why.c_str());
+  if (hr != ccSuccess) return Fail(hr, "%s", why.c_str());
+  if (r.received != nullptr) *r.received = r.dataInfo.length;
+  return ccSuccess;
 }
 
 // Checks a request that completed: its status, and for a receive its length and wire header.
@@ -143,9 +153,9 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
                 ucs_status_string(r.dataStatus));
   }
   if (r.senderSplit) return FinishedSplit(rank, r, checksum);
-  const size_t expect = sizeof(WireHeader) + r.bytes;
   const size_t got = r.info.length;
-  if (r.status == UCS_ERR_MESSAGE_TRUNCATED || (r.status == UCS_OK && !r.isSend && got != expect)) {
+  const bool fits = got >= sizeof(WireHeader) && LengthFits(r, got - sizeof(WireHeader));
+  if (r.status == UCS_ERR_MESSAGE_TRUNCATED || (r.status == UCS_OK && !r.isSend && !fits)) {
     const std::string what = r.status != UCS_OK             ? std::string("a larger message")
                              : got < sizeof(WireHeader) ? std::string("a message shorter than a wire header")
                                                         : std::to_string(got - sizeof(WireHeader)) + " bytes";
@@ -161,8 +171,10 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
   }
   if (!r.isSend) {
     std::string why;
-    ccResult_t hr = CheckWireHeader(r.header, r.kind, r.buf, r.bytes, checksum, rank, r.peer, r.tag, &why);
+    const size_t payload = got - sizeof(WireHeader);
+    ccResult_t hr = CheckWireHeader(r.header, r.kind, r.buf, payload, checksum, rank, r.peer, r.tag, &why);
     if (hr != ccSuccess) return Fail(hr, "%s", why.c_str());
+    if (r.received != nullptr) *r.received = payload;
   }
   return ccSuccess;
 }
@@ -605,6 +617,12 @@ ccResult_t UcxTransport::Isend(int peer, const void* buf, size_t bytes, uint64_t
 }
 
 ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) {
+  return IrecvAtMost(peer, buf, bytes, tag, kind, nullptr, req);
+}
+
+// (received null: a receive of exactly `bytes`, Irecv)
+ccResult_t UcxTransport::IrecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, size_t* received,
+                                     Request** req) {
   Impl& m = *impl_;
   m.Sweep();  // (also where the call is refused below: a failed peer leaves the most behind)
   if (m.aborted.load()) {
@@ -614,6 +632,7 @@ ccResult_t UcxTransport::Irecv(int peer, void* buf, size_t bytes, uint64_t tag, 
   ucp_request_param_t param;
   size_t parts;
   auto r = NewRequest(this, false, peer, buf, bytes, tag, kind, &param, &parts);
+  r->received = received;
   // Always a request, so that ucp_tag_recv_request_test reports the length (UCX 1.13 does not fill recv_info on
   // every path of an immediate completion).
   param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

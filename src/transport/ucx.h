@@ -57,6 +57,8 @@ class UcxTransport : public Transport {
   const char* Name() const override { return "ucx"; }
   ccResult_t Isend(int peer, const void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
   ccResult_t Irecv(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, Request** req) override;
+  ccResult_t IrecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, WireKind kind, size_t* received,
+                         Request** req) override;
   ccResult_t Wait(Request* req, int timeoutMs, IdleWork* idle = nullptr) override;
   bool RunsIdleWork() const override { return true; }
   // Only sets a flag (safe from another thread): the waiting thread cancels its requests and returns.
