@@ -185,8 +185,8 @@ typedef struct {
   uint64_t bytesSent;      /**< Payload bytes sent to peers since init (24-byte message headers not counted). */
   uint64_t bytesReceived;  /**< Payload bytes this rank has received from peers since init. */
   uint64_t collectives;    /**< Collectives this rank has completed since init. */
-  /** Of bytesSent: the call check's messages (CC_CHECK_CALLS), ceil(log2 n) per call; of a small all-reduce that
-   *  rides in them (CC_CHECK_INLINE_BYTES), only their records. */
+  /** Of bytesSent: the call check's messages (CC_CHECK_CALLS), ceil(log2 n) per call; of a small collective that
+   *  rides in them (CC_CHECK_INLINE_BYTES), only their records (the data they carry is the call's). */
   uint64_t callCheckBytesSent;
   uint64_t nominalBytesSent;   /**< Of bytesSent: computed, not counted: what is handed to NCCL (transport nccl):
                                     the exact calls, the sends, and the parts of compressed calls that are exact

@@ -277,8 +277,8 @@ class CcollAllReducer : public ccperf::AllReducer {
     error_ = Failure("ccGroupEnd", r, nullptr);
     return false;
   }
-  // The call check's messages (CC_CHECK_CALLS) are a fixed cost per call, not the collective's: left out (the room of a
-  // small all-reduce that rode in them counts as its data).
+  // The call check's messages (CC_CHECK_CALLS) are a fixed cost per call, not the collective's: left out (the data of
+  // a small all-reduce that rode in them counts as its own).
   bool BytesSent(uint64_t* bytes, uint64_t* nominal) override {
     ccCommStats_t st;
     st.size = sizeof(st);

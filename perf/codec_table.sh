@@ -4,8 +4,8 @@
 # mean vNMSE against the fp64 reference and the measured wire bits per element, next to the bounds (given
 # for `corr`). Every run also checks that all ranks ended bitwise identical and the send buffers unchanged.
 # Wire bits count the payload bytes each rank sent (not the 24-byte message headers: perf/wire_overhead.sh), less
-# the call check's messages (ccCommStats_t.callCheckBytesSent: 2576 bytes per rank and call at 4 ranks, two records
-# and the room a small all-reduce would ride in, a fixed cost per call, 0.013 bits per element at 2^20).
+# the call check's messages (ccCommStats_t.callCheckBytesSent: 528 bytes per rank and call at 4 ranks, two records,
+# a fixed cost per call, 0.003 bits per element at 2^20).
 # With MEMORY=1 it then measures peak RSS of one all-reduce of 256 MiB per codec (perf/peak_memory.sh).
 #
 #   perf/codec_table.sh [BUILD_DIR]        (default: build/ at the repository root)

@@ -975,11 +975,10 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
     CHECK(after[r].bytesSent >= before[r].bytesSent + 80000);
     CHECK(after[r].bytesReceived >= before[r].bytesReceived + 80000);
     CHECK(after[r].collectives == before[r].collectives + 1);
-    // Of those, the call check's one message on 2 ranks, its record and the room for a small all-reduce, which this
-    // call is too large for (none without the check); nothing computed instead of counted (only exact calls handed to
-    // NCCL are).
+    // Of those, the call check's one message on 2 ranks: its record alone, the call being too large to ride in it
+    // (none without the check); nothing computed instead of counted (only exact calls handed to NCCL are).
     CHECK(after[r].callCheckBytesSent - before[r].callCheckBytesSent ==
-          (CallCheckOn() ? ccoll::kCallCheckRecordBytes + ccoll::CallCheckInlineBytes(g[r]) : 0u));
+          (CallCheckOn() ? ccoll::kCallCheckRecordBytes : 0u));
     CHECK(after[r].nominalBytesSent == 0);
   }
   CHECK(after[0].bytesSent == after[1].bytesReceived);
@@ -1141,21 +1140,21 @@ TEST_CASE("a rank that differs in collective, op, root or compressor parameters:
 }
 
 // What one call moved, as ccCommGetStats counts it: a call that rode in the call check sent its steps' messages, a
-// record and the room each, and nothing else; the room carried the data, so only the records count as the check's.
-// Any other call's room counts as the check's, and its schedule sends more where this rank sends in it (sends).
+// record each and `data` bytes of data in all (none for a broadcast's rank whose group never holds the root), and
+// nothing else; only the records count as the check's. Any other call's check messages are its records alone, and
+// its schedule sends more where this rank sends in it (sends).
 namespace {
-void CheckRideTraffic(const ccCommStats_t& before, const ccCommStats_t& after, bool rides, uint64_t steps, size_t room,
-                      bool sends) {
+void CheckRideTraffic(const ccCommStats_t& before, const ccCommStats_t& after, bool rides, uint64_t data,
+                      uint64_t steps, bool sends) {
   const uint64_t record = ccoll::kCallCheckRecordBytes;
   const uint64_t sent = after.bytesSent - before.bytesSent;
   const uint64_t check = after.callCheckBytesSent - before.callCheckBytesSent;
   CHECK(after.collectives == before.collectives + 1);
+  CHECK(check == steps * record);  // the check's own bytes: the records (the data, where it rode, was the call's)
   if (rides) {
-    CHECK(sent == steps * (record + room));
-    CHECK(check == steps * record);
-  } else {
-    CHECK(check == steps * (record + room));
-    if (sends) CHECK(sent > check);
+    CHECK(sent == steps * record + data);  // its messages carried the data and nothing else (no unused room)
+  } else if (sends) {
+    CHECK(sent > check);
   }
 }
 }  // namespace
@@ -1168,7 +1167,7 @@ TEST_CASE("small all-reduces ride in the call check's messages and larger ones (
   const char* algo = std::getenv("CC_ALGO");
   if (algo != nullptr && *algo != '\0' && std::string(algo) != "auto") return;  // nothing rides then
   const char* set = std::getenv("CC_CHECK_INLINE_BYTES");
-  const size_t setRoom = set != nullptr && *set != '\0' ? std::strtoull(set, nullptr, 10) : 1024;  // the default
+  const size_t setRoom = set != nullptr && *set != '\0' ? std::strtoull(set, nullptr, 10) : 16384;  // the default
   const int n = GENERATE(2, 3, 4, 8);
   CAPTURE(n, setRoom);
   Group g = Group::InitAll(n);
@@ -1178,7 +1177,8 @@ TEST_CASE("small all-reduces ride in the call check's messages and larger ones (
   uint64_t steps = 0;                                // ceil(log2 n)
   for (int d = 1; d < n; d *= 2) ++steps;
   // Counts (float32) that fit the room (the last one exactly) and one that does not.
-  for (size_t count : {size_t{1}, size_t{7}, size_t{256}, size_t{257}}) {
+  const size_t fits = room > 0 ? room / sizeof(float) : 256;
+  for (size_t count : {size_t{1}, size_t{7}, fits, fits + 1}) {
     CAPTURE(count);
     const bool rides = count * sizeof(float) <= room;
     std::vector<ccCommStats_t> before(n), after(n);
@@ -1202,7 +1202,7 @@ TEST_CASE("small all-reduces ride in the call check's messages and larger ones (
       }
       CHECK(wrong == 0);
       CHECK(outs[r][count] == -7.0f);  // nothing written past the call's elements
-      CheckRideTraffic(before[r], after[r], rides, steps, room, true);
+      CheckRideTraffic(before[r], after[r], rides, steps * count * sizeof(float), steps, true);
     }
   }
 }
@@ -1272,7 +1272,12 @@ TEST_CASE("small broadcasts, reduces, reduce-scatters and all-gathers ride in th
         CHECK(wrong == 0);
         CHECK(outs[r][out] == -7);
         // the broadcast's last rank and the reduce's root send nothing in the ring
-        CheckRideTraffic(before[r], after[r], rides, steps, room, kind >= 2);
+        // What rank r sent of the data: a reduce's count in each step; a reduce-scatter's and an all-gather's n - 1
+        // blocks (recursive halving, and doubling of the blocks held); a broadcast's count in the steps where its
+        // group of ranks (r / d) holds the root.
+        uint64_t data = kind == 1 ? steps * count * 4 : kind >= 2 ? (n - 1) * count * 4 : 0;
+        for (int d = 1; kind == 0 && d < n; d *= 2) data += r / d == (n - 1) / d ? count * 4 : 0;
+        CheckRideTraffic(before[r], after[r], rides, data, steps, kind >= 2);
       }
     }
   }
@@ -1819,8 +1824,8 @@ TEST_CASE("setting_child: rank 1 with another value of a setting every rank must
 }
 
 TEST_CASE("ranks whose CC_SLICE_BYTES or CC_CHECK_INLINE_BYTES differ fail their init, naming it", "[api][init]") {
-  // Slices set the rings' and the point-to-point messages, the room of the call check its messages (collectives/
-  // call_check.h); ranks that disagree would pair messages of other sizes.
+  // Slices set the rings' and the point-to-point messages, the room of the call check which calls ride in it and how
+  // much its receives take (collectives/call_check.h); ranks that disagree would pair messages of other sizes.
   const std::string name = GENERATE(std::string("CC_SLICE_BYTES"), std::string("CC_CHECK_INLINE_BYTES"));
   CAPTURE(name);
   ccUniqueId id;

@@ -312,13 +312,13 @@ bool DeviceCodecsOn(const std::string& spec) {
 
 // Checks, where the fake runtime counts them, that a device call with peers moved its messages device to device
 // (and, when it reduces, launched reduction kernels) exactly when exact calls stay on the device.
-// Exact all-reduces of at most CC_CHECK_INLINE_BYTES (default 1024) ride in the call check on a power-of-two number
+// Exact all-reduces of at most CC_CHECK_INLINE_BYTES (default 16384) ride in the call check on a power-of-two number
 // of ranks with CC_ALGO=auto (collectives/call_check.h).
 bool RidesInCheck(int nranks, size_t bytes) {
   const char* algo = std::getenv("CC_ALGO");
   if (algo != nullptr && *algo != '\0' && std::string(algo) != "auto") return false;
   const char* v = std::getenv("CC_CHECK_INLINE_BYTES");
-  const size_t room = v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : 1024;
+  const size_t room = v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : 16384;
   return cctest::CallCheckOn() && nranks > 1 && (nranks & (nranks - 1)) == 0 && bytes <= room;
 }
 
@@ -359,7 +359,10 @@ TEST_CASE("[gpu] exact all-reduce on device buffers equals the host call byte fo
     }
     Streams st(n);
     for (const Case& k : cases) {
-      for (size_t count : {size_t{1}, size_t{1000}, size_t{3 * 65537}}) {
+      // 1 and 1000 elements ride in the call check (staged, on 2 and 4 ranks), about 40 KB take the tree (on 4 ranks;
+      // 2 ranks always run the ring), the last the ring.
+      const size_t tree = 40000 / SizeOf(k.dtype) + 1;
+      for (size_t count : {size_t{1}, size_t{1000}, tree, size_t{3 * 65537}}) {
         for (bool inPlace : {false, true}) {
           INFO(n << " ranks, dtype " << k.dtype << ", op " << k.op << ", count " << count
                  << (inPlace ? ", in place" : ""));
@@ -596,7 +599,8 @@ TEST_CASE("[gpu] an exact all-reduce with host buffers on two ranks and device b
   Group g = DeviceGroup(n);
   REQUIRE(g.status == ccSuccess);
   Streams st(n);
-  for (size_t count : {size_t{1000}, size_t{3 * 65537}}) {  // the tree, and the ring in several slices
+  // In the call check, the tree, and the ring in several slices.
+  for (size_t count : {size_t{1000}, size_t{10001}, size_t{3 * 65537}}) {
     for (ccRedOp_t op : {ccSum, ccAvg}) {
       INFO("count " << count << ", op " << op);
       const std::vector<Bytes> in = Inputs(n, count, ccFloat32, count + op);
@@ -1236,8 +1240,8 @@ TEST_CASE("[gpu] device calls allocate nothing after the first call of their sha
       }
     }
   }
-  {  // exact collectives
-    for (size_t count : {size_t{1000}, size_t{40001}}) {
+  {  // exact collectives: 1000 elements ride in the call check, the larger counts run their schedules
+    for (size_t count : {size_t{1000}, size_t{10001}, size_t{40001}}) {
       for (ccDataType_t dtype : {ccFloat32, ccFloat16}) {
         const size_t bytes = count * SizeOf(dtype);
         auto input = [&](int r, int c) { return Inputs(n, count, dtype, 5 + 10 * c)[r]; };

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,43 +166,66 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   if (bytes > room) {
     return Fail(ccInternalError, "a call of %zu bytes cannot ride in a %zu-byte room", bytes, room);
   }
-  // A message: the record, then the room (8-byte words, so that every datatype is aligned in it).
+  // A message: the record, then, where this rank's data rides, what the step sends of its partial result
+  // (InlineStepBytes, at most `bytes`), else nothing. A receive takes up to a whole room; the slots are 8-byte words,
+  // so that every datatype is aligned in them.
   const size_t msgBytes = sizeof(Agreement) + room;
-  const size_t words = (msgBytes + 7) / 8;
+  const size_t recvWords = (msgBytes + 7) / 8, words = (sizeof(Agreement) + bytes + 7) / 8;
   int steps = 0;
   for (int dist = 1; dist < n; dist *= 2) ++steps;
-  // This rank's partial result, then step k's incoming message, then its outgoing one (read by the send until it
-  // completes). Records move in and out of them with memcpy.
-  std::vector<uint64_t> mem(words * (2 + static_cast<size_t>(steps)), 0);
-  auto msg = [&](size_t i) { return reinterpret_cast<char*>(mem.data() + i * words); };
-  auto room0 = msg(0) + sizeof(Agreement);
+  // The incoming message (read only as far as it arrived, so left uninitialized: a room's worth of zeros per call
+  // would cost more than the call), then this rank's partial result (after a record's worth of bytes, so that its
+  // data lies as in a message), then each step's outgoing message (read by the send until it completes). Records
+  // move in and out of them with memcpy.
+  std::unique_ptr<uint64_t[]> mem(new uint64_t[recvWords + words * (1 + static_cast<size_t>(steps))]);
+  char* const in = reinterpret_cast<char*>(mem.get());
+  char* const room0 = reinterpret_cast<char*>(mem.get() + recvWords) + sizeof(Agreement);
+  auto out = [&](int k) {
+    return reinterpret_cast<char*>(mem.get() + recvWords + (1 + static_cast<size_t>(k)) * words);
+  };
+  std::memset(room0, 0, bytes);  // an all-gather's blocks not yet filled travel too
   Agreement acc = Start(mine, r, rides);
   if (rides) InlineFill(*small, r, n, room0);
+  size_t got = 0;  // the length of a step's message: written by its receive, which io may wait for on the way out
   Inflight io(comm, kWireCallCheck);
+  uint64_t dataSent = 0;  // of the call's data, in all steps
   int step = 0;
   for (int dist = 1; dist < n; dist *= 2, ++step) {
     // With a room, recursive doubling: both ends of a pair then hold the same ranks' inputs. Without one, the
     // dissemination exchange, which needs no power of two.
     const int to = room > 0 ? (r ^ dist) : Mod(r + dist, n);
     const int from = room > 0 ? (r ^ dist) : Mod(r - dist, n);
-    char* out = msg(2 + static_cast<size_t>(step));
-    std::memcpy(out, &acc, sizeof(Agreement));
-    std::memcpy(out + sizeof(Agreement), room0, room);
+    char* o = out(step);
+    std::memcpy(o, &acc, sizeof(Agreement));
+    const size_t data = rides ? InlineStepBytes(*small, r, dist, n) : 0;
+    if (data > 0) InlineStepOut(*small, r, dist, n, room0, o + sizeof(Agreement));
+    dataSent += data;
     Request *recv = nullptr, *send = nullptr;
-    CC_CHECK(io.Recv(from, msg(1), msgBytes, Tag(seq, step), &recv));
-    CC_CHECK(io.Send(to, out, msgBytes, Tag(seq, step), &send));
-    comm->callCheckBytesSent.fetch_add(sizeof(Agreement), std::memory_order_relaxed);  // the room: below
+    CC_CHECK(io.RecvAtMost(from, in, msgBytes, Tag(seq, step), &got, &recv));
+    CC_CHECK(io.Send(to, o, sizeof(Agreement) + data, Tag(seq, step), &send));
+    comm->callCheckBytesSent.fetch_add(sizeof(Agreement), std::memory_order_relaxed);  // the data: below
     CC_CHECK(io.Wait(&recv));
-    Agreement in;
-    std::memcpy(&in, msg(1), sizeof(Agreement));
-    Combine(&acc, in);
-    if (rides) InlineCombine(*small, r, from, dist, n, room0, msg(1) + sizeof(Agreement));
+    if (got < sizeof(Agreement)) {
+      return Fail(ccRemoteError,
+                  "rank %d received a %zu-byte call check message from rank %d, shorter than its "
+                  "%zu-byte record (a foreign or corrupted message)",
+                  r, got, from, sizeof(Agreement));
+    }
+    Agreement theirs;
+    std::memcpy(&theirs, in, sizeof(Agreement));
+    Combine(&acc, theirs);
+    // A peer whose data did not ride sent its record alone; a peer that made another call may have sent other
+    // lengths. Either way the calls or the kInline field then keep every rank from taking the result.
+    if (rides && got == sizeof(Agreement) + InlineStepBytes(*small, from, dist, n)) {
+      InlineCombine(*small, r, from, dist, n, room0, in + sizeof(Agreement));
+    }
   }
   CC_CHECK(io.WaitAll());
   const bool same = SameCall(acc);
-  // The room counts as the check's unless it carried the call's data (every rank's data rode and the calls match).
+  // The data sent counts as the check's unless it was the call's whole traffic (every rank's data rode and the calls
+  // match).
   const bool ran = rides && same && acc.f[kInline].lo != 0;
-  if (!ran) comm->callCheckBytesSent.fetch_add(room * static_cast<uint64_t>(steps), std::memory_order_relaxed);
+  if (!ran) comm->callCheckBytesSent.fetch_add(dataSent, std::memory_order_relaxed);
   if (same) {
     if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
     if (ran) {  // every rank's data rode: the result is whole, the same on every rank

@@ -7,13 +7,14 @@
 // so on a mismatch every rank returns ccInvalidUsage naming the field and the ranks that differ (or the rank that
 // refused the call), nothing is written, and the communicator stays usable. CC_CHECK_CALLS=0 turns it off.
 //
-// A small exact collective rides in the check (CC_CHECK_INLINE_BYTES, where n is a power of two): every check message
-// then carries that many bytes after the record, its room, and the exchange is recursive doubling (step k: with rank
-// r ^ 2^k), so that a rank's data can travel in the room and each step combine the two partial results
-// (collectives/inline_call.h says how, for each collective). Whether every rank's data rode is a field of the record;
-// where it did and the calls match, each rank writes the result and the call is done in ceil(log2 n) exchanges
-// instead of the check's and then the schedule's (for an all-reduce the tree's 2 log2 n, for the others the ring's
-// n - 1 or more). Otherwise the room is ignored and the call runs its schedule as without it.
+// A small exact collective rides in the check (CC_CHECK_INLINE_BYTES, where n is a power of two): the exchange is
+// then recursive doubling (step k: with rank r ^ 2^k), and each check message carries, after its record, what that
+// step sends of the rank's partial result (collectives/inline_call.h says what, and how the two partial results
+// combine, for each collective). A receive takes up to a whole room, so a rank whose call does not ride sends its
+// record alone. Whether every rank's data rode is a field of the record; where it did and the calls match, each rank
+// writes the result and the call is done in ceil(log2 n) exchanges instead of the check's and then the schedule's
+// (for an all-reduce the tree's 2 log2 n, for the others the ring's n - 1 or more). Otherwise what rode is ignored
+// and the call runs its schedule as without it.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +33,8 @@ struct InlineCall;
 // Bytes of the record each rank sends in each step of the check.
 constexpr size_t kCallCheckRecordBytes = 264;
 
-// Bytes each check message carries after its record on comm: CC_CHECK_INLINE_BYTES where nranks is a power of two,
-// else 0.
+// The most bytes a check message carries after its record on comm (its room): CC_CHECK_INLINE_BYTES where nranks is
+// a power of two, else 0.
 size_t CallCheckInlineBytes(const ccComm* comm);
 
 // What a rank was called with.

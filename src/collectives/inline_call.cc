@@ -54,21 +54,62 @@ void InlineFill(const InlineCall& c, int rank, int nranks, char* room) {
   }
 }
 
-void InlineCombine(const InlineCall& c, int rank, int peer, int dist, int nranks, char* mine, const char* theirs) {
-  const size_t es = c.args.eltSize, elems = RoomElements(c.kind, c.args.count, nranks);
-  if (elems == 0) return;
-  if (Reduces(c.kind)) {
-    // ccAvg reduces as a sum (the premultiplied float16 average too)
-    if (peer < rank) {
-      ReduceHost(mine, theirs, mine, elems, c.args.dtype, c.args.op);
-    } else {
-      ReduceHost(mine, mine, theirs, elems, c.args.dtype, c.args.op);
+size_t InlineStepBytes(const InlineCall& c, int sender, int dist, int nranks) {
+  const size_t block = c.args.count * c.args.eltSize;
+  switch (c.kind) {
+    case kCallReduceScatter:
+      return static_cast<size_t>(nranks / (2 * dist)) * block;
+    case kCallAllGather:
+      return static_cast<size_t>(dist) * block;
+    case kCallBroadcast:
+      return GroupOf(c.args.root, dist) == GroupOf(sender, dist) ? block : 0;
+    default:
+      return block;
+  }
+}
+
+void InlineStepOut(const InlineCall& c, int rank, int dist, int nranks, const char* room, char* out) {
+  const size_t block = c.args.count * c.args.eltSize;
+  if (c.kind == kCallReduceScatter) {  // the blocks the partner keeps, in order
+    const int keep = (rank ^ dist) & (2 * dist - 1);
+    for (int b = keep; b < nranks; b += 2 * dist, out += block) {
+      std::memcpy(out, room + static_cast<size_t>(b) * block, block);
     }
   } else if (c.kind == kCallAllGather) {
-    const size_t first = static_cast<size_t>(GroupOf(peer, dist)) * c.args.count * es;
-    std::memcpy(mine + first, theirs + first, static_cast<size_t>(dist) * c.args.count * es);
-  } else if (GroupOf(c.args.root, dist) == GroupOf(peer, dist)) {  // broadcast: the root's data is the partner's
-    std::memcpy(mine, theirs, elems * es);
+    std::memcpy(out, room + static_cast<size_t>(GroupOf(rank, dist)) * block, static_cast<size_t>(dist) * block);
+  } else {
+    std::memcpy(out, room, InlineStepBytes(c, rank, dist, nranks));
+  }
+}
+
+void InlineCombine(const InlineCall& c, int rank, int peer, int dist, int nranks, char* mine, const char* theirs) {
+  const size_t es = c.args.eltSize, block = c.args.count * es;
+  if (block == 0) return;
+  // ccAvg reduces as a sum (the premultiplied float16 average too)
+  auto reduce = [&](char* into, const char* in, size_t elems) {
+    if (peer < rank) {
+      ReduceHost(into, in, into, elems, c.args.dtype, c.args.op);
+    } else {
+      ReduceHost(into, into, in, elems, c.args.dtype, c.args.op);
+    }
+  };
+  switch (c.kind) {
+    case kCallReduceScatter: {  // the blocks this rank keeps, in the order the partner sent them
+      const int keep = rank & (2 * dist - 1);
+      for (int b = keep; b < nranks; b += 2 * dist, theirs += block) {
+        reduce(mine + static_cast<size_t>(b) * block, theirs, c.args.count);
+      }
+      break;
+    }
+    case kCallAllGather:
+      std::memcpy(mine + static_cast<size_t>(GroupOf(peer, dist)) * block, theirs, static_cast<size_t>(dist) * block);
+      break;
+    case kCallBroadcast:
+      if (GroupOf(c.args.root, dist) == GroupOf(peer, dist)) std::memcpy(mine, theirs, block);  // the root's data
+      break;
+    default:
+      reduce(mine, theirs, c.args.count);
+      break;
   }
 }
 

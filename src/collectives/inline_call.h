@@ -1,14 +1,18 @@
 // A small exact collective that rides in the call check's messages (collectives/call_check.h): what a rank puts in
 // the room, how two partial results meet at a step of the recursive doubling, and what the result is.
 //
-// - all-reduce, reduce: the room holds the call's count elements, reduced at each step;
-// - reduce-scatter: the whole input, nranks * count elements, reduced; rank r takes block r;
-// - all-gather: nranks blocks of count elements; rank r puts its own at block r, and each step copies the blocks of
-//   the partner's group of ranks;
-// - broadcast: the root's count elements; a step copies them from a partner whose group holds the root.
 // At the step of distance d = 2^k a rank's partial result covers its group, the d ranks that share rank / d; the
-// partner's group is the other half of the next. The float16 average is premultiplied (collectives/average.h), every
-// other average divided once at the end, as the schedules do.
+// partner (rank ^ d) holds the other half of the next group. What a step sends, per collective:
+// - all-reduce, reduce: the room holds the call's count elements; each step sends them all and reduces;
+// - reduce-scatter: the room holds the whole input, nranks * count elements (blocks of count); recursive halving: at
+//   step d a rank holds the blocks b with b mod d = rank mod d, sends the partner the half it keeps (b mod 2d =
+//   partner mod 2d) and reduces the half it keeps itself, so that it ends with block `rank` reduced over every rank;
+// - all-gather: nranks blocks of count elements; rank r puts its own at block r, and each step sends the d blocks of
+//   its group;
+// - broadcast: the root's count elements, sent only by a rank whose group holds the root.
+// So the all-gather and the reduce-scatter send (nranks - 1) blocks in all, as their rings do, and every rank of a
+// broadcast receives the root's data once. The float16 average is premultiplied (collectives/average.h), every other
+// average divided once at the end, as the schedules do.
 #pragma once
 
 #include <cstddef>
@@ -50,8 +54,17 @@ bool RidesInCallCheck(const ccComm* comm, int kind, const CollArgs& args);
 // rest of the room is left as it is.
 void InlineFill(const InlineCall& call, int rank, int nranks, char* room);
 
-// Takes the partner's partial result into this rank's, at the step of distance dist. Both ends of the pair compute
-// the same bytes: a reduction takes the lower ranks' partial result as its left operand.
+// Bytes `sender` sends at the step of distance dist (at most InlineBytes; 0 for a broadcast's rank whose group does
+// not hold the root).
+size_t InlineStepBytes(const InlineCall& call, int sender, int dist, int nranks);
+
+// Writes what rank sends its partner at the step of distance dist, InlineStepBytes(call, rank, dist, nranks) bytes of
+// its partial result `room`, into out.
+void InlineStepOut(const InlineCall& call, int rank, int dist, int nranks, const char* room, char* out);
+
+// Takes what the partner sent at the step of distance dist (theirs: InlineStepBytes(call, peer, dist, nranks) bytes)
+// into this rank's partial result. Where both ends of the pair reduce the same elements (all-reduce, reduce) they
+// compute the same bytes: a reduction takes the lower ranks' partial result as its left operand.
 void InlineCombine(const InlineCall& call, int rank, int peer, int dist, int nranks, char* mine, const char* theirs);
 
 // Writes the result, once every rank's data rode and the calls matched.

@@ -45,7 +45,7 @@ struct RankInfo {
   int32_t cudaDev;           // that device (-1 none): thread ranks sharing one (ccComm::deviceSharedInProcess); read
                              // only for ranks of this process, which run this very library
   uint64_t sliceBytes;       // CC_SLICE_BYTES: the rings' and the point-to-point slices, so all ranks must agree
-  uint64_t checkInlineBytes;  // CC_CHECK_INLINE_BYTES: the size of every call check message, so likewise
+  uint64_t checkInlineBytes;  // CC_CHECK_INLINE_BYTES: which calls ride in the call check and what its receives take
 };
 
 const uint8_t* ProcessToken() {

@@ -33,7 +33,7 @@ struct CommConfig {
   bool checksum = false;   // CC_CHECKSUM
   bool deviceKernels = true;  // CC_DEVICE_KERNELS
   size_t treeThreshold = 64 << 10;
-  size_t checkInlineBytes = 1024;  // CC_CHECK_INLINE_BYTES (collectives/call_check.h)
+  size_t checkInlineBytes = 16384;  // CC_CHECK_INLINE_BYTES (collectives/call_check.h)
 };
 
 // Copies min(config->size, sizeof) bytes of the caller's struct over CC_CONFIG_INITIALIZER, then resolves every

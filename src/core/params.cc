@@ -32,15 +32,15 @@ const ParamDef kParams[] = {
     {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
     {"CC_CHECK_CALLS", ParamType::kInt, "1",
      "1: before any data moves, all ranks agree on their calls (collective, count, datatype, op, root, compressor) "
-     "in ceil(log2 n) exchanges of a 264-byte record (and CC_CHECK_INLINE_BYTES); a mismatch is ccInvalidUsage on "
+     "in ceil(log2 n) exchanges of a 264-byte record; a mismatch is ccInvalidUsage on "
      "every rank, nothing is written and the communicator stays usable. 0: no check."},
-    {"CC_CHECK_INLINE_BYTES", ParamType::kInt, "1024",
+    {"CC_CHECK_INLINE_BYTES", ParamType::kInt, "16384",
      "With CC_CHECK_CALLS=1 and a power-of-two number of ranks: an exact collective whose data is at most this many "
      "bytes (an all-reduce's or a reduce's count, a broadcast's, the nranks blocks of a reduce-scatter or an "
      "all-gather; an all-reduce only with CC_ALGO=auto), on host buffers or staged through them, travels in the call "
-     "check's messages, combined at each of its ceil(log2 n) exchanges (recursive doubling), instead of running a "
-     "schedule after the check. Every check message carries this many bytes more. 0 turns it off; at most 65536. "
-     "Every rank needs the same value."},
+     "check's messages, combined at each of its ceil(log2 n) exchanges (recursive doubling; halving for a "
+     "reduce-scatter), instead of running a schedule after the check. A larger call's check messages carry its "
+     "records alone. 0 turns it off; at most 65536. Every rank needs the same value."},
     {"CC_CHECKSUM", ParamType::kInt, "0",
      "1: every message carries the CRC32C of its payload and receivers verify it; a corrupted message is "
      "ccRemoteError naming the sender, never a wrong result. Costs a pass over each message on both sides."},

@@ -23,7 +23,7 @@ constexpr uint8_t kWireFlagSplit = 2;
 // What a payload is. Schedules pick the number; transports only compare it.
 using WireKind = uint16_t;
 constexpr WireKind kWireData = 1;           // elements of the user's datatype (exact collectives, metadata)
-constexpr WireKind kWireCallCheck = 2;      // the call check's agreement record (and its room)
+constexpr WireKind kWireCallCheck = 2;      // the call check's record (and the data that rides in it)
 constexpr WireKind kWirePointToPoint = 3;   // a ccSend's elements
 constexpr WireKind kWirePointToPointLength = 4;  // the length sent before a ccSend's slices (collectives/p2p.cc)
 constexpr WireKind kWireCodecBase = 0x100;  // + ccCompressorKind_t: one codec's messages
