@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # collectives_vs_mpi.sh: ccoll's collectives (X_perf_mpi: one process per rank, ccoll's data over UCX) against
-# OpenMPI's (mpi_X_perf: MPI_Alltoall, MPI_Bcast, MPI_Reduce_scatter_block, MPI_Allgather), side by side in one run on
-# this machine; prints a markdown table per collective. Builds nothing: point it at a configured and built build
-# directory.
+# OpenMPI's (mpi_X_perf: MPI_Alltoall, MPI_Bcast, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Allreduce), side by
+# side in one run on this machine; prints a markdown table per collective. Builds nothing: point it at a configured
+# and built build directory.
 #
 #   perf/collectives_vs_mpi.sh [BUILD_DIR]        (default: build/ at the repository root)
 #   COLLS=alltoall perf/collectives_vs_mpi.sh      (one collective)
@@ -15,12 +15,17 @@
 # Warm-up: UCX's shared memory takes tens of calls to reach its steady speed for a new size of eager messages (its
 # pools grow), OpenMPI's about 20; so every size gets WARMUP untimed calls first (the programs' -w, default 100).
 #
+# Placement: with more processes than cores, both programs' processes are pinned (--bind-to core:overload-allowed
+# --map-by core: rank r on core r mod cores). Unpinned, the kernel places them afresh at each launch, and a small
+# call's time then differs by up to 2x from one launch to the next (perf/results/call_check_room_2026-12-07.md).
+#
 # Environment (defaults in brackets):
-#   COLLS [alltoall broadcast reducescatter allgather]   which collectives, in this order
+#   COLLS [alltoall broadcast reducescatter allgather]   which collectives, in this order (also: allreduce)
 #   NP [4] MINB [128K] MAXB [32M] FACTOR [4] ITERS [50] WARMUP [100] ROUNDS [3] DTYPE [float] OP [sum]
 #   UCX_TLS [unset: UCX's own choice, on one host shared memory and cma]   ccoll's transports (MPI is its launcher
 #                                              and side channel only); sysv,self leaves out cma, UCX's single copy
 #   MPI_ARGS [--mca pml ob1 --mca btl self,vader]   both programs' mpirun arguments (MPI's data: vader)
+#   PIN [1]   0: no pinning (see Placement)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${1:-$here/../build}  # (a relative BUILD_DIR is the caller's)
@@ -32,11 +37,15 @@ if [ -n "${UCX_TLS:-}" ]; then
   TLS_ARGS=(-x UCX_TLS)
 fi
 read -r -a MPI_ARGS <<< "${MPI_ARGS:---mca pml ob1 --mca btl self,vader}"
+if [ "${PIN:-1}" = 1 ] && ((NP > $(nproc))); then
+  MPI_ARGS+=(--bind-to core:overload-allowed --map-by core)
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 for c in $COLLS; do
   case "$c" in
-    alltoall | broadcast | reducescatter | allgather) ;;
-    *) echo "collectives_vs_mpi.sh: COLLS: unknown collective '$c' (alltoall broadcast reducescatter allgather)" >&2
+    alltoall | broadcast | reducescatter | allgather | allreduce) ;;
+    *) echo "collectives_vs_mpi.sh: COLLS: unknown collective '$c' (alltoall broadcast reducescatter allgather" \
+         "allreduce)" >&2
        exit 2 ;;
   esac
   for p in "${c}_perf_mpi" "mpi_${c}_perf"; do
@@ -71,13 +80,13 @@ import statistics, sys
 from perf_rows import times_us
 out, rounds, n, colls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 CALLS = {"alltoall": "MPI_Alltoall", "broadcast": "MPI_Bcast", "reducescatter": "MPI_Reduce_scatter_block",
-         "allgather": "MPI_Allgather"}
+         "allgather": "MPI_Allgather", "allreduce": "MPI_Allreduce"}
 for coll in colls:
     cc = times_us(f"{out}/{coll}_ccoll_*.txt", rounds, f"{coll} ccoll")
     mp = times_us(f"{out}/{coll}_mpi_*.txt", rounds, f"{coll} MPI")
-    bcast = coll == "broadcast"
-    factor = 1.0 if bcast else (n - 1) / n
-    print(f"\n{coll} (busbw = algbw{'' if bcast else ' * (n-1)/n'})\n")
+    factor, text = {"broadcast": (1.0, ""), "allreduce": (2 * (n - 1) / n, " * 2(n-1)/n")}.get(
+        coll, ((n - 1) / n, " * (n-1)/n"))
+    print(f"\n{coll} (busbw = algbw{text})\n")
     print(f"| size | ccoll time (us) | {CALLS[coll]} time (us) | ccoll busbw (GB/s) | MPI busbw (GB/s) "
           "| MPI / ccoll time |")
     print("|---:|---:|---:|---:|---:|---:|")
