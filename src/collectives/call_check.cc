@@ -4,7 +4,6 @@
 #include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "collectives/coll_args.h"
 #include "collectives/inline_call.h"
