@@ -196,8 +196,7 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     const int from = room > 0 ? (r ^ dist) : Mod(r - dist, n);
     char* o = out(step);
     std::memcpy(o, &acc, sizeof(Agreement));
-    const size_t data = rides ? InlineStepBytes(*small, r, dist, n) : 0;
-    if (data > 0) InlineStepOut(*small, r, dist, n, room0, o + sizeof(Agreement));
+    const size_t data = rides ? InlineStepOut(*small, r, dist, n, room0, o + sizeof(Agreement)) : 0;
     dataSent += data;
     Request *recv = nullptr, *send = nullptr;
     CC_CHECK(io.RecvAtMost(from, in, msgBytes, Tag(seq, step), &got, &recv));

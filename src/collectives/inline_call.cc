@@ -68,18 +68,19 @@ size_t InlineStepBytes(const InlineCall& c, int sender, int dist, int nranks) {
   }
 }
 
-void InlineStepOut(const InlineCall& c, int rank, int dist, int nranks, const char* room, char* out) {
-  const size_t block = c.args.count * c.args.eltSize;
+size_t InlineStepOut(const InlineCall& c, int rank, int dist, int nranks, const char* room, char* out) {
+  const size_t block = c.args.count * c.args.eltSize, bytes = InlineStepBytes(c, rank, dist, nranks);
   if (c.kind == kCallReduceScatter) {  // the blocks the partner keeps, in order
     const int keep = (rank ^ dist) & (2 * dist - 1);
     for (int b = keep; b < nranks; b += 2 * dist, out += block) {
       std::memcpy(out, room + static_cast<size_t>(b) * block, block);
     }
   } else if (c.kind == kCallAllGather) {
-    std::memcpy(out, room + static_cast<size_t>(GroupOf(rank, dist)) * block, static_cast<size_t>(dist) * block);
+    std::memcpy(out, room + static_cast<size_t>(GroupOf(rank, dist)) * block, bytes);
   } else {
-    std::memcpy(out, room, InlineStepBytes(c, rank, dist, nranks));
+    std::memcpy(out, room, bytes);
   }
+  return bytes;
 }
 
 void InlineCombine(const InlineCall& c, int rank, int peer, int dist, int nranks, char* mine, const char* theirs) {

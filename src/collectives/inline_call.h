@@ -59,8 +59,8 @@ void InlineFill(const InlineCall& call, int rank, int nranks, char* room);
 size_t InlineStepBytes(const InlineCall& call, int sender, int dist, int nranks);
 
 // Writes what rank sends its partner at the step of distance dist, InlineStepBytes(call, rank, dist, nranks) bytes of
-// its partial result `room`, into out.
-void InlineStepOut(const InlineCall& call, int rank, int dist, int nranks, const char* room, char* out);
+// its partial result `room`, into out; returns that length.
+size_t InlineStepOut(const InlineCall& call, int rank, int dist, int nranks, const char* room, char* out);
 
 // Takes what the partner sent at the step of distance dist (theirs: InlineStepBytes(call, peer, dist, nranks) bytes)
 // into this rank's partial result. Where both ends of the pair reduce the same elements (all-reduce, reduce) they
