@@ -428,18 +428,38 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 }
 
 Inflight::~Inflight() {
-  if (open_.empty()) return;
+  if (open_ == nullptr) return;
   std::string reason = "rank " + std::to_string(comm_->rank) + " failed: " + LastError();
   std::string keep = LastError();
   comm_->Abort(reason.c_str());
-  for (Request* r : open_) r->owner->Wait(r, comm_->config.timeoutMs);
+  for (Request* r = open_; r != nullptr;) {
+    Request* next = r->openNext;  // (Wait frees r)
+    r->owner->Wait(r, comm_->config.timeoutMs);
+    r = next;
+  }
   SetLastError(keep);  // the first failure is the one to report, not the aborts it caused
+}
+
+void Inflight::Open(Request* r) {
+  r->openPrev = nullptr;
+  r->openNext = open_;
+  if (open_ != nullptr) open_->openPrev = r;
+  open_ = r;
+}
+
+void Inflight::Close(Request* r) {
+  if (r->openPrev != nullptr) {
+    r->openPrev->openNext = r->openNext;
+  } else {
+    open_ = r->openNext;
+  }
+  if (r->openNext != nullptr) r->openNext->openPrev = r->openPrev;
 }
 
 ccResult_t Inflight::Send(int peer, const void* buf, size_t bytes, uint64_t tag, Request** req) {
   *req = nullptr;
   CC_CHECK(comm_->peers[peer]->Isend(peer, buf, bytes, tag, kind_, req));
-  open_.insert(*req);
+  Open(*req);
   comm_->bytesSent.fetch_add(bytes, std::memory_order_relaxed);
   return ccSuccess;
 }
@@ -447,7 +467,7 @@ ccResult_t Inflight::Send(int peer, const void* buf, size_t bytes, uint64_t tag,
 ccResult_t Inflight::Recv(int peer, void* buf, size_t bytes, uint64_t tag, Request** req) {
   *req = nullptr;
   CC_CHECK(comm_->peers[peer]->Irecv(peer, buf, bytes, tag, kind_, req));
-  open_.insert(*req);
+  Open(*req);
   comm_->bytesReceived.fetch_add(bytes, std::memory_order_relaxed);
   return ccSuccess;
 }
@@ -455,7 +475,7 @@ ccResult_t Inflight::Recv(int peer, void* buf, size_t bytes, uint64_t tag, Reque
 ccResult_t Inflight::RecvAtMost(int peer, void* buf, size_t bytes, uint64_t tag, size_t* received, Request** req) {
   *req = nullptr;
   CC_CHECK(comm_->peers[peer]->IrecvAtMost(peer, buf, bytes, tag, kind_, received, req));
-  open_.insert(*req);  // bytesReceived: in Wait, once the length is known
+  Open(*req);  // bytesReceived: in Wait, once the length is known
   return ccSuccess;
 }
 
@@ -463,7 +483,7 @@ ccResult_t Inflight::Wait(Request** req) {
   Request* r = *req;
   if (r == nullptr) return ccSuccess;
   *req = nullptr;
-  open_.erase(r);
+  Close(r);
   size_t* received = r->received;  // (the transport's Wait frees r)
   CC_CHECK(r->owner->Wait(r, comm_->config.timeoutMs, comm_->idleWork));
   if (received != nullptr) comm_->bytesReceived.fetch_add(*received, std::memory_order_relaxed);
@@ -471,8 +491,8 @@ ccResult_t Inflight::Wait(Request** req) {
 }
 
 ccResult_t Inflight::WaitAll() {
-  while (!open_.empty()) {
-    Request* r = *open_.begin();
+  while (open_ != nullptr) {
+    Request* r = open_;
     CC_CHECK(Wait(&r));
   }
   return ccSuccess;

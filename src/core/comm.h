@@ -7,13 +7,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "ccoll.h"
 #include "core/buffer_ops.h"
-#include "core/handle_quarantine.h"
 #include "core/device_proxy.h"
+#include "core/handle_quarantine.h"
 #include "transport/stream_transport.h"
 #include "transport/transport.h"
 
@@ -191,9 +190,14 @@ class Inflight {
   ccResult_t WaitAll();
 
  private:
+  void Open(Request* r);
+  void Close(Request* r);
+
   ccComm* comm_;
   WireKind kind_;
-  std::unordered_set<Request*> open_;  // O(1) removal: schedules may hold many sends open at once
+  // The open transfers, a list through the requests themselves (Request::openPrev/openNext): schedules may hold many
+  // sends open at once, and a small call should allocate nothing to track its few.
+  Request* open_ = nullptr;
 };
 
 // Whether the transport to some peer runs idle work in its waits (transport.h): a network's, not the local transport.

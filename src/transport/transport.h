@@ -38,6 +38,8 @@ struct Request {
   uint64_t tag = 0;
   WireKind kind = 0;  // a send's payload kind, or the kind a receive expects
   size_t* received = nullptr;  // a receive of at most `bytes` (IrecvAtMost): where the length that arrived goes
+  Request* openPrev = nullptr;  // the transfers open in its Inflight (core/comm.h), a list through the requests
+  Request* openNext = nullptr;
 
   void Describe(Transport* t, bool send, int p, void* b, size_t n, uint64_t tg, WireKind k) {
     owner = t;
