@@ -2,8 +2,8 @@
 
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/coll_args.h"
 #include "collectives/inline_call.h"
@@ -175,13 +175,15 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   // The incoming message (read only as far as it arrived, so left uninitialized: a room's worth of zeros per call
   // would cost more than the call), then this rank's partial result (after a record's worth of bytes, so that its
   // data lies as in a message), then each step's outgoing message (read by the send until it completes). Records
-  // move in and out of them with memcpy.
-  std::unique_ptr<uint64_t[]> mem(new uint64_t[recvWords + words * (1 + static_cast<size_t>(steps))]);
-  char* const in = reinterpret_cast<char*>(mem.get());
-  char* const room0 = reinterpret_cast<char*>(mem.get() + recvWords) + sizeof(Agreement);
-  auto out = [&](int k) {
-    return reinterpret_cast<char*>(mem.get() + recvWords + (1 + static_cast<size_t>(k)) * words);
-  };
+  // move in and out of them with memcpy. The memory is the calling thread's, kept from call to call: a call allocates
+  // nothing for it once the thread has made one as large.
+  thread_local std::vector<uint64_t> scratch;
+  const size_t total = recvWords + words * (1 + static_cast<size_t>(steps));
+  if (scratch.size() < total) scratch.resize(total);
+  uint64_t* const mem = scratch.data();
+  char* const in = reinterpret_cast<char*>(mem);
+  char* const room0 = reinterpret_cast<char*>(mem + recvWords) + sizeof(Agreement);
+  auto out = [&](int k) { return reinterpret_cast<char*>(mem + recvWords + (1 + static_cast<size_t>(k)) * words); };
   std::memset(room0, 0, bytes);  // an all-gather's blocks not yet filled travel too
   Agreement acc = Start(mine, r, rides);
   if (rides) InlineFill(*small, r, n, room0);
@@ -201,7 +203,6 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     Request *recv = nullptr, *send = nullptr;
     CC_CHECK(io.RecvAtMost(from, in, msgBytes, Tag(seq, step), &got, &recv));
     CC_CHECK(io.Send(to, o, sizeof(Agreement) + data, Tag(seq, step), &send));
-    comm->callCheckBytesSent.fetch_add(sizeof(Agreement), std::memory_order_relaxed);  // the data: below
     CC_CHECK(io.Wait(&recv));
     if (got < sizeof(Agreement)) {
       return Fail(ccRemoteError,
@@ -223,7 +224,8 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   // The data sent counts as the check's unless it was the call's whole traffic (every rank's data rode and the calls
   // match).
   const bool ran = rides && same && acc.f[kInline].lo != 0;
-  if (!ran) comm->callCheckBytesSent.fetch_add(dataSent, std::memory_order_relaxed);
+  comm->callCheckBytesSent.fetch_add(sizeof(Agreement) * static_cast<uint64_t>(steps) + (ran ? 0 : dataSent),
+                                     std::memory_order_relaxed);
   if (same) {
     if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
     if (ran) {  // every rank's data rode: the result is whole, the same on every rank
