@@ -240,7 +240,7 @@ ccResult_t Validate(ccComm* comm, const Call& c, CollArgs* args, bool* onDevice,
   const bool needSend = c.count > 0 && (c.kind != Kind::kBroadcast || rank == c.root);
   const bool needRecv = c.count > 0 && (c.kind != Kind::kReduce || rank == c.root);
   const int sendDev = needSend ? ccoll::PointerDevice(c.send) : -1;
-  const int recvDev = needRecv ? ccoll::PointerDevice(c.recv) : -1;
+  const int recvDev = !needRecv ? -1 : needSend && c.recv == c.send ? sendDev : ccoll::PointerDevice(c.recv);
   *onDevice = sendDev >= 0 || recvDev >= 0;
   if (*onDevice) {
     if ((needSend && sendDev < 0) || (needRecv && recvDev < 0)) {
