@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # collectives_vs_mpi.sh: ccoll's collectives (X_perf_mpi: one process per rank, ccoll's data over UCX) against
-# OpenMPI's (mpi_X_perf: MPI_Alltoall, MPI_Bcast, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Allreduce), side by
-# side in one run on this machine; prints a markdown table per collective. Builds nothing: point it at a configured
-# and built build directory.
+# OpenMPI's (mpi_X_perf: MPI_Alltoall, MPI_Bcast, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Allreduce,
+# MPI_Reduce into rank 0), side by side in one run on this machine; prints a markdown table per collective. Builds
+# nothing: point it at a configured and built build directory.
 #
 #   perf/collectives_vs_mpi.sh [BUILD_DIR]        (default: build/ at the repository root)
 #   COLLS=alltoall perf/collectives_vs_mpi.sh      (one collective)
 #
 # Both programs of a pair share the harness (the same sizes, inputs, timing and check: byte for byte, or against the
-# fp64 reference for the reduce-scatter). The runs alternate, in ROUNDS rounds whose order rotates, and the table
+# fp64 reference for the reductions). The runs alternate, in ROUNDS rounds whose order rotates, and the table
 # shows the median time per call over the rounds, busbw from it, and the ratio MPI time / ccoll time (above 1: ccoll
 # is faster). Sizes are nccl-tests': the whole buffer (a reduce-scatter's input, an all-gather's output).
 #
@@ -20,7 +20,7 @@
 # call's time then differs by up to 2x from one launch to the next (perf/results/call_check_room_2026-12-07.md).
 #
 # Environment (defaults in brackets):
-#   COLLS [alltoall broadcast reducescatter allgather]   which collectives, in this order (also: allreduce)
+#   COLLS [alltoall broadcast reducescatter allgather]   which collectives, in this order (also: allreduce, reduce)
 #   NP [4] MINB [128K] MAXB [32M] FACTOR [4] ITERS [50] WARMUP [100] ROUNDS [3] DTYPE [float] OP [sum]
 #   UCX_TLS [unset: UCX's own choice, on one host shared memory and cma]   ccoll's transports (MPI is its launcher
 #                                              and side channel only); sysv,self leaves out cma, UCX's single copy
@@ -43,9 +43,9 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 for c in $COLLS; do
   case "$c" in
-    alltoall | broadcast | reducescatter | allgather | allreduce) ;;
+    alltoall | broadcast | reducescatter | allgather | allreduce | reduce) ;;
     *) echo "collectives_vs_mpi.sh: COLLS: unknown collective '$c' (alltoall broadcast reducescatter allgather" \
-         "allreduce)" >&2
+         "allreduce reduce)" >&2
        exit 2 ;;
   esac
   for p in "${c}_perf_mpi" "mpi_${c}_perf"; do
@@ -80,11 +80,11 @@ import statistics, sys
 from perf_rows import times_us
 out, rounds, n, colls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 CALLS = {"alltoall": "MPI_Alltoall", "broadcast": "MPI_Bcast", "reducescatter": "MPI_Reduce_scatter_block",
-         "allgather": "MPI_Allgather", "allreduce": "MPI_Allreduce"}
+         "allgather": "MPI_Allgather", "allreduce": "MPI_Allreduce", "reduce": "MPI_Reduce"}
 for coll in colls:
     cc = times_us(f"{out}/{coll}_ccoll_*.txt", rounds, f"{coll} ccoll")
     mp = times_us(f"{out}/{coll}_mpi_*.txt", rounds, f"{coll} MPI")
-    factor, text = {"broadcast": (1.0, ""), "allreduce": (2 * (n - 1) / n, " * 2(n-1)/n")}.get(
+    factor, text = {"broadcast": (1.0, ""), "reduce": (1.0, ""), "allreduce": (2 * (n - 1) / n, " * 2(n-1)/n")}.get(
         coll, ((n - 1) / n, " * (n-1)/n"))
     print(f"\n{coll} (busbw = algbw{text})\n")
     print(f"| size | ccoll time (us) | {CALLS[coll]} time (us) | ccoll busbw (GB/s) | MPI busbw (GB/s) "

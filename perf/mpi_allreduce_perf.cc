@@ -8,6 +8,7 @@
 //   -DCCOLL_PERF_REDUCESCATTER (mpi_reducescatter_perf): MPI_Reduce_scatter_block into block `rank` of recvbuff, out
 //   of place only (MPI's in-place form leaves the result at the start of the buffer, not at block `rank`).
 //   -DCCOLL_PERF_ALLGATHER (mpi_allgather_perf): MPI_Allgather of block `rank` of sendbuff (in place: MPI_IN_PLACE).
+//   -DCCOLL_PERF_REDUCE (mpi_reduce_perf): MPI_Reduce into -r (in place: MPI_IN_PLACE on the root).
 #include <mpi.h>
 
 #include <climits>
@@ -46,6 +47,11 @@ constexpr Pattern kPattern = Pattern::kAllGather;
 constexpr const char* kProgram = "mpi_allgather_perf";
 constexpr const char* kCall = "MPI_Allgather";
 constexpr const char* kPeer = "allgather_perf: size = the output, nranks blocks, block `rank` of sendbuff sent";
+#elif defined(CCOLL_PERF_REDUCE)
+constexpr Pattern kPattern = Pattern::kReduce;
+constexpr const char* kProgram = "mpi_reduce_perf";
+constexpr const char* kCall = "MPI_Reduce";
+constexpr const char* kPeer = "reduce_perf: into the root -r, whose recvbuff alone holds the result";
 #else
 constexpr Pattern kPattern = Pattern::kAllReduce;
 constexpr const char* kProgram = "mpi_allreduce_perf";
@@ -114,6 +120,11 @@ class MpiAllReducer : public ccperf::AllReducer {
                           : MPI_Allgather(static_cast<const char*>(send) + rankBlockAt, block, dtype_, recv, block,
                                           dtype_, MPI_COMM_WORLD);
         break;
+      case Pattern::kReduce: {  // (recvbuff matters on the root only)
+        const void* in = send == recv && rank_ == root_ ? MPI_IN_PLACE : send;
+        rc = MPI_Reduce(in, recv, static_cast<int>(count), dtype_, op_, root_, MPI_COMM_WORLD);
+        break;
+      }
       default: {
         const void* in = send == recv ? MPI_IN_PLACE : send;
         rc = MPI_Allreduce(in, recv, static_cast<int>(count), dtype_, op_, MPI_COMM_WORLD);
@@ -134,7 +145,7 @@ class MpiAllReducer : public ccperf::AllReducer {
   MPI_Datatype dtype_;
   MPI_Op op_;
   size_t elementBytes_;
-  int root_;  // broadcast
+  int root_;  // broadcast, reduce
   int rank_, nranks_;
   std::string error_;
 };
@@ -211,7 +222,8 @@ int main(int argc, char** argv) {
                               "types; ops: sum, prod, max, min.\n"
                             : "Ranks are the MPI processes (mpirun -np N). Types: every -d type (half and bfloat16 "
                               "travel as MPI_UINT16_T); -o is not used.\n";
-    const ccperf::ProgramInfo prog{kProgram, kPattern == Pattern::kBroadcast ? ccperf::kFlagRoot : 0u, notes};
+    const bool rooted = kPattern == Pattern::kBroadcast || kPattern == Pattern::kReduce;
+    const ccperf::ProgramInfo prog{kProgram, rooted ? ccperf::kFlagRoot : 0u, notes};
     ccperf::Options opts;
     ccperf::ParseResult pr = ccperf::ParseOptions(argc, argv, prog, group.rank() == 0, &opts);
     if (pr == ccperf::ParseResult::kRun) {
