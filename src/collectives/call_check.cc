@@ -176,7 +176,7 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   // would cost more than the call), then this rank's partial result (after a record's worth of bytes, so that its
   // data lies as in a message), then each step's outgoing message (read by the send until it completes). Records
   // move in and out of them with memcpy. The memory is the calling thread's, kept from call to call: a call allocates
-  // nothing for it once the thread has made one as large.
+  // nothing for it once the thread has made one as large (but see OnExit).
   thread_local std::vector<uint64_t> scratch;
   const size_t total = recvWords + words * (1 + static_cast<size_t>(steps));
   if (scratch.size() < total) scratch.resize(total);
@@ -188,8 +188,27 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
   Agreement acc = Start(mine, r, rides);
   if (rides) InlineFill(*small, r, n, room0);
   size_t got = 0;  // the length of a step's message: written by its receive, which io may wait for on the way out
+  // On the way out, after io has waited for (or given up on) its transfers: what was sent counts as the check's bytes
+  // (the data too, unless it was the call's whole traffic: below), also when the check fails. And after a return
+  // before every transfer was done, UCX may still hold one of them (a receive a late message may yet fill): the
+  // scratch is then set aside until the thread ends instead of being reused by the thread's next check.
+  struct OnExit {
+    ccComm* comm;
+    std::vector<uint64_t>& scratch;
+    uint64_t records = 0, data = 0;  // bytes sent
+    bool dataWasTheCall = false, drained = false;
+    ~OnExit() {
+      comm->callCheckBytesSent.fetch_add(records + (dataWasTheCall ? 0 : data), std::memory_order_relaxed);
+      if (drained) return;
+      thread_local std::vector<std::vector<uint64_t>> setAside;
+      try {
+        setAside.push_back(std::move(scratch));  // (on a failure to grow, scratch stays and is reused)
+      } catch (...) {
+      }
+      scratch = std::vector<uint64_t>();
+    }
+  } onExit{comm, scratch};
   Inflight io(comm, kWireCallCheck);
-  uint64_t dataSent = 0;  // of the call's data, in all steps
   int step = 0;
   for (int dist = 1; dist < n; dist *= 2, ++step) {
     // With a room, recursive doubling: both ends of a pair then hold the same ranks' inputs. Without one, the
@@ -199,10 +218,11 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     char* o = out(step);
     std::memcpy(o, &acc, sizeof(Agreement));
     const size_t data = rides ? InlineStepOut(*small, r, dist, n, room0, o + sizeof(Agreement)) : 0;
-    dataSent += data;
     Request *recv = nullptr, *send = nullptr;
     CC_CHECK(io.RecvAtMost(from, in, msgBytes, Tag(seq, step), &got, &recv));
     CC_CHECK(io.Send(to, o, sizeof(Agreement) + data, Tag(seq, step), &send));
+    onExit.records += sizeof(Agreement);
+    onExit.data += data;
     CC_CHECK(io.Wait(&recv));
     if (got < sizeof(Agreement)) {
       return Fail(ccRemoteError,
@@ -220,12 +240,12 @@ ccResult_t CheckCallMatches(ccComm* comm, const CallDescriptor& mine, bool* agre
     }
   }
   CC_CHECK(io.WaitAll());
+  onExit.drained = true;
   const bool same = SameCall(acc);
   // The data sent counts as the check's unless it was the call's whole traffic (every rank's data rode and the calls
   // match).
   const bool ran = rides && same && acc.f[kInline].lo != 0;
-  comm->callCheckBytesSent.fetch_add(sizeof(Agreement) * static_cast<uint64_t>(steps) + (ran ? 0 : dataSent),
-                                     std::memory_order_relaxed);
+  onExit.dataWasTheCall = ran;
   if (same) {
     if (anyDeviceCodec != nullptr) *anyDeviceCodec = acc.f[kDeviceCodec].hi != 0;
     if (ran) {  // every rank's data rode: the result is whole, the same on every rank
