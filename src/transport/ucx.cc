@@ -671,7 +671,7 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs, IdleWork* idle) {
   if (m.Poll(r.get())) return Finished(m.rank, *r, checksum_);
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeoutMs);
-  int quiet = 0;  // progress calls in a row that moved nothing
+  uint64_t quiet = 0;  // progress calls in a row that moved nothing (64 bits: a long quiet wait cannot wrap it)
   unsigned spins = 0;
   Clock::time_point idleSince = start;
   while (!m.Poll(r.get())) {
