@@ -999,6 +999,31 @@ TEST_CASE("ccCommGetStats counts the bytes an all-reduce moves", "[api][stats]")
   CHECK(ccCommGetStats(nullptr, &after[0]) == ccInvalidArgument);
 }
 
+TEST_CASE("a call check that fails counts what it sent as the check's", "[api][stats]") {
+  if (!CallCheckOn()) return;  // (CC_CHECK_CALLS=0: no check to fail)
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.timeoutMs = 300;
+  Group g = Group::InitConfig(2, config);
+  REQUIRE(g.status == ccSuccess);
+  const char* algo = std::getenv("CC_ALGO");
+  const bool autoAlgo = algo == nullptr || *algo == '\0' || std::string(algo) == "auto";  // else nothing rides
+  const size_t room = autoAlgo ? ccoll::CallCheckInlineBytes(g[0]) : 0;
+  // 8 elements ride in the check's message where there is a room; 20000 do not (their record travels alone).
+  const size_t count = GENERATE(size_t{8}, size_t{20000});
+  CAPTURE(count, room);
+  ccCommStats_t before, after;
+  before.size = after.size = sizeof(ccCommStats_t);
+  REQUIRE(ccCommGetStats(g[0], &before) == ccSuccess);
+  std::vector<float> in(count, 1.0f), out(count, 0.0f);
+  // Rank 1 never calls: rank 0 sends its message and times out waiting for rank 1's.
+  CHECK(ccAllReduce(in.data(), out.data(), count, ccFloat32, ccSum, nullptr, g[0], nullptr) == ccTimeout);
+  REQUIRE(ccCommGetStats(g[0], &after) == ccSuccess);
+  const uint64_t sent = after.bytesSent - before.bytesSent;
+  CHECK(sent == ccoll::kCallCheckRecordBytes + (count * sizeof(float) <= room ? count * sizeof(float) : 0u));
+  CHECK(after.callCheckBytesSent - before.callCheckBytesSent == sent);  // the call's data did not do the call
+  CHECK(after.collectives == before.collectives);
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Failures inside a group: they must end in an error on every rank involved, quickly, never in a hang.
 // ------------------------------------------------------------------------------------------------------------
