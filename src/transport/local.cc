@@ -94,7 +94,7 @@ std::map<std::string, std::weak_ptr<LocalGroup>>& Registry() {
 // the result under the lock. A size mismatch fails both sides; a bad header only the receive (the sender did its
 // part; the receiver's failure aborts the group).
 void Complete(Mailbox* box, LocalRequest* send, LocalRequest* recv) {
-  const bool sizeOk = recv->received != nullptr ? send->bytes <= recv->bytes : send->bytes == recv->bytes;
+  const bool sizeOk = recv->LengthFits(send->bytes);
   DeviceCopier* copier = send->copier != nullptr ? send->copier : recv->copier;
   ccResult_t copyResult = ccSuccess;
   std::string copyError;

@@ -41,6 +41,9 @@ struct Request {
   Request* openPrev = nullptr;  // the transfers open in its Inflight (core/comm.h), a list through the requests
   Request* openNext = nullptr;
 
+  // Whether a receive takes a payload of `length` bytes: exactly `bytes`, or at most that (IrecvAtMost).
+  bool LengthFits(uint64_t length) const { return received != nullptr ? length <= bytes : length == bytes; }
+
   void Describe(Transport* t, bool send, int p, void* b, size_t n, uint64_t tg, WireKind k) {
     owner = t;
     isSend = send;

@@ -124,14 +124,9 @@ ccResult_t SizeMismatch(int rank, const UcxRequest& r, const std::string& what) 
               what.c_str());
 }
 
-// Whether a payload of `length` bytes is one receive r takes: exactly its length, or at most it (IrecvAtMost).
-bool LengthFits(const UcxRequest& r, uint64_t length) {
-  return r.received != nullptr ? length <= r.bytes : length == r.bytes;
-}
-
 // Checks a split message's receive once its header and payload arrived (or were drained).
 ccResult_t FinishedSplit(int rank, const UcxRequest& r, bool checksum) {
-  if (!LengthFits(r, r.header.length)) return SizeMismatch(rank, r, std::to_string(r.header.length) + " bytes");
+  if (!r.LengthFits(r.header.length)) return SizeMismatch(rank, r, std::to_string(r.header.length) + " bytes");
   if (r.dataStatus != UCS_OK) {
     return Fail(ccRemoteError, "rank %d: receiving the %llu-byte payload from rank %d (tag %llu) failed: %s", rank,
                 static_cast<unsigned long long>(r.header.length), r.peer, static_cast<unsigned long long>(r.tag),
@@ -154,7 +149,7 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
   }
   if (r.senderSplit) return FinishedSplit(rank, r, checksum);
   const size_t got = r.info.length;
-  const bool fits = got >= sizeof(WireHeader) && LengthFits(r, got - sizeof(WireHeader));
+  const bool fits = got >= sizeof(WireHeader) && r.LengthFits(got - sizeof(WireHeader));
   if (r.status == UCS_ERR_MESSAGE_TRUNCATED || (r.status == UCS_OK && !r.isSend && !fits)) {
     const std::string what = r.status != UCS_OK             ? std::string("a larger message")
                              : got < sizeof(WireHeader) ? std::string("a message shorter than a wire header")
@@ -674,7 +669,7 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs, IdleWork* idle) {
   uint64_t quiet = 0;  // progress calls in a row that moved nothing (64 bits: a long quiet wait cannot wrap it)
   unsigned spins = 0;
   Clock::time_point idleSince = start;
-  while (!m.Poll(r.get())) {
+  do {  // (the request was polled just above)
     if (m.aborted.load()) {
       m.Retire(r.get());
       // Closing every endpoint makes the peers' UCX report this rank as failed, so they stop waiting for it now
@@ -713,7 +708,7 @@ ccResult_t UcxTransport::Wait(Request* request, int timeoutMs, IdleWork* idle) {
         sched_yield();
       }
     }
-  }
+  } while (!m.Poll(r.get()));
   return Finished(m.rank, *r, checksum_);
 }
 
