@@ -3,14 +3,22 @@
 # namespace <prefix>0..<prefix>K-1 with one interface eth0 (address 10.77.0.<k+1>/24) that a veth pair joins to a
 # bridge in a namespace <prefix>br; both ends of every veth are shaped with
 #   tc qdisc add dev X root tbf rate RATE burst BURST latency 50ms
-# so each host has RATE in and RATE out, as behind a switch. Addresses exist only inside these namespaces; nothing is
+# so each host has RATE in and RATE out, as behind a switch. Both ends also cap their GSO packets (NB_GSO bytes).
+#
+# Why a 64 KB burst and 32 KiB GSO packets (perf/netbench/results/2026-12-07_burst.md): tbf's bucket fills while a
+# link is idle, up to BURST, and then lets that much through at once, so every idle gap of a link costs up to
+# BURST/RATE less than on a real wire (256kb: 2.1 ms at 1 Gbit/s; a link fed without gaps is not affected). The
+# bucket must also hold a whole GSO packet plus the timer's lateness, or the link loses rate: burst 64kb with the
+# kernel's 64 KiB packets halved a loaded link, 32kb with 8 KiB packets lost a third, and 64kb with 32 KiB packets
+# kept the rate (an exact bf16 all-reduce at 98-99% of its wire-bound time, a stream beside two busy loops 949 Mbit/s)
+# while forgiving at most 32 KB (0.26 ms) per gap. Addresses exist only inside these namespaces; nothing is
 # created in the machine's own namespace. Everything created is deleted again on exit, Ctrl-C, TERM or failure.
 #
 # As a wrapper (root):
 #   perf/netbench/cluster.sh [-k K] [-r RATE] [-b BURST] [-s] [--] [COMMAND [ARGS...]]
 #     -k K       hosts (default 4)
 #     -r RATE    tc rate of every link, e.g. 1gbit, 500mbit (default 1gbit)
-#     -b BURST   tbf burst, at least the MTU (default 256kb)
+#     -b BURST   tbf burst, at least the MTU and NB_GSO (default 64kb)
 #     -s         self-check: measure host 0 -> host 1 with iperf3 (or a python3 sender when iperf3 is missing)
 #     -c         only delete leftovers of an earlier run that was killed with SIGKILL, then exit
 #   COMMAND runs after the cluster is up, with NB_K, NB_PREFIX, NB_NET, NB_RATE exported and the helpers below
@@ -32,20 +40,24 @@
 #                           OpenMPI with one rank per host (rank r on host r % K), TCP over eth0 only (btl self,tcp)
 #   nb_selfcheck [SECONDS]  host 0 -> host 1 throughput, printed in Mbit/s
 #   nb_down                 kill what still runs in the namespaces and delete them (idempotent)
-# Environment: NB_PREFIX (default ccnb), NB_NET (first three octets, default 10.77.0), NB_BURST (default 256kb),
-# NB_UCX_TLS (default tcp,self), NB_SELFCHECK_TOOL (auto or python), NB_MSG_FD (fd for the interrupt message).
+# Environment: NB_PREFIX (default ccnb), NB_NET (first three octets, default 10.77.0), NB_BURST (default 64kb),
+# NB_GSO (default 32768; 0: the kernel's 64 KiB), NB_UCX_TLS (default tcp,self), NB_SELFCHECK_TOOL (auto or python),
+# NB_MSG_FD (fd for the interrupt message).
 #
 # Pitfalls (ENVIRONMENT.md): no netem in this kernel (no delay emulation); tbf burst below the MTU drops everything.
 
 NB_PREFIX="${NB_PREFIX:-ccnb}"
 NB_NET="${NB_NET:-10.77.0}"
-NB_BURST="${NB_BURST:-256kb}"
+NB_BURST="${NB_BURST:-64kb}"
+NB_GSO="${NB_GSO:-32768}"
 NB_K="${NB_K:-0}"
 NB_RATE="${NB_RATE:-}"
 NB_CREATED=()   # namespaces this shell created, deleted by nb_down
 NB_TMP=""       # scratch folder (mpirun's agent script), deleted by nb_down
 
 nb_ns() { echo "${NB_PREFIX}$1"; }
+# _nb_gso NS DEV: caps DEV's GSO packets at NB_GSO bytes (unless NB_GSO is 0: the kernel's 64 KiB).
+_nb_gso() { [[ "$NB_GSO" == 0 ]] || ip -n "$1" link set "$2" gso_max_size "$NB_GSO"; }
 nb_addr() { echo "${NB_NET}.$(($1 + 1))"; }
 nb_exec() { local k="$1"; shift; ip netns exec "$(nb_ns "$k")" "$@"; }
 
@@ -134,6 +146,7 @@ nb_up() {
         ip -n "$ns" link set lo up &&
         ip -n "$ns" link add eth0 type veth peer name "p$i" netns "$br" &&
         ip -n "$ns" addr add "$(nb_addr "$i")/24" dev eth0 &&
+        _nb_gso "$ns" eth0 && _nb_gso "$br" "p$i" &&
         ip -n "$ns" link set eth0 up &&
         ip -n "$br" link set "p$i" master br0 &&
         ip -n "$br" link set "p$i" up &&
@@ -157,8 +170,10 @@ nb_up() {
       return 1
     fi
   done
-  _nb_log "up: $k hosts ${NB_PREFIX}0..${NB_PREFIX}$((k - 1)) at ${NB_NET}.1..$k/24, every link tbf rate $rate burst $NB_BURST"
-  export NB_K NB_PREFIX NB_NET NB_RATE NB_BURST
+  _nb_log "up: $k hosts ${NB_PREFIX}0..${NB_PREFIX}$((k - 1)) at ${NB_NET}.1..$k/24," \
+    "every link tbf rate $rate burst $NB_BURST," \
+    "GSO packets at most $([[ "$NB_GSO" == 0 ]] && echo "the kernel's 64 KiB" || echo "$NB_GSO bytes")"
+  export NB_K NB_PREFIX NB_NET NB_RATE NB_BURST NB_GSO
 }
 
 # nb_cpu: this machine's CPU in one line, for a run's header: results from two CPUs do not compare, in time nor in

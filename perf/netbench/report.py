@@ -104,9 +104,12 @@ def main():
         " (%s files in src/include/perf with uncommitted edits)" % meta["dirty"] if meta["dirty"] not in ("", "0")
         else "", meta["build_time"],
         meta["ccoll_library"] or "ccoll", meta["mpi_library"] or "no MPI"))
-    p("- Cluster: perf/netbench/cluster.sh, %d network namespaces behind a bridge, `tc tbf rate %s burst 256kb "
-      "latency 50ms` on both ends of every veth; self-check host 0 -> host 1: %s Mbit/s. No latency emulation "
-      "(no netem in this kernel)." % (meta["np"], meta["rate"], meta["selfcheck_mbit"]))
+    gso = meta.get("gso", "0")
+    p("- Cluster: perf/netbench/cluster.sh, %d network namespaces behind a bridge, `tc tbf rate %s burst %s "
+      "latency 50ms` on both ends of every veth, GSO packets at most %s; self-check host 0 -> host 1: %s Mbit/s. "
+      "No latency emulation (no netem in this kernel)." % (
+          meta["np"], meta["rate"], meta.get("burst", "256kb"),
+          "64 KiB (the kernel's)" if gso in ("", "0") else gso + " bytes", meta["selfcheck_mbit"]))
     p("- ccoll ranks: `ip netns exec ccnbK allreduce_perf` with CC_RANK/CC_NRANKS/CC_ROOT=10.77.0.1:port/CC_SECRET, "
       "CC_SOCKET_IFNAME=eth0, UCX_TLS=tcp,self, UCX_NET_DEVICES=eth0; -n %d -w %d -c %d -D %s -a %s%s; %s. OpenMPI: "
       "mpirun with one rank per namespace (rsh agent), --mca pml ob1 --mca btl self,tcp on eth0, "
