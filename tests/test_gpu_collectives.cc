@@ -622,7 +622,7 @@ TEST_CASE("[gpu] homomorphic quant over UCX with host buffers on one rank and de
           "[gpu][device][codec][segments]") {
   SKIP_WITHOUT_DEVICE();
   // Over a network the host path runs a homomorphic call in segments (a ring each) and the device codec in one ring;
-  // the ranks of one call must exchange the same messages whatever their buffers. 3 Mi elements are 6 segments. With
+  // the ranks of one call must exchange the same messages whatever their buffers. 3 Mi elements are 2 segments. With
   // the call check, the ranks learn whether any of them runs this call on the device: calls on host buffers on every
   // rank are segmented, the mixed call is not. Without it (ctest runs this case again with CC_CHECK_CALLS=0), no call
   // is segmented where any rank is bound to a device.

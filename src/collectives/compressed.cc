@@ -361,18 +361,22 @@ ccResult_t RunInSegments(ccComm* comm, ccCompressor* c, Codec& codec, const floa
 }
 
 // How many segments a call of `count` elements runs in when its codec's pre-pass splits: over a network, one per
-// 512 Ki elements, at most 64; between thread ranks nothing waits for a network to hide a pre-pass behind, so one.
-// Device codecs run one ring, and the ranks must exchange the same messages whatever their buffers: so one also where
-// a rank may run this call in one. The call check tells (a.everyRankOnHost); without it, one wherever any rank may
-// make device calls (ccComm::anyRankOnDevice).
-// Each segment costs the schedule's start and end once more: on 4 ranks at 1 Gbit/s, 64 MiB of 4-bit homomorphic
-// codes took 183 ms in one segment, 176, 174, 171, 168, 161 and 162 ms in 2, 4, 8, 16, 32 and 64; 16 MiB 41 ms in
-// 8 segments and 44 in 32.
+// 8 Mi elements, at least 2 from 1 Mi elements and at most 8; between thread ranks nothing waits for a network to hide
+// a pre-pass behind, so one. Device codecs run one ring, and the ranks must exchange the same messages whatever their
+// buffers: so one also where a rank may run this call in one. The call check tells (a.everyRankOnHost); without it,
+// one wherever any rank may make device calls (ccComm::anyRankOnDevice).
+// Each segment hides all but the first segment's pre-pass, and costs a metadata agreement and the schedule's start
+// and end once more, during which the links idle. On 4 ranks at 1 Gbit/s (perf/netbench, burst 64kb: idle time
+// is lost, as on a wire), 4-bit homomorphic codes took, median of 3: 16 MiB 48.0, 47.2, 50.7 and 49.9 ms in 1, 2, 4
+// and 8 segments; 64 MiB 191, 186, 189, 193, 203 and 200 ms in 1, 2, 4, 8, 16 and 32; 256 MiB 724, 721, 740, 765
+// and 774 ms in 4, 8, 16, 32 and 64 (perf/netbench/results/2026-12-07_burst.md). The earlier rule, one per 512 Ki
+// elements up to 64, was chosen where the shaper forgave up to 2.1 ms of each idle gap.
 int SegmentsOf(const ccComm& comm, const CollArgs& a) {
   const int forced = gSegmentsForTesting.load();
   if (forced > 0) return forced;
   if (!WaitsRunIdleWork(comm) || (comm.anyRankOnDevice && !a.everyRankOnHost)) return 1;
-  return static_cast<int>(std::min<size_t>(64, std::max<size_t>(1, a.count / (size_t{512} << 10))));
+  if (a.count < (size_t{1} << 20)) return 1;
+  return static_cast<int>(std::clamp<size_t>(a.count >> 23, 2, 8));
 }
 
 // bfloat16 and float16 data: the float32 call on a widened copy, narrowed into recv (compress/widen.h).
