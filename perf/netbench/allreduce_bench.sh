@@ -185,8 +185,8 @@ meta="$raw/meta.json"
 "$PY" - "$meta" <<PY
 import json, sys
 json.dump({
-    "tag": "$TAG", "start": "$start_time", "elapsed_s": $elapsed, "rate": "$RATE", "burst": "$NB_BURST", "gso": "$NB_GSO",
-    "np": $NP,
+    "tag": "$TAG", "start": "$start_time", "elapsed_s": $elapsed, "rate": "$RATE", "np": $NP,
+    "burst": "$NB_BURST", "gso": "$NB_GSO",
     "iters": $ITERS, "rounds": $ROUNDS, "cpu_only": $CPU_ONLY, "warmup": $WARMUP, "check": $CHECK, "dist": "$DIST", "algo": "$ALGO",
     "selfcheck_mbit": "$selfcheck", "cores": $(nproc), "load_start": "$load_start", "load_end": "$load_end",
     "cpu": "$(nb_cpu)",

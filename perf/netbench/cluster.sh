@@ -4,21 +4,22 @@
 # bridge in a namespace <prefix>br; both ends of every veth are shaped with
 #   tc qdisc add dev X root tbf rate RATE burst BURST latency 50ms
 # so each host has RATE in and RATE out, as behind a switch. Both ends also cap their GSO packets (NB_GSO bytes).
+# Addresses exist only inside these namespaces; nothing is created in the machine's own namespace. Everything created
+# is deleted again on exit, Ctrl-C, TERM or failure.
 #
-# Why a 64 KB burst and 32 KiB GSO packets (perf/netbench/results/2026-12-07_burst.md): tbf's bucket fills while a
+# Why a 64 KiB burst and 32 KiB GSO packets (perf/netbench/results/2026-12-07_burst.md): tbf's bucket fills while a
 # link is idle, up to BURST, and then lets that much through at once, so every idle gap of a link costs up to
-# BURST/RATE less than on a real wire (256kb: 2.1 ms at 1 Gbit/s; a link fed without gaps is not affected). The
-# bucket must also hold a whole GSO packet plus the timer's lateness, or the link loses rate: burst 64kb with the
-# kernel's 64 KiB packets halved a loaded link, 32kb with 8 KiB packets lost a third, and 64kb with 32 KiB packets
-# kept the rate (an exact bf16 all-reduce at 98-99% of its wire-bound time, a stream beside two busy loops 949 Mbit/s)
-# while forgiving at most 32 KB (0.26 ms) per gap. Addresses exist only inside these namespaces; nothing is
-# created in the machine's own namespace. Everything created is deleted again on exit, Ctrl-C, TERM or failure.
+# BURST/RATE less than on a real wire (256kb: 2.1 ms at 1 Gbit/s, 64kb: 0.52 ms; a link fed without gaps is not
+# affected). The bucket must also hold a whole GSO packet plus the timer's lateness, or the link loses rate: burst
+# 64kb with the kernel's 64 KiB packets halved a loaded link, 32kb with 8 KiB packets lost a third, and 64kb with
+# 32 KiB packets kept the rate (an exact bf16 all-reduce at 98-99% of its wire-bound time in that sweep, a stream
+# beside two busy loops 949 Mbit/s).
 #
 # As a wrapper (root):
 #   perf/netbench/cluster.sh [-k K] [-r RATE] [-b BURST] [-s] [--] [COMMAND [ARGS...]]
 #     -k K       hosts (default 4)
 #     -r RATE    tc rate of every link, e.g. 1gbit, 500mbit (default 1gbit)
-#     -b BURST   tbf burst, at least the MTU and NB_GSO (default 64kb)
+#     -b BURST   tbf burst, at least the MTU and two GSO packets (NB_GSO below; default 64kb)
 #     -s         self-check: measure host 0 -> host 1 with iperf3 (or a python3 sender when iperf3 is missing)
 #     -c         only delete leftovers of an earlier run that was killed with SIGKILL, then exit
 #   COMMAND runs after the cluster is up, with NB_K, NB_PREFIX, NB_NET, NB_RATE exported and the helpers below
@@ -57,7 +58,13 @@ NB_TMP=""       # scratch folder (mpirun's agent script), deleted by nb_down
 
 nb_ns() { echo "${NB_PREFIX}$1"; }
 # _nb_gso NS DEV: caps DEV's GSO packets at NB_GSO bytes (unless NB_GSO is 0: the kernel's 64 KiB).
-_nb_gso() { [[ "$NB_GSO" == 0 ]] || ip -n "$1" link set "$2" gso_max_size "$NB_GSO"; }
+_nb_gso() { ((NB_GSO == 0)) || ip -n "$1" link set "$2" gso_max_size "$NB_GSO"; }
+# nb_shaper: the shaping of every link in words, for logs and result headers.
+nb_shaper() {
+  local gso="$NB_GSO bytes"
+  ((NB_GSO == 0)) && gso="the kernel's 64 KiB"
+  echo "tbf rate ${NB_RATE:-?} burst $NB_BURST, GSO packets at most $gso"
+}
 nb_addr() { echo "${NB_NET}.$(($1 + 1))"; }
 nb_exec() { local k="$1"; shift; ip netns exec "$(nb_ns "$k")" "$@"; }
 
@@ -122,6 +129,20 @@ nb_up() {
   local k="${1:-4}" rate="${2:-1gbit}" br i ns
   if ! [[ "$k" =~ ^[0-9]+$ ]] || ((k < 2 || k > 200)); then _nb_log "K must be 2..200, not '$k'"; return 2; fi
   if ((EUID != 0)); then _nb_log "needs root (ip netns, tc)"; return 2; fi
+  if ! [[ "$NB_GSO" =~ ^[0-9]+$ ]]; then
+    _nb_log "NB_GSO must be a byte count (0: the kernel's), not '$NB_GSO'"
+    return 2
+  fi
+  local burst_bytes="" packet=$((NB_GSO == 0 ? 65536 : NB_GSO))
+  case "$NB_BURST" in  # tc's units: k/kb and m/mb are 1024 and 1024^2 bytes
+    *[0-9]) burst_bytes="$NB_BURST" ;;
+    *kb | *k) burst_bytes=$((1024 * ${NB_BURST%%k*})) ;;
+    *mb | *m) burst_bytes=$((1024 * 1024 * ${NB_BURST%%m*})) ;;
+  esac 2>/dev/null
+  if [[ "$burst_bytes" =~ ^[0-9]+$ ]] && ((burst_bytes < 2 * packet)); then
+    _nb_log "warning: burst $NB_BURST holds fewer than two GSO packets of $packet bytes: a loaded link loses rate" \
+      "(perf/netbench/results/2026-12-07_burst.md); lower NB_GSO"
+  fi
   if [[ -n "$(_nb_existing)" ]]; then
     _nb_log "namespaces with prefix $NB_PREFIX already exist ($(_nb_existing | tr '\n' ' '));" \
       "another run is active, or a killed run left them: delete them with cluster.sh -c, or set NB_PREFIX"
@@ -170,9 +191,7 @@ nb_up() {
       return 1
     fi
   done
-  _nb_log "up: $k hosts ${NB_PREFIX}0..${NB_PREFIX}$((k - 1)) at ${NB_NET}.1..$k/24," \
-    "every link tbf rate $rate burst $NB_BURST," \
-    "GSO packets at most $([[ "$NB_GSO" == 0 ]] && echo "the kernel's 64 KiB" || echo "$NB_GSO bytes")"
+  _nb_log "up: $k hosts ${NB_PREFIX}0..${NB_PREFIX}$((k - 1)) at ${NB_NET}.1..$k/24, every link $(nb_shaper)"
   export NB_K NB_PREFIX NB_NET NB_RATE NB_BURST NB_GSO
 }
 

@@ -62,9 +62,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
   done
 done
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# Exact collectives on the shaped cluster: $NP ranks, one per namespace, every link $RATE (tbf burst" \
-  "$NB_BURST, GSO packets at most $NB_GSO bytes (0: 64 KiB); self-check: host 0 -> host 1 $selfcheck Mbit/s)," \
-  "float32 sum, -n $ITERS -w $WARMUP, $ROUNDS rounds, median; OpenMPI's mpirun arguments: ${MPI_ARGS:-none added}; $(nb_cpu); load $load_start at start, $load_end at end"
+echo "# Exact collectives on the shaped cluster: $NP ranks, one per namespace, every link $(nb_shaper)" \
+  "(self-check: host 0 -> host 1 $selfcheck Mbit/s), float32 sum, -n $ITERS -w $WARMUP, $ROUNDS rounds, median;" \
+  "OpenMPI's mpirun arguments: ${MPI_ARGS:-none added}; $(nb_cpu); load $load_start at start, $load_end at end"
 # shellcheck disable=SC2086  # COLLS: one argument per collective
 PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}" python3 - "$raw" "$ROUNDS" "$NP" "$rate_bps" $COLLS <<'EOF'
 import statistics, sys

@@ -87,8 +87,7 @@ mbit="$(nb_selfcheck 3 2>/dev/null)"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
-  echo "hosts: $K, link rate: $RATE (tbf burst $NB_BURST, GSO packets at most $NB_GSO bytes; 0: 64 KiB)," \
-    "host 0 -> host 1 self-check: ${mbit:-?} Mbit/s"
+  echo "hosts: $K, link rate: $RATE ($(nb_shaper)), host 0 -> host 1 self-check: ${mbit:-?} Mbit/s"
   echo "cpus: $(nproc) ($(nb_cpu)), load before the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
   # The BLAS torch links (libblas.so.3): OpenBLAS picks its kernels by the CPU, and torch's products round as they do.
   echo "blas: $("$PY" -c 'import ctypes, ctypes.util

@@ -29,7 +29,7 @@ ccResult_t RunCodec(ccComm* comm, ccCompressor* c, Codec& codec, float* work, si
 ccResult_t AgreeMeta(ccComm* comm, std::vector<float>* meta, ccRedOp_t op);
 
 // For tests: every host call whose codec's pre-pass splits (Codec::SegmentAlign) runs in `segments` segments, on any
-// transport; 0 (the default) runs them so over a network only, one per 512 Ki elements up to 64.
+// transport; 0 (the default) runs them so over a network only: one per 8 Mi elements, 2 to 8, from 1 Mi elements.
 void SetCodecSegmentsForTesting(int segments);
 
 // For tests: the host calls run in more than one segment since the process started, over all communicators.
