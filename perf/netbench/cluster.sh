@@ -134,12 +134,14 @@ nb_up() {
     return 2
   fi
   local burst_bytes="" packet=$((NB_GSO == 0 ? 65536 : NB_GSO))
-  case "$NB_BURST" in  # tc's units: k/kb and m/mb are 1024 and 1024^2 bytes
-    *[0-9]) burst_bytes="$NB_BURST" ;;
-    *kb | *k) burst_bytes=$((1024 * ${NB_BURST%%k*})) ;;
-    *mb | *m) burst_bytes=$((1024 * 1024 * ${NB_BURST%%m*})) ;;
-  esac 2>/dev/null
-  if [[ "$burst_bytes" =~ ^[0-9]+$ ]] && ((burst_bytes < 2 * packet)); then
+  if [[ "$NB_BURST" =~ ^([0-9]+)(k|kb|m|mb)?$ ]]; then  # tc's units: k/kb and m/mb are 1024 and 1024^2 bytes
+    case "${BASH_REMATCH[2]}" in
+      k*) burst_bytes=$((1024 * BASH_REMATCH[1])) ;;
+      m*) burst_bytes=$((1024 * 1024 * BASH_REMATCH[1])) ;;
+      *) burst_bytes="${BASH_REMATCH[1]}" ;;
+    esac
+  fi
+  if [[ -n "$burst_bytes" ]] && ((burst_bytes < 2 * packet)); then
     _nb_log "warning: burst $NB_BURST holds fewer than two GSO packets of $packet bytes: a loaded link loses rate" \
       "(perf/netbench/results/2026-12-07_burst.md); lower NB_GSO"
   fi

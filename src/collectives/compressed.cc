@@ -366,11 +366,11 @@ ccResult_t RunInSegments(ccComm* comm, ccCompressor* c, Codec& codec, const floa
 // buffers: so one also where a rank may run this call in one. The call check tells (a.everyRankOnHost); without it,
 // one wherever any rank may make device calls (ccComm::anyRankOnDevice).
 // Each segment hides all but the first segment's pre-pass, and costs a metadata agreement and the schedule's start
-// and end once more, during which the links idle. On 4 ranks at 1 Gbit/s (perf/netbench, burst 64kb: idle time
-// is lost, as on a wire), 4-bit homomorphic codes took, median of 3: 16 MiB 48.0, 47.2, 50.7 and 49.9 ms in 1, 2, 4
-// and 8 segments; 64 MiB 191, 186, 189, 193, 203 and 200 ms in 1, 2, 4, 8, 16 and 32; 256 MiB 724, 721, 740, 765
-// and 774 ms in 4, 8, 16, 32 and 64 (perf/netbench/results/2026-12-07_burst.md). The earlier rule, one per 512 Ki
-// elements up to 64, was chosen where the shaper forgave up to 2.1 ms of each idle gap.
+// and end once more, during which the links idle. On 4 ranks at 1 Gbit/s (perf/netbench, burst 64kb: at most 0.52
+// ms of an idle gap forgiven), 4-bit homomorphic codes took, median of 3: 16 MiB 48.0, 47.2, 50.7 and 49.9 ms in 1,
+// 2, 4 and 8 segments; 64 MiB 191, 186, 189, 193, 203 and 200 ms in 1, 2, 4, 8, 16 and 32; 256 MiB 724, 721, 740,
+// 765 and 774 ms in 4, 8, 16, 32 and 64 (perf/netbench/results/2026-12-07_burst.md). The earlier rule, one per
+// 512 Ki elements up to 64, was chosen where the shaper forgave up to 2.1 ms of each idle gap.
 int SegmentsOf(const ccComm& comm, const CollArgs& a) {
   const int forced = gSegmentsForTesting.load();
   if (forced > 0) return forced;
