@@ -184,7 +184,8 @@ nb_up() {
   for ((i = 1; i < k; ++i)); do
     ok=0
     for ((try = 0; try < 50 && !ok; ++try)); do
-      out="$(nb_exec 0 timeout 2 bash -c "exec 3<>/dev/tcp/$(nb_addr "$i")/9" 2>&1)"
+      # (The connect fails by design: `|| true` keeps a caller's `set -e` from ending the shell here.)
+      out="$(nb_exec 0 timeout 2 bash -c "exec 3<>/dev/tcp/$(nb_addr "$i")/9" 2>&1)" || true
       if [[ "$out" == *refused* ]]; then ok=1; else sleep 0.1; fi
     done
     if ((!ok)); then

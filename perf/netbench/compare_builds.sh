@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# compare_builds.sh: two builds of libccoll side by side on the bandwidth-shaped cluster of cluster.sh, to tell a
+# change in the code from the machine's noise where the network matters. NEW's perf binaries run every row, one rank
+# per namespace (nb_ranks); OLD's library is swapped in at run time (LD_LIBRARY_PATH), so only the library differs.
+# Rounds alternate which build runs first; the table gives each build's median time per call over the rounds, the
+# fastest and slowest round, and the ratio. (Over shared memory: perf/compare_small_mpi.sh.)
+#
+#   perf/netbench/compare_builds.sh OLD_BUILD_DIR NEW_BUILD_DIR      (root)
+#
+# OLD_BUILD_DIR needs only its library, src/libccoll.so.0 (`git worktree add /tmp/old <commit>`, configure
+# /tmp/old/build as NEW is, `cmake --build /tmp/old/build --target ccoll`).
+#
+# Environment (defaults): NP [4] RATE [1gbit] BINS ["broadcast_perf reduce_perf"] (any of NEW's perf/*_perf)
+#   MINB [256K] MAXB [16M] FACTOR [4] ITERS [5] WARMUP [1] ROUNDS [4] ARGS (more arguments for every binary, e.g.
+#   "-d bfloat16"); the cluster's NB_BURST and NB_GSO as in cluster.sh.
+set -euo pipefail
+
+if [ $# -ne 2 ]; then
+  awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "$0" >&2
+  exit 2
+fi
+here="$(cd "$(dirname "$0")" && pwd)"
+old_lib="$(cd "$1" && pwd)/src" new="$(cd "$2" && pwd)"
+[ -e "$old_lib/libccoll.so.0" ] || { echo "compare_builds.sh: no $old_lib/libccoll.so.0" >&2; exit 2; }
+NP="${NP:-4}" RATE="${RATE:-1gbit}" BINS="${BINS:-broadcast_perf reduce_perf}" MINB="${MINB:-256K}"
+MAXB="${MAXB:-16M}" FACTOR="${FACTOR:-4}" ITERS="${ITERS:-5}" WARMUP="${WARMUP:-1}" ROUNDS="${ROUNDS:-4}"
+ARGS="${ARGS:-}"
+old_path="$old_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+new_path="${LD_LIBRARY_PATH:-}"
+for bin in $BINS; do
+  [ -x "$new/perf/$bin" ] || { echo "compare_builds.sh: no $new/perf/$bin" >&2; exit 2; }
+  # Each side must load its own library (a binary with an RPATH, or a libccoll installed on the path, would not).
+  for which in old new; do
+    want="$new/src/libccoll.so.0" path="$new_path"
+    [ "$which" = old ] && want="$old_lib/libccoll.so.0" path="$old_path"
+    loaded=$(LD_LIBRARY_PATH="$path" ldd "$new/perf/$bin" 2>&1 | awk '/libccoll[.]so/ {print $3}' || true)
+    if [ -z "$loaded" ] || [ "$(realpath "$loaded" 2>/dev/null)" != "$(realpath "$want")" ]; then
+      echo "compare_builds.sh: $bin would load '$loaded' for $which, not $want" >&2
+      exit 1
+    fi
+  done
+done
+tmp=$(mktemp -d /tmp/ccoll_compare_builds.XXXXXX)
+# shellcheck source=SCRIPTDIR/cluster.sh
+source "$here/cluster.sh"
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+nb_up "$NP" "$RATE" || exit 1
+# nb_up's trap deletes the cluster on exit; the scratch folder goes with it.
+trap 'nb_down; rm -rf "$tmp"' EXIT
+for ((i = 0; i < ROUNDS; i++)); do
+  order=(old new)
+  ((i % 2 == 1)) && order=(new old)
+  for v in "${order[@]}"; do
+    path="$new_path"
+    [ "$v" = old ] && path="$old_path"
+    for bin in $BINS; do
+      # shellcheck disable=SC2086  # ARGS: split into arguments
+      LD_LIBRARY_PATH="$path" nb_ranks -n "$NP" -- "$new/perf/$bin" -b "$MINB" -e "$MAXB" -f "$FACTOR" \
+        -n "$ITERS" -w "$WARMUP" $ARGS > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
+      grep -q "^# Out of bounds values : 0 OK" "$tmp/out" || { cat "$tmp/out" >&2; exit 1; }
+      # size and time (us) of each row
+      awk '/^ +[0-9]/ {print $1, $7}' "$tmp/out" >> "$tmp/$bin.$v"
+    done
+  done
+done
+echo "# compare_builds.sh: $NP ranks on the cluster ($(nb_shaper)), $ROUNDS rounds, -n $ITERS -w $WARMUP $ARGS"
+echo "# load $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; $(nb_cpu)"
+echo "# OLD library: $old_lib; NEW: $new ($(git -C "$new/.." describe --always --dirty 2>/dev/null || echo '?'))"
+for bin in $BINS; do
+  python3 - "$tmp/$bin" "$bin" <<'EOF'
+import collections, statistics, sys
+base, name = sys.argv[1], sys.argv[2]
+times = {}
+for v in ("old", "new"):
+    t = collections.defaultdict(list)
+    for line in open(f"{base}.{v}"):
+        size, us = line.split()
+        t[int(size)].append(float(us) / 1000)
+    times[v] = t
+print(f"\n{name}\n")
+print("| bytes | OLD ms: median (fastest-slowest) | NEW ms | NEW / OLD |")
+print("|---:|---:|---:|---:|")
+for size in sorted(times["old"]):
+    o, n = times["old"][size], times["new"][size]
+    mo, mn = statistics.median(o), statistics.median(n)
+    print(f"| {size} | {mo:.2f} ({min(o):.2f}-{max(o):.2f}) | {mn:.2f} ({min(n):.2f}-{max(n):.2f}) | {mn / mo:.2f} |")
+EOF
+done
