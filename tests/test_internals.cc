@@ -1,5 +1,5 @@
-// Internals reached through ccoll_static: 16-bit float conversions, the parameter registry, the double binary tree,
-// the bootstrap root under hostile connections, and the in-process transport.
+// Internals reached through ccoll_static: 16-bit float conversions, the parameter registry, the double binary tree
+// and the chains' slices, the bootstrap root under hostile connections, and the in-process transport.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -31,6 +31,7 @@
 #include "child_process.h"
 #include "collectives/btree.h"
 #include "collectives/reduce.h"
+#include "collectives/ring.h"
 #include "compress/float16.h"
 #include "compress/widen.h"
 #include "core/bootstrap.h"
@@ -512,6 +513,41 @@ TEST_CASE("the parameter registry lists every name once, and PrintParams prints 
   for (const std::string& name : names) {
     INFO(name);
     CHECK(text.find(name) != std::string::npos);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The chains' slices.
+// ------------------------------------------------------------------------------------------------------------
+
+TEST_CASE("ChainSliceElems: between processes 32 (n - 2) slices per call, between 64 KiB and CC_SLICE_BYTES",
+          "[internals][slice]") {
+  using ccoll::ChainSliceElems;
+  const size_t kib = 1024, def = 256 * kib;
+  // Four ranks, float32: the call's bytes / 64, from 64 KiB up to the configured slice.
+  CHECK(ChainSliceElems(def, 4, true, 64 * kib, 4) == 16 * kib);         // 256 KiB: 4 slices of 64 KiB
+  CHECK(ChainSliceElems(def, 4, true, 1024 * kib, 4) == 16 * kib);       // 4 MiB: 64 slices of 64 KiB
+  CHECK(ChainSliceElems(def, 4, true, 2048 * kib, 4) == 32 * kib);       // 8 MiB: 64 slices of 128 KiB
+  CHECK(ChainSliceElems(def, 4, true, 4096 * kib, 4) == 64 * kib);       // 16 MiB: 64 slices of 256 KiB
+  CHECK(ChainSliceElems(def, 4, true, 64 * 1024 * kib, 4) == 64 * kib);  // never above the configured slice
+  CHECK(ChainSliceElems(def, 3, true, 512 * kib, 8) == 16 * kib);        // 3 ranks, float64: 4 MiB / 32 = 128 KiB
+  CHECK(ChainSliceElems(def, 3, true, 128 * kib, 8) == 8 * kib);         // 1 MiB / 32 is below 64 KiB
+  CHECK(ChainSliceElems(def, 10, true, 8192 * kib, 2) == 32 * kib);      // 10 ranks, 16-bit: 16 MiB / 256 = 64 KiB
+  // One hop (two ranks) has no pipeline to fill; a configured slice below 64 KiB is kept as it is.
+  CHECK(ChainSliceElems(def, 2, true, 64 * kib, 4) == 64 * kib);
+  CHECK(ChainSliceElems(64, 4, true, 1024 * kib, 4) == 16);
+  CHECK(ChainSliceElems(8, 4, true, 1, 8) == 1);
+  // Thread ranks of one process keep the configured slice.
+  CHECK(ChainSliceElems(def, 4, false, 64 * kib, 4) == 64 * kib);
+  CHECK(ChainSliceElems(def, 8, false, 1, 1) == def);
+  // Every count and rank count gives a slice of at least one element and at most the configured one.
+  for (int n : {1, 2, 3, 4, 7, 64}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{1} << 20, size_t{1} << 30}) {
+      const size_t s = ChainSliceElems(def, n, true, count, 2);
+      INFO("n " << n << " count " << count);
+      CHECK(s >= 1);
+      CHECK(s <= def / 2);
+    }
   }
 }
 

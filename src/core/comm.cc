@@ -283,6 +283,7 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     anyRemote |= std::memcmp(infos[peer].processToken, infos[0].processToken, sizeof(info.processToken)) != 0;
     comm->anyRankOnDevice = comm->anyRankOnDevice || infos[peer].onDevice != 0;
   }
+  comm->acrossProcesses = anyRemote;
   // A setting every rank needs the same value of: here on this rank, there on peer.
   auto same = [&](const char* name, uint64_t here, uint64_t there, int peer) -> ccResult_t {
     if (here == there) return ccSuccess;
