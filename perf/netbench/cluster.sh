@@ -75,15 +75,15 @@ _nb_kill_in() {
   local ns="$1" pids i
   pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
   [[ -z "${pids// /}" ]] && return 0
-  # shellcheck disable=SC2086
-  kill -TERM $pids 2>/dev/null
+  # shellcheck disable=SC2086  # (|| true: a process may be gone by now, and a caller's set -e must not end a trap)
+  kill -TERM $pids 2>/dev/null || true
   for ((i = 0; i < 30; ++i)); do
     pids="$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"
     [[ -z "${pids// /}" ]] && return 0
     sleep 0.1
   done
   # shellcheck disable=SC2086
-  kill -KILL $pids 2>/dev/null
+  kill -KILL $pids 2>/dev/null || true
   sleep 0.1
 }
 

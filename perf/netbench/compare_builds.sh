@@ -12,7 +12,7 @@
 #
 # Environment (defaults): NP [4] RATE [1gbit] BINS ["broadcast_perf reduce_perf"] (any of NEW's perf/*_perf)
 #   MINB [256K] MAXB [16M] FACTOR [4] ITERS [5] WARMUP [1] ROUNDS [4] ARGS (more arguments for every binary, e.g.
-#   "-d bfloat16"); the cluster's NB_BURST and NB_GSO as in cluster.sh.
+#   "-d bfloat16"; not "-c 0": every run's result check must pass); the cluster's NB_BURST and NB_GSO as in cluster.sh.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -20,7 +20,9 @@ if [ $# -ne 2 ]; then
   exit 2
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
-old_lib="$(cd "$1" && pwd)/src" new="$(cd "$2" && pwd)"
+old="$(cd "$1" && pwd)" || exit 2
+new="$(cd "$2" && pwd)" || exit 2
+old_lib="$old/src"
 [ -e "$old_lib/libccoll.so.0" ] || { echo "compare_builds.sh: no $old_lib/libccoll.so.0" >&2; exit 2; }
 NP="${NP:-4}" RATE="${RATE:-1gbit}" BINS="${BINS:-broadcast_perf reduce_perf}" MINB="${MINB:-256K}"
 MAXB="${MAXB:-16M}" FACTOR="${FACTOR:-4}" ITERS="${ITERS:-5}" WARMUP="${WARMUP:-1}" ROUNDS="${ROUNDS:-4}"
@@ -40,13 +42,12 @@ for bin in $BINS; do
     fi
   done
 done
-tmp=$(mktemp -d /tmp/ccoll_compare_builds.XXXXXX)
 # shellcheck source=SCRIPTDIR/cluster.sh
 source "$here/cluster.sh"
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 nb_up "$NP" "$RATE" || exit 1
-# nb_up's trap deletes the cluster on exit; the scratch folder goes with it.
-trap 'nb_down; rm -rf "$tmp"' EXIT
+# In the cluster's scratch folder, which nb_down (nb_up's trap: exit, Ctrl-C, TERM) deletes with the cluster.
+tmp=$(mktemp -d "$NB_TMP/compare.XXXXXX")
 for ((i = 0; i < ROUNDS; i++)); do
   order=(old new)
   ((i % 2 == 1)) && order=(new old)
@@ -65,7 +66,8 @@ for ((i = 0; i < ROUNDS; i++)); do
 done
 echo "# compare_builds.sh: $NP ranks on the cluster ($(nb_shaper)), $ROUNDS rounds, -n $ITERS -w $WARMUP $ARGS"
 echo "# load $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; $(nb_cpu)"
-echo "# OLD library: $old_lib; NEW: $new ($(git -C "$new/.." describe --always --dirty 2>/dev/null || echo '?'))"
+describe() { git -C "$1/.." describe --always --dirty 2>/dev/null || echo '?'; }
+echo "# OLD library: $old_lib ($(describe "$old")); NEW: $new ($(describe "$new"))"
 for bin in $BINS; do
   python3 - "$tmp/$bin" "$bin" <<'EOF'
 import collections, statistics, sys
@@ -80,7 +82,7 @@ for v in ("old", "new"):
 print(f"\n{name}\n")
 print("| bytes | OLD ms: median (fastest-slowest) | NEW ms | NEW / OLD |")
 print("|---:|---:|---:|---:|")
-for size in sorted(times["old"]):
+for size in sorted(set(times["old"]) & set(times["new"])):
     o, n = times["old"][size], times["new"][size]
     mo, mn = statistics.median(o), statistics.median(n)
     print(f"| {size} | {mo:.2f} ({min(o):.2f}-{max(o):.2f}) | {mn:.2f} ({min(n):.2f}-{max(n):.2f}) | {mn / mo:.2f} |")

@@ -21,13 +21,14 @@ ccResult_t OneRank(CallBuffers& mem, const CollArgs& a, size_t count) {
 }  // namespace
 
 // A chain of n ranks (broadcast, reduce) cut in S slices takes S + n - 2 slice times: its pipeline fills for n - 2 of
-// them, where a ring keeps every link busy from its first step. So between processes a chain's slice shrinks with the
-// call until the call has 32 (n - 2) slices (filling is then at most 1/33 of the time), but not below 64 KiB, where
-// each message's fixed cost starts to tell, nor above CC_SLICE_BYTES. Every input is agreed by all ranks, so all cut
-// alike. On 4 ranks at 1 Gbit/s (perf/netbench) 64 KiB slices took 0.45-0.49x the time of 256 KiB ones at 256 KiB,
-// 0.77x at 1 MiB, 0.92x at 4 MiB and 0.97x at 16 MiB; between processes over shared memory they were level. Thread
-// ranks of one process keep CC_SLICE_BYTES: there a slice is a memory copy and its hand-off, and 64 KiB slices took
-// 1.14-1.25x the time at 1-4 MiB.
+// them, where a ring keeps every link busy from its first step. So where some rank runs in another process, a chain's
+// slice shrinks with the call until the call has 32 (n - 2) slices (filling is then at most 1/33 of the time), but
+// not below 64 KiB, where each message's fixed cost starts to tell, nor above CC_SLICE_BYTES. Every input is agreed
+// by all ranks, so all cut alike. On 4 ranks at 1 Gbit/s (perf/netbench/results/2026-12-07_chain_slices.md) this
+// rule, with the broadcast's receive ahead, took 0.44-0.47x the former time at 256 KiB, 0.74-0.76x at 1 MiB and
+// 0.91-0.92x at 4 MiB, level from 16 MiB; between processes over shared memory the broadcast was level, the reduce
+// 0.88-1.01x. A communicator whose ranks all share one process keeps CC_SLICE_BYTES: between its threads a slice is
+// a memory copy and its hand-off, and 64 KiB slices took 1.14-1.25x the time at 1-4 MiB.
 size_t ChainSliceElems(size_t sliceBytes, int nranks, bool acrossProcesses, size_t count, size_t eltSize) {
   const size_t configured = std::max<size_t>(1, sliceBytes / eltSize);
   if (nranks <= 2 || !acrossProcesses) return configured;
@@ -185,7 +186,7 @@ ccResult_t RingBroadcast(ccComm* comm, const CollArgs& a) {
   Inflight io(comm);
   const size_t kWindow = 8;  // sends in flight before this rank waits for the oldest
   std::vector<Request*> sends(kWindow, nullptr);
-  // The receive of slice k + 1 is posted before slice k is waited for (more ahead measured no faster).
+  // The receive of slice k + 1 is posted before slice k is waited for (8 ahead measured no faster).
   Request* recvs[2] = {nullptr, nullptr};
   auto postRecv = [&](size_t k) -> ccResult_t {
     const size_t off = k * sliceElems;

@@ -17,8 +17,8 @@ ccResult_t RingBroadcast(ccComm* comm, const CollArgs& args);
 // A pipelined chain along the ring that ends at args.root: root + 1 sends its slices, every rank after it adds its
 // own and forwards the partial sums, root adds its own last into recv. recv is written on root only.
 ccResult_t RingReduce(ccComm* comm, const CollArgs& args);
-// The slice, in elements, of the broadcast's and the reduce's chains: CC_SLICE_BYTES (`sliceBytes`); between
-// processes smaller for calls of fewer than 32 (n - 2) such slices, down to 64 KiB.
+// The slice, in elements, of the broadcast's and the reduce's chains: CC_SLICE_BYTES (`sliceBytes`); where some rank
+// runs in another process (`acrossProcesses`), smaller for calls of fewer than 32 (n - 2) such slices, down to 64 KiB.
 size_t ChainSliceElems(size_t sliceBytes, int nranks, bool acrossProcesses, size_t count, size_t eltSize);
 
 }  // namespace ccoll

@@ -65,8 +65,8 @@ struct ccComm {
   // init), so its calls may be on device buffers while others' are on host buffers: a schedule chosen by the buffers'
   // kind would differ between ranks. The same on every rank (agreed at init).
   bool anyRankOnDevice = false;
-  // Some rank of the communicator runs in another process (so some messages cross a network or shared memory, not
-  // the in-process local transport). The same on every rank (agreed at init).
+  // Some rank of the communicator runs in another process than the others: false when all ranks share one process
+  // (thread ranks, whatever CC_TRANSPORT carries their messages). The same on every rank (agreed at init).
   bool acrossProcesses = false;
   // Another rank of this communicator runs in this process on this rank's CUDA device (thread ranks sharing a GPU):
   // then its device calls must not take the legacy default stream, which would serialize the ranks' waits for one
