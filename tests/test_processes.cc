@@ -1,8 +1,9 @@
 // Exact collectives, compressed calls and ccCommSplit with ranks as processes (launched by mpirun; MPI only shares
-// the unique id and compares results across ranks). Every case checks the result against an fp64 reference computed
-// from all ranks' inputs (each rank can generate every rank's input) and checks that all ranks hold the same bytes.
-// The large exact float cases and every codec also run on inputs whose sums round, and their bytes must be those of the
-// same call on thread ranks of one process (the local transport): results do not depend on the transport.
+// the unique id and compares results across ranks), and one communicator of several thread ranks in every process.
+// Every case checks the result against an fp64 reference computed from all ranks' inputs (each rank can generate every
+// rank's input) and checks that all ranks hold the same bytes. The large exact float cases and every codec also run on
+// inputs whose sums round, and their bytes must be those of the same call on thread ranks of one process (the local
+// transport): results do not depend on the transport.
 //
 //   mpirun -np 4 test_processes        (UCX_TLS picks shared memory or TCP)
 #include <mpi.h>
@@ -515,6 +516,89 @@ void PointToPointMismatchCase(int seconds, size_t sendBytes, size_t recvBytes) {
   ccCommAbort(comm);
 }
 
+// One communicator of `threads` thread ranks in every process (rank p * threads + t): messages between threads of a
+// process take the local transport, the others UCX, and the communicator knows it spans processes (acrossProcesses;
+// with one process it does not). Broadcast and reduce from every root (long enough for the chains' shrunk slices,
+// collectives/ring.cc), an exact all-reduce and a compressed one, every result checked and the compressed bytes the
+// same on every rank of every process.
+void MixedCase(int threads) {
+  const int n = gRanks * threads;
+  const size_t count = (size_t{1} << 18) + 1;
+  ccUniqueId id;
+  if (gRank == 0 && ccGetUniqueId(&id) != ccSuccess) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  struct Outcome {
+    std::string why;  // empty: every check passed
+    uint64_t hash = 0;
+  };
+  std::vector<Outcome> outcomes(static_cast<size_t>(threads));
+  cctest::RunRanks(threads, [&](int t) {
+    const int rank = gRank * threads + t;
+    Outcome& out = outcomes[static_cast<size_t>(t)];
+    auto fail = [&](const std::string& what, ccComm_t comm) {
+      if (out.why.empty()) out.why = "rank " + std::to_string(rank) + ": " + what + ": " + ccGetLastError(comm);
+    };
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.timeoutMs = 60000;
+    ccComm_t comm = nullptr;
+    if (ccCommInitRankConfig(&comm, n, id, rank, &config) != ccSuccess) return fail("init", nullptr);
+    if (comm->acrossProcesses != (gRanks > 1)) {
+      fail("acrossProcesses is " + std::to_string(comm->acrossProcesses), comm);
+    }
+    for (int root = 0; root < n; ++root) {
+      std::vector<float> b(count, -1.0f);
+      if (rank == root) {
+        for (size_t i = 0; i < count; ++i) b[i] = static_cast<float>(root + i % 13);
+      }
+      bool ok = ccBroadcast(b.data(), b.data(), count, ccFloat32, root, comm, nullptr) == ccSuccess;
+      for (size_t i = 0; ok && i < count; ++i) ok = b[i] == static_cast<float>(root + i % 13);
+      if (!ok) fail("broadcast root " + std::to_string(root), comm);
+    }
+    // Inputs are multiples of 1/8 of at most 4 in magnitude: every partial sum is exact in float32.
+    for (int root = 0; root < n; ++root) {
+      std::vector<float> in(count), red(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(Input(rank, i, ccSum, ccFloat32, 31 + root));
+      bool ok = ccReduce(in.data(), red.data(), count, ccFloat32, ccSum, root, comm, nullptr) == ccSuccess;
+      for (size_t i = 0; ok && i < count; ++i) {
+        double ref = 0;
+        for (int r = 0; r < n; ++r) ref += Input(r, i, ccSum, ccFloat32, 31 + root);
+        ok = rank == root ? red[i] == static_cast<float>(ref) : red[i] == -1.0f;
+      }
+      if (!ok) fail("reduce root " + std::to_string(root), comm);
+    }
+    std::vector<float> in(count), sum(count);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(Input(rank, i, ccSum, ccFloat32, 77));
+    bool ok = ccAllReduce(in.data(), sum.data(), count, ccFloat32, ccSum, nullptr, comm, nullptr) == ccSuccess;
+    for (size_t i = 0; ok && i < count; ++i) {
+      double ref = 0;
+      for (int r = 0; r < n; ++r) ref += Input(r, i, ccSum, ccFloat32, 77);
+      ok = sum[i] == static_cast<float>(ref);
+    }
+    if (!ok) fail("exact all-reduce", comm);
+    ccCompressor_t c = nullptr;
+    ok = ccCompressorCreateFromString(&c, "quant:bits=4,mode=requant") == ccSuccess &&
+         ccAllReduce(in.data(), sum.data(), count, ccFloat32, ccAvg, c, comm, nullptr) == ccSuccess;
+    ccCompressorDestroy(c);
+    if (!ok) fail("compressed all-reduce", comm);
+    out.hash = 1469598103934665603ull;
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(sum.data());
+    for (size_t i = 0; i < count * sizeof(float); ++i) out.hash = (out.hash ^ p[i]) * 1099511628211ull;
+    if (ccCommDestroy(comm) != ccSuccess) fail("destroy", nullptr);
+  });
+  const std::string what = std::to_string(threads) + " thread ranks per process";
+  std::string why;
+  for (const Outcome& o : outcomes) {
+    if (why.empty()) why = o.why;
+  }
+  Report(why.empty(), "mixed communicator, " + what + ": " + why);
+  std::vector<uint64_t> mine, all(static_cast<size_t>(n));
+  for (const Outcome& o : outcomes) mine.push_back(o.hash);
+  MPI_Allgather(mine.data(), threads, MPI_UINT64_T, all.data(), threads, MPI_UINT64_T, MPI_COMM_WORLD);
+  bool same = true;
+  for (uint64_t h : all) same = same && h == all[0];
+  Report(same, "mixed communicator, " + what + ": the compressed all-reduce's bytes differ between ranks");
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
@@ -575,6 +659,7 @@ int main(int argc, char** argv) {
     Report(ccCommGetStats(comm, &stats) == ccSuccess && (gRanks == 1 || stats.bytesSent > 0), "stats");
     Report(ccCommDestroy(comm) == ccSuccess, "destroy");
   }
+  MixedCase(2);
   if (gRank == 0) std::printf("%d passed, %d failed\n", gPassed, gFailed);
   MPI_Finalize();
   return gFailed == 0 ? 0 : 1;
