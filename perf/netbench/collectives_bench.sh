@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# collectives_bench.sh: ccoll's exact broadcast, reduce-scatter and all-gather against OpenMPI's (MPI_Bcast,
-# MPI_Reduce_scatter_block, MPI_Allgather) on the bandwidth-shaped cluster of cluster.sh, side by side in one run:
+# collectives_bench.sh: ccoll's exact broadcast, reduce, reduce-scatter and all-gather against OpenMPI's (MPI_Bcast,
+# MPI_Reduce, MPI_Reduce_scatter_block, MPI_Allgather) on the bandwidth-shaped cluster of cluster.sh, side by side in one run:
 # NP ranks, one per namespace, float32 sum. ccoll's ranks use its own bootstrap and UCX's tcp (nb_ranks), OpenMPI's
 # its tcp btl on the same links (nb_mpirun). Both programs of a pair share the harness (perf/bench.h: sizes, inputs,
 # timing, checks), and a row whose check fails stops the run. Prints a markdown table: the median time per call over
@@ -9,12 +9,13 @@
 #   perf/netbench/collectives_bench.sh [BUILD_DIR]      (root; BUILD_DIR default build)
 #
 # Environment (defaults): RATE=1gbit NP=4 MINB=1M MAXB=64M FACTOR=8 ITERS=3 WARMUP=1 ROUNDS=2
-#   COLLS="broadcast reducescatter allgather"
+#   COLLS="broadcast reducescatter allgather" (and reduce)
 #   MPI_ARGS=""  extra mpirun arguments for OpenMPI's ranks (e.g. "--mca mpi_yield_when_idle 1": every namespace
 #                looks like a node of its own to OpenMPI, which then busy-polls with NP ranks on this machine's cores)
 # Wire-bound: the bytes that must enter the busiest rank at the link rate (RATE, in bits per second): the whole
-# buffer for a broadcast (a non-root receives all of it), (n-1)/n of it for a reduce-scatter (the input) and an
-# all-gather (the output).
+# buffer for a broadcast (a non-root receives all of it) and a reduce (the root receives a whole buffer of partial
+# sums; ccoll's chain and a tree alike), (n-1)/n of it for a reduce-scatter (the input) and an all-gather (the
+# output).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 BUILD="$(cd "${1:-$here/../../build}" && pwd)"
@@ -22,8 +23,9 @@ RATE="${RATE:-1gbit}" NP="${NP:-4}" MINB="${MINB:-1M}" MAXB="${MAXB:-64M}" FACTO
 ITERS="${ITERS:-3}" WARMUP="${WARMUP:-1}" ROUNDS="${ROUNDS:-2}" COLLS="${COLLS:-broadcast reducescatter allgather}"
 for c in $COLLS; do
   case "$c" in
-    broadcast | reducescatter | allgather) ;;
-    *) echo "collectives_bench.sh: COLLS: unknown collective '$c' (broadcast reducescatter allgather)" >&2; exit 2 ;;
+    broadcast | reduce | reducescatter | allgather) ;;
+    *) echo "collectives_bench.sh: COLLS: unknown collective '$c' (broadcast reduce reducescatter allgather)" >&2
+       exit 2 ;;
   esac
   for p in "${c}_perf" "mpi_${c}_perf"; do
     [[ -x "$BUILD/perf/$p" ]] || { echo "collectives_bench.sh: $BUILD/perf/$p is missing" >&2; exit 2; }
@@ -75,7 +77,8 @@ def human(b):
         if b >= 1 << shift and b % (1 << shift) == 0:
             return f"{b >> shift} {unit}"
     return f"{b} B"
-CALLS = {"broadcast": "MPI_Bcast", "reducescatter": "MPI_Reduce_scatter_block", "allgather": "MPI_Allgather"}
+CALLS = {"broadcast": "MPI_Bcast", "reduce": "MPI_Reduce", "reducescatter": "MPI_Reduce_scatter_block",
+         "allgather": "MPI_Allgather"}
 def times_ms(coll, who):
     us = times_us(f"{raw}/{coll}_{who}_*.txt", rounds, f"{coll} {who}")
     return {size: [t / 1e3 for t in ts] for size, ts in us.items()}
@@ -86,7 +89,7 @@ for coll in colls:
     cc, mp = times_ms(coll, "ccoll"), times_ms(coll, "mpi")
     if set(cc) != set(mp):
         sys.exit(f"{coll}: the two programs ran different sizes ({sorted(cc)} and {sorted(mp)})")
-    share = 1.0 if coll == "broadcast" else (n - 1) / n
+    share = 1.0 if coll in ("broadcast", "reduce") else (n - 1) / n
     for size in sorted(cc):
         c, m = statistics.median(cc[size]), statistics.median(mp[size])
         wire = size * share * 8 / rate * 1e3
