@@ -3,7 +3,8 @@
 # change in the code from the machine's noise where the network matters. NEW's perf binaries run every row, one rank
 # per namespace (nb_ranks); OLD's library is swapped in at run time (LD_LIBRARY_PATH), so only the library differs.
 # Rounds alternate which build runs first; the table gives each build's median time per call over the rounds, the
-# fastest and slowest round, and the ratio. (Over shared memory: perf/compare_small_mpi.sh.)
+# fastest and slowest round, and the ratio. (The same over processes on shared memory: perf/compare_small_mpi.sh;
+# the codecs on thread ranks: perf/compare_builds.sh.)
 #
 #   perf/netbench/compare_builds.sh OLD_BUILD_DIR NEW_BUILD_DIR      (root)
 #
