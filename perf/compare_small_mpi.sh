@@ -16,6 +16,9 @@
 # Environment: NP [4] BINS ["allreduce_perf_mpi"] (any of NEW's perf/*_perf_mpi) MINB [8] MAXB [64K] FACTOR [4]
 #   ITERS [200] WARMUP [50] ROUNDS [8] MPIRUN_ARGS (more mpirun arguments, e.g. "-x CC_CHECK_INLINE_BYTES=0")
 set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=SCRIPTDIR/lib_swap.sh
+source "$here/lib_swap.sh"
 
 if [ $# -ne 2 ]; then
   awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "$0" >&2
@@ -41,16 +44,7 @@ echo "# compare_small_mpi.sh: $NP processes on $cores cores$pinned, $ROUNDS roun
 echo "# OLD library: $old_lib; NEW: $new ($(git -C "$new/.." describe --always --dirty 2>/dev/null || echo '?'))"
 for bin in $BINS; do
   [ -x "$new/perf/$bin" ] || { echo "compare_small_mpi.sh: no $new/perf/$bin" >&2; exit 2; }
-  # Each side must load its own library (a binary with an RPATH, or a libccoll installed on the path, would not).
-  for which in old new; do
-    want="$new/src/libccoll.so.0" path="${LD_LIBRARY_PATH:-}"
-    [ "$which" = old ] && want="$old_lib/libccoll.so.0" path="$old_path"
-    loaded=$(LD_LIBRARY_PATH="$path" ldd "$new/perf/$bin" 2>&1 | awk '/libccoll[.]so/ {print $3}' || true)
-    if [ -z "$loaded" ] || [ "$(realpath "$loaded" 2>/dev/null)" != "$(realpath "$want")" ]; then
-      echo "compare_small_mpi.sh: $bin would load '$loaded' for $which, not $want" >&2
-      exit 1
-    fi
-  done
+  lib_swap_check compare_small_mpi.sh "$new" "$old_path" "${LD_LIBRARY_PATH:-}" "$bin" || exit 1
   for ((i = 0; i < ROUNDS; i++)); do
     order=(old new)
     ((i % 2 == 1)) && order=(new old)
@@ -61,27 +55,8 @@ for bin in $BINS; do
       mpirun --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader ${pin[@]+"${pin[@]}"} \
         ${env_args[@]+"${env_args[@]}"} \
         $MPIRUN_ARGS -np "$NP" "$new/perf/$bin" -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" \
-        > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
-      # size and time (us) of each row
-      awk '/^ +[0-9]/ {print $1, $7}' "$tmp/out" >> "$tmp/$bin.$v"
+        > "$tmp/$bin.$v.$i.txt" 2>&1 || { cat "$tmp/$bin.$v.$i.txt" >&2; exit 1; }
     done
   done
-  python3 - "$tmp/$bin" "$bin" <<'EOF'
-import collections, statistics, sys
-base, name = sys.argv[1], sys.argv[2]
-times = {}
-for v in ("old", "new"):
-    t = collections.defaultdict(list)
-    for line in open(f"{base}.{v}"):
-        size, us = line.split()
-        t[int(size)].append(float(us))
-    times[v] = t
-print(f"\n{name}\n")
-print("| bytes | OLD us: median (fastest-slowest) | NEW us | NEW / OLD |")
-print("|---:|---:|---:|---:|")
-for size in sorted(times["old"]):
-    o, n = times["old"][size], times["new"][size]
-    mo, mn = statistics.median(o), statistics.median(n)
-    print(f"| {size} | {mo:.1f} ({min(o):.1f}-{max(o):.1f}) | {mn:.1f} ({min(n):.1f}-{max(n):.1f}) | {mn / mo:.2f} |")
-EOF
+  python3 "$here/perf_rows.py" old_new "$tmp/$bin.old.*.txt" "$tmp/$bin.new.*.txt" "$ROUNDS" "$bin"
 done

@@ -13,7 +13,8 @@
 #
 # Environment (defaults): NP [4] RATE [1gbit] BINS ["broadcast_perf reduce_perf"] (any of NEW's perf/*_perf)
 #   MINB [256K] MAXB [16M] FACTOR [4] ITERS [5] WARMUP [1] ROUNDS [4] ARGS (more arguments for every binary, e.g.
-#   "-d bfloat16"; not "-c 0": every run's result check must pass); the cluster's NB_BURST and NB_GSO as in cluster.sh.
+#   "-d bfloat16"; not "-c 0": every row's result check must pass, perf_rows.py); the cluster's NB_BURST and NB_GSO
+#   as in cluster.sh.
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -21,6 +22,8 @@ if [ $# -ne 2 ]; then
   exit 2
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=SCRIPTDIR/../lib_swap.sh
+source "$here/../lib_swap.sh"
 old="$(cd "$1" && pwd)" || exit 2
 new="$(cd "$2" && pwd)" || exit 2
 old_lib="$old/src"
@@ -32,16 +35,7 @@ old_path="$old_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 new_path="${LD_LIBRARY_PATH:-}"
 for bin in $BINS; do
   [ -x "$new/perf/$bin" ] || { echo "compare_builds.sh: no $new/perf/$bin" >&2; exit 2; }
-  # Each side must load its own library (a binary with an RPATH, or a libccoll installed on the path, would not).
-  for which in old new; do
-    want="$new/src/libccoll.so.0" path="$new_path"
-    [ "$which" = old ] && want="$old_lib/libccoll.so.0" path="$old_path"
-    loaded=$(LD_LIBRARY_PATH="$path" ldd "$new/perf/$bin" 2>&1 | awk '/libccoll[.]so/ {print $3}' || true)
-    if [ -z "$loaded" ] || [ "$(realpath "$loaded" 2>/dev/null)" != "$(realpath "$want")" ]; then
-      echo "compare_builds.sh: $bin would load '$loaded' for $which, not $want" >&2
-      exit 1
-    fi
-  done
+  lib_swap_check compare_builds.sh "$new" "$old_path" "$new_path" "$bin" || exit 1
 done
 # shellcheck source=SCRIPTDIR/cluster.sh
 source "$here/cluster.sh"
@@ -56,12 +50,10 @@ for ((i = 0; i < ROUNDS; i++)); do
     path="$new_path"
     [ "$v" = old ] && path="$old_path"
     for bin in $BINS; do
+      out="$tmp/$bin.$v.$i.txt"
       # shellcheck disable=SC2086  # ARGS: split into arguments
       LD_LIBRARY_PATH="$path" nb_ranks -n "$NP" -- "$new/perf/$bin" -b "$MINB" -e "$MAXB" -f "$FACTOR" \
-        -n "$ITERS" -w "$WARMUP" $ARGS > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
-      grep -q "^# Out of bounds values : 0 OK" "$tmp/out" || { cat "$tmp/out" >&2; exit 1; }
-      # size and time (us) of each row
-      awk '/^ +[0-9]/ {print $1, $7}' "$tmp/out" >> "$tmp/$bin.$v"
+        -n "$ITERS" -w "$WARMUP" $ARGS > "$out" 2>&1 || { cat "$out" >&2; exit 1; }
     done
   done
 done
@@ -70,22 +62,5 @@ echo "# load $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; $(nb
 describe() { git -C "$1/.." describe --always --dirty 2>/dev/null || echo '?'; }
 echo "# OLD library: $old_lib ($(describe "$old")); NEW: $new ($(describe "$new"))"
 for bin in $BINS; do
-  python3 - "$tmp/$bin" "$bin" <<'EOF'
-import collections, statistics, sys
-base, name = sys.argv[1], sys.argv[2]
-times = {}
-for v in ("old", "new"):
-    t = collections.defaultdict(list)
-    for line in open(f"{base}.{v}"):
-        size, us = line.split()
-        t[int(size)].append(float(us) / 1000)
-    times[v] = t
-print(f"\n{name}\n")
-print("| bytes | OLD ms: median (fastest-slowest) | NEW ms | NEW / OLD |")
-print("|---:|---:|---:|---:|")
-for size in sorted(set(times["old"]) & set(times["new"])):
-    o, n = times["old"][size], times["new"][size]
-    mo, mn = statistics.median(o), statistics.median(n)
-    print(f"| {size} | {mo:.2f} ({min(o):.2f}-{max(o):.2f}) | {mn:.2f} ({min(n):.2f}-{max(n):.2f}) | {mn / mo:.2f} |")
-EOF
+  python3 "$here/../perf_rows.py" old_new "$tmp/$bin.old.*.txt" "$tmp/$bin.new.*.txt" "$ROUNDS" "$bin" ms
 done
