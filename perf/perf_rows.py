@@ -13,13 +13,21 @@ def times_us(pattern, rounds, what):
     for path in sorted(glob.glob(pattern)):
         with open(path) as f:
             text = f.read()
+
+        def fail(why):
+            # The run's output too: the calling script may delete its files on the way out.
+            sys.stderr.write("".join(text.splitlines(keepends=True)[-30:]))
+            sys.exit(f"{path}: {why}")
+
         if "FAILED" in text:
-            sys.exit(f"{path}: FAILED")
+            fail("FAILED")
         for line in text.splitlines():
             f = line.split()  # size count type redop algo codec time algbw busbw wirebits error #wrong
             if len(f) >= 12 and f[0].isdigit():
+                if f[-1] == "N/A":
+                    fail(f"{f[0]} bytes: not checked (-c 0); these comparisons need the check")
                 if f[-1] != "0":
-                    sys.exit(f"{path}: {f[0]} bytes: {f[-1]} wrong elements")
+                    fail(f"{f[0]} bytes: {f[-1]} wrong elements")
                 times.setdefault(int(f[0]), []).append(float(f[6]))
     if not times:
         sys.exit(f"{what}: no rows")
@@ -34,6 +42,8 @@ def old_new_table(old_pattern, new_pattern, rounds, name, unit="us"):
     size, each build's median time per call over the rounds (fastest-slowest) and NEW / OLD; the rows checked as
     times_us checks them. unit: "us" as the programs print, or "ms"."""
     import statistics
+    if unit not in ("us", "ms"):
+        sys.exit(f"{name}: unit {unit!r} is neither us nor ms")
     div = 1e3 if unit == "ms" else 1.0
     old = times_us(old_pattern, rounds, f"{name} OLD")
     new = times_us(new_pattern, rounds, f"{name} NEW")
