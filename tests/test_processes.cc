@@ -119,11 +119,17 @@ double Reference(size_t i, ccRedOp_t op, ccDataType_t t, uint64_t salt, double* 
   return acc;
 }
 
-// True when every rank's `bytes` bytes at buf are identical (compared through a hash all-gathered by MPI).
-bool SameOnAllRanks(const void* buf, size_t bytes) {
+// FNV-1a of `bytes` bytes at buf: what the ranks all-gather to compare their results.
+uint64_t HashBytes(const void* buf, size_t bytes) {
   uint64_t h = 1469598103934665603ull;
   const unsigned char* p = static_cast<const unsigned char*>(buf);
   for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// True when every rank's `bytes` bytes at buf are identical (compared through a hash all-gathered by MPI).
+bool SameOnAllRanks(const void* buf, size_t bytes) {
+  uint64_t h = HashBytes(buf, bytes);
   std::vector<uint64_t> all(gRanks);
   MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
   for (uint64_t x : all) {
@@ -348,9 +354,7 @@ void SplitCase(ccComm_t comm) {
   ok = apart || (ccCompressorCreateFromString(&c, "quant:bits=4,mode=requant") == ccSuccess &&
                  ccAllReduce(in.data(), out.data(), n, ccFloat32, ccAvg, c, sub, nullptr) == ccSuccess);
   ccCompressorDestroy(c);
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(out.data());
-  for (size_t i = 0; !apart && i < n * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  uint64_t h = HashBytes(out.data(), apart ? 0 : n * sizeof(float));
   std::vector<uint64_t> hashes(gRanks);
   MPI_Allgather(&h, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
   for (int m : members) ok = ok && hashes[m] == h;
@@ -600,9 +604,7 @@ void MixedCase(int threads) {
     if (!made || !called || !(num <= 0.1 * den)) {
       fail("compressed all-reduce (vNMSE " + std::to_string(den > 0 ? num / den : -1.0) + ")", comm, !called);
     }
-    out.hash = 1469598103934665603ull;
-    const unsigned char* p = reinterpret_cast<const unsigned char*>(sum.data());
-    for (size_t i = 0; i < count * sizeof(float); ++i) out.hash = (out.hash ^ p[i]) * 1099511628211ull;
+    out.hash = HashBytes(sum.data(), count * sizeof(float));
     if (ccCommDestroy(comm) != ccSuccess) fail("destroy", nullptr, true);
   });
   const std::string what = std::to_string(threads) + " thread ranks per process";
