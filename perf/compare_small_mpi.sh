@@ -41,7 +41,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 echo "# compare_small_mpi.sh: $NP processes on $cores cores$pinned, $ROUNDS rounds, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# OLD library: $old_lib; NEW: $new ($(git -C "$new/.." describe --always --dirty 2>/dev/null || echo '?'))"
+echo "# OLD library: $old_lib ($(lib_swap_describe "$old_lib/..")); NEW: $new ($(lib_swap_describe "$new"))"
 for bin in $BINS; do
   [ -x "$new/perf/$bin" ] || { echo "compare_small_mpi.sh: no $new/perf/$bin" >&2; exit 2; }
   lib_swap_check compare_small_mpi.sh "$new" "$old_path" "${LD_LIBRARY_PATH:-}" "$bin" || exit 1

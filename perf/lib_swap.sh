@@ -6,6 +6,8 @@
 #     returns 1, saying why on stderr, unless NEW_BUILD/perf/BIN loads OLD's library with LD_LIBRARY_PATH=OLD_PATH
 #     (whose first folder holds that library) and NEW_BUILD/src's with NEW_PATH: a binary with an RPATH, or a
 #     libccoll installed on the path, would run one library on both sides.
+#   lib_swap_describe BUILD_DIR
+#     the commit of the checkout above BUILD_DIR (git describe), or ?, for the table's header
 lib_swap_check() {
   local script="$1" new="$2" old_path="$3" new_path="$4" bin="$5" which want path loaded
   for which in old new; do
@@ -18,3 +20,5 @@ lib_swap_check() {
     fi
   done
 }
+
+lib_swap_describe() { git -C "$1/.." describe --always --dirty 2>/dev/null || echo '?'; }

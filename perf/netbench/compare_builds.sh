@@ -59,8 +59,7 @@ for ((i = 0; i < ROUNDS; i++)); do
 done
 echo "# compare_builds.sh: $NP ranks on the cluster ($(nb_shaper)), $ROUNDS rounds, -n $ITERS -w $WARMUP $ARGS"
 echo "# load $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; $(nb_cpu)"
-describe() { git -C "$1/.." describe --always --dirty 2>/dev/null || echo '?'; }
-echo "# OLD library: $old_lib ($(describe "$old")); NEW: $new ($(describe "$new"))"
+echo "# OLD library: $old_lib ($(lib_swap_describe "$old")); NEW: $new ($(lib_swap_describe "$new"))"
 for bin in $BINS; do
   python3 "$here/../perf_rows.py" old_new "$tmp/$bin.old.*.txt" "$tmp/$bin.new.*.txt" "$ROUNDS" "$bin" ms
 done
