@@ -48,6 +48,10 @@ LAT="${LAT:-1}" LAT_MINB="${LAT_MINB:-8}" LAT_MAXB="${LAT_MAXB:-64K}" LAT_FACTOR
 LAT_ITERS="${LAT_ITERS:-100}" LAT_WARMUP="${LAT_WARMUP:-10}" LAT_ALGO="${LAT_ALGO:-auto}"
 REPEATS="${REPEATS:-3}" THREADS="${THREADS:-1}" DEFAULT_TLS="${DEFAULT_TLS:-1}" TCP="${TCP:-1}" BF16="${BF16:-1}"
 ENV_LAUNCH="${ENV_LAUNCH:-0}" SAME_COUNT="${SAME_COUNT:-0}" CCOLL_ENV="${CCOLL_ENV:-}" MPIRUN_ARGS="${MPIRUN_ARGS:-}"
+# shellcheck source=SCRIPTDIR/sizes.sh
+source "$here/sizes.sh"
+min_bytes="$(size_bytes "$MINB")" || { echo "compare_mpi.sh: MINB must be a size like 1M, not '$MINB'" >&2; exit 2; }
+max_bytes="$(size_bytes "$MAXB")" || { echo "compare_mpi.sh: MAXB must be a size like 256M, not '$MAXB'" >&2; exit 2; }
 MPI_SHM_ARGS="${MPI_SHM_ARGS:---mca pml ob1 --mca btl self,vader}"
 MPI_TCP_ARGS="${MPI_TCP_ARGS:---mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo}"
 OUT_DIR="${OUT_DIR:-$(mktemp -d /tmp/ccoll_compare_mpi.XXXXXX)}"
@@ -66,15 +70,6 @@ command -v mpirun >/dev/null || { echo "compare_mpi.sh: mpirun not on PATH" >&2;
 command -v python3 >/dev/null || { echo "compare_mpi.sh: python3 not on PATH" >&2; exit 2; }
 if ! [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]]; then echo "compare_mpi.sh: REPEATS must be >= 1" >&2; exit 2; fi
 
-to_bytes() {  # 64M -> 67108864 (1024-based, like the perf binaries)
-  local v="${1%[bB]}" m=1
-  case "$v" in
-    *[kK]) m=1024; v="${v%?}" ;;
-    *[mM]) m=$((1024 * 1024)); v="${v%?}" ;;
-    *[gG]) m=$((1024 * 1024 * 1024)); v="${v%?}" ;;
-  esac
-  echo $((v * m))
-}
 
 # shellcheck disable=SC2206
 ccoll_env=($CCOLL_ENV)
@@ -134,8 +129,8 @@ build_cmd() {
   else
     minb="$MINB" maxb="$MAXB"
     if [[ "$dtype" == bf16h ]]; then
-      minb=$(($(to_bytes "$MINB") / 2))
-      maxb=$(($(to_bytes "$MAXB") / 2))
+      minb=$((min_bytes / 2))
+      maxb=$((max_bytes / 2))
     fi
     sizes=(-b "$minb" -e "$maxb" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" -c "$check")
   fi

@@ -42,16 +42,6 @@ mpi_bin="$build/perf/mpi_allreduce_perf"
 [[ -x "$perf_bin" ]] || { echo "allreduce_bench.sh: $perf_bin not found; build first" >&2; exit 2; }
 [[ -x "$PY" ]] || { echo "allreduce_bench.sh: $PY not found" >&2; exit 2; }
 
-to_bytes() {  # 64M -> 67108864 (1024-based, like the perf binaries)
-  local v="${1%[bB]}" m=1
-  case "$v" in
-    *[kK]) m=1024; v="${v%?}" ;;
-    *[mM]) m=$((1024 * 1024)); v="${v%?}" ;;
-    *[gG]) m=$((1024 * 1024 * 1024)); v="${v%?}" ;;
-  esac
-  echo $((v * m))
-}
-
 # Row name -> label and allreduce_perf arguments.
 declare -A label spec
 label[f32]="ccoll f32";              spec[f32]="-d float"
@@ -115,7 +105,8 @@ t_start=$SECONDS
 nb_up "$NP" "$RATE" || exit 1
 selfcheck="$(nb_selfcheck 3)" || selfcheck="?"
 
-minb="$(to_bytes "$MINB")" maxb="$(to_bytes "$MAXB")"
+minb="$(size_bytes "$MINB")" || { echo "allreduce_bench.sh: MINB must be a size like 1M, not '$MINB'" >&2; exit 2; }
+maxb="$(size_bytes "$MAXB")" || { echo "allreduce_bench.sh: MAXB must be a size like 256M, not '$MAXB'" >&2; exit 2; }
 failed=()
 # The ranks share this machine's cores: PowerSGD's GEMMs get one OpenBLAS thread per rank (as perf/tta sets
 # OMP_NUM_THREADS=1), unless CCOLL_ENV says otherwise; OpenBLAS's default of one thread per core made 4 ranks run 8

@@ -47,6 +47,8 @@
 #
 # Pitfalls (ENVIRONMENT.md): no netem in this kernel (no delay emulation); tbf burst below the MTU drops everything.
 
+# shellcheck source=SCRIPTDIR/../sizes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../sizes.sh"
 NB_PREFIX="${NB_PREFIX:-ccnb}"
 NB_NET="${NB_NET:-10.77.0}"
 NB_BURST="${NB_BURST:-64kb}"
@@ -133,15 +135,9 @@ nb_up() {
     _nb_log "NB_GSO must be a byte count (0: the kernel's), not '$NB_GSO'"
     return 2
   fi
-  local burst_bytes="" packet=$((NB_GSO == 0 ? 65536 : NB_GSO))
-  if [[ "$NB_BURST" =~ ^([0-9]+)(k|kb|m|mb)?$ ]]; then  # tc's units: k/kb and m/mb are 1024 and 1024^2 bytes
-    case "${BASH_REMATCH[2]}" in
-      k*) burst_bytes=$((1024 * BASH_REMATCH[1])) ;;
-      m*) burst_bytes=$((1024 * 1024 * BASH_REMATCH[1])) ;;
-      *) burst_bytes="${BASH_REMATCH[1]}" ;;
-    esac
-  fi
-  if [[ -n "$burst_bytes" ]] && ((burst_bytes < 2 * packet)); then
+  local burst_bytes packet=$((NB_GSO == 0 ? 65536 : NB_GSO))
+  # (A burst in units size_bytes does not read, such as 64kbit, is left to tc unchecked.)
+  if burst_bytes="$(size_bytes "$NB_BURST")" && ((burst_bytes < 2 * packet)); then
     _nb_log "warning: burst $NB_BURST holds fewer than two GSO packets of $packet bytes: a loaded link loses rate" \
       "(perf/netbench/results/2026-12-07_burst.md); lower NB_GSO"
   fi
