@@ -629,6 +629,29 @@ TEST_CASE("a config from a newer client (larger size) is accepted, and the known
   CHECK(AllReduceWorks(g.comms) == "");
 }
 
+TEST_CASE("ranks whose ccConfig_t.algorithm differ fail their init naming both algorithms", "[api][init]") {
+  // Thread ranks share the environment, so a mismatch reaches them through the config alone.
+  ccUniqueId id;
+  REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+  const ccAlgo_t algos[3] = {ccAlgoRing, ccAlgoRing, ccAlgoTree};
+  std::vector<ccComm_t> comms(3, nullptr);
+  std::vector<RankResult> results(3);
+  RunRanks(3, [&](int r) {
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.algorithm = algos[r];
+    config.timeoutMs = 20000;
+    results[r] = Record(ccCommInitRankConfig(&comms[r], 3, id, r, &config));
+  });
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << results[r].error);
+    CHECK(results[r].rc == ccInvalidUsage);
+    CHECK(comms[r] == nullptr);
+    if (comms[r] != nullptr) ccCommDestroy(comms[r]);
+  }
+  CHECK(Contains(results[0].error, "the algorithm (CC_ALGO or ccConfig_t.algorithm) is ring here but tree on rank 2"));
+  CHECK(Contains(results[2].error, "the algorithm (CC_ALGO or ccConfig_t.algorithm) is tree here but ring on rank 0"));
+}
+
 TEST_CASE("a blocking init whose peers never come fails within its timeout", "[api][init]") {
   ccUniqueId id;
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
@@ -1835,6 +1858,11 @@ ccResult_t InitRankOneFromEnvId(ccComm_t* comm, std::string* err) {
 
 }  // namespace
 
+// How an init error names a setting every rank must share: by its variable, the algorithm also by its config field.
+std::string SettingShown(const std::string& name) {
+  return name == "CC_ALGO" ? std::string("the algorithm (CC_ALGO or ccConfig_t.algorithm)") : name;
+}
+
 // Rank 1 of the communicator whose id CCTEST_ID holds (hex), in its own process, with the setting CCTEST_SETTING
 // names set otherwise by the visible case below: its init must fail naming the setting.
 TEST_CASE("setting_child: rank 1 with another value of a setting every rank must share", "[.][setting_child]") {
@@ -1845,24 +1873,37 @@ TEST_CASE("setting_child: rank 1 with another value of a setting every rank must
   CHECK(rc == ccInvalidUsage);
   CHECK(comm == nullptr);
   const std::string name = std::getenv("CCTEST_SETTING");
-  CHECK(Contains(err, name + " is " + std::string(std::getenv(name.c_str())) + " here but"));
+  CHECK(Contains(err, SettingShown(name) + " is " + std::string(std::getenv(name.c_str())) + " here but"));
 }
 
-TEST_CASE("ranks whose CC_SLICE_BYTES or CC_CHECK_INLINE_BYTES differ fail their init, naming it", "[api][init]") {
+TEST_CASE("ranks whose schedule settings differ fail their init naming the setting", "[api][init]") {
   // Slices set the rings' and the point-to-point messages, the room of the call check which calls ride in it and how
-  // much its receives take (collectives/call_check.h); ranks that disagree would pair messages of other sizes.
-  const std::string name = GENERATE(std::string("CC_SLICE_BYTES"), std::string("CC_CHECK_INLINE_BYTES"));
+  // much its receives take (collectives/call_check.h); ranks that disagree would pair messages of other sizes. The
+  // algorithm, the threshold between tree and ring, and the depths of the tree and of the compressed ring choose
+  // which messages a rank waits for in which order: ranks that disagree each waited for a message the other never
+  // sent, until the timeout (5 minutes by default).
+  const std::string name =
+      GENERATE(std::string("CC_SLICE_BYTES"), std::string("CC_CHECK_INLINE_BYTES"), std::string("CC_ALGO"),
+               std::string("CC_TREE_THRESHOLD"), std::string("CC_TREE_DEPTH"), std::string("CC_RING_DEPTH"));
   CAPTURE(name);
   ccUniqueId id;
   REQUIRE(ccGetUniqueId(&id) == ccSuccess);
   const std::string hex = IdHex(id);
-  long long mine = static_cast<long long>(ccoll::ParamInt(name.c_str()));
-  std::string other;  // within the allowed range
-  if (name == "CC_SLICE_BYTES") {
-    mine &= ~7ll;  // as init rounds it
-    other = std::to_string(mine > (1ll << 29) ? mine / 2 : mine * 2);
+  std::string mine, other;  // other: within the allowed range
+  if (name == "CC_ALGO") {
+    mine = ccoll::ParamString("CC_ALGO");
+    other = mine == "tree" ? "ring" : "tree";
   } else {
-    other = std::to_string(mine > 0 ? mine / 2 : 1024);
+    long long value = static_cast<long long>(ccoll::ParamInt(name.c_str()));
+    if (name == "CC_SLICE_BYTES") {
+      value &= ~7ll;  // as init rounds it
+      other = std::to_string(value > (1ll << 29) ? value / 2 : value * 2);
+    } else if (name == "CC_CHECK_INLINE_BYTES" || name == "CC_TREE_THRESHOLD") {
+      other = std::to_string(value > 0 ? value / 2 : 1024);
+    } else {  // the depths, 1 .. 64
+      other = std::to_string(value > 1 ? value - 1 : 2);
+    }
+    mine = std::to_string(value);
   }
   std::string childOut;
   bool childDied = true;
@@ -1881,7 +1922,7 @@ TEST_CASE("ranks whose CC_SLICE_BYTES or CC_CHECK_INLINE_BYTES differ fail their
   INFO(childOut);
   CHECK(rc == ccInvalidUsage);
   CHECK(comm == nullptr);
-  CHECK(Contains(err, name + " is " + std::to_string(mine) + " here but " + other + " on rank 1"));
+  CHECK(Contains(err, SettingShown(name) + " is " + mine + " here but " + other + " on rank 1"));
   CHECK(!childDied);
   CHECK(Contains(childOut, "All tests passed"));
 }

@@ -46,6 +46,13 @@ struct RankInfo {
                              // only for ranks of this process, which run this very library
   uint64_t sliceBytes;       // CC_SLICE_BYTES: the rings' and the point-to-point slices, so all ranks must agree
   uint64_t checkInlineBytes;  // CC_CHECK_INLINE_BYTES: which calls ride in the call check and what its receives take
+  // The settings that choose an all-reduce's schedule or shape it: ranks that disagree run schedules whose messages
+  // never pair, and would wait for each other until the timeout.
+  int32_t algorithm;       // CC_ALGO or ccConfig_t.algorithm
+  int32_t treeDepth;       // CC_TREE_DEPTH: slices the exact tree sends up before it sends any down
+  int32_t ringDepth;       // CC_RING_DEPTH: slices the compressed ring keeps in flight, in turn
+  int32_t reserved;        // zero
+  uint64_t treeThreshold;  // CC_TREE_THRESHOLD: where auto turns from the tree to the ring
 };
 
 const uint8_t* ProcessToken() {
@@ -269,6 +276,10 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
 #endif
   info.sliceBytes = static_cast<uint64_t>(comm->config.sliceBytes);
   info.checkInlineBytes = static_cast<uint64_t>(comm->config.checkInlineBytes);
+  info.algorithm = static_cast<int32_t>(comm->config.algorithm);
+  info.treeDepth = comm->config.treeDepth;
+  info.ringDepth = comm->config.ringDepth;
+  info.treeThreshold = static_cast<uint64_t>(comm->config.treeThreshold);
   std::vector<std::string> all;
   CC_CHECK(session.AllGather(std::string(reinterpret_cast<const char*>(&info), sizeof(info)), &all));
   std::vector<RankInfo> infos(n);
@@ -305,6 +316,18 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
     CC_CHECK(same("CC_CHECK_INLINE_BYTES", info.checkInlineBytes, infos[peer].checkInlineBytes, peer));
     CC_CHECK(
         same("CC_CHECKSUM", static_cast<uint64_t>(info.checksum), static_cast<uint64_t>(infos[peer].checksum), peer));
+    if (infos[peer].algorithm != info.algorithm) {
+      return Fail(ccInvalidUsage,
+                  "rank %d: the algorithm (CC_ALGO or ccConfig_t.algorithm) is %s here but %s on rank "
+                  "%d (pid %d on %s); every rank needs the same algorithm",
+                  rank, AlgoName(comm->config.algorithm), AlgoName(static_cast<ccAlgo_t>(infos[peer].algorithm)), peer,
+                  infos[peer].pid, infos[peer].host);
+    }
+    CC_CHECK(same("CC_TREE_THRESHOLD", info.treeThreshold, infos[peer].treeThreshold, peer));
+    CC_CHECK(same("CC_TREE_DEPTH", static_cast<uint64_t>(info.treeDepth), static_cast<uint64_t>(infos[peer].treeDepth),
+                  peer));
+    CC_CHECK(same("CC_RING_DEPTH", static_cast<uint64_t>(info.ringDepth), static_cast<uint64_t>(infos[peer].ringDepth),
+                  peer));
   }
   auto sameProcess = [&](int peer) {
     return std::memcmp(infos[peer].processToken, info.processToken, sizeof(info.processToken)) == 0;

@@ -21,7 +21,8 @@ const ParamDef kParams[] = {
     {"CC_DEBUG_FILE", ParamType::kString, "",
      "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the pid."},
     {"CC_TRANSPORT", ParamType::kString, "auto", "Transport between ranks: auto, local, ucx or nccl."},
-    {"CC_ALGO", ParamType::kString, "auto", "All-reduce algorithm: auto, ring or tree."},
+    {"CC_ALGO", ParamType::kString, "auto",
+     "All-reduce algorithm: auto, ring or tree. Every rank needs the same one (ccConfig_t.algorithm wins)."},
     {"CC_TIMEOUT_MS", ParamType::kInt, "300000",
      "Milliseconds a rank waits for a peer (bootstrap and collectives) before failing with ccTimeout."},
     {"CC_BLOCKING", ParamType::kInt, "1", "1: communicator init blocks; 0: it returns ccInProgress."},
@@ -29,7 +30,8 @@ const ParamDef kParams[] = {
      "Pipelining unit of ring and tree, in bytes (rounded down to whole elements), and the slice of a longer "
      "point-to-point message over a network. Each communicator's scratch is two slices, and a compressed call's "
      "wire buffers 8 or more (4 per ring lane). Every rank needs the same value."},
-    {"CC_TREE_DEPTH", ParamType::kInt, "4", "Slices in flight per tree before a rank waits for the broadcast."},
+    {"CC_TREE_DEPTH", ParamType::kInt, "4",
+     "Slices in flight per tree before a rank waits for the broadcast. Every rank needs the same value."},
     {"CC_CHECK_CALLS", ParamType::kInt, "1",
      "1: before any data moves, all ranks agree on their calls (collective, count, datatype, op, root, compressor) "
      "in ceil(log2 n) exchanges of a 264-byte record; a mismatch is ccInvalidUsage on "
@@ -45,7 +47,8 @@ const ParamDef kParams[] = {
      "1: every message carries the CRC32C of its payload and receivers verify it; a corrupted message is "
      "ccRemoteError naming the sender, never a wrong result. Costs a pass over each message on both sides."},
     {"CC_RING_DEPTH", ParamType::kInt, "4",
-     "Slices a compressed ring keeps in flight: codec work on one overlaps the transfers of the others."},
+     "Slices a compressed ring keeps in flight: codec work on one overlaps the transfers of the others. Every rank "
+     "needs the same value."},
     {"CC_DEVICE_KERNELS", ParamType::kInt, "1",
      "Device buffers: 1 runs the compressed all-reduce's codecs on the GPU (only compressed messages cross to the "
      "host), and the exact collectives of thread ranks on the device buffers (device copies between the ranks, "
@@ -59,7 +62,8 @@ const ParamDef kParams[] = {
      "1: the codecs' scalar CPU code instead of the AVX2 kernels (the same bytes; for testing and comparison). "
      "Read once per process."},
     {"CC_TREE_THRESHOLD", ParamType::kInt, "65536",
-     "With CC_ALGO=auto, all-reduces of at most this many bytes use the tree, larger ones the ring."},
+     "With CC_ALGO=auto, all-reduces of at most this many bytes use the tree, larger ones the ring. Every rank needs "
+     "the same value."},
     {"CC_RANK", ParamType::kInt, "-1", "This rank, for ccCommInitFromEnv (launchers without MPI)."},
     {"CC_NRANKS", ParamType::kInt, "-1", "Number of ranks, for ccCommInitFromEnv."},
     {"CC_ROOT", ParamType::kString, "",
