@@ -546,7 +546,10 @@ typedef enum {
                                     adds to the drift: up to 2^-9 of the values per call). With 16-bit data,
                                     topk/randk/powersgd also keep each rank's share of what the output's own
                                     rounding to 16 bits takes (see the README). */
-  ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16); topk/randk:
+  ccParamValueType = 230,      /**< [dtype] cast16: ccBfloat16 or ccFloat16 on the wire (default bf16; fp16 has
+                                    fp16's range: a partial sum past 65504 is +inf, as in an fp16 all-reduce, and a
+                                    ccAvg divides each rank's input by nranks first, as NCCL's fp16 average does, so
+                                    an average that fits stays finite); topk/randk:
                                     ccFloat32 or ccBfloat16 for the sent values; powersgd: for P and Q (default
                                     f32). powersgd with bf16 factors where the ranks' gradients differ the same way
                                     call after call (non-iid data): each rank's error-feedback memory drifts from

@@ -1509,6 +1509,45 @@ TEST_CASE("quant with fp16 scales: partial sums beyond fp16's range are non-fini
   }
 }
 
+// cast16 with fp16 on the wire (ccoll.h, ccParamValueType): an average divides each rank's input by nranks before the
+// ring, as NCCL's fp16 average does, so an average that fits in fp16 comes back finite where the ranks' sum would
+// not; a sum past 65504 is +inf there, as an fp16 sum is, and the same on every rank. Before, the average also summed
+// first and every such element came back +inf.
+TEST_CASE("cast16 with fp16 on the wire: an average that fits stays finite where the sum overflows", "[numerics]") {
+  const int nranks = 4;
+  const size_t count = 4099;
+  const float big = 4e4f;  // 4 ranks: sums of 1.6e5, averages of 4e4
+  Buffers in = CorrInput(nranks, count, 37);
+  for (auto& x : in) {
+    for (size_t i = 0; i < count; i += 97) x[i] = big;
+  }
+  const std::vector<double> exact = ExactReduce(in, ccAvg);
+  for (ccAlgo_t algo : {ccAlgoRing, ccAlgoTree}) {
+    INFO(AlgoName(algo));
+    Group g = MakeGroup(nranks, algo);
+    REQUIRE(g.status == ccSuccess);
+    for (bool inPlace : {false, true}) {
+      INFO("in place " << inPlace);
+      CallResult avg = RunOnce(g, "cast16:dtype=fp16", in, inPlace);
+      CHECK(FirstDifferentRank(avg.out) == -1);
+      CHECK(AllFinite(avg.out[0]));
+      for (size_t i = 0; i < count; i += 97) {
+        INFO("element " << i);
+        CHECK(std::fabs(avg.out[0][i] - big) <= big * std::ldexp(1.0f, -10));
+      }
+      CHECK(Vnmse(avg.out[0], exact) < 1e-5);
+    }
+    Compressors comps("cast16:dtype=fp16", nranks);
+    REQUIRE(comps.status == ccSuccess);
+    CallResult sum = AllReduce(g, comps, in, ccSum, false);
+    REQUIRE(sum.Failure() == "");
+    CHECK(FirstDifferentRank(sum.out) == -1);
+    size_t infinite = 0;
+    for (size_t i = 0; i < count; ++i) infinite += std::isinf(sum.out[0][i]) ? 1 : 0;
+    CHECK(infinite == (count + 96) / 97);
+  }
+}
+
 // The rotation's range (ccoll.h, ccParamRotation): the inverse transform takes out an exact power of two before its
 // sums, so a rank sum that float holds comes back finite. Scaling every input by 2^121 (so that the ranks' sums
 // reach 4e37, above FLT_MAX / sqrt(block), where the unnormalized transform used to overflow) must scale every

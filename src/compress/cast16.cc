@@ -23,8 +23,18 @@ class CastCodec : public Codec {
   size_t HopBytes(size_t, size_t len) const override { return len * sizeof(W); }
   size_t GatherBytes(size_t, size_t len) const override { return len * sizeof(W); }
 
+  // fp16 holds magnitudes up to 65504 only: for an average, each rank divides its input by nranks before the ring (as
+  // NCCL's fp16 average premultiplies), so that an average that fits in fp16 stays finite where the sum would not.
+  // bf16 has float32's range: its sum is divided at the end, one rounding fewer. (DeviceCastCodec does the same.)
+  void PipelinePrepareAndFinish(bool average) override { divideFirst_ = average && kWireType<W> == ccFloat16; }
+
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
-    if (work != input) std::memcpy(work, input, count * sizeof(float));
+    if (divideFirst_) {
+      const float n = static_cast<float>(nranks_);
+      for (size_t i = 0; i < count; ++i) work[i] = input[i] / n;
+    } else if (work != input) {
+      std::memcpy(work, input, count * sizeof(float));
+    }
     meta->clear();
   }
 
@@ -60,7 +70,7 @@ class CastCodec : public Codec {
   }
 
   void Finish(float* work, size_t count, bool average) override {
-    if (!average) return;
+    if (!average || divideFirst_) return;
     const float n = static_cast<float>(nranks_);
     for (size_t i = 0; i < count; ++i) work[i] /= n;
   }
@@ -69,6 +79,7 @@ class CastCodec : public Codec {
 
  private:
   int nranks_;
+  bool divideFirst_ = false;  // Prepare divided by nranks (an fp16 average), so Finish does not
   float* rounding_;  // null, or where Hop and ReduceFinal write sum - rounded sum, at each element's offset
 };
 

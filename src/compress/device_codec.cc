@@ -108,13 +108,20 @@ class DeviceCastCodec : public KernelCodec {
   size_t HopBytes(size_t, size_t len) const override { return 2 * len; }
   size_t GatherBytes(size_t, size_t len) const override { return 2 * len; }
 
+  // An fp16 average divides each rank's input by nranks first, as the host codec (compress/cast16.cc) does.
+  void PipelinePrepareAndFinish(bool average) override { divideFirst_ = average && wire_ == ccFloat16; }
+
   void Prepare(const float* input, float* work, size_t count, std::vector<float>* meta) override {
     meta->clear();
     CopyInput(input, work, count);
+    if (divideFirst_ && count > 0) {
+      CheckLaunch(gpu::Scale(work, count, static_cast<float>(nranks_), true, st_->stream()));
+    }
   }
 
   void Finish(float* work, size_t count, bool average) override {
-    if (average) CheckLaunch(gpu::Scale(work, count, static_cast<float>(nranks_), true, st_->stream()));
+    if (!average || divideFirst_) return;
+    CheckLaunch(gpu::Scale(work, count, static_cast<float>(nranks_), true, st_->stream()));
   }
 
  protected:
@@ -130,6 +137,7 @@ class DeviceCastCodec : public KernelCodec {
  private:
   const ccDataType_t wire_;
   const int nranks_;
+  bool divideFirst_ = false;
   float* const lost_;  // null, or device memory: what each encode rounds away, at the element's offset
 };
 
