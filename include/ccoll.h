@@ -298,7 +298,9 @@ CC_API ccResult_t ccCommDestroy(ccComm_t comm);
  * abort: thread ranks of one process, and UCX endpoints with peer failure handling (between hosts, or
  * CC_UCX_ERR_MODE=peer); elsewhere (UCX within one host by default) the abort looks like a silent peer, and their
  * waiting calls return ccTimeout within their timeout. Safe to call from another thread while a collective on comm
- * is blocked. NULL is accepted and ignored.
+ * is blocked, or while another thread destroys or aborts comm: one of them frees it, and the other returns
+ * ccInvalidArgument. An abort of a non-blocking init in progress: the init gives up, or, where it finishes anyway,
+ * its peers are told as above. NULL is accepted and ignored.
  */
 CC_API ccResult_t ccCommAbort(ccComm_t comm);
 

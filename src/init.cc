@@ -29,10 +29,16 @@ using ccoll::Guarded;
 
 namespace {
 
-void DeleteComm(ccComm* comm) {
-  ccoll::UnregisterComm(comm);
+// Frees comm once no call is inside it and its init has ended. False where another thread's destroy or abort of comm
+// got there first (that thread frees it; comm must not be touched). `abortReason`: an abort whose transports were
+// not aborted yet because a non-blocking init still owned them; if the init got as far as making them, they are
+// aborted now, so that the peers fail at once instead of waiting for this rank until their timeout.
+bool DeleteComm(ccComm* comm, const char* abortReason = nullptr) {
+  if (!ccoll::UnregisterComm(comm)) return false;
   if (comm->initThread.joinable()) comm->initThread.join();
+  if (abortReason != nullptr) comm->Abort(abortReason);
   delete comm;
+  return true;
 }
 
 // Makes the unique id of a rank that was not given one (ccCommInitFromEnv: CC_ROOT's lookup, and rank 0's root), as
@@ -329,7 +335,10 @@ CC_API ccResult_t ccCommDestroy(ccComm_t comm) {
       // out) for nothing.
       if (comm->asyncError.load() == ccInProgress) comm->aborting = true;
     }
-    DeleteComm(comm);
+    if (!DeleteComm(comm)) {
+      return Fail(ccInvalidArgument, "ccCommDestroy: comm %p was destroyed or aborted by another thread meanwhile",
+                  static_cast<void*>(comm));
+    }
     return ccSuccess;
   });
 }
@@ -337,18 +346,23 @@ CC_API ccResult_t ccCommDestroy(ccComm_t comm) {
 CC_API ccResult_t ccCommAbort(ccComm_t comm) {
   return Guarded("ccCommAbort", [&] {
     if (comm == nullptr) return ccSuccess;
+    std::string reason;
+    bool initRunning = false;
     {
       ccoll::CommUse use(comm);
       if (!use.ok()) {
         return Fail(ccInvalidArgument, "ccCommAbort: comm %p is not a live communicator", static_cast<void*>(comm));
       }
+      reason = "rank " + std::to_string(comm->rank) + " aborted the communicator";
       comm->aborting = true;  // a running non-blocking init gives up within ~50 ms
-      if (comm->asyncError.load() != ccInProgress) {  // a running init owns the transports until it ends
-        std::string reason = "rank " + std::to_string(comm->rank) + " aborted the communicator";
-        comm->Abort(reason.c_str());
-      }
+      initRunning = comm->asyncError.load() == ccInProgress;
+      if (!initRunning) comm->Abort(reason.c_str());  // a running init owns the transports until it ends
     }
-    DeleteComm(comm);  // waits for the calls the abort woke up to leave
+    // Waits for the calls the abort woke up to leave, and for a running init, which may have finished after all.
+    if (!DeleteComm(comm, initRunning ? reason.c_str() : nullptr)) {
+      return Fail(ccInvalidArgument, "ccCommAbort: comm %p was destroyed or aborted by another thread meanwhile",
+                  static_cast<void*>(comm));
+    }
     return ccSuccess;
   });
 }

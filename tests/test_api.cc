@@ -1364,6 +1364,92 @@ TEST_CASE("ccCommAbort from another thread unblocks a rank waiting in ccAllReduc
   CHECK(abortSeconds < 5.0);
 }
 
+TEST_CASE("ccCommAbort and ccCommDestroy of one communicator from two threads free it once", "[api][abort]") {
+  // A watchdog aborts rank 0 while its thread waits in ccAllReduce (rank 1 never calls); that thread then destroys
+  // rank 0, not knowing. Or both come at once. Whichever frees it, the other gets ccInvalidArgument: both used to
+  // pass the liveness check and free it twice (a double free in 5 of 6 runs).
+  const bool atOnce = GENERATE(false, true);
+  CAPTURE(atOnce);
+  for (int i = 0; i < 40; ++i) {
+    INFO("round " << i);
+    Group g = Group::InitConfig(2, cctest::MakeConfig(ccAlgoRing, 60000));
+    REQUIRE(g.status == ccSuccess);
+    ccComm_t rank0 = g[0];
+    g.comms[0] = nullptr;  // freed below, by one of the two
+    std::atomic<int> ready{0};
+    ccResult_t callRc = ccSuccess, destroyRc = ccSuccess, abortRc = ccSuccess;
+    std::thread owner([&] {
+      if (!atOnce) {
+        std::vector<float> x(16, 1.0f);
+        ++ready;
+        callRc = ccAllReduce(x.data(), x.data(), x.size(), ccFloat32, ccSum, nullptr, rank0, nullptr);
+      } else {
+        ++ready;
+        while (ready.load() < 2) std::this_thread::yield();
+      }
+      destroyRc = ccCommDestroy(rank0);
+    });
+    std::thread watchdog([&] {
+      ++ready;
+      while (ready.load() < 2) std::this_thread::yield();
+      if (!atOnce) std::this_thread::sleep_for(std::chrono::microseconds(50 * (i % 20)));
+      abortRc = ccCommAbort(rank0);
+    });
+    owner.join();
+    watchdog.join();
+    if (!atOnce) CHECK(callRc != ccSuccess);
+    CHECK(((destroyRc == ccSuccess) != (abortRc == ccSuccess)));
+    CHECK((destroyRc == ccInvalidArgument || abortRc == ccInvalidArgument));
+  }
+}
+
+TEST_CASE("an abort of a non-blocking init that the bootstrap already answered fails the peers' calls at once",
+          "[api][abort][config]") {
+  // Rank 0 aborts its non-blocking init 0-2 ms after starting it, sometimes after the root answered the group. Rank
+  // 1's init then succeeded, and its first call waited for rank 0 until its timeout (30 of 40 runs): now rank 0's
+  // failed init aborts the thread ranks' local group, or the abort aborts the transports of an init that finished.
+  const int timeoutMs = cctest::ScaledMs(3000);
+  int calls = 0;
+  for (int i = 0; i < 40; ++i) {
+    INFO("round " << i);
+    ccUniqueId id;
+    REQUIRE(ccGetUniqueId(&id) == ccSuccess);
+    ccConfig_t config = CC_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.timeoutMs = timeoutMs;
+    RankResult call;
+    bool initOk = false;
+    double seconds = 0;
+    std::thread rank1([&] {
+      ccComm_t c = nullptr;
+      if (ccCommInitRankConfig(&c, 2, id, 1, &config) != ccInProgress) return;
+      ccResult_t state = ccInProgress;
+      while (state == ccInProgress) {
+        if (ccCommGetAsyncError(c, &state) != ccSuccess) break;
+      }
+      initOk = state == ccSuccess;
+      if (initOk) {
+        std::vector<float> x(16, 1.0f);
+        auto start = std::chrono::steady_clock::now();
+        call = Record(ccAllReduce(x.data(), x.data(), x.size(), ccFloat32, ccSum, nullptr, c, nullptr));
+        seconds = SecondsSince(start);
+      }
+      ccCommDestroy(c);
+    });
+    ccComm_t c0 = nullptr;
+    CHECK(ccCommInitRankConfig(&c0, 2, id, 0, &config) == ccInProgress);
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * (i % 40)));
+    CHECK(ccCommAbort(c0) == ccSuccess);
+    rank1.join();
+    if (!initOk) continue;  // the bootstrap told rank 1 (the abort came before the root answered)
+    ++calls;
+    INFO("rank 1's all-reduce: " << call.rc << " after " << seconds << " s: " << call.error);
+    CHECK(call.rc == ccRemoteError);
+    if (call.rc == ccTimeout) break;  // (each such round costs a timeout)
+  }
+  WARN(calls << " of 40 rounds reached rank 1's all-reduce");
+}
+
 TEST_CASE("a rank whose peer never calls times out with ccTimeout and names the peer", "[api][timeout]") {
   const ccAlgo_t algo = GENERATE(ccAlgoRing, ccAlgoTree);
   CAPTURE(algo);

@@ -254,14 +254,22 @@ ccResult_t CommSetup(ccComm* comm, const ccUniqueId& id) {
   std::unique_ptr<UcxTransport> ucx;  // (declared here: a failed init says why before its UCX teardown, which waits)
 #endif
   // An init that fails after joining tells the root why, and the root tells the ranks still in the bootstrap (they
-  // would otherwise hear only that this rank left, while the cause, a peer that died, is elsewhere).
+  // would otherwise hear only that this rank left, while the cause, a peer that died, is elsewhere). It also aborts
+  // the local group: a thread rank of this process whose bootstrap had already ended (an abort of this rank's
+  // non-blocking init can come after the root answered) fails its calls at once, instead of waiting for this rank
+  // until its timeout.
   struct LeaveOnFailure {
     BootstrapSession& session;
+    LocalTransport* local;
+    int rank;
     bool succeeded = false;
     ~LeaveOnFailure() {
-      if (!succeeded) session.Leave(LastError());
+      if (succeeded) return;
+      const std::string why = LastError();
+      session.Leave(why);
+      local->Abort(("rank " + std::to_string(rank) + "'s init failed: " + why).c_str());
     }
-  } leaveOnFailure{session};
+  } leaveOnFailure{session, local.get(), rank};
   RankInfo info{};
   std::memcpy(info.processToken, ProcessToken(), sizeof(info.processToken));
   info.pid = getpid();
@@ -565,12 +573,13 @@ int LiveCommsOnDevice(int device) {
   return n;
 }
 
-void UnregisterComm(ccComm* comm) {
+bool UnregisterComm(ccComm* comm) {
   {
     std::lock_guard<std::mutex> lock(gLiveMutex);
-    Live().erase(comm);
+    if (Live().erase(comm) == 0) return false;  // another thread's destroy or abort took it: comm may be gone
   }
   while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  return true;
 }
 
 bool AcquireComm(ccComm* comm) {

@@ -167,7 +167,9 @@ int LiveCommsOnDevice(int device);
 //     communicator's device's (the call runs with that device current).
 // ccSuccess otherwise.
 ccResult_t CheckDeviceCallStream(const ccComm* comm, ccStream_t stream, const char* fn);
-void UnregisterComm(ccComm* comm);
+// Takes comm out of the table and waits until no call is inside it. False where it was not in the table (another
+// thread's destroy or abort took it first): the caller must not touch comm, which that thread frees.
+bool UnregisterComm(ccComm* comm);
 bool AcquireComm(ccComm* comm);
 void ReleaseComm(ccComm* comm);
 
