@@ -7,7 +7,7 @@ import threading
 from . import _buffer, _group, _ints
 from ._library import CC_UNIQUE_ID_BYTES, DATATYPE_REFUSED, CommStats, UniqueId, lib, new_config
 from .compressor import Compressor
-from .errors import InvalidArgumentError, check
+from .errors import InvalidArgumentError, InvalidUsageError, check
 
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 ALGORITHMS = {"auto": 0, "ring": 1, "tree": 2}
@@ -123,9 +123,17 @@ class Communicator:
         anything with set(key, bytes) and a blocking get(key)): rank 0 makes the id and sets it, the others get it.
         Every rank must call from_store the same number of times with the same prefix: rank r's k-th call with a
         prefix uses the k-th key, also when ranks are threads of one process, and whatever wrapper of the store each
-        call gets."""
+        call gets. Groups made at the same time through one store (one per node, say) need a prefix each: where the
+        store has add(key, n) (torch's stores do), rank r claims its place under the key first, and a place taken
+        already (by a rank of another group with this prefix, or a store left from an earlier job) raises
+        InvalidUsageError instead of joining ranks of different groups."""
         rank = _ints.integer(rank, "rank")
         key = _store_key(store, prefix, rank)
+        if hasattr(store, "add") and int(store.add("%s/rank%d" % (key, rank), 1)) != 1:
+            raise InvalidUsageError(
+                "from_store: rank %d's place under the store key %s is taken already, by a rank of another group "
+                "made with prefix \"%s\" (or a store left from an earlier job): give each group that shares the store "
+                "a prefix of its own (prefix=\"%s/node3\", say)" % (rank, key, prefix, prefix))
         if rank == 0:
             uid = get_unique_id()
             store.set(key, uid)

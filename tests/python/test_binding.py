@@ -407,6 +407,14 @@ class _DictStore:
                 raise TimeoutError("key %s was never set" % key)
             return self._values[key]
 
+    def add(self, key, amount):
+        """torch's Store.add: the counter under key (0 if not set) plus amount, stored and returned."""
+        with self._cond:
+            value = int(self._values.get(key, b"0")) + amount
+            self._values[key] = str(value).encode()
+            self._cond.notify_all()
+            return value
+
 
 class _StoreView:
     """A new wrapper of the same store, as a framework may hand out for each call (a PrefixStore, a binding)."""
@@ -503,6 +511,36 @@ class TestThreadRanks(unittest.TestCase):
         # The count is per prefix and rank, not per store object: a second group through a new wrapper of the same
         # store must not read the first group's id.
         self._store_ranks(True)
+
+    def test_from_store_refuses_a_place_another_group_took(self):
+        # Two groups of processes, one per node, each calling from_store once with the default prefix, wrote and read
+        # one key: ranks of the two groups joined one another (wrong sums, no error) and the rest timed out. Here the
+        # other group's rank 1 has claimed its place under the key this call uses (this process's first with the
+        # prefix): the call raises at once, naming the remedy.
+        store, prefix = _DictStore(), "claimed-%d" % os.getpid()
+        self.assertEqual(store.add("%s/0/unique_id/rank1" % prefix, 1), 1)
+        start = time.monotonic()
+        with self.assertRaises(ccoll.InvalidUsageError) as caught:
+            ccoll.Communicator.from_store(store, 1, 2, prefix=prefix, timeout_ms=20000)
+        self.assertLess(time.monotonic() - start, 5.0)
+        self.assertIn("a prefix of its own", str(caught.exception))
+        self.assertIn("%s/0/unique_id" % prefix, str(caught.exception))
+
+    def test_from_store_groups_with_prefixes_of_their_own_share_a_store(self):
+        # Two 2-rank groups at once through one store, a prefix each: each group sums its own ranks.
+        store, results = _DictStore(), [None] * 4
+
+        def rank_main(i):
+            group, rank = divmod(i, 2)
+            try:
+                with ccoll.Communicator.from_store(store, rank, 2, prefix="node%d-%d" % (group, os.getpid()),
+                                                   timeout_ms=10000) as comm:
+                    results[i] = int(comm.all_reduce(np.array([i], np.int64))[0])
+            except BaseException as e:  # noqa: B902
+                results[i] = e
+
+        self._run_threads(4, rank_main)
+        self.assertEqual(results, [1, 1, 5, 5])
 
 
 if __name__ == "__main__":
