@@ -449,7 +449,8 @@ void PointToPointCase(ccComm_t comm) {
 //   than a slice (the payload follows as a message of its own, and is received, cut short or drained);
 // - 512 KiB sent, 8 bytes expected, and 8 bytes sent, 512 KiB expected: sliced, the 8-byte message and the length
 //   sent before the slices are payloads of different kinds (the length used to pass for the 8-byte message, and the
-//   slices for the next receives); unsliced, the header's length, and UCX's length;
+//   slices for the next receives), and the error names both sizes where the receiver got the length, or the
+//   receiver's size and that the sender's was at most a slice; unsliced, the header's length, and UCX's length;
 // - 64 KiB sent, 8 bytes expected (one message, also over tcp): UCX's truncation.
 // On a communicator of its own, which the failure ends; the sender, whose data left, gets success or a timeout,
 // never a hang.
@@ -503,9 +504,13 @@ void PointToPointMismatchCase(int seconds, size_t sendBytes, size_t recvBytes) {
       want = "rank 0 sent " + std::to_string(sendBytes) + " bytes but rank 1 expects " + std::to_string(recvBytes) +
              " bytes";
       end = want;
-    } else if (sliced && (sendBytes > slice || recvBytes > slice)) {
-      want = "rank 1 expected a point-to-point ";
+    } else if (sliced && sendBytes > slice) {  // the length of the slices met the receive of one message
+      want = "rank 0 sent " + std::to_string(sendBytes) + " bytes (in slices) but rank 1 expects " +
+             std::to_string(recvBytes) + " bytes";
       end = "a ccSend and its ccRecv differ in size";
+    } else if (sliced && recvBytes > slice) {  // one message met the receive of the slices' length
+      want = "rank 1 expects " + std::to_string(recvBytes) + " bytes from rank 0, more than a slice";
+      end = "but rank 0 sent a message of at most a slice";
     } else {
       // A payload longer than a slice travels apart from its header, which says how long it is.
       const bool told = sendBytes <= recvBytes || sendBytes > ccoll::SplitBytesFor(slice);

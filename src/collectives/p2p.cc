@@ -80,7 +80,14 @@ ccResult_t RunPointToPoint(ccComm* comm, const std::vector<PointToPoint>& ops) {
   }
   for (size_t i = 0; i < ops.size(); ++i) {  // the lengths first: a receive of another length fails at once
     if (lengthReqs[i] == nullptr) continue;  // not sliced
-    CC_CHECK(lengthIo.Wait(&lengthReqs[i]));
+    const ccResult_t got = lengthIo.Wait(&lengthReqs[i]);
+    if (got == ccInvalidUsage && !ops[i].send) {
+      // Where the two sizes fall on the two sides of a slice, the sender's unsliced message met this length's receive.
+      return Fail(ccInvalidUsage, "rank %d expects %zu bytes from rank %d, more than a slice (CC_SLICE_BYTES, %zu), "
+                  "but rank %d sent a message of at most a slice: a ccSend and its ccRecv differ in size",
+                  comm->rank, ops[i].bytes, ops[i].peer, slice, ops[i].peer);
+    }
+    CC_CHECK(got);
     if (!ops[i].send && lengths[i] != ops[i].bytes) {
       return Fail(ccInvalidUsage, "rank %d sent %llu bytes but rank %d expects %zu bytes (a point-to-point message): "
                   "a ccSend and its ccRecv differ in size", ops[i].peer, static_cast<unsigned long long>(lengths[i]),
