@@ -101,9 +101,10 @@ typedef enum {
 } ccDataType_t;
 
 /** A datatype that no call takes, for a caller that refuses a call after checks of its own (a language binding): a
- *  collective, ccSend or ccRecv given it fails with ccInvalidArgument on this rank, saying the caller refused it, and,
- *  with the call check (CC_CHECK_CALLS=1, the default), its peers fail at once with ccInvalidUsage naming this rank
- *  instead of waiting for it until the timeout. The Python binding refuses calls so. */
+ *  collective, ccSend or ccRecv given it fails with ccInvalidArgument on this rank, saying the caller refused it. A
+ *  refused collective's peers, with the call check (CC_CHECK_CALLS=1, the default), fail at once with ccInvalidUsage
+ *  naming this rank instead of waiting for it until the timeout; sends and receives have no call check, so a refused
+ *  ccSend's or ccRecv's peer waits for it until its timeout, as in NCCL. The Python binding refuses calls so. */
 #define CC_DATATYPE_REFUSED ((ccDataType_t)-1)
 
 /**
