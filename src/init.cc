@@ -35,6 +35,7 @@ namespace {
 // aborted now, so that the peers fail at once instead of waiting for this rank until their timeout.
 bool DeleteComm(ccComm* comm, const char* abortReason = nullptr) {
   if (!ccoll::UnregisterComm(comm)) return false;
+  comm->rootStop->store(true);
   if (comm->initThread.joinable()) comm->initThread.join();
   if (abortReason != nullptr) comm->Abort(abortReason);
   delete comm;
@@ -42,14 +43,16 @@ bool DeleteComm(ccComm* comm, const char* abortReason = nullptr) {
 }
 
 // Makes the unique id of a rank that was not given one (ccCommInitFromEnv: CC_ROOT's lookup, and rank 0's root), as
-// the first step of its init; it gives up when *cancel becomes true (ccCommAbort of a non-blocking init).
-using MakeId = std::function<ccResult_t(const std::atomic<bool>* cancel, ccUniqueId* id)>;
+// the first step of its init; it gives up when *cancel becomes true (ccCommAbort of a non-blocking init), and a root
+// it starts stops once *rootStop does (the communicator is freed).
+using MakeId = std::function<ccResult_t(const std::atomic<bool>* cancel, std::shared_ptr<std::atomic<bool>> rootStop,
+                                        ccUniqueId* id)>;
 
 // The id (made first where `make` is given), CommSetup, then what a new communicator's device needs
 // (collectives/device_prepare.h).
 ccResult_t Setup(ccComm* comm, ccUniqueId id, const MakeId& make) {
   if (make) {
-    CC_CHECK(make(&comm->aborting, &id));
+    CC_CHECK(make(&comm->aborting, comm->rootStop, &id));
     ccoll::UniqueIdContent content;
     CC_CHECK(ccoll::BootstrapParseId(id, &content));
   }
@@ -218,8 +221,9 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
             source.empty() ? "nothing (zeros)" : source.c_str());
     const int timeoutMs = cfg.timeoutMs;
     const bool isRoot = rank == 0;
-    MakeId make = [content, root, timeoutMs, isRoot, hasName = !name.empty()](const std::atomic<bool>* cancel,
-                                                                              ccUniqueId* id) mutable {
+    MakeId make = [content, root, timeoutMs, isRoot, hasName = !name.empty()](
+                      const std::atomic<bool>* cancel, std::shared_ptr<std::atomic<bool>> rootStop,
+                      ccUniqueId* id) mutable {
       if (hasName) {
         const ccResult_t found = ccoll::ParseSocketAddress(root, timeoutMs, &content.root, cancel);
         if (found != ccSuccess) {
@@ -227,7 +231,7 @@ CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config) {
           return found;
         }
       }
-      if (isRoot) return ccoll::BootstrapStartRoot(&content.root, content.secret, timeoutMs, id);
+      if (isRoot) return ccoll::BootstrapStartRoot(&content.root, content.secret, timeoutMs, id, std::move(rootStop));
       std::memset(id, 0, sizeof(*id));
       std::memcpy(id->internal, &content, sizeof(content));
       return ccSuccess;

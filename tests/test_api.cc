@@ -2143,6 +2143,51 @@ TEST_CASE("two jobs given one CC_ROOT stay apart: a rank of the other job is tur
   CHECK(Contains(one, "SLURM_JOB_ID names this job, so a rank of another job given the same CC_ROOT"));
 }
 
+// Rank 0 of ccCommInitFromEnv (CC_ROOT, CC_NRANKS=2; rank 1 never comes) aborts its non-blocking init after 300 ms,
+// then tries to listen on CC_ROOT's port for up to 2 s, as a retry of the init would.
+TEST_CASE("root_abort_child: rank 0 aborts its non-blocking init then listens on CC_ROOT", "[.][root_abort_child]") {
+  ccConfig_t config = CC_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ccComm_t comm = nullptr;
+  REQUIRE(ccCommInitFromEnv(&comm, &config) == ccInProgress);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(ccCommAbort(comm) == ccSuccess);
+  ccoll::SocketAddress addr{};
+  std::string name;
+  REQUIRE(ccoll::SplitSocketAddress(std::getenv("CC_ROOT"), &addr, &name) == ccSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  bool listened = false;
+  while (!listened && SecondsSince(start) < 2.0) {
+    int fd = -1;
+    listened = ccoll::Listen(&addr, &fd) == ccSuccess;
+    if (listened) {
+      ccoll::CloseFd(fd);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (listened) {
+    std::printf("port free after %.2f s\n", SecondsSince(start));
+  } else {
+    std::printf("port held: %s\n", ccGetLastError(nullptr));
+  }
+}
+
+TEST_CASE("an abort of ccCommInitFromEnv's rank 0 frees CC_ROOT's port for a retry", "[api][init][abort]") {
+  // Rank 0's init starts the bootstrap root on CC_ROOT; it used to keep listening there until its timeout (30 s
+  // here) after the abort, so that a retry of the init failed with "Address already in use" (a review helper's run).
+  const int port = FreeLoopbackPort();
+  bool died = true;
+  const std::string out = cctest::RunHiddenCase(
+      "root_abort_child: rank 0 aborts its non-blocking init then listens on CC_ROOT",
+      std::string(kWithoutJobIdentity) + "CC_ROOT=127.0.0.1:" + std::to_string(port) +
+          " CC_NRANKS=2 CC_RANK=0 CC_SECRET=x CC_TIMEOUT_MS=30000 timeout 60",
+      &died);
+  INFO(out);
+  CHECK(!died);
+  CHECK(Contains(out, "port free after"));
+}
+
 // CC_ROOT's form is checked before ccCommInitFromEnv returns, also with a non-blocking config (a host name's lookup
 // runs after it returns, as init's first step), and such a config forms the group.
 TEST_CASE("ccCommInitFromEnv refuses a CC_ROOT that is not host:port at once, also without blocking", "[api][init]") {

@@ -86,8 +86,9 @@ class Root {
  public:
   // listenFd < 0: no listener; the root serves the connections in `open` only and returns once each was dropped or
   // joined (BootstrapServeConnections).
-  Root(int listenFd, const uint8_t* secret, int timeoutMs, std::vector<int> open = {})
-      : listenFd_(listenFd), timeoutMs_(timeoutMs), open_(std::move(open)) {
+  Root(int listenFd, const uint8_t* secret, int timeoutMs, std::vector<int> open = {},
+       std::shared_ptr<std::atomic<bool>> stop = nullptr)
+      : listenFd_(listenFd), timeoutMs_(timeoutMs), open_(std::move(open)), stop_(std::move(stop)) {
     std::memcpy(secret_, secret, kSecretBytes);
   }
   void Run();
@@ -112,6 +113,8 @@ class Root {
   int timeoutMs_;
   Deadline end_{};  // when the root stops waiting for ranks to join
   std::vector<int> open_;
+  std::shared_ptr<std::atomic<bool>> stop_;  // BootstrapStartRoot's `stop`
+  bool stopped_ = false;                     // it stopped the wait for ranks
   uint8_t secret_[kSecretBytes];
   int nranks_ = -1;
   std::vector<int> rankFd_;
@@ -334,11 +337,15 @@ void Root::ReplyMissing() {
   if (count > 16) missing += ", ...";
   std::string text = "rank" + std::string(count > 1 ? "s " : " ") + missing + " of " + std::to_string(nranks_) +
                      " did not join within " + std::to_string(timeoutMs_) + " ms";
+  if (stopped_) {
+    text = "the root's rank gave up its init (ccCommAbort or ccCommDestroy) before rank" +
+           std::string(count > 1 ? "s " : " ") + missing + " of " + std::to_string(nranks_) + " joined";
+  }
   for (size_t i = 0; i < turnedAway_.size(); ++i) text += (i == 0 ? "; turned away: " : ", ") + turnedAway_[i];
   if (!acceptError_.empty()) text += "; the root could not accept connections for a while: " + acceptError_;
   text.resize(std::min<size_t>(text.size(), kMaxReplyText));
-  ReplyHeader fail{kBootstrapMagic, static_cast<uint32_t>(ccTimeout), nranks_, static_cast<uint32_t>(text.size()),
-                   kNotTurnedAway, 0};
+  const auto status = static_cast<uint32_t>(stopped_ ? ccRemoteError : ccTimeout);
+  ReplyHeader fail{kBootstrapMagic, status, nranks_, static_cast<uint32_t>(text.size()), kNotTurnedAway, 0};
   Deadline deadline = DeadlineIn(1000);
   for (int r = 0; r < nranks_; ++r) {
     if (rankFd_[r] < 0) continue;
@@ -416,6 +423,11 @@ void Root::Run() {
       break;
     }
     if (listenFd_ < 0 && pending.empty()) break;  // nothing more can arrive
+    if (stop_ && stop_->load()) {
+      CC_INFO(kLogBoot, "bootstrap root: its rank gave up its init, with %d of %d ranks joined", joined_, nranks_);
+      stopped_ = true;
+      break;
+    }
     fds.clear();
     // While accepting fails for want of resources, the connection stays queued and the listener readable: the
     // listener rests out of the poll for 100 ms at a time (poll ignores a negative fd) rather than spin on it.
@@ -504,7 +516,8 @@ ccResult_t RandomBytes(void* out, size_t bytes) {
   return ccSuccess;
 }
 
-ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, int timeoutMs, ccUniqueId* id) {
+ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, int timeoutMs, ccUniqueId* id,
+                              std::shared_ptr<std::atomic<bool>> stop) {
   UniqueIdContent content{};
   content.magic = kUniqueIdMagic;
   content.version = kBootstrapVersion;
@@ -521,7 +534,7 @@ ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, 
   int fd = -1;
   CC_CHECK(Listen(&content.root, &fd));
   try {
-    auto root = std::make_shared<Root>(fd, content.secret, timeoutMs);
+    auto root = std::make_shared<Root>(fd, content.secret, timeoutMs, std::vector<int>{}, std::move(stop));
     std::thread([root] { root->Run(); }).detach();
   } catch (const std::exception& e) {
     CloseFd(fd);

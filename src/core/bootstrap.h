@@ -4,7 +4,9 @@
 // secret, are dropped without disturbing the job.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,8 +35,11 @@ static_assert(sizeof(UniqueIdContent) <= CC_UNIQUE_ID_BYTES, "unique id too smal
 ccResult_t RandomBytes(void* out, size_t bytes);
 
 // Starts a root listener thread on an address chosen by CC_SOCKET_IFNAME (or `root` when given, for CC_ROOT
-// launches) and writes the id. The thread ends once all ranks have been answered or after `timeoutMs`.
-ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, int timeoutMs, ccUniqueId* id);
+// launches) and writes the id. The thread ends once all ranks have been answered or after `timeoutMs`, or, while
+// ranks have still to join, within 100 ms of `*stop` becoming true (when given: its owner gave up), telling the ranks
+// that joined and closing its port.
+ccResult_t BootstrapStartRoot(const SocketAddress* root, const uint8_t* secret, int timeoutMs, ccUniqueId* id,
+                              std::shared_ptr<std::atomic<bool>> stop = nullptr);
 
 // The root's side of the protocol (what the listener thread runs) over connections that are already open instead of
 // a listener: hellos, rounds and replies, until each connection was dropped or joined and the rounds ended. Takes

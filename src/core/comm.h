@@ -106,6 +106,9 @@ struct ccComm {
   // alike): nothing moved, so the ranks are still in step, and this rank's later calls, refused, still join the check.
   std::atomic<bool> failedInStep{false};
   std::atomic<bool> aborting{false};  // set by ccCommAbort: a running non-blocking init gives up
+  // Set when the communicator is freed: a bootstrap root its init started (ccCommInitFromEnv's rank 0) stops waiting
+  // for ranks and frees CC_ROOT's port, for a retry, instead of holding it until its timeout.
+  std::shared_ptr<std::atomic<bool>> rootStop = std::make_shared<std::atomic<bool>>(false);
   std::thread initThread;
   std::atomic<int> activeCalls{0};
 
