@@ -617,7 +617,9 @@ CC_API ccResult_t ccCompressorCreate(ccCompressor_t* comp, ccCompressorKind_t ki
 CC_API ccResult_t ccCompressorCreateFromString(ccCompressor_t* comp, const char* spec);
 
 /** Sets one parameter. Out-of-range values and parameters that do not apply to the kind are ccInvalidArgument.
-    Changing a parameter after the first ccAllReduce resets the compressor's state (error feedback, counter). */
+    Changing a parameter after the first ccAllReduce resets the compressor's state (error feedback, counter). While a
+    call on another thread uses the compressor, this (as ccCompressorSetShapes and ccCompressorDestroy) is
+    ccInvalidUsage and changes nothing; a call that comes while a change runs is refused the same way. */
 CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t param, int64_t value);
 
 /**

@@ -135,6 +135,12 @@ class CompressorUse {
     }
     std::unique_lock<std::mutex> lock(comp->useMutex);
     --comp->taking;  // from here on the lock, then the use, keeps it
+    if (comp->changing) {
+      return Fail(ccInvalidUsage,
+                  "%s: the compressor's parameters or shapes are being changed by another thread "
+                  "(ccCompressorSetParam, ccCompressorSetShapes) on rank %d",
+                  fn, comm->rank);
+    }
     if (comp->uses > 0 && comp->user != comm && comp->queuedUses == comp->uses) {
       ++comp->taking;  // waiting (without the lock) still counts
       comp->useFreed.wait_for(lock, std::chrono::milliseconds(comm->config.timeoutMs),

@@ -40,6 +40,28 @@ bool PinLiveCompressor(ccCompressor* c) {
   return true;
 }
 
+ccResult_t ChangeCompressor(ccCompressor* c, const char* fn, const std::function<void()>& change) {
+  {
+    std::lock_guard<std::mutex> lock(gLiveMutex);
+    if (Live().count(c) == 0) {
+      return Fail(ccInvalidArgument, "%s: comp %p is not a live compressor", fn, static_cast<void*>(c));
+    }
+    std::lock_guard<std::mutex> use(c->useMutex);
+    if (c->uses > c->queuedUses || c->taking > 0 || c->changing) {
+      return Fail(ccInvalidUsage,
+                  "%s: compressor %p is in use by a call running on another thread (or being changed "
+                  "by one); change it once that call has returned",
+                  fn, static_cast<void*>(c));
+    }
+    c->changing = true;
+  }
+  c->WaitIdle();  // device calls queued with it read its parameters and state until they have run
+  change();
+  std::lock_guard<std::mutex> use(c->useMutex);
+  c->changing = false;
+  return ccSuccess;
+}
+
 ccResult_t NewCompressor(int kind, ccCompressor** out) {
   unsigned bit = KindBit(kind);
   if (bit == 0) {
@@ -63,7 +85,7 @@ ccResult_t NewCompressor(int kind, ccCompressor** out) {
   return ccSuccess;
 }
 
-ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const char* fn) {
+ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const char* fn, bool live) {
   const CompressorParamInfo* info = FindParam(param);
   if (info == nullptr) {
     return Fail(ccInvalidArgument, "%s: parameter %d is not a ccCompressorParam_t", fn, param);
@@ -87,9 +109,13 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
     return Fail(ccInvalidArgument, "%s: %s %lld is %s (%s)", fn, info->name, static_cast<long long>(value),
                 problem.c_str(), ParamValueForms(c->kind, *info).c_str());
   }
-  if (c->values[info->param] == value) return ccSuccess;  // unchanged: the state stays (ranks stay in step)
-  c->values[info->param] = value;
-  c->ResetState();
+  auto change = [&] {
+    if (c->values[info->param] == value) return;  // unchanged: the state stays (ranks stay in step)
+    c->values[info->param] = value;
+    c->ResetState();
+  };
+  if (live) return ChangeCompressor(c, fn, change);
+  change();  // a compressor being made, which no other thread knows yet
   return ccSuccess;
 }
 
@@ -152,7 +178,7 @@ ccResult_t ParseCompressorSpec(const char* spec, ccCompressor** out) {
                     problem.c_str(), ParamValueForms(kind, *info).c_str());
       }
       const std::string where = std::string(fn) + ": \"" + spec + "\"";
-      CC_CHECK(SetCompressorParam(c, info->param, value, where.c_str()));
+      CC_CHECK(SetCompressorParam(c, info->param, value, where.c_str(), false));
       pos = comma + 1;
     }
   }
@@ -206,7 +232,7 @@ CC_API ccResult_t ccCompressorSetParam(ccCompressor_t comp, ccCompressorParam_t 
       return Fail(ccInvalidArgument, "ccCompressorSetParam: comp %p is not a live compressor",
                   static_cast<void*>(comp));
     }
-    return ccoll::SetCompressorParam(comp, ccoll::RawEnum(param), value, "ccCompressorSetParam");
+    return ccoll::SetCompressorParam(comp, ccoll::RawEnum(param), value, "ccCompressorSetParam", true);
   });
 }
 
@@ -233,9 +259,10 @@ CC_API ccResult_t ccCompressorSetShapes(ccCompressor_t comp, int ntensors, const
       shapes[i].rows = rows[i];
       shapes[i].cols = cols[i];
     }
-    comp->shapes = std::move(shapes);
-    comp->ResetState();
-    return ccSuccess;
+    return ccoll::ChangeCompressor(comp, "ccCompressorSetShapes", [&] {
+      comp->shapes = std::move(shapes);
+      comp->ResetState();
+    });
   });
 }
 
@@ -300,7 +327,7 @@ CC_API ccResult_t ccCompressorDestroy(ccCompressor_t comp) {
         // A call running with it (on another thread) keeps it: freeing it under the call would corrupt that call.
         // Only device calls queued on a proxy may hold it; those are waited for below.
         std::lock_guard<std::mutex> use(comp->useMutex);
-        if (comp->uses > comp->queuedUses || comp->taking > 0) {
+        if (comp->uses > comp->queuedUses || comp->taking > 0 || comp->changing) {
           return Fail(ccInvalidUsage, "ccCompressorDestroy: compressor %p is in use by a call running on another "
                       "thread; destroy it once that call has returned", static_cast<void*>(comp));
         }

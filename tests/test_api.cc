@@ -1806,11 +1806,22 @@ TEST_CASE("a compressor is one rank's: another rank's call with it at the same t
 
 // ccCompressorDestroy while a host call on another thread uses the compressor used to free it under the call (which
 // then read freed memory). Now the destroy is refused and the call finishes.
-TEST_CASE("ccCompressorDestroy of a compressor that a running call uses is ccInvalidUsage, and the call finishes",
-          "[api][compressor]") {
+TEST_CASE(
+    "ccCompressorDestroy or a change of a compressor that a running call uses is ccInvalidUsage and the call "
+    "finishes",
+    "[api][compressor]") {
+  // ccCompressorSetParam and ccCompressorSetShapes used to go ahead: they freed the error-feedback memory or Q under
+  // the call (a crash in 3 of 3 runs of a review's test) or changed the seed in mid-call (ranks that differ).
+  const std::string change = GENERATE(std::string("destroy"), std::string("setparam"), std::string("setshapes"));
+  CAPTURE(change);
   const size_t count = 4096;
+  const bool lowRank = change == "setshapes";
+#ifndef CCOLL_HAVE_LOWRANK
+  if (lowRank) return;  // built without a BLAS: no powersgd
+#endif
+  const char* spec = lowRank ? "powersgd:rank=2,rows=64,cols=64" : "topk:density=0.5,chunk=64";
   ccCompressor_t comp[2] = {nullptr, nullptr};
-  for (auto& c : comp) REQUIRE(ccCompressorCreateFromString(&c, "topk:density=0.5,chunk=64") == ccSuccess);
+  for (auto& c : comp) REQUIRE(ccCompressorCreateFromString(&c, spec) == ccSuccess);
   Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 60000));
   REQUIRE(g.status == ccSuccess);
   std::vector<std::vector<float>> outs(2, std::vector<float>(count, -7.0f));
@@ -1823,7 +1834,10 @@ TEST_CASE("ccCompressorDestroy of a compressor that a running call uses is ccInv
     // Rank 0 is then inside its call (it takes the compressor at once), waiting for rank 1, which calls only after
     // this attempt.
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(300 * cctest::TimeScale())));
-    destroyRc = ccCompressorDestroy(comp[0]);
+    const int64_t rows[1] = {32}, cols[1] = {128};
+    destroyRc = change == "destroy"    ? ccCompressorDestroy(comp[0])
+                : change == "setparam" ? ccCompressorSetParam(comp[0], ccParamSeed, 777)
+                                       : ccCompressorSetShapes(comp[0], 1, rows, cols);
     destroyError = ccGetLastError(nullptr);
     destroyTried = true;
   });
@@ -1845,7 +1859,13 @@ TEST_CASE("ccCompressorDestroy of a compressor that a running call uses is ccInv
   CHECK(results[1].rc == ccSuccess);
   CHECK(FirstDifference(outs[0], outs[1]) == "");
   CHECK(outs[0][0] != -7.0f);
-  CHECK(ccCompressorDestroy(comp[0]) == ccSuccess);  // once the call has returned
+  if (change == "setparam") {  // once the call has returned
+    CHECK(ccCompressorSetParam(comp[0], ccParamSeed, 777) == ccSuccess);
+    int64_t seed = 0;
+    CHECK(ccCompressorGetParam(comp[0], ccParamSeed, &seed) == ccSuccess);
+    CHECK(seed == 777);
+  }
+  CHECK(ccCompressorDestroy(comp[0]) == ccSuccess);
   CHECK(ccCompressorDestroy(comp[1]) == ccSuccess);
 }
 

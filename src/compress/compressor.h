@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -107,6 +108,7 @@ struct ccCompressor {
   int uses = 0;
   int queuedUses = 0;  // of them, device calls queued on the communicator's proxy
   int taking = 0;      // calls found live and not yet done taking a use (PinLiveCompressor)
+  bool changing = false;  // ccCompressorSetParam or ccCompressorSetShapes at work (ChangeCompressor): calls refused
 
   int64_t Get(ccCompressorParam_t p) const { return values.at(p); }
   // Waits until no queued device call uses this compressor any more.
@@ -145,6 +147,12 @@ bool IsLiveCompressor(ccCompressor* c);
 // IsLiveCompressor, and when true also raises c->taking, in one step under the live set's lock: ccCompressorDestroy
 // then refuses c (in use) until the caller, holding c->useMutex, lowers it again.
 bool PinLiveCompressor(ccCompressor* c);
+
+// Runs `change` (new parameters or shapes, and the reset of the state they bring) on the live compressor c once no
+// queued device call uses it. Refused (ccInvalidUsage, naming `fn`) while a call on another thread holds c or is
+// taking it, or another change runs: a change under a call freed the state it was reading (a crash) or changed its
+// parameters on one rank in mid-call (ranks that differ). While it runs, calls and ccCompressorDestroy are refused.
+ccResult_t ChangeCompressor(ccCompressor* c, const char* fn, const std::function<void()>& change);
 
 // False, with the reason in *why, when c's parameters cannot run together: rounding=correlated outside the
 // homomorphic mode. (Each parameter on its own is checked when it is set.)
