@@ -472,7 +472,9 @@ CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, in
  * - A ccSend or ccRecv that fails its argument checks inside a group returns its error at once (on a communicator
  *   the group makes: at ccGroupEnd, where its checks run) and makes ccGroupEnd return it too, without issuing any
  *   call of the group. So does what ccGroupEnd refuses before anything moves (a communicator destroyed or failed
- *   since, mixed buffers or streams, a send to this rank without its receive). A
+ *   since, mixed buffers or streams, a send to this rank without its receive). The group's collectives are then
+ *   refused in the call check, so that the other ranks' calls of them fail at once (ccInvalidUsage, naming this
+ *   rank) and stay in step; the other ranks' matching sends and receives wait until their timeout. A
  *   collective's arguments are checked when ccGroupEnd makes it (a refusal reaches the other ranks through the call
  *   check, as outside a group). ccCommSplit inside a group is ccInvalidUsage. ccGroupEnd returns the first
  *   failure of the group's calls (with its sentence in ccGetLastError(NULL)); each communicator's failures are

@@ -573,7 +573,12 @@ ccResult_t Run(ccComm* comm, const Call& c) {
   const char* fn = KindName(c.kind);
   return ccoll::Guarded(fn, [&]() -> ccResult_t {
     if (ccoll::InGroup()) {  // made, with its checks, at ccGroupEnd
-      ccoll::GroupAddCall(comm, [comm, c] { return Run(comm, c); });
+      ccoll::GroupAddCall(
+          comm, [comm, c] { return Run(comm, c); },
+          [comm, c](ccResult_t refused) {
+            ccoll::CommUse use(comm);
+            return comm != nullptr && use.ok() ? Refuse(comm, c, refused) : refused;
+          });
       return ccSuccess;
     }
     ccoll::CommUse use(comm);

@@ -23,6 +23,7 @@ struct Batch {
   ccComm* comm = nullptr;
   std::vector<GroupedTransfer> transfers;
   std::vector<std::function<ccResult_t()>> calls;
+  std::vector<std::function<ccResult_t(ccResult_t)>> refusals;  // of the calls, one each (GroupAddCall)
 };
 
 struct GroupState {
@@ -64,13 +65,54 @@ Outcome RunBatch(const Batch& b) {
   return o;
 }
 
+// Runs work(i) for every batch: here for one, else on a thread each, so that the ranks of one process that this
+// thread drives do not wait for one another (a thread that cannot start leaves its batch to this thread, after).
+void ForEachBatch(size_t count, const std::function<void(size_t)>& work) {
+  std::vector<std::thread> threads;
+  std::vector<size_t> here;
+  for (size_t i = 0; i < count; ++i) {
+    if (count == 1) {
+      here.push_back(i);
+      continue;
+    }
+    try {
+      threads.emplace_back([&work, i] { work(i); });
+    } catch (const std::system_error&) {
+      here.push_back(i);
+    }
+  }
+  for (size_t i : here) work(i);
+  for (std::thread& t : threads) t.join();
+}
+
+// A group that issues nothing (r, its sentence in LastError): each collective it holds is refused in the call check,
+// so that the peers' calls of the same collectives fail at once, in step. Before, the peers' calls paired with this
+// rank's next calls, unrelated ones, and returned ccSuccess with data mixed from the two. (Its sends and receives
+// have no such check: their peers wait until their timeout, as in NCCL.) Restores r's sentence.
+void RefuseBatches(const std::vector<Batch>& batches, ccResult_t r) {
+  const std::string why = LastError();
+  ForEachBatch(batches.size(), [&](size_t i) {
+    for (const auto& refuse : batches[i].refusals) {
+      Guarded("ccGroupEnd", [&] {
+        SetLastError(why);  // the sentence a refusal records and tells (a thread of its own has none)
+        return refuse(r);
+      });
+    }
+  });
+  SetLastError(why);
+}
+
 }  // namespace
 
 bool InGroup() { return gGroup.depth > 0; }
 
 void GroupAddTransfer(ccComm* comm, const GroupedTransfer& t) { BatchOf(comm).transfers.push_back(t); }
 
-void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call) { BatchOf(comm).calls.push_back(std::move(call)); }
+void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call, std::function<ccResult_t(ccResult_t)> refuse) {
+  Batch& b = BatchOf(comm);
+  b.calls.push_back(std::move(call));
+  b.refusals.push_back(std::move(refuse));
+}
 
 void GroupAddInit(ccComm* comm, bool blocking) { gGroup.inits.emplace_back(comm, blocking); }
 
@@ -176,36 +218,24 @@ CC_API ccResult_t ccGroupEnd(void) {
     gGroup.failed = ccSuccess;
     gGroup.failure.clear();
     if (failed != ccSuccess) {
-      return ccoll::Fail(failed, "ccGroupEnd: a call of the group failed its checks, so none was issued (%s)",
-                         failure.c_str());
+      ccoll::Fail(failed, "ccGroupEnd: a call of the group failed its checks, so none was issued (%s)",
+                  failure.c_str());
+      ccoll::RefuseBatches(batches, failed);
+      return failed;
     }
     // What can be refused before anything moves is, for every communicator, before any of them starts.
     for (const ccoll::Batch& b : batches) {
       if (b.transfers.empty()) continue;
       const ccResult_t r = ccoll::CheckTransfers(b.comm, b.transfers);
       if (r != ccSuccess) {
-        return ccoll::Fail(r, "ccGroupEnd: refused, so no call of the group was issued: %s",
-                           ccoll::LastError().c_str());
+        ccoll::Fail(r, "ccGroupEnd: refused, so no call of the group was issued: %s", ccoll::LastError().c_str());
+        ccoll::RefuseBatches(batches, r);
+        return r;
       }
     }
-    // One communicator: its calls run here. Several: one thread each, so that the ranks of one process (driven by
-    // this thread) do not wait for one another. A thread that cannot start leaves its batch to this thread, after.
+    // One communicator: its calls run here. Several: one thread each.
     std::vector<ccoll::Outcome> outcomes(batches.size());
-    std::vector<std::thread> threads;
-    std::vector<size_t> inline_;
-    for (size_t i = 0; i < batches.size(); ++i) {
-      if (batches.size() == 1) {
-        inline_.push_back(i);
-        continue;
-      }
-      try {
-        threads.emplace_back([&batches, &outcomes, i] { outcomes[i] = ccoll::RunBatch(batches[i]); });
-      } catch (const std::system_error&) {
-        inline_.push_back(i);
-      }
-    }
-    for (size_t i : inline_) outcomes[i] = ccoll::RunBatch(batches[i]);
-    for (std::thread& t : threads) t.join();
+    ccoll::ForEachBatch(batches.size(), [&](size_t i) { outcomes[i] = ccoll::RunBatch(batches[i]); });
     for (const ccoll::Outcome& o : outcomes) {
       if (o.result != ccSuccess) {
         ccoll::SetLastError(o.error);

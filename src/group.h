@@ -22,8 +22,10 @@ struct GroupedTransfer {
 
 // Records a send or receive on comm.
 void GroupAddTransfer(ccComm* comm, const GroupedTransfer& t);
-// Records a collective call on comm; `call` runs it at ccGroupEnd (with its own checks then).
-void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call);
+// Records a collective call on comm; `call` runs it at ccGroupEnd (with its own checks then). Where ccGroupEnd issues
+// nothing (a send or receive of the group refused), `refuse` refuses it with that result instead, in the call check,
+// so that the peers' calls fail at once rather than pair with this rank's next ones.
+void GroupAddCall(ccComm* comm, std::function<ccResult_t()> call, std::function<ccResult_t(ccResult_t)> refuse);
 // A call of the group failed its checks with r (its sentence in LastError): ccGroupEnd returns r and issues nothing.
 void GroupFail(ccResult_t r);
 // A communicator whose init was called inside the group (NCCL's way of making several ranks from one thread): its

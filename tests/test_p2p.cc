@@ -321,6 +321,39 @@ TEST_CASE("a group with a refused call issues none of its calls", "[p2p][errors]
   REQUIRE(std::memcmp(self2, a, sizeof(a)) == 0);
 }
 
+TEST_CASE("a group refused on one rank refuses its collectives in the call check so the peers stay in step",
+          "[p2p][errors]") {
+  if (!cctest::CallCheckOn()) return;  // refusals travel in the call check
+  // Each rank drives its own group holding an all-reduce; rank 0's group also holds a refused send (a NULL buffer,
+  // refused as made, or a send to itself without its receive, refused at ccGroupEnd), so it issues nothing. Rank 1's
+  // all-reduce used to pair with rank 0's next all-reduce, an unrelated one: both returned ccSuccess with data mixed
+  // from the two calls, and rank 1's next call timed out.
+  const bool atGroupEnd = GENERATE(false, true);
+  CAPTURE(atGroupEnd);
+  Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 60000));
+  REQUIRE(g.status == ccSuccess);
+  std::vector<RankResult> grouped(2), next(2);
+  std::vector<std::vector<float>> d(2, std::vector<float>(4, -1.0f)), d2(2, std::vector<float>(4, -1.0f));
+  RunRanks(2, [&](int r) {
+    std::vector<float> s(4, r == 0 ? 1.0f : 10.0f), s2(4, r == 0 ? 1.0f : 100.0f);
+    REQUIRE(ccGroupStart() == ccSuccess);
+    ccAllReduce(s.data(), d[r].data(), 4, ccFloat32, ccSum, nullptr, g[r], nullptr);
+    if (r == 0) ccSend(atGroupEnd ? s.data() : nullptr, 4, ccFloat32, atGroupEnd ? 0 : 1, g[r], nullptr);
+    grouped[r] = Record(ccGroupEnd(), g[r]);
+    next[r] = Record(ccAllReduce(s2.data(), d2[r].data(), 4, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
+  });
+  INFO("rank 0's group: " << grouped[0].error << "; rank 1's: " << grouped[1].error);
+  CHECK(grouped[0].rc == (atGroupEnd ? ccInvalidUsage : ccInvalidArgument));
+  CHECK(grouped[1].rc == ccInvalidUsage);
+  CHECK(Contains(grouped[1].error, "rank 0 refused the call"));
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << "'s next all-reduce: " << next[r].error);
+    CHECK(d[r] == std::vector<float>(4, -1.0f));  // the refused all-reduce wrote nothing
+    CHECK(next[r].rc == ccSuccess);
+    CHECK(d2[r] == std::vector<float>(4, 101.0f));
+  }
+}
+
 TEST_CASE("a send and a receive of different sizes fail both ranks, and a missing peer is a timeout",
           "[p2p][errors]") {
   SECTION("a message of no elements is one of the matches") {
