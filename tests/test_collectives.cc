@@ -941,6 +941,23 @@ T CanonicalNaN() {
   return v;
 }
 
+// A NaN other than CanonicalNaN: negative, with a payload (and quiet, so that arithmetic keeps it a NaN), as T.
+template <typename T>
+T PayloadNaN() {
+  T v;
+  if constexpr (sizeof(T) == 8) {
+    const uint64_t bits = 0xfff8000000001234ull;
+    std::memcpy(&v, &bits, 8);
+  } else if constexpr (sizeof(T) == 4) {
+    const uint32_t bits = 0xffc01234u;
+    std::memcpy(&v, &bits, 4);
+  } else {
+    const uint16_t bits = std::is_same<T, F16>::value ? 0xfe01 : 0xffc1;
+    std::memcpy(&v, &bits, 2);
+  }
+  return v;
+}
+
 // IEEE 754-2019 maximum (or minimum) of the ranks' values at i: NaN if any is NaN, +0 above -0.
 template <typename T>
 T WantMaxMin(bool max, int nranks, size_t i) {
@@ -970,6 +987,9 @@ std::string RunNonFinite(const std::vector<ccComm_t>& comms, ccRedOp_t op, size_
   RunRanks(n, [&](int r) {
     std::vector<T> in(count);
     for (size_t i = 0; i < count; ++i) in[i] = EdgeInput<T>(r, n, i);
+    // Rank 0's NaN at position 0 carries a sign and a payload, which no result may keep where the type's rules
+    // write the one quiet NaN (also with one rank, whose result used to be a copy of its input).
+    if (r == 0) in[0] = PayloadNaN<T>();
     results[r] = Record(ccAllReduce(in.data(), out[r].data(), count, dtype, op, nullptr, comms[r], nullptr), comms[r]);
     // ccReduce runs a chain, not the ring or the tree: for max and min it must write the same bytes.
     if (maxMin) {
@@ -983,6 +1003,14 @@ std::string RunNonFinite(const std::vector<ccComm_t>& comms, ccRedOp_t op, size_
   for (int r = 1; r < n; ++r) {
     if (std::memcmp(out[r].data(), out[0].data(), count * sizeof(T)) != 0) {
       return "rank " + std::to_string(r) + " is not bitwise identical to rank 0";
+    }
+  }
+  if (sizeof(T) == 2) {  // 16-bit floats: every NaN result is the one quiet NaN (ccoll.h), whatever the op
+    const T canonical = CanonicalNaN<T>();
+    for (size_t i = 0; i < count; ++i) {
+      if (std::isnan(ToDouble(out[0][i])) && std::memcmp(&out[0][i], &canonical, sizeof(T)) != 0) {
+        return "ccAllReduce element " + std::to_string(i) + " is a NaN other than the type's one quiet NaN";
+      }
     }
   }
   if (maxMin) {  // IEEE maximum and minimum: the bytes are known whatever the order

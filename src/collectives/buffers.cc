@@ -51,4 +51,17 @@ char* HostBuffers::Scratch(int i) { return comm_->ScratchSlot(i); }
 CallBuffers::CallBuffers(ccComm* comm, const CollArgs& a)
     : host_(comm), ops_(a.onDevice ? comm->deviceBuffers.get() : static_cast<BufferOps*>(&host_)) {}
 
+ccResult_t OneRankReduction(CallBuffers& mem, const CollArgs& a, size_t count) {
+  const bool half = a.dtype == ccFloat16 || a.dtype == ccBfloat16;
+  const bool extremum = (a.op == ccMax || a.op == ccMin) && IsFloatType(a.dtype);
+  if (count > 0 && (half || extremum)) {
+    // x max x is x, bit for bit (-0 included), and NaN is the one quiet NaN: the reductions' own rules.
+    CC_CHECK(mem->Reduce(a.recv, a.send, a.send, count, a.dtype, ccMax));
+  } else {
+    CC_CHECK(mem->Copy(a.recv, a.send, count * a.eltSize));
+  }
+  if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, count, a.dtype, 1));
+  return ccSuccess;
+}
+
 }  // namespace ccoll

@@ -38,4 +38,9 @@ class CallBuffers {
   BufferOps* ops_;
 };
 
+// A one-rank communicator's reduction of count elements (all-reduce, reduce, reduce-scatter): its input, through the
+// type's rules for results (ccoll.h): a 16-bit float NaN becomes the type's one quiet NaN whatever the op, and so does
+// a float32 or float64 NaN under max and min, as with more ranks; an average divides by 1.
+ccResult_t OneRankReduction(CallBuffers& mem, const CollArgs& a, size_t count);
+
 }  // namespace ccoll

@@ -9,16 +9,6 @@
 #include "core/error.h"
 
 namespace ccoll {
-namespace {
-
-// A group of one: the result is the rank's own count elements (an average over one rank divides by 1).
-ccResult_t OneRank(CallBuffers& mem, const CollArgs& a, size_t count) {
-  CC_CHECK(mem->Copy(a.recv, a.send, count * a.eltSize));
-  if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, count, a.dtype, 1));
-  return ccSuccess;
-}
-
-}  // namespace
 
 // A chain of n ranks (broadcast, reduce) cut in S slices takes S + n - 2 slice times: its pipeline fills for n - 2 of
 // them, where a ring keeps every link busy from its first step. So where some rank runs in another process, a chain's
@@ -41,7 +31,7 @@ ccResult_t RingAllReduce(ccComm* comm, const CollArgs& args) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = args.eltSize;
   CallBuffers mem(comm, args);
-  if (n == 1) return OneRank(mem, args, args.count);
+  if (n == 1) return OneRankReduction(mem, args, args.count);
   CollArgs a = args;
   // A premultiplied average (average.h) without a pass of its own: the rank's own chunk is scaled into recv, whence
   // it is sent at step 0, and the other chunks' own elements are scaled where they are added.
@@ -108,7 +98,7 @@ ccResult_t RingReduceScatter(ccComm* comm, const CollArgs& args) {
   const size_t es = args.eltSize;
   const size_t block = args.count;  // elements each rank ends with
   CallBuffers mem(comm, args);
-  if (n == 1) return OneRank(mem, args, block);
+  if (n == 1) return OneRankReduction(mem, args, block);
   CollArgs a = args;
   AverageInput average(mem.get());
   CC_CHECK(average.Prepare(&a, block * static_cast<size_t>(n), false, n));
@@ -212,7 +202,7 @@ ccResult_t RingReduce(ccComm* comm, const CollArgs& args) {
   const int n = comm->nranks, r = comm->rank;
   const size_t es = args.eltSize;
   CallBuffers mem(comm, args);
-  if (n == 1) return OneRank(mem, args, args.count);
+  if (n == 1) return OneRankReduction(mem, args, args.count);
   if (args.count == 0) return ccSuccess;
   CollArgs a = args;
   AverageInput average(mem.get());

@@ -27,14 +27,11 @@ ccResult_t TreeAllReduce(ccComm* comm, const CollArgs& args) {
   const int n = comm->nranks;
   const size_t es = args.eltSize;
   CallBuffers mem(comm, args);
+  if (n == 1) return OneRankReduction(mem, args, args.count);
   CollArgs a = args;
   AverageInput average(mem.get());
   CC_CHECK(average.Prepare(&a, a.count, true, n));  // a premultiplied average: the input scaled into recv
   CC_CHECK(mem->Copy(a.recv, a.send, a.count * es));
-  if (n == 1) {
-    if (a.op == ccAvg) CC_CHECK(mem->FinishAvg(a.recv, a.count, a.dtype, n));
-    return ccSuccess;
-  }
   const uint64_t seq = comm->NextSeq();
   const size_t sliceElems = std::max<size_t>(1, comm->config.sliceBytes / es);
   TreeNode nodes[2];
