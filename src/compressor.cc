@@ -96,8 +96,8 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
   }
   if (value < info->lo || value > info->hi) {
     if (const double scale = ParamTextScale(info->param); scale != 0.0) {  // units the spec string does not show
-      return Fail(ccInvalidArgument, "%s: %s %lld (%g in a spec string) is out of range %lld..%lld (%g..%g)", fn,
-                  info->name, static_cast<long long>(value), static_cast<double>(value) / scale,
+      return Fail(ccInvalidArgument, "%s: %s %lld (%.12g in a spec string) is out of range %lld..%lld (%.12g..%.12g)",
+                  fn, info->name, static_cast<long long>(value), static_cast<double>(value) / scale,
                   static_cast<long long>(info->lo), static_cast<long long>(info->hi),
                   static_cast<double>(info->lo) / scale, static_cast<double>(info->hi) / scale);
     }

@@ -1558,6 +1558,12 @@ TEST_CASE("compressor handles: parameters within their bounds, spec strings, bad
       CHECK(lo <= hi);
     }
     CHECK(ccCompressorDestroy(comp) == ccSuccess);
+    // A value just past a bound reads as past it in the spec string's units too (it read "1", in range).
+    ccCompressor_t topk = nullptr;
+    REQUIRE(ccCompressorCreateFromString(&topk, "topk") == ccSuccess);
+    CHECK(ccCompressorSetParam(topk, ccParamDensityPpm, 1000001) == ccInvalidArgument);
+    CHECK(Contains(ccGetLastError(nullptr), "density 1000001 (1.000001 in a spec string) is out of range"));
+    CHECK(ccCompressorDestroy(topk) == ccSuccess);
   }
 
   SECTION("spec strings") {
