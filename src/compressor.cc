@@ -114,7 +114,13 @@ ccResult_t SetCompressorParam(ccCompressor* c, int param, int64_t value, const c
     c->values[info->param] = value;
     c->ResetState();
   };
-  if (live) return ChangeCompressor(c, fn, change);
+  if (live) {
+    {
+      std::lock_guard<std::mutex> use(c->useMutex);
+      if (!c->changing && c->values.at(info->param) == value) return ccSuccess;  // unchanged, even while in use
+    }
+    return ChangeCompressor(c, fn, change);
+  }
   change();  // a compressor being made, which no other thread knows yet
   return ccSuccess;
 }

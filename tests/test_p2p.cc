@@ -327,30 +327,47 @@ TEST_CASE("a group refused on one rank refuses its collectives in the call check
   // Each rank drives its own group holding an all-reduce; rank 0's group also holds a refused send (a NULL buffer,
   // refused as made, or a send to itself without its receive, refused at ccGroupEnd), so it issues nothing. Rank 1's
   // all-reduce used to pair with rank 0's next all-reduce, an unrelated one: both returned ccSuccess with data mixed
-  // from the two calls, and rank 1's next call timed out.
-  const bool atGroupEnd = GENERATE(false, true);
-  CAPTURE(atGroupEnd);
-  Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, 60000));
+  // from the two calls, and rank 1's next call timed out. "receive": rank 1's group also holds the receive of the
+  // refused send, which waits until its timeout; then both groups fail, and no later call succeeds with wrong data.
+  const std::string mode = GENERATE(std::string("as made"), std::string("at group end"), std::string("receive"));
+  CAPTURE(mode);
+  const bool receive = mode == "receive";
+  const int timeoutMs = receive ? cctest::ScaledMs(1500) : 60000;
+  Group g = Group::InitConfig(2, cctest::MakeConfig(CC_CONFIG_UNDEF_INT, timeoutMs));
   REQUIRE(g.status == ccSuccess);
   std::vector<RankResult> grouped(2), next(2);
   std::vector<std::vector<float>> d(2, std::vector<float>(4, -1.0f)), d2(2, std::vector<float>(4, -1.0f));
+  std::vector<double> seconds(2);
   RunRanks(2, [&](int r) {
-    std::vector<float> s(4, r == 0 ? 1.0f : 10.0f), s2(4, r == 0 ? 1.0f : 100.0f);
+    std::vector<float> s(4, r == 0 ? 1.0f : 10.0f), s2(4, r == 0 ? 1.0f : 100.0f), got(4, -1.0f);
+    const auto start = std::chrono::steady_clock::now();
     REQUIRE(ccGroupStart() == ccSuccess);
     ccAllReduce(s.data(), d[r].data(), 4, ccFloat32, ccSum, nullptr, g[r], nullptr);
-    if (r == 0) ccSend(atGroupEnd ? s.data() : nullptr, 4, ccFloat32, atGroupEnd ? 0 : 1, g[r], nullptr);
+    const bool self = mode == "at group end";
+    if (r == 0) ccSend(self ? s.data() : nullptr, 4, ccFloat32, self ? 0 : 1, g[r], nullptr);
+    if (r == 1 && receive) ccRecv(got.data(), 4, ccFloat32, 0, g[r], nullptr);
     grouped[r] = Record(ccGroupEnd(), g[r]);
+    seconds[r] = SecondsSince(start);
     next[r] = Record(ccAllReduce(s2.data(), d2[r].data(), 4, ccFloat32, ccSum, nullptr, g[r], nullptr), g[r]);
   });
   INFO("rank 0's group: " << grouped[0].error << "; rank 1's: " << grouped[1].error);
-  CHECK(grouped[0].rc == (atGroupEnd ? ccInvalidUsage : ccInvalidArgument));
-  CHECK(grouped[1].rc == ccInvalidUsage);
-  CHECK(Contains(grouped[1].error, "rank 0 refused the call"));
+  CHECK(grouped[0].rc == (mode == "at group end" ? ccInvalidUsage : ccInvalidArgument));
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << "'s next all-reduce: " << next[r].error);
     CHECK(d[r] == std::vector<float>(4, -1.0f));  // the refused all-reduce wrote nothing
-    CHECK(next[r].rc == ccSuccess);
-    CHECK(d2[r] == std::vector<float>(4, 101.0f));
+    if (!receive) {
+      CHECK(next[r].rc == ccSuccess);
+      CHECK(d2[r] == std::vector<float>(4, 101.0f));
+    } else if (next[r].rc == ccSuccess) {
+      CHECK(d2[r] == std::vector<float>(4, 101.0f));
+    }
+  }
+  if (!receive) {
+    CHECK(grouped[1].rc == ccInvalidUsage);
+    CHECK(Contains(grouped[1].error, "rank 0 refused the call"));
+  } else {
+    CHECK(grouped[1].rc == ccTimeout);
+    CHECK(seconds[0] < 30.0 * cctest::TimeScale());  // rank 0 waited for rank 1's call check, within its timeout
   }
 }
 

@@ -123,10 +123,11 @@ class Communicator:
         anything with set(key, bytes) and a blocking get(key)): rank 0 makes the id and sets it, the others get it.
         Every rank must call from_store the same number of times with the same prefix: rank r's k-th call with a
         prefix uses the k-th key, also when ranks are threads of one process, and whatever wrapper of the store each
-        call gets. Groups made at the same time through one store (one per node, say) need a prefix each: where the
-        store has add(key, n) (torch's stores do), rank r claims its place under the key first, and a place taken
-        already (by a rank of another group with this prefix, or a store left from an earlier job) raises
-        InvalidUsageError instead of joining ranks of different groups."""
+        call gets. Groups made at the same time through one store (one per node, say) need a prefix each: with one
+        prefix their ranks read and write one key, and may join ranks of the other group. Where the store has
+        add(key, n) (torch's stores do), rank r claims its place under the key first, and a place taken already (by
+        a rank of another group with this prefix, or a store left from an earlier job) raises InvalidUsageError, so
+        such a clash does not pass unnoticed; the ranks that won their places may still have joined one another."""
         rank = _ints.integer(rank, "rank")
         key = _store_key(store, prefix, rank)
         if hasattr(store, "add") and int(store.add("%s/rank%d" % (key, rank), 1)) != 1:
