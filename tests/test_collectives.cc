@@ -924,38 +924,36 @@ T EdgeInput(int rank, int nranks, size_t i) {
   return FromDouble<T>(EdgeValue(rank, nranks, i));
 }
 
+// The value of T whose bits are the low sizeof(T) bytes of `bits`.
+template <typename T>
+T FromBits(uint64_t bits) {
+  T v;
+  if constexpr (sizeof(T) == 8) {
+    std::memcpy(&v, &bits, 8);
+  } else if constexpr (sizeof(T) == 4) {
+    const uint32_t b = static_cast<uint32_t>(bits);
+    std::memcpy(&v, &b, 4);
+  } else {
+    const uint16_t b = static_cast<uint16_t>(bits);
+    std::memcpy(&v, &b, 2);
+  }
+  return v;
+}
+
 // The one quiet NaN a max or min writes (reduce_op.h), as T.
 template <typename T>
 T CanonicalNaN() {
-  T v;
-  if constexpr (sizeof(T) == 8) {
-    const uint64_t bits = 0x7ff8000000000000ull;
-    std::memcpy(&v, &bits, 8);
-  } else if constexpr (sizeof(T) == 4) {
-    const uint32_t bits = 0x7fc00000u;
-    std::memcpy(&v, &bits, 4);
-  } else {
-    const uint16_t bits = std::is_same<T, F16>::value ? 0x7e00 : 0x7fc0;
-    std::memcpy(&v, &bits, 2);
-  }
-  return v;
+  if constexpr (sizeof(T) == 8) return FromBits<T>(0x7ff8000000000000ull);
+  if constexpr (sizeof(T) == 4) return FromBits<T>(0x7fc00000u);
+  return FromBits<T>(std::is_same<T, F16>::value ? 0x7e00 : 0x7fc0);
 }
 
 // A NaN other than CanonicalNaN: negative, with a payload (and quiet, so that arithmetic keeps it a NaN), as T.
 template <typename T>
 T PayloadNaN() {
-  T v;
-  if constexpr (sizeof(T) == 8) {
-    const uint64_t bits = 0xfff8000000001234ull;
-    std::memcpy(&v, &bits, 8);
-  } else if constexpr (sizeof(T) == 4) {
-    const uint32_t bits = 0xffc01234u;
-    std::memcpy(&v, &bits, 4);
-  } else {
-    const uint16_t bits = std::is_same<T, F16>::value ? 0xfe01 : 0xffc1;
-    std::memcpy(&v, &bits, 2);
-  }
-  return v;
+  if constexpr (sizeof(T) == 8) return FromBits<T>(0xfff8000000001234ull);
+  if constexpr (sizeof(T) == 4) return FromBits<T>(0xffc01234u);
+  return FromBits<T>(std::is_same<T, F16>::value ? 0xfe01 : 0xffc1);
 }
 
 // IEEE 754-2019 maximum (or minimum) of the ranks' values at i: NaN if any is NaN, +0 above -0.
