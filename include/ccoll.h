@@ -474,9 +474,10 @@ CC_API ccResult_t ccRecv(void* recvbuff, size_t count, ccDataType_t datatype, in
  *   call of the group. So does what ccGroupEnd refuses before anything moves (a communicator destroyed or failed
  *   since, mixed buffers or streams, a send to this rank without its receive). The group's collectives are then
  *   refused in the call check: a rank whose calls of them reach their call check fails them at once (ccInvalidUsage,
- *   naming this rank) and stays in step. A rank that first waits for a send or receive of the refused group fails at
- *   its timeout, and this rank's ccGroupEnd, waiting for that rank's call check, returns its error then too (before,
- *   it returned at once, and the other ranks' collectives paired with this rank's next calls). A
+ *   naming this rank) and stays in step. A rank that first waits for a send or receive of the refused group fails
+ *   when its timeout or this rank's ends (this rank's ccGroupEnd waits for that rank's call check until then, and
+ *   its timeout aborts the communicator); before, ccGroupEnd returned at once, and the other ranks' collectives
+ *   paired with this rank's next calls. A
  *   collective's arguments are checked when ccGroupEnd makes it (a refusal reaches the other ranks through the call
  *   check, as outside a group). ccCommSplit inside a group is ccInvalidUsage. ccGroupEnd returns the first
  *   failure of the group's calls (with its sentence in ccGetLastError(NULL)); each communicator's failures are

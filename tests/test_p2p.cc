@@ -366,7 +366,9 @@ TEST_CASE("a group refused on one rank refuses its collectives in the call check
     CHECK(grouped[1].rc == ccInvalidUsage);
     CHECK(Contains(grouped[1].error, "rank 0 refused the call"));
   } else {
-    CHECK(grouped[1].rc == ccTimeout);
+    // Rank 1's receive times out, or rank 0's wait for rank 1's call check times out first and aborts the
+    // communicator, which ends that receive.
+    CHECK((grouped[1].rc == ccTimeout || grouped[1].rc == ccRemoteError));
     CHECK(seconds[0] < 30.0 * cctest::TimeScale());  // rank 0 waited for rank 1's call check, within its timeout
   }
 }
