@@ -268,12 +268,13 @@ CC_API ccResult_t ccCommInitRankConfig(ccComm_t* comm, int nranks, ccUniqueId co
  * lookup takes longer, ccInvalidArgument for a name that does not exist, ccSystemError when the resolver gives up first
  * (no DNS server answered). Rank 0 opens the bootstrap listener on CC_ROOT; the others connect to it, retrying until
  * the timeout. An abort or destroy of rank 0's communicator while ranks have still to join closes the listener (the
- * ranks that joined fail with ccRemoteError), so a retry can open it again. A joining rank presents a hash of CC_SECRET (the same string on every rank) or, where that is unset, of
- * the job's identity (CC_JOB_ID, or the launcher's: TORCHELASTIC_RUN_ID but torchrun's default "none", PMIX_NAMESPACE,
- * OMPI_MCA_ess_base_jobid, then SLURM_HET_JOB_ID, SLURM_PACK_JOB_ID, SLURM_JOB_ID); a rank whose secret differs
- * (another job given the same CC_ROOT, or a rank started by another launcher: give those CC_SECRET or CC_JOB_ID) is
- * turned away with ccInvalidUsage. With none of these set, any process that can reach CC_ROOT could join (rank 0
- * warns). Collective over the group, like ccCommInitRank. config may be NULL.
+ * ranks that joined fail with ccRemoteError), so a retry can open it again. A joining rank presents a hash of CC_SECRET
+ * (the same string on every rank) or, where that is unset, of the job's identity (CC_JOB_ID, or the launcher's:
+ * TORCHELASTIC_RUN_ID but torchrun's default "none", PMIX_NAMESPACE, OMPI_MCA_ess_base_jobid, then SLURM_HET_JOB_ID,
+ * SLURM_PACK_JOB_ID, SLURM_JOB_ID); a rank whose secret differs (another job given the same CC_ROOT, or a rank started
+ * by another launcher: give those CC_SECRET or CC_JOB_ID) is turned away with ccInvalidUsage. With none of these set,
+ * any process that can reach CC_ROOT could join (rank 0 warns). Collective over the group, like ccCommInitRank. config
+ * may be NULL.
  */
 CC_API ccResult_t ccCommInitFromEnv(ccComm_t* comm, ccConfig_t* config);
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # collectives_bench.sh: ccoll's exact broadcast, reduce, reduce-scatter and all-gather against OpenMPI's (MPI_Bcast,
-# MPI_Reduce, MPI_Reduce_scatter_block, MPI_Allgather) on the bandwidth-shaped cluster of cluster.sh, side by side in one run:
+# MPI_Reduce, MPI_Reduce_scatter_block, MPI_Allgather) on the bandwidth-shaped cluster of cluster.sh, side by side in
+# one run:
 # NP ranks, one per namespace, float32 sum. ccoll's ranks use its own bootstrap and UCX's tcp (nb_ranks), OpenMPI's
 # its tcp btl on the same links (nb_mpirun). Both programs of a pair share the harness (perf/bench.h: sizes, inputs,
 # timing, checks), and a row whose check fails stops the run. Prints a markdown table: the median time per call over

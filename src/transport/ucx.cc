@@ -156,9 +156,10 @@ ccResult_t Finished(int rank, const UcxRequest& r, bool checksum) {
     // end decides from its own size: this receive of an unsliced message met the length of a sliced one.
     uint64_t sent = 0;
     std::memcpy(&sent, r.buf, sizeof(sent));
-    return Fail(ccInvalidUsage, "rank %d sent %llu bytes (in slices) but rank %d expects %zu bytes (tag %llu): a ccSend "
-                "and its ccRecv differ in size", r.peer, static_cast<unsigned long long>(sent), rank, r.bytes,
-                static_cast<unsigned long long>(r.tag));
+    return Fail(ccInvalidUsage,
+                "rank %d sent %llu bytes (in slices) but rank %d expects %zu bytes (tag %llu): a ccSend and its ccRecv "
+                "differ in size",
+                r.peer, static_cast<unsigned long long>(sent), rank, r.bytes, static_cast<unsigned long long>(r.tag));
   }
   if (r.status == UCS_ERR_MESSAGE_TRUNCATED || (r.status == UCS_OK && !r.isSend && !fits)) {
     const std::string what = r.status != UCS_OK             ? std::string("a larger message")
